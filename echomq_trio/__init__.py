@@ -1,0 +1,46 @@
+"""echomq_trio: a durable Valkey/Redis job bus for trio programs.
+
+How the parts fit: ``open_bus`` gives a ``Bus`` (a connection, plus an embedded server when no
+URL is given). ``jobs`` holds one function per job transition, each one atomic Lua script timed by
+the server clock. A ``Consumer`` claims jobs in batches and runs a handler on N tasks; a
+``Metronome`` promotes scheduled jobs when they come due and reaps expired leases. Both are trio
+tasks for your nursery; cancelling the nursery shuts them down cleanly. ``ids`` mints the branded
+job ids, ``backoff`` computes retry delays. Only ``wire`` talks to the client library.
+"""
+
+from echomq_trio import backoff, ids, jobs
+from echomq_trio.backoff import Exponential, Fixed, Jitter
+from echomq_trio.bus import Bus, open_bus
+from echomq_trio.consumer import Consumer, ConsumerStats, RetryIn, StopConsumer
+from echomq_trio.errors import (
+    BusError,
+    ConnectionLost,
+    RequestTimedOut,
+    ServerError,
+    ServerNotFound,
+)
+from echomq_trio.jobs import Job, Outcome
+from echomq_trio.metronome import Metronome
+
+__all__ = [
+    "Bus",
+    "BusError",
+    "ConnectionLost",
+    "Consumer",
+    "ConsumerStats",
+    "Exponential",
+    "Fixed",
+    "Jitter",
+    "Job",
+    "Metronome",
+    "Outcome",
+    "RequestTimedOut",
+    "RetryIn",
+    "ServerError",
+    "ServerNotFound",
+    "StopConsumer",
+    "backoff",
+    "ids",
+    "jobs",
+    "open_bus",
+]

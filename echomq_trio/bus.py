@@ -1,0 +1,60 @@
+"""``open_bus``: the handle every bus call takes. It owns the server connection, and the
+embedded server when no URL is given."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import lru_cache
+
+import attrs
+
+from echomq_trio.keys import QueueKeys, queue_keys
+from echomq_trio.server import EmbeddedServer, start_server
+from echomq_trio.wire import Wire, open_wire, parse_url
+
+__all__ = ["Bus", "open_bus"]
+
+
+@lru_cache(maxsize=1024)
+def _keys(queue: str) -> QueueKeys:
+    return queue_keys(queue)
+
+
+@attrs.define(eq=False)
+class Bus:
+    """A connection to one server (or cluster). Cheap to share between tasks."""
+
+    wire: Wire
+    server: EmbeddedServer | None = None
+
+    def keys(self, queue: str) -> QueueKeys:
+        """The keys of ``queue``; raises ``ValueError`` for a name that cannot be a hash tag."""
+        return _keys(queue)
+
+    @property
+    def url(self) -> str:
+        """The URL of the server, password redacted."""
+        return self.wire.spec.redacted()
+
+
+@asynccontextmanager
+async def open_bus(
+    url: str | None = None, *, data_dir: str | os.PathLike[str] | None = None
+) -> AsyncIterator[Bus]:
+    """Connect to ``url``, or with no URL start an embedded server and stop it on exit.
+
+    ``data_dir`` (embedded server only) keeps the server's append-only file across runs; without
+    it the data lives in a temporary directory. A malformed URL raises ``ValueError`` before any
+    connection is tried.
+    """
+    if url is not None:
+        if data_dir is not None:
+            raise ValueError("data_dir applies only to the embedded server (url=None)")
+        spec = parse_url(url)
+        async with open_wire(spec) as wire:
+            yield Bus(wire)
+        return
+    async with start_server(data_dir) as server, open_wire(server.url) as wire:
+        yield Bus(wire, server)

@@ -1,0 +1,25 @@
+"""Exceptions of the bus. Callers catch these, never the client library's own."""
+
+from __future__ import annotations
+
+__all__ = ["BusError", "ConnectionLost", "RequestTimedOut", "ServerError", "ServerNotFound"]
+
+
+class BusError(Exception):
+    """Base of every error the bus raises about the server."""
+
+
+class ConnectionLost(BusError):
+    """The server could not be reached or the connection dropped; retrying later may work."""
+
+
+class RequestTimedOut(BusError):
+    """The server did not answer within the request timeout; the request may still have run."""
+
+
+class ServerError(BusError):
+    """The server answered with an error (a script failed, a command was refused)."""
+
+
+class ServerNotFound(BusError):
+    """No server binary could be found to start an embedded server."""

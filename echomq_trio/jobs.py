@@ -1,0 +1,383 @@
+"""Job transitions: one function per Lua script, each one round trip, each returning typed values.
+
+States: ``pending`` (ready), ``scheduled`` (waiting for a time), ``active`` (leased to a worker),
+``dead`` (out of attempts). An acked job's row is deleted, so a finished id may be used again.
+Names, ids, payloads and numbers are checked before any I/O; bad ones raise ``ValueError`` or
+``TypeError`` and nothing is written.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+
+import attrs
+
+from echomq_trio.bus import Bus
+from echomq_trio.keys import check_job_id, check_payload
+
+__all__ = [
+    "ENQUEUE_CHUNK",
+    "Counts",
+    "Extended",
+    "Job",
+    "JobInfo",
+    "Outcome",
+    "Promoted",
+    "Reaped",
+    "Scheduled",
+    "ack",
+    "ack_many",
+    "claim",
+    "counts",
+    "dead_jobs",
+    "enqueue",
+    "enqueue_at",
+    "enqueue_in",
+    "enqueue_many",
+    "extend",
+    "get_job",
+    "list_jobs",
+    "promote",
+    "reap",
+    "release",
+    "replay",
+    "retry",
+]
+
+ENQUEUE_CHUNK = 10_000  # jobs per script call, so one call never holds the server for long
+
+
+class Outcome(enum.StrEnum):
+    """What a transition did. The vocabulary follows the original's return atoms."""
+
+    ENQUEUED = "enqueued"
+    SCHEDULED = "scheduled"
+    DUPLICATE = "duplicate"
+    ACKED = "acked"
+    STALE = "stale"
+    GONE = "gone"
+    DEAD = "dead"
+    REPLAYED = "replayed"
+    NOT_DEAD = "not_dead"
+
+
+@attrs.frozen
+class Scheduled:
+    """Answer of ``enqueue_at``/``enqueue_in``: ``run_at_ms`` (server clock) unless a duplicate."""
+
+    outcome: Outcome
+    run_at_ms: int | None
+
+
+@attrs.frozen
+class Job:
+    """A claimed job. ``attempts`` is the fencing token: present it to settle the job."""
+
+    queue: str
+    id: str
+    payload: bytes
+    attempts: int
+    lease_deadline_ms: int
+    group: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The payload decoded as UTF-8."""
+        return self.payload.decode()
+
+
+@attrs.frozen
+class Promoted:
+    moved: int
+    next_due_ms: int | None  # run-at of the earliest job still scheduled
+    server_now_ms: int
+
+
+@attrs.frozen
+class Reaped:
+    reaped: int
+    server_now_ms: int
+
+
+@attrs.frozen
+class Extended:
+    lease_deadline_ms: int
+    lost: tuple[str, ...]  # ids whose lease this worker no longer holds
+
+
+@attrs.frozen
+class Counts:
+    pending: int
+    scheduled: int
+    active: int
+    dead: int
+    completed_total: int
+    retried_total: int
+    dead_total: int
+
+
+@attrs.frozen
+class JobInfo:
+    """A job row as stored. ``score_ms`` is the run-at (scheduled), lease deadline (active) or
+    time of death (dead)."""
+
+    id: str
+    state: str
+    attempts: int
+    payload: bytes
+    last_error: str | None
+    score_ms: int | None
+
+
+def _int(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+async def enqueue(bus: Bus, queue: str, job_id: str, payload: str | bytes) -> Outcome:
+    """Admit one job to pending: ``ENQUEUED``, or ``DUPLICATE`` (a live job has this id)."""
+    (out,) = await enqueue_many(bus, queue, [(job_id, payload)])
+    return out
+
+
+async def enqueue_many(
+    bus: Bus, queue: str, items: Iterable[tuple[str, str | bytes]]
+) -> list[Outcome]:
+    """Admit many jobs in one round trip (per ``ENQUEUE_CHUNK`` jobs); answers in input order."""
+    k = bus.keys(queue)
+    flat: list[str | bytes] = []
+    for job_id, payload in items:
+        flat.append(check_job_id(job_id))
+        flat.append(check_payload(payload))
+    out: list[Outcome] = []
+    step = 2 * ENQUEUE_CHUNK
+    for start in range(0, len(flat), step):
+        codes = await bus.wire.script(
+            "enqueue", [k.pending, k.wake], [k.job_prefix, *flat[start : start + step]]
+        )
+        out.extend(Outcome.ENQUEUED if c == 1 else Outcome.DUPLICATE for c in codes)
+    return out
+
+
+async def _schedule(
+    bus: Bus, queue: str, mode: str, items: Sequence[tuple[str, str | bytes, int]]
+) -> list[Scheduled]:
+    k = bus.keys(queue)
+    flat: list[str | bytes] = []
+    for job_id, payload, when in items:
+        flat += [check_job_id(job_id), check_payload(payload), str(when)]
+    codes = await bus.wire.script("schedule", [k.schedule, k.tick], [k.job_prefix, mode, *flat])
+    return [
+        Scheduled(Outcome.DUPLICATE, None) if c < 0 else Scheduled(Outcome.SCHEDULED, int(c))
+        for c in codes
+    ]
+
+
+async def enqueue_at(
+    bus: Bus, queue: str, job_id: str, payload: str | bytes, run_at_ms: int
+) -> Scheduled:
+    """Schedule a job for an absolute time (Unix ms). It is not claimable before then; a
+    metronome moves it to pending when the server clock reaches it."""
+    (out,) = await _schedule(bus, queue, "at", [(job_id, payload, _int("run_at_ms", run_at_ms, 0))])
+    return out
+
+
+async def enqueue_in(
+    bus: Bus, queue: str, job_id: str, payload: str | bytes, delay_ms: int
+) -> Scheduled:
+    """Schedule a job ``delay_ms`` from now, where now is the server's clock, not this host's."""
+    (out,) = await _schedule(bus, queue, "in", [(job_id, payload, _int("delay_ms", delay_ms, 0))])
+    return out
+
+
+async def promote(bus: Bus, queue: str, batch: int = 1000) -> Promoted:
+    """Move up to ``batch`` scheduled jobs whose time has come to pending."""
+    k = bus.keys(queue)
+    moved, nxt, now = await bus.wire.script(
+        "promote",
+        [k.schedule, k.pending, k.wake],
+        [k.job_prefix, str(_int("batch", batch, 1))],
+    )
+    return Promoted(int(moved), None if nxt < 0 else int(nxt), int(now))
+
+
+async def claim(bus: Bus, queue: str, batch: int = 1, lease_ms: int = 30_000) -> list[Job]:
+    """Lease up to ``batch`` pending jobs for ``lease_ms``, oldest first, in one round trip."""
+    k = bus.keys(queue)
+    raw = await bus.wire.script(
+        "claim",
+        [k.pending, k.active],
+        [k.job_prefix, str(_int("batch", batch, 1)), str(_int("lease_ms", lease_ms, 1))],
+    )
+    deadline = int(raw[0])
+    return [
+        Job(queue, _text(raw[i]), raw[i + 1], int(raw[i + 2]), deadline)
+        for i in range(1, len(raw), 3)
+    ]
+
+
+_ACK = {1: Outcome.ACKED, 0: Outcome.STALE, -1: Outcome.GONE}
+
+
+async def ack(bus: Bus, queue: str, job_id: str, token: int) -> Outcome:
+    """Finish a job: ``ACKED``; ``STALE`` if another claim holds it now; ``GONE`` if no row."""
+    (out,) = await ack_many(bus, queue, [(job_id, token)])
+    return out
+
+
+async def ack_many(bus: Bus, queue: str, items: Sequence[tuple[str, int]]) -> list[Outcome]:
+    """Ack several jobs in one round trip; answers in input order."""
+    k = bus.keys(queue)
+    flat: list[str] = []
+    for job_id, token in items:
+        flat += [check_job_id(job_id), str(_int("token", token, 0))]
+    if not flat:
+        return []
+    codes = await bus.wire.script("ack", [k.active, k.pending, k.metrics], [k.job_prefix, *flat])
+    return [_ACK[c] for c in codes]
+
+
+_RETRY = {1: Outcome.SCHEDULED, 2: Outcome.DEAD, 0: Outcome.STALE, -1: Outcome.GONE}
+
+
+async def retry(
+    bus: Bus,
+    queue: str,
+    job_id: str,
+    token: int,
+    delay_ms: int,
+    max_attempts: int,
+    error: str = "",
+) -> Outcome:
+    """Fail an attempt: ``SCHEDULED`` again after ``delay_ms``, or ``DEAD`` when the job has used
+    ``max_attempts`` (kept with ``error``); ``STALE``/``GONE`` when the lease is not held."""
+    k = bus.keys(queue)
+    code = await bus.wire.script(
+        "retry",
+        [k.active, k.schedule, k.dead, k.tick, k.metrics],
+        [
+            k.job_prefix,
+            check_job_id(job_id),
+            str(_int("token", token, 0)),
+            str(_int("delay_ms", delay_ms, 0)),
+            str(_int("max_attempts", max_attempts, 1)),
+            str(error),
+        ],
+    )
+    return _RETRY[code]
+
+
+async def extend(bus: Bus, queue: str, items: Sequence[tuple[str, int]], lease_ms: int) -> Extended:
+    """Renew the leases of held jobs to ``lease_ms`` from now; reports those no longer held."""
+    k = bus.keys(queue)
+    flat: list[str] = []
+    for job_id, token in items:
+        flat += [check_job_id(job_id), str(_int("token", token, 0))]
+    raw = await bus.wire.script(
+        "extend", [k.active], [k.job_prefix, str(_int("lease_ms", lease_ms, 1)), *flat]
+    )
+    return Extended(int(raw[0]), tuple(_text(x) for x in raw[1:]))
+
+
+async def reap(bus: Bus, queue: str, batch: int = 1000) -> Reaped:
+    """Return up to ``batch`` jobs whose lease expired to pending (attempts unchanged)."""
+    k = bus.keys(queue)
+    n, now = await bus.wire.script(
+        "reap", [k.active, k.pending, k.wake], [k.job_prefix, str(_int("batch", batch, 1))]
+    )
+    return Reaped(int(n), int(now))
+
+
+async def release(bus: Bus, queue: str, items: Sequence[tuple[str, int]]) -> int:
+    """Hand held jobs back to pending at once without counting the interrupted attempt."""
+    k = bus.keys(queue)
+    flat: list[str] = []
+    for job_id, token in items:
+        flat += [check_job_id(job_id), str(_int("token", token, 0))]
+    if not flat:
+        return 0
+    return int(
+        await bus.wire.script("release", [k.active, k.pending, k.wake], [k.job_prefix, *flat])
+    )
+
+
+_REPLAY = {1: Outcome.REPLAYED, 0: Outcome.NOT_DEAD, -1: Outcome.GONE}
+
+
+async def replay(bus: Bus, queue: str, job_id: str) -> Outcome:
+    """Move a dead job back to pending with its attempts reset (its last error is kept)."""
+    k = bus.keys(queue)
+    code = await bus.wire.script(
+        "replay", [k.dead, k.pending, k.wake], [k.job_prefix, check_job_id(job_id)]
+    )
+    return _REPLAY[code]
+
+
+async def counts(bus: Bus, queue: str) -> Counts:
+    """Jobs per state now, and running totals of completed, retried and dead jobs."""
+    k = bus.keys(queue)
+    raw = await bus.wire.script("counts", [k.pending, k.schedule, k.active, k.dead, k.metrics], [])
+    return Counts(*(int(x) for x in raw))
+
+
+_SETS = {"pending": "1", "scheduled": "2", "active": "3", "dead": "4"}
+
+
+def _info(row: Sequence[object]) -> JobInfo:
+    job_id, state, attempts, payload, last_error, score = row
+    err = _text(last_error)
+    sc = _text(score)
+    return JobInfo(
+        id=_text(job_id),
+        state=_text(state),
+        attempts=int(_text(attempts)),
+        payload=payload if isinstance(payload, bytes) else str(payload).encode(),
+        last_error=err or None,
+        score_ms=int(float(sc)) if sc else None,
+    )
+
+
+async def list_jobs(
+    bus: Bus, queue: str, state: str, offset: int = 0, limit: int = 100
+) -> list[JobInfo]:
+    """Jobs in one state (``pending``, ``scheduled``, ``active``, ``dead``), in set order."""
+    if state not in _SETS:
+        raise ValueError(f"state must be one of {sorted(_SETS)}, got {state!r}")
+    k = bus.keys(queue)
+    rows = await bus.wire.script(
+        "inspect",
+        [k.pending, k.schedule, k.active, k.dead],
+        [
+            k.job_prefix,
+            "set",
+            _SETS[state],
+            str(_int("offset", offset, 0)),
+            str(_int("limit", limit, 1)),
+        ],
+    )
+    return [_info(r) for r in rows]
+
+
+async def dead_jobs(bus: Bus, queue: str, offset: int = 0, limit: int = 100) -> list[JobInfo]:
+    """Dead jobs, oldest death first, each with its attempts and last error."""
+    return await list_jobs(bus, queue, "dead", offset, limit)
+
+
+async def get_job(bus: Bus, queue: str, job_id: str) -> JobInfo | None:
+    """One job's row, or ``None`` if there is none (never enqueued, or acked)."""
+    k = bus.keys(queue)
+    (row,) = await bus.wire.script(
+        "inspect",
+        [k.pending, k.schedule, k.active, k.dead],
+        [k.job_prefix, "ids", check_job_id(job_id)],
+    )
+    info = _info(row)
+    return None if info.state == "" else info

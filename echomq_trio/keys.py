@@ -1,0 +1,103 @@
+"""Key names of one queue, and validation of the names a caller gives us (pure).
+
+Every key of queue ``q`` is ``emq:{q}:<suffix>``: the braces are the cluster hash tag, so a
+queue lives in one slot and every script touches one slot, on a single server or a cluster.
+"""
+
+from __future__ import annotations
+
+import re
+
+import attrs
+
+from echomq_trio import ids
+
+__all__ = ["JOB_NS", "QueueKeys", "check_job_id", "check_payload", "check_queue", "queue_keys"]
+
+JOB_NS = "JOB"
+MAX_QUEUE_BYTES = 128
+_BAD_QUEUE_CHARS = re.compile(r"[{}\s]")
+
+
+def check_queue(queue: object) -> str:
+    """Return ``queue`` if it can sit inside a hash tag; raise ``ValueError`` otherwise."""
+    if not isinstance(queue, str):
+        raise ValueError(f"queue name must be a str, got {type(queue).__name__}")
+    if not queue:
+        raise ValueError("queue name must not be empty")
+    if len(queue.encode()) > MAX_QUEUE_BYTES:
+        raise ValueError(f"queue name is over {MAX_QUEUE_BYTES} bytes: {queue[:40]!r}...")
+    if _BAD_QUEUE_CHARS.search(queue) or not queue.isprintable():
+        raise ValueError(
+            f"queue name must not contain braces, whitespace or control characters: {queue!r}"
+        )
+    return queue
+
+
+def check_job_id(job_id: object) -> str:
+    """Return ``job_id`` if it is a branded ``JOB`` id; raise ``ValueError`` otherwise."""
+    if not ids.is_valid(job_id, JOB_NS):
+        raise ValueError(
+            f"job id must be a branded JOB id such as ids.generate('JOB'), got {job_id!r}"
+        )
+    return job_id  # type: ignore[return-value]
+
+
+def check_payload(payload: object) -> bytes:
+    """Payloads are ``str`` (stored as UTF-8) or ``bytes``; anything else is a ``TypeError``."""
+    if isinstance(payload, bytes):
+        return payload
+    if isinstance(payload, str):
+        return payload.encode()
+    raise TypeError(
+        f"payload must be str or bytes, got {type(payload).__name__}; serialize it first "
+        "(for example with json.dumps)"
+    )
+
+
+@attrs.frozen
+class QueueKeys:
+    """The keys of one queue; ``job(id)`` is the hash holding one job's row."""
+
+    name: str
+    prefix: str
+
+    @property
+    def pending(self) -> str:
+        return self.prefix + "pending"
+
+    @property
+    def schedule(self) -> str:
+        return self.prefix + "schedule"
+
+    @property
+    def active(self) -> str:
+        return self.prefix + "active"
+
+    @property
+    def dead(self) -> str:
+        return self.prefix + "dead"
+
+    @property
+    def wake(self) -> str:
+        return self.prefix + "wake"
+
+    @property
+    def tick(self) -> str:
+        return self.prefix + "tick"
+
+    @property
+    def metrics(self) -> str:
+        return self.prefix + "metrics"
+
+    @property
+    def job_prefix(self) -> str:
+        return self.prefix + "job:"
+
+    def job(self, job_id: str) -> str:
+        return self.prefix + "job:" + check_job_id(job_id)
+
+
+def queue_keys(queue: str) -> QueueKeys:
+    """Validate ``queue`` and return its keys."""
+    return QueueKeys(name=check_queue(queue), prefix=f"emq:{{{queue}}}:")

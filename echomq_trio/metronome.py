@@ -1,0 +1,89 @@
+"""``Metronome``: one task per queue that promotes due jobs and reaps expired leases.
+
+It sleeps until the next beat or the earliest scheduled job, whichever is sooner, so a scheduled
+job runs close to its time rather than up to a beat late. A long wait is spent parked on the
+queue's tick list (a newly scheduled job that becomes the earliest pushes a tick and wakes it);
+the server's blocking timeout is coarse (about 100 ms), so the last stretch before a due job is
+slept locally in short steps. Promote and reap are atomic scripts on the server clock, so any
+number of metronomes on one queue move each job exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from echomq_trio import jobs
+from echomq_trio.bus import Bus
+from echomq_trio.errors import BusError
+
+__all__ = ["Metronome"]
+
+log = logging.getLogger("echomq_trio.metronome")
+
+PARK_MARGIN_S = 0.15  # the server may wake a blocked pop this late; park only this far ahead
+SHORT_STEP_S = 0.02  # re-check step in the last stretch, to notice an even earlier job
+
+
+class Metronome:
+    """Run with ``nursery.start(metronome.run)``; cancel its nursery to stop it."""
+
+    def __init__(self, bus: Bus, queue: str, *, beat_ms: int = 1_000, batch: int = 1_000) -> None:
+        bus.keys(queue)
+        if not isinstance(beat_ms, int) or beat_ms <= 0:
+            raise ValueError(f"beat_ms must be a positive int, got {beat_ms!r}")
+        if not isinstance(batch, int) or batch <= 0:
+            raise ValueError(f"batch must be a positive int, got {batch!r}")
+        self.bus = bus
+        self.queue = queue
+        self.beat_s = beat_ms / 1000
+        self.batch = batch
+        self.promoted = 0
+        self.reaped = 0
+
+    async def beat(self, *, reap: bool = True) -> float:
+        """One sweep: promote (and reap); returns how long to wait before the next one (s)."""
+        p = await jobs.promote(self.bus, self.queue, self.batch)
+        self.promoted += p.moved
+        more = p.moved >= self.batch
+        if reap:
+            r = await jobs.reap(self.bus, self.queue, self.batch)
+            self.reaped += r.reaped
+            more = more or r.reaped >= self.batch
+        if more:
+            return 0.0
+        wait = self.beat_s
+        if p.next_due_ms is not None:
+            wait = min(wait, max(0.0, (p.next_due_ms - p.server_now_ms + 1) / 1000))
+        return wait
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        tick = self.bus.keys(self.queue).tick
+        async with self.bus.wire.blocking() as parker:
+            task_status.started()
+            next_reap = trio.current_time()
+            errors = 0
+            while True:
+                now = trio.current_time()
+                reap = now >= next_reap
+                try:
+                    wait = await self.beat(reap=reap)
+                except BusError as exc:
+                    errors += 1
+                    log.warning("metronome on %s: %s", self.queue, exc)
+                    await trio.sleep(min(0.05 * 2**errors, 1.0))
+                    continue
+                errors = 0
+                if reap:
+                    next_reap = now + self.beat_s
+                wait = min(wait, max(0.0, next_reap - trio.current_time()))
+                if wait <= 0:
+                    continue
+                if wait > PARK_MARGIN_S + 0.1:
+                    try:
+                        await parker.blpop(tick, wait - PARK_MARGIN_S)
+                    except BusError:
+                        await trio.sleep(min(wait, 0.5))
+                else:
+                    await trio.sleep(min(wait, SHORT_STEP_S))

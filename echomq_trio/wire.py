@@ -1,0 +1,295 @@
+"""The one module that talks to the client library (valkey-glide); nothing else imports it.
+
+It turns a URL into a connected client (standalone or cluster), runs the package's Lua scripts by
+EVALSHA (the client loads a script on NOSCRIPT by itself), and maps the library's exceptions to
+``echomq_trio.errors``. A blocking pop holds its connection, so callers that park open a second
+client with ``Wire.blocking()``.
+
+URL forms: ``redis://[user:password@]host[:port][/db]``, ``rediss://`` for TLS, ``valkey://`` and
+``valkeys://`` as synonyms; ``host1:port1,host2:port2`` seeds a cluster; query parameters
+``cluster=true`` and ``timeout_ms=N`` (request timeout, default 5000).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import attrs
+import trio
+from glide import (
+    AdvancedGlideClientConfiguration,
+    AdvancedGlideClusterClientConfiguration,
+    GlideClient,
+    GlideClientConfiguration,
+    GlideClusterClient,
+    GlideClusterClientConfiguration,
+    Logger,
+    LogLevel,
+    NodeAddress,
+    Script,
+    ServerCredentials,
+)
+from glide_shared.exceptions import ClosingError, GlideError, RequestError
+from glide_shared.exceptions import ConnectionError as GlideConnectionError
+from glide_shared.exceptions import TimeoutError as GlideTimeoutError
+
+from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut, ServerError
+
+__all__ = ["ConnectionSpec", "Wire", "open_wire", "parse_url"]
+
+DEFAULT_TIMEOUT_MS = 5000
+DEFAULT_CONNECT_TIMEOUT_MS = 3000
+_SCHEMES = {"redis": False, "valkey": False, "rediss": True, "valkeys": True}
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+@attrs.frozen
+class ConnectionSpec:
+    """Where and how to connect; built by ``parse_url``."""
+
+    hosts: tuple[tuple[str, int], ...]
+    tls: bool = False
+    username: str | None = None
+    password: str | None = None
+    db: int = 0
+    cluster: bool = False
+    timeout_ms: int = DEFAULT_TIMEOUT_MS
+
+    def redacted(self) -> str:
+        """The URL without its password, for messages and logs."""
+        scheme = "rediss" if self.tls else "redis"
+        hosts = ",".join(f"{h}:{p}" for h, p in self.hosts)
+        auth = f"{self.username or ''}:***@" if self.password else ""
+        return f"{scheme}://{auth}{hosts}/{self.db}" + ("?cluster=true" if self.cluster else "")
+
+
+def parse_url(url: str) -> ConnectionSpec:
+    """Parse a server URL; a malformed one raises ``ValueError`` naming what is wrong."""
+    if not isinstance(url, str) or not url:
+        raise ValueError(f"server URL must be a non-empty str, got {url!r}")
+    parts = urlsplit(url)
+    if parts.scheme not in _SCHEMES:
+        raise ValueError(
+            f"server URL scheme must be one of {sorted(_SCHEMES)}, got {parts.scheme!r} in "
+            f"{_redact(url)!r}"
+        )
+    netloc = parts.netloc
+    username = password = None
+    if "@" in netloc:
+        auth, netloc = netloc.rsplit("@", 1)
+        user, _, pw = auth.partition(":")
+        username = unquote(user) or None
+        password = unquote(pw) if pw else None
+        if password is None and username is not None:
+            # redis://secret@host is the common short form for a password alone.
+            password, username = username, None
+    if not netloc:
+        raise ValueError(f"server URL has no host: {_redact(url)!r}")
+    hosts = tuple(_host_port(hp, url) for hp in netloc.split(","))
+    query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+    unknown = set(query) - {"cluster", "timeout_ms", "db"}
+    if unknown:
+        raise ValueError(f"unknown server URL parameter(s) {sorted(unknown)} in {_redact(url)!r}")
+    db_text = parts.path.strip("/") or query.get("db", "0")
+    if not db_text.isdigit():
+        raise ValueError(f"database number must be a non-negative integer, got {db_text!r}")
+    cluster = _flag(query.get("cluster", "false"), "cluster") or len(hosts) > 1
+    db = int(db_text)
+    if cluster and db != 0:
+        raise ValueError("a cluster has only database 0")
+    timeout_text = query.get("timeout_ms", str(DEFAULT_TIMEOUT_MS))
+    if not timeout_text.isdigit() or int(timeout_text) <= 0:
+        raise ValueError(f"timeout_ms must be a positive integer, got {timeout_text!r}")
+    return ConnectionSpec(
+        hosts=hosts,
+        tls=_SCHEMES[parts.scheme],
+        username=username,
+        password=password,
+        db=db,
+        cluster=cluster,
+        timeout_ms=int(timeout_text),
+    )
+
+
+def _redact(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password:
+        return url.replace(":" + parts.password + "@", ":***@")
+    return url
+
+
+def _flag(text: str, name: str) -> bool:
+    low = text.lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise ValueError(f"{name} must be true or false, got {text!r}")
+
+
+def _host_port(text: str, url: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = text, "6379"
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not host:
+        raise ValueError(f"server URL has an empty host in {_redact(url)!r}")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"server URL port must be 1-65535, got {port!r} in {_redact(url)!r}")
+    return host, int(port)
+
+
+def _load_scripts() -> dict[str, str]:
+    folder = resources.files("echomq_trio") / "scripts"
+    common = (folder / "_common.lua").read_text()
+    out = {}
+    for entry in folder.iterdir():
+        name = entry.name
+        if name.endswith(".lua") and not name.startswith("_"):
+            out[name[:-4]] = common + "\n" + entry.read_text()
+    return out
+
+
+_SOURCES = _load_scripts()
+
+
+def _configure_logging() -> None:
+    # The client's core logs to stderr unless told otherwise; keep it quiet unless asked.
+    level = os.environ.get("ECHOMQ_GLIDE_LOG", "off").upper()
+    Logger.init(getattr(LogLevel, level, LogLevel.OFF))
+
+
+def _translate(exc: GlideError) -> BusError:
+    if isinstance(exc, GlideTimeoutError):
+        return RequestTimedOut(str(exc))
+    if isinstance(exc, GlideConnectionError | ClosingError):
+        return ConnectionLost(str(exc))
+    if isinstance(exc, RequestError):
+        text = str(exc)
+        if "connection" in text.lower() or "broken pipe" in text.lower():
+            return ConnectionLost(text)
+        return ServerError(text)
+    return BusError(str(exc))
+
+
+class Wire:
+    """A connected client with the package's scripts; use ``open_wire`` to get one."""
+
+    def __init__(self, spec: ConnectionSpec, client: GlideClient | GlideClusterClient) -> None:
+        self.spec = spec
+        self._client = client
+        self._scripts = {
+            name: Script(src)  # type: ignore[no-untyped-call]
+            for name, src in _SOURCES.items()
+        }
+
+    @property
+    def cluster(self) -> bool:
+        return self.spec.cluster
+
+    async def script(self, name: str, keys: Sequence[str], args: Sequence[str | bytes]) -> Any:
+        """Run the named ``.lua`` script (EVALSHA, loading it on NOSCRIPT)."""
+        try:
+            return await self._client.invoke_script(
+                self._scripts[name], keys=list(keys), args=list(args)
+            )
+        except GlideError as exc:
+            raise _translate(exc) from exc
+
+    async def command(self, *args: str | bytes) -> Any:
+        """Run one raw command (routed by its key on a cluster)."""
+        try:
+            return await self._client.custom_command(list(args))
+        except GlideError as exc:
+            raise _translate(exc) from exc
+
+    async def blpop(self, key: str, timeout_s: float) -> bytes | None:
+        """Pop the head of a list, waiting up to ``timeout_s``; holds this client's connection.
+
+        Cancelling it leaves the server side blocked until its timeout, so a client that parks
+        is dedicated to parking (see ``blocking``).
+        """
+        try:
+            got = await self._client.blpop([key], timeout_s)
+        except GlideError as exc:
+            raise _translate(exc) from exc
+        return None if got is None else got[1]
+
+    async def server_time_ms(self) -> int:
+        secs, micros = await self.command("TIME")
+        return int(secs) * 1000 + int(micros) // 1000
+
+    @asynccontextmanager
+    async def blocking(self) -> AsyncIterator[Wire]:
+        """A second client to the same server, for blocking pops."""
+        async with open_wire(self.spec) as other:
+            yield other
+
+    async def aclose(self) -> None:
+        """Close the client; shielded for at most two seconds so it runs during cancellation."""
+        # Closing a broken client is no error.
+        with (
+            trio.CancelScope(shield=True, deadline=trio.current_time() + 2),
+            contextlib.suppress(GlideError),
+        ):
+            await self._client.close()
+
+
+async def _connect(spec: ConnectionSpec) -> GlideClient | GlideClusterClient:
+    addresses = [NodeAddress(h, p) for h, p in spec.hosts]
+    creds = (
+        ServerCredentials(password=spec.password, username=spec.username)
+        if spec.password is not None
+        else None
+    )
+    if spec.cluster:
+        return await GlideClusterClient.create(
+            GlideClusterClientConfiguration(
+                addresses,
+                use_tls=spec.tls,
+                credentials=creds,
+                request_timeout=spec.timeout_ms,
+                advanced_config=AdvancedGlideClusterClientConfiguration(
+                    connection_timeout=DEFAULT_CONNECT_TIMEOUT_MS
+                ),
+            )
+        )
+    return await GlideClient.create(
+        GlideClientConfiguration(
+            addresses,
+            use_tls=spec.tls,
+            credentials=creds,
+            request_timeout=spec.timeout_ms,
+            database_id=spec.db or None,
+            advanced_config=AdvancedGlideClientConfiguration(
+                connection_timeout=DEFAULT_CONNECT_TIMEOUT_MS
+            ),
+        )
+    )
+
+
+@asynccontextmanager
+async def open_wire(target: str | ConnectionSpec) -> AsyncIterator[Wire]:
+    """Connect to the server named by a URL (or a parsed spec); close on exit.
+
+    An unreachable server raises ``ConnectionLost`` naming the address (password redacted).
+    """
+    spec = parse_url(target) if isinstance(target, str) else target
+    _configure_logging()
+    try:
+        client = await _connect(spec)
+    except GlideError as exc:
+        raise ConnectionLost(f"cannot connect to {spec.redacted()}: {exc}") from exc
+    wire = Wire(spec, client)
+    try:
+        yield wire
+    finally:
+        await wire.aclose()

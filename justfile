@@ -1,0 +1,15 @@
+# Shortcuts for developers (just is optional; each recipe is one plain command).
+
+# Run the demo on an embedded server.
+run:
+    python3 -m echomq_trio.demo
+
+# Lint, type-check and test, exactly as CI does.
+ci:
+    bash .ci/run
+
+test:
+    python3 -m pytest -q
+
+bench:
+    python3 tools/bench_bus.py

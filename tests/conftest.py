@@ -1,0 +1,169 @@
+"""Test rules: every server is a real valkey/redis process started here on a free loopback port;
+every async test runs under ``trio.fail_after`` (60 s, or ``@pytest.mark.timeout_s(N)``) so a
+hang fails fast; waits poll a condition with a deadline, never a fixed sleep."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from echomq_trio import Bus, open_bus
+from echomq_trio.server import (
+    cluster_node_args,
+    cluster_url,
+    find_server_binary,
+    form_cluster,
+    free_port,
+    server_argv,
+)
+
+DEFAULT_TIMEOUT_S = 60
+PASSWORD = "test-" + uuid.uuid4().hex[:12]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "timeout_s(n): fail the test after n seconds")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        fn = getattr(item, "obj", None)
+        if fn is None or not inspect.iscoroutinefunction(fn):
+            continue
+        marker = item.get_closest_marker("timeout_s")
+        limit = marker.args[0] if marker else DEFAULT_TIMEOUT_S
+
+        def wrap(fn: Callable[..., Awaitable[Any]], limit: float) -> Callable[..., Any]:
+            @functools.wraps(fn)
+            async def run(*args: Any, **kwargs: Any) -> Any:
+                with trio.fail_after(limit):
+                    return await fn(*args, **kwargs)
+
+            return run
+
+        item.obj = wrap(fn, limit)  # type: ignore[attr-defined]
+
+
+def _wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server on {port} exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                s.sendall(f"AUTH {PASSWORD}\r\nPING\r\n".encode())
+                data = b""
+                while b"PONG" not in data and b"-" not in data:
+                    chunk = s.recv(100)
+                    if not chunk:
+                        break
+                    data += chunk
+                if b"PONG" in data:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)  # sync fixture, outside any trio run
+    raise RuntimeError(f"server on {port} not ready in {timeout}s")
+
+
+def _spawn(folder: Path, extra: list[str], port: int) -> subprocess.Popen[bytes]:
+    folder.mkdir(parents=True, exist_ok=True)
+    argv = server_argv(find_server_binary(), folder, port, PASSWORD, extra)
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    _wait_ready(port, proc)
+    return proc
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+@pytest.fixture(scope="session")
+def standalone_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    proc = _spawn(tmp_path_factory.mktemp("standalone"), [], port)
+    yield f"redis://:{PASSWORD}@127.0.0.1:{port}"
+    _stop([proc])
+
+
+@pytest.fixture(scope="session")
+def cluster_url_(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("cluster")
+    procs = []
+    ports = []
+    try:
+        for i in range(3):
+            folder = root / f"node{i}"
+            port = free_port(with_bus_port=True)
+            procs.append(_spawn(folder, cluster_node_args(folder, PASSWORD), port))
+            ports.append(port)
+        urls = [f"redis://:{PASSWORD}@127.0.0.1:{p}" for p in ports]
+        trio.run(form_cluster, urls, ports)
+        yield cluster_url(PASSWORD, ports)
+    finally:
+        _stop(procs)
+
+
+def _topology() -> list[str]:
+    wanted = os.environ.get("ECHOMQ_TEST_TOPOLOGY", "standalone,cluster")
+    return [t for t in wanted.split(",") if t]
+
+
+@pytest.fixture(params=_topology())
+def server_url(request: pytest.FixtureRequest) -> str:
+    """The URL of a shared test server: standalone, then the 3-node cluster."""
+    name = "standalone_url" if request.param == "standalone" else "cluster_url_"
+    url: str = request.getfixturevalue(name)
+    return url
+
+
+@pytest.fixture
+def standalone_only(standalone_url: str) -> str:
+    return standalone_url
+
+
+@pytest.fixture
+async def bus(server_url: str) -> AsyncIterator[Bus]:
+    async with open_bus(server_url) as b:
+        yield b
+
+
+@pytest.fixture
+def queue() -> str:
+    """A queue name no other test uses, so tests can share one server."""
+    return "t." + uuid.uuid4().hex[:10]
+
+
+async def wait_for(
+    condition: Callable[[], Awaitable[bool]] | Callable[[], bool],
+    timeout: float = 20,  # noqa: ASYNC109 - the deadline is the point of this helper
+    step: float = 0.01,
+) -> None:
+    """Poll ``condition`` until true; fail with a clear message after ``timeout`` seconds."""
+    with trio.move_on_after(timeout):
+        while True:
+            result = condition()
+            if inspect.isawaitable(result):
+                result = await result
+            if result:
+                return
+            await trio.sleep(step)
+    raise AssertionError(f"condition not met within {timeout}s")

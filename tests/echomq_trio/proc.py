@@ -1,0 +1,69 @@
+"""Worker and producer processes for the crash and multi-process tests.
+
+    python -m tests.echomq_trio.proc worker URL QUEUE [--handle-ms N] [--lease-ms N] [--metronome]
+    python -m tests.echomq_trio.proc produce URL QUEUE COUNT
+
+A worker's handler waits ``handle-ms``, then appends the job id to ``test:{QUEUE}:done`` before
+acking, so a job killed between the two may be recorded twice but never lost. Workers print
+``ready`` once claiming.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import trio
+
+from echomq_trio import Consumer, Job, Metronome, ids, jobs, open_bus
+
+
+def done_key(queue: str) -> str:
+    return f"test:{{{queue}}}:done"
+
+
+async def worker(args: argparse.Namespace) -> None:
+    async with open_bus(args.url) as bus:
+
+        async def handler(job: Job) -> None:
+            if args.handle_ms:
+                await trio.sleep(args.handle_ms / 1000)
+            await bus.wire.command("RPUSH", done_key(args.queue), job.id)
+
+        consumer = Consumer(
+            bus, args.queue, handler, concurrency=args.concurrency, lease_ms=args.lease_ms
+        )
+        async with trio.open_nursery() as nursery:
+            await nursery.start(consumer.run)
+            if args.metronome:
+                await nursery.start(Metronome(bus, args.queue, beat_ms=100).run)
+            print("ready", flush=True)
+
+
+async def produce(args: argparse.Namespace) -> None:
+    async with open_bus(args.url) as bus:
+        for _ in range(args.count):
+            await jobs.enqueue(bus, args.queue, ids.generate("JOB"), "x")
+    print("produced", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="mode", required=True)
+    w = sub.add_parser("worker")
+    w.add_argument("url")
+    w.add_argument("queue")
+    w.add_argument("--handle-ms", type=int, default=0)
+    w.add_argument("--lease-ms", type=int, default=30_000)
+    w.add_argument("--concurrency", type=int, default=10)
+    w.add_argument("--metronome", action="store_true")
+    p = sub.add_parser("produce")
+    p.add_argument("url")
+    p.add_argument("queue")
+    p.add_argument("count", type=int)
+    args = parser.parse_args()
+    trio.run(worker if args.mode == "worker" else produce, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""Consumer: handler outcomes, concurrency, lease renewal, fatal stop."""
+
+import pytest
+import trio
+
+from echomq_trio import Bus, Consumer, Fixed, Job, Metronome, RetryIn, StopConsumer, ids, jobs
+from tests.conftest import wait_for
+
+
+def jid() -> str:
+    return ids.generate("JOB")
+
+
+async def test_returns_ack_and_every_job_is_handled_once(bus: Bus, queue: str) -> None:
+    all_ids = [jid() for _ in range(300)]
+    await jobs.enqueue_many(bus, queue, [(i, i) for i in all_ids])
+    seen: list[str] = []
+
+    async def handler(job: Job) -> None:
+        assert job.text == job.id
+        seen.append(job.id)
+
+    consumer = Consumer(bus, queue, handler, concurrency=8, claim_batch=16)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await wait_for(lambda: consumer.statistics().acked == 300)
+        nursery.cancel_scope.cancel()
+    assert sorted(seen) == sorted(all_ids)
+    c = await jobs.counts(bus, queue)
+    assert (c.pending, c.active, c.completed_total) == (0, 0, 300)
+
+
+async def test_picks_up_jobs_enqueued_while_parked(bus: Bus, queue: str) -> None:
+    seen: list[str] = []
+
+    async def handler(job: Job) -> None:
+        seen.append(job.id)
+
+    consumer = Consumer(bus, queue, handler, beat_ms=5_000)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        for _ in range(3):
+            a = jid()
+            await jobs.enqueue(bus, queue, a, "x")
+            # Woken by the wake list, not by the 5 s beat.
+            with trio.fail_after(2):
+                await wait_for(lambda a=a: a in seen)  # type: ignore[misc]
+        nursery.cancel_scope.cancel()
+
+
+async def test_handler_runs_concurrently(bus: Bus, queue: str) -> None:
+    await jobs.enqueue_many(bus, queue, [(jid(), "x") for _ in range(6)])
+    running = 0
+    peak = 0
+    release = trio.Event()
+
+    async def handler(job: Job) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await release.wait()
+        running -= 1
+
+    consumer = Consumer(bus, queue, handler, concurrency=6)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await wait_for(lambda: peak == 6)
+        release.set()
+        await wait_for(lambda: consumer.statistics().acked == 6)
+        nursery.cancel_scope.cancel()
+
+
+async def test_raise_retries_with_backoff_then_dies_with_the_error_text(
+    bus: Bus, queue: str
+) -> None:
+    a = jid()
+    await jobs.enqueue(bus, queue, a, "x")
+    attempts: list[int] = []
+
+    async def handler(job: Job) -> None:
+        attempts.append(job.attempts)
+        raise RuntimeError(f"broken on {job.attempts}")
+
+    consumer = Consumer(bus, queue, handler, max_attempts=3, backoff=Fixed(10))
+    metronome = Metronome(bus, queue, beat_ms=100)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await nursery.start(metronome.run)
+        await wait_for(lambda: consumer.statistics().dead == 1)
+        nursery.cancel_scope.cancel()
+    assert attempts == [1, 2, 3]
+    (dead,) = await jobs.dead_jobs(bus, queue)
+    assert dead.id == a and dead.attempts == 3
+    assert dead.last_error == "RuntimeError: broken on 3"
+    assert consumer.statistics().retried == 2
+
+
+async def test_retry_in_asks_for_a_specific_delay(bus: Bus, queue: str) -> None:
+    a = jid()
+    await jobs.enqueue(bus, queue, a, "x")
+    stamps: list[int] = []
+
+    async def handler(job: Job) -> RetryIn | None:
+        stamps.append(await bus.wire.server_time_ms())
+        if job.attempts == 1:
+            return RetryIn(400, "not yet")
+        return None
+
+    consumer = Consumer(bus, queue, handler)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await nursery.start(Metronome(bus, queue, beat_ms=1000).run)
+        await wait_for(lambda: consumer.statistics().acked == 1)
+        nursery.cancel_scope.cancel()
+    assert len(stamps) == 2 and stamps[1] - stamps[0] >= 400
+
+
+async def test_leases_are_renewed_while_a_handler_runs(bus: Bus, queue: str) -> None:
+    a = jid()
+    await jobs.enqueue(bus, queue, a, "x")
+    calls = 0
+
+    async def handler(job: Job) -> None:
+        nonlocal calls
+        calls += 1
+        await trio.sleep(1.0)  # the work itself: four leases long
+
+    consumer = Consumer(bus, queue, handler, lease_ms=250)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await nursery.start(Metronome(bus, queue, beat_ms=50).run)  # reaps every 50 ms
+        await wait_for(lambda: consumer.statistics().acked == 1)
+        nursery.cancel_scope.cancel()
+    assert calls == 1 and consumer.statistics().lost_leases == 0
+
+
+async def test_stop_consumer_stops_and_hands_the_job_back(bus: Bus, queue: str) -> None:
+    a = jid()
+    await jobs.enqueue(bus, queue, a, "x")
+
+    async def handler(job: Job) -> None:
+        raise StopConsumer("token revoked")
+
+    consumer = Consumer(bus, queue, handler)
+    with pytest.raises(StopConsumer, match="token revoked"):
+        await consumer.run()
+    info = await jobs.get_job(bus, queue, a)
+    assert info is not None and (info.state, info.attempts) == ("pending", 0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"concurrency": 0}, ValueError),
+        ({"lease_ms": -1}, ValueError),
+        ({"max_attempts": 1.5}, TypeError),
+        ({"grace_s": -1}, ValueError),
+    ],
+)
+async def test_bad_settings(bus: Bus, kwargs: dict[str, object], error: type) -> None:
+    async def handler(job: Job) -> None:
+        return None
+
+    with pytest.raises(error):
+        Consumer(bus, "q", handler, **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        Consumer(bus, "bad queue", handler)

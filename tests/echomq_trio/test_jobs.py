@@ -1,0 +1,264 @@
+"""Every transition script's moves and answers, on a standalone server and on a 3-node cluster."""
+
+import pytest
+import trio
+
+from echomq_trio import Bus, ids, jobs
+from echomq_trio.jobs import Outcome
+from tests.conftest import wait_for
+
+
+def jid() -> str:
+    return ids.generate("JOB")
+
+
+async def test_enqueue_is_idempotent_on_the_id(bus: Bus, queue: str) -> None:
+    a = jid()
+    assert await jobs.enqueue(bus, queue, a, "one") is Outcome.ENQUEUED
+    assert await jobs.enqueue(bus, queue, a, "two") is Outcome.DUPLICATE
+    info = await jobs.get_job(bus, queue, a)
+    assert info is not None and info.payload == b"one" and info.state == "pending"
+    assert (await jobs.counts(bus, queue)).pending == 1
+
+
+async def test_enqueue_many_answers_in_order(bus: Bus, queue: str) -> None:
+    a, b, c = jid(), jid(), jid()
+    await jobs.enqueue(bus, queue, b, "b")
+    out = await jobs.enqueue_many(bus, queue, [(a, "a"), (b, "b"), (c, b"c"), (a, "again")])
+    assert out == [Outcome.ENQUEUED, Outcome.DUPLICATE, Outcome.ENQUEUED, Outcome.DUPLICATE]
+    assert await jobs.enqueue_many(bus, queue, []) == []
+    claimed = await jobs.claim(bus, queue, 10)
+    assert [j.id for j in claimed] == sorted([a, b, c])  # mint order
+
+
+async def test_claim_is_a_lease_with_attempts_as_token(bus: Bus, queue: str) -> None:
+    a = jid()
+    await jobs.enqueue(bus, queue, a, "p")
+    (job,) = await jobs.claim(bus, queue, 5, lease_ms=10_000)
+    assert (job.id, job.payload, job.attempts, job.queue) == (a, b"p", 1, queue)
+    assert await jobs.claim(bus, queue, 5) == []
+    c = await jobs.counts(bus, queue)
+    assert (c.pending, c.active) == (0, 1)
+    info = await jobs.get_job(bus, queue, a)
+    assert info is not None and info.state == "active" and info.score_ms == job.lease_deadline_ms
+
+
+async def test_stale_ack_is_refused_and_second_ack_is_gone(bus: Bus, queue: str) -> None:
+    a = jid()
+    await jobs.enqueue(bus, queue, a, "p")
+    (job,) = await jobs.claim(bus, queue)
+    assert await jobs.ack(bus, queue, a, 99) is Outcome.STALE
+    assert await jobs.ack(bus, queue, a, job.attempts) is Outcome.ACKED
+    assert await jobs.ack(bus, queue, a, job.attempts) is Outcome.GONE
+    assert await jobs.get_job(bus, queue, a) is None
+    assert (await jobs.counts(bus, queue)).completed_total == 1
+    # A finished id may be used again.
+    assert await jobs.enqueue(bus, queue, a, "p") is Outcome.ENQUEUED
+
+
+async def test_ack_from_a_worker_whose_job_was_reaped_and_claimed_again_is_refused(
+    bus: Bus, queue: str
+) -> None:
+    a = jid()
+    await jobs.enqueue(bus, queue, a, "p")
+    (first,) = await jobs.claim(bus, queue, lease_ms=30)
+
+    async def reaped() -> bool:
+        return (await jobs.reap(bus, queue)).reaped == 1
+
+    await wait_for(reaped)
+    (second,) = await jobs.claim(bus, queue, lease_ms=10_000)
+    assert second.attempts == first.attempts + 1 == 2
+    assert await jobs.ack(bus, queue, a, first.attempts) is Outcome.STALE
+    assert await jobs.retry(bus, queue, a, first.attempts, 0, 5, "late") is Outcome.STALE
+    assert (await jobs.extend(bus, queue, [(a, first.attempts)], 1000)).lost == (a,)
+    assert await jobs.release(bus, queue, [(a, first.attempts)]) == 0
+    assert await jobs.ack(bus, queue, a, second.attempts) is Outcome.ACKED
+
+
+async def test_reaped_job_not_yet_reclaimed_can_still_be_acked(bus: Bus, queue: str) -> None:
+    a = jid()
+    await jobs.enqueue(bus, queue, a, "p")
+    (job,) = await jobs.claim(bus, queue, lease_ms=20)
+
+    async def reaped() -> bool:
+        return (await jobs.reap(bus, queue)).reaped == 1
+
+    await wait_for(reaped)
+    assert await jobs.ack(bus, queue, a, job.attempts) is Outcome.ACKED
+    assert await jobs.claim(bus, queue) == []
+
+
+async def test_retry_schedules_then_buries_at_max_attempts(bus: Bus, queue: str) -> None:
+    a = jid()
+    await jobs.enqueue(bus, queue, a, "p")
+    for attempt in (1, 2):
+        (job,) = await jobs.claim(bus, queue)
+        assert job.attempts == attempt
+        assert (
+            await jobs.retry(bus, queue, a, attempt, 0, 3, f"boom {attempt}") is Outcome.SCHEDULED
+        )
+        info = await jobs.get_job(bus, queue, a)
+        assert (
+            info is not None and info.state == "scheduled" and info.last_error == f"boom {attempt}"
+        )
+        assert (await jobs.promote(bus, queue)).moved == 1
+    (job,) = await jobs.claim(bus, queue)
+    assert await jobs.retry(bus, queue, a, 3, 0, 3, "final boom") is Outcome.DEAD
+    (dead,) = await jobs.dead_jobs(bus, queue)
+    assert (dead.id, dead.attempts, dead.last_error, dead.state) == (a, 3, "final boom", "dead")
+    c = await jobs.counts(bus, queue)
+    assert (c.dead, c.scheduled, c.active, c.pending, c.retried_total, c.dead_total) == (
+        1, 0, 0, 0, 2, 1,
+    )  # fmt: skip
+    assert await jobs.retry(bus, queue, a, 3, 0, 3, "again") is Outcome.STALE
+
+
+async def test_max_attempts_one_dies_on_first_failure(bus: Bus, queue: str) -> None:
+    a = jid()
+    await jobs.enqueue(bus, queue, a, "p")
+    await jobs.claim(bus, queue)
+    assert await jobs.retry(bus, queue, a, 1, 1000, 1, "nope") is Outcome.DEAD
+
+
+async def test_retry_delay_keeps_the_job_scheduled_until_due(bus: Bus, queue: str) -> None:
+    a = jid()
+    await jobs.enqueue(bus, queue, a, "p")
+    await jobs.claim(bus, queue)
+    before = await bus.wire.server_time_ms()
+    assert await jobs.retry(bus, queue, a, 1, 60_000, 5, "later") is Outcome.SCHEDULED
+    info = await jobs.get_job(bus, queue, a)
+    assert info is not None and info.score_ms is not None and info.score_ms >= before + 60_000
+    p = await jobs.promote(bus, queue)
+    assert p.moved == 0 and p.next_due_ms == info.score_ms
+
+
+async def test_replay_a_dead_job(bus: Bus, queue: str) -> None:
+    a = jid()
+    await jobs.enqueue(bus, queue, a, "p")
+    assert await jobs.replay(bus, queue, a) is Outcome.NOT_DEAD
+    await jobs.claim(bus, queue)
+    await jobs.retry(bus, queue, a, 1, 0, 1, "broken")
+    assert await jobs.replay(bus, queue, a) is Outcome.REPLAYED
+    assert await jobs.replay(bus, queue, jid()) is Outcome.GONE
+    (job,) = await jobs.claim(bus, queue)
+    assert job.id == a and job.attempts == 1
+    info = await jobs.get_job(bus, queue, a)
+    assert info is not None and info.last_error == "broken"
+    assert (await jobs.counts(bus, queue)).dead == 0
+
+
+async def test_extend_renews_the_lease(bus: Bus, queue: str) -> None:
+    a = jid()
+    await jobs.enqueue(bus, queue, a, "p")
+    (job,) = await jobs.claim(bus, queue, lease_ms=1000)
+    ext = await jobs.extend(bus, queue, [(a, job.attempts)], 60_000)
+    assert ext.lost == () and ext.lease_deadline_ms > job.lease_deadline_ms + 50_000
+    info = await jobs.get_job(bus, queue, a)
+    assert info is not None and info.score_ms == ext.lease_deadline_ms
+
+
+async def test_release_returns_to_pending_without_spending_an_attempt(bus: Bus, queue: str) -> None:
+    a = jid()
+    await jobs.enqueue(bus, queue, a, "p")
+    (job,) = await jobs.claim(bus, queue)
+    assert await jobs.release(bus, queue, [(a, job.attempts)]) == 1
+    info = await jobs.get_job(bus, queue, a)
+    assert info is not None and (info.state, info.attempts) == ("pending", 0)
+    (again,) = await jobs.claim(bus, queue)
+    assert again.attempts == 1
+
+
+async def test_reap_moves_only_expired_leases(bus: Bus, queue: str) -> None:
+    short, long = jid(), jid()
+    await jobs.enqueue_many(bus, queue, [(short, "s"), (long, "l")])
+    await jobs.claim(bus, queue, 1, lease_ms=20)
+    await jobs.claim(bus, queue, 1, lease_ms=60_000)
+
+    async def reaped() -> bool:
+        return (await jobs.reap(bus, queue)).reaped == 1
+
+    await wait_for(reaped)
+    assert [i.id for i in await jobs.list_jobs(bus, queue, "pending")] == [short]
+    assert [i.id for i in await jobs.list_jobs(bus, queue, "active")] == [long]
+    info = await jobs.get_job(bus, queue, short)
+    assert info is not None and info.attempts == 1  # the next claim raises it
+
+
+async def test_enqueue_at_and_in_wait_on_the_schedule(bus: Bus, queue: str) -> None:
+    now = await bus.wire.server_time_ms()
+    a, b = jid(), jid()
+    at = await jobs.enqueue_at(bus, queue, a, "a", now + 300)
+    assert at.outcome is Outcome.SCHEDULED and at.run_at_ms == now + 300
+    inn = await jobs.enqueue_in(bus, queue, b, "b", 60_000)
+    assert inn.run_at_ms is not None and inn.run_at_ms >= now + 60_000
+    assert (await jobs.enqueue_at(bus, queue, a, "a", now)).outcome is Outcome.DUPLICATE
+    assert await jobs.claim(bus, queue, 10) == []
+    p = await jobs.promote(bus, queue)
+    assert p.moved == 0 and p.next_due_ms == now + 300
+    scheduled = await jobs.list_jobs(bus, queue, "scheduled")
+    assert [(s.id, s.score_ms) for s in scheduled] == [(a, now + 300), (b, inn.run_at_ms)]
+
+    async def promoted() -> bool:
+        return (await jobs.promote(bus, queue)).moved == 1
+
+    await wait_for(promoted)
+    assert await bus.wire.server_time_ms() >= now + 300
+    (job,) = await jobs.claim(bus, queue, 10)
+    assert job.id == a
+
+
+async def test_promote_respects_batch(bus: Bus, queue: str) -> None:
+    now = await bus.wire.server_time_ms()
+    for i in range(5):
+        await jobs.enqueue_at(bus, queue, jid(), "x", now - 10 + i)
+    assert (await jobs.promote(bus, queue, 2)).moved == 2
+    p = await jobs.promote(bus, queue, 10)
+    assert p.moved == 3 and p.next_due_ms is None
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda b, q: jobs.enqueue(b, "bad name", jid(), "p"), ValueError),
+        (lambda b, q: jobs.enqueue(b, "", jid(), "p"), ValueError),
+        (lambda b, q: jobs.enqueue(b, "a{b}", jid(), "p"), ValueError),
+        (lambda b, q: jobs.enqueue(b, q, "NOT0KHTOWnGLuC", "p"), ValueError),
+        (lambda b, q: jobs.enqueue(b, q, "nope", "p"), ValueError),
+        (lambda b, q: jobs.enqueue(b, q, jid(), {"a": 1}), TypeError),
+        (lambda b, q: jobs.enqueue_at(b, q, jid(), "p", -1), ValueError),
+        (lambda b, q: jobs.enqueue_in(b, q, jid(), "p", 1.5), TypeError),
+        (lambda b, q: jobs.claim(b, q, 0), ValueError),
+        (lambda b, q: jobs.claim(b, q, 1, lease_ms=0), ValueError),
+        (lambda b, q: jobs.retry(b, q, jid(), 1, 0, 0, "x"), ValueError),
+        (lambda b, q: jobs.list_jobs(b, q, "finished"), ValueError),
+    ],
+)
+async def test_bad_input_is_refused_before_any_io(bus: Bus, queue: str, call, error) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(error):
+        await call(bus, queue)
+    c = await jobs.counts(bus, queue)
+    assert (c.pending, c.scheduled, c.active, c.dead) == (0, 0, 0, 0)
+
+
+async def test_one_bad_item_in_a_batch_writes_nothing(bus: Bus, queue: str) -> None:
+    with pytest.raises(ValueError):
+        await jobs.enqueue_many(bus, queue, [(jid(), "ok"), ("JOBbad", "x")])
+    with pytest.raises(TypeError):
+        await jobs.enqueue_many(bus, queue, [(jid(), "ok"), (jid(), 3)])  # type: ignore[list-item]
+    assert (await jobs.counts(bus, queue)).pending == 0
+
+
+async def test_concurrent_claims_never_hand_out_a_job_twice(bus: Bus, queue: str) -> None:
+    all_ids = [jid() for _ in range(500)]
+    await jobs.enqueue_many(bus, queue, [(i, "x") for i in all_ids])
+    got: list[str] = []
+
+    async def claimer() -> None:
+        while batch := await jobs.claim(bus, queue, 7):
+            got.extend(j.id for j in batch)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(8):
+            nursery.start_soon(claimer)
+    assert sorted(got) == sorted(all_ids)

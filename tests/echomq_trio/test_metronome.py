@@ -1,0 +1,83 @@
+"""Scheduled jobs: never claimed before their time, claimed soon after it with a metronome."""
+
+import pytest
+import trio
+
+from echomq_trio import Bus, Consumer, Job, Metronome, ids, jobs
+from tests.conftest import wait_for
+
+
+async def test_scheduled_job_is_claimed_after_its_run_at_never_before(bus: Bus, queue: str) -> None:
+    now = await bus.wire.server_time_ms()
+    run_ats = {}
+    for offset in (300, 600, 900, 1500):
+        a = ids.generate("JOB")
+        run_ats[a] = now + offset
+        await jobs.enqueue_at(bus, queue, a, "x", now + offset)
+    handled: dict[str, int] = {}
+
+    async def handler(job: Job) -> None:
+        handled[job.id] = await bus.wire.server_time_ms()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(Consumer(bus, queue, handler).run)
+        await nursery.start(Metronome(bus, queue, beat_ms=1000).run)
+        await wait_for(lambda: len(handled) == 4)
+        nursery.cancel_scope.cancel()
+    for a, at in run_ats.items():
+        assert handled[a] >= at, "claimed before its run-at"
+    # Loose bound: the metronome sleeps to the earliest due job, not to the next 1 s beat.
+    assert max(handled[a] - at for a, at in run_ats.items()) < 900
+
+
+async def test_an_earlier_job_scheduled_during_a_long_sleep_wakes_the_metronome(
+    bus: Bus, queue: str
+) -> None:
+    handled: list[str] = []
+
+    async def handler(job: Job) -> None:
+        handled.append(job.id)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(Consumer(bus, queue, handler).run)
+        await nursery.start(Metronome(bus, queue, beat_ms=30_000).run)
+        a = ids.generate("JOB")
+        await jobs.enqueue_in(bus, queue, a, "x", 400)
+        with trio.fail_after(10):  # far below the 30 s beat
+            await wait_for(lambda: a in handled)
+        nursery.cancel_scope.cancel()
+
+
+async def test_metronome_reaps_expired_leases(bus: Bus, queue: str) -> None:
+    a = ids.generate("JOB")
+    await jobs.enqueue(bus, queue, a, "x")
+    (job,) = await jobs.claim(bus, queue, lease_ms=100)  # a worker that then vanished
+    metronome = Metronome(bus, queue, beat_ms=50)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(metronome.run)
+        await wait_for(lambda: metronome.reaped == 1)
+        nursery.cancel_scope.cancel()
+    (again,) = await jobs.claim(bus, queue)
+    assert again.id == a and again.attempts == job.attempts + 1
+
+
+async def test_two_metronomes_promote_each_job_once(bus: Bus, queue: str) -> None:
+    now = await bus.wire.server_time_ms()
+    await jobs.enqueue_many(bus, queue, [])
+    for i in range(200):
+        await jobs.enqueue_at(bus, queue, ids.generate("JOB"), "x", now + 100 + i)
+    m1 = Metronome(bus, queue, beat_ms=100, batch=7)
+    m2 = Metronome(bus, queue, beat_ms=100, batch=7)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(m1.run)
+        await nursery.start(m2.run)
+        await wait_for(lambda: m1.promoted + m2.promoted >= 200)
+        nursery.cancel_scope.cancel()
+    assert m1.promoted + m2.promoted == 200
+    assert (await jobs.counts(bus, queue)).pending == 200
+
+
+@pytest.mark.parametrize(("kwargs"), [{"beat_ms": 0}, {"batch": 0}, {"beat_ms": 1.5}])
+async def test_bad_settings(bus: Bus, kwargs: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        Metronome(bus, "q", **kwargs)  # type: ignore[arg-type]

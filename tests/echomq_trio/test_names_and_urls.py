@@ -1,0 +1,74 @@
+import pytest
+
+from echomq_trio.keys import check_job_id, check_payload, check_queue, queue_keys
+from echomq_trio.wire import parse_url
+
+
+@pytest.mark.parametrize(
+    "name", ["", "a{b", "a}b", "has space", "tab\t", "new\nline", "x" * 129, 5, None]
+)
+def test_queue_names_that_cannot_be_hash_tags(name: object) -> None:
+    with pytest.raises(ValueError, match="queue name"):
+        check_queue(name)
+
+
+def test_good_queue_names_and_their_keys() -> None:
+    assert check_queue("cm.notify") == "cm.notify"
+    assert check_queue("é" * 64) == "é" * 64  # 128 bytes exactly
+    k = queue_keys("cm.notify")
+    assert k.pending == "emq:{cm.notify}:pending"
+    assert k.job("JOB0KHTOWnGLuC") == "emq:{cm.notify}:job:JOB0KHTOWnGLuC"
+
+
+@pytest.mark.parametrize("job_id", ["NOT0KHTOWnGLuC", "JOB", "", 12, "JOB0KHTOWnGLu!"])
+def test_job_ids_must_be_branded_job_ids(job_id: object) -> None:
+    with pytest.raises(ValueError, match="JOB"):
+        check_job_id(job_id)
+
+
+def test_payload_types() -> None:
+    assert check_payload("é") == "é".encode()
+    assert check_payload(b"\x00") == b"\x00"
+    for bad in ({"a": 1}, 5, None, ["x"]):
+        with pytest.raises(TypeError, match="payload must be str or bytes"):
+            check_payload(bad)
+
+
+def test_url_forms() -> None:
+    s = parse_url("redis://localhost")
+    assert s.hosts == (("localhost", 6379),) and not s.tls and s.db == 0 and not s.cluster
+    s = parse_url("rediss://user:p%40ss@h:7000/3?timeout_ms=250")
+    assert (s.tls, s.username, s.password, s.db, s.timeout_ms) == (True, "user", "p@ss", 3, 250)
+    s = parse_url("valkey://:secret@127.0.0.1:6380")
+    assert s.password == "secret" and s.username is None and s.hosts == (("127.0.0.1", 6380),)
+    s = parse_url("valkeys://a:1,b:2")
+    assert s.cluster and s.tls and s.hosts == (("a", 1), ("b", 2))
+    assert parse_url("redis://h:1?cluster=true").cluster
+    assert "secret" not in parse_url("redis://:secret@h:1").redacted()
+
+
+@pytest.mark.parametrize(
+    ("url", "fragment"),
+    [
+        ("http://h:1", "scheme"),
+        ("h:1", "scheme"),
+        ("", "non-empty"),
+        ("redis://", "no host"),
+        ("redis://h:99999", "port"),
+        ("redis://h:abc", "port"),
+        ("redis://h:1/x", "database"),
+        ("redis://h:1?cluster=maybe", "cluster"),
+        ("redis://a:1,b:2/2", "cluster has only database 0"),
+        ("redis://h:1?timeout_ms=0", "timeout_ms"),
+        ("redis://h:1?bogus=1", "unknown"),
+    ],
+)
+def test_bad_urls_say_what_is_wrong(url: str, fragment: str) -> None:
+    with pytest.raises(ValueError, match=fragment):
+        parse_url(url)
+
+
+def test_bad_url_message_hides_password() -> None:
+    with pytest.raises(ValueError) as info:
+        parse_url("http://:hunter2@h:1")
+    assert "hunter2" not in str(info.value)

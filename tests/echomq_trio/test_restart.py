@@ -1,0 +1,57 @@
+"""Server restart: pending and scheduled jobs survive in the append-only file, and a running
+consumer reconnects and drains them."""
+
+import pytest
+import trio
+
+from echomq_trio import Consumer, Job, Metronome, ids, jobs, open_bus
+from echomq_trio.server import start_server
+from tests.conftest import wait_for
+
+
+@pytest.mark.timeout_s(120)
+async def test_jobs_survive_a_restart_and_a_running_consumer_drains_them(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    queue = "restart"
+    pending = [ids.generate("JOB") for _ in range(50)]
+    scheduled = [ids.generate("JOB") for _ in range(20)]
+    async with start_server(tmp_path) as server:
+        port = server.port
+        async with open_bus(server.url) as bus:
+            await jobs.enqueue_many(bus, queue, [(i, "p") for i in pending])
+            now = await bus.wire.server_time_ms()
+            for i in scheduled:
+                await jobs.enqueue_at(bus, queue, i, "s", now + 3_000)
+            await bus.wire.command("BGREWRITEAOF")  # or wait out appendfsync everysec
+
+            async def rewritten() -> bool:
+                info = await bus.wire.command("INFO", "persistence")
+                return b"aof_rewrite_in_progress:0" in info
+
+            await wait_for(rewritten)
+    # The server is gone: start it again on the same directory and port.
+    seen: list[str] = []
+    async with start_server(tmp_path, port=port) as server, open_bus(server.url) as bus:
+        c = await jobs.counts(bus, queue)
+        assert (c.pending, c.scheduled) == (50, 20)
+
+        async def handler(job: Job) -> None:
+            seen.append(job.id)
+
+        consumer = Consumer(bus, queue, handler, concurrency=4)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(consumer.run)
+            await nursery.start(Metronome(bus, queue, beat_ms=200).run)
+            await wait_for(lambda: len(seen) >= 10)
+            # Restart under the running consumer and metronome.
+            server.kill()
+            await server.process.wait()
+            async with start_server(tmp_path, port=port):
+                await wait_for(lambda: len(set(seen)) == 70, timeout=60)
+
+                async def settled() -> bool:
+                    c = await jobs.counts(bus, queue)
+                    return c.pending == c.scheduled == c.active == 0
+
+                await wait_for(settled, timeout=30)
+                nursery.cancel_scope.cancel()
+    assert set(seen) == set(pending) | set(scheduled)

