@@ -8,10 +8,10 @@ tasks for your nursery; cancelling the nursery shuts them down cleanly. ``ids`` 
 job ids, ``backoff`` computes retry delays. Only ``wire`` talks to the client library.
 """
 
-from echomq_trio import backoff, ids, jobs
+from echomq_trio import backoff, ids, jobs, lanes
 from echomq_trio.backoff import Exponential, Fixed, Jitter
 from echomq_trio.bus import Bus, open_bus
-from echomq_trio.consumer import Consumer, ConsumerStats, RetryIn, StopConsumer
+from echomq_trio.consumer import Consumer, ConsumerStats, DeferIn, RetryIn, StopConsumer
 from echomq_trio.errors import (
     BusError,
     ConnectionLost,
@@ -28,6 +28,7 @@ __all__ = [
     "ConnectionLost",
     "Consumer",
     "ConsumerStats",
+    "DeferIn",
     "Exponential",
     "Fixed",
     "Jitter",
@@ -42,5 +43,6 @@ __all__ = [
     "backoff",
     "ids",
     "jobs",
+    "lanes",
     "open_bus",
 ]

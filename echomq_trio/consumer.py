@@ -7,9 +7,10 @@ Theory of operation:
   rather than growing a list. With nothing to claim it parks on the queue's wake list, on a client
   of its own, for at most a beat.
 * Handlers run the user's function. Returning ``None`` acks; returning ``RetryIn`` schedules a
-  retry after that delay; raising retries with the consumer's backoff policy, and after
-  ``max_attempts`` the job is dead with the exception's text. Raising ``StopConsumer`` stops the
-  whole consumer (the job goes back to pending).
+  retry after that delay; returning ``DeferIn`` puts the job back to wait without spending an
+  attempt (a lane job keeps its place and its lane waits); raising retries with the consumer's
+  backoff policy, and after ``max_attempts`` the job is dead with the exception's text.
+  Raising ``StopConsumer`` stops the whole consumer (the job goes back to pending).
 * A settler folds finished jobs into one ack round trip per burst; a renewer extends the leases of
   every held job each third of a lease, so a long handler is not reaped from under itself.
 * Cancellation (shutdown): claiming stops at once; running handlers get ``grace_s`` to finish and
@@ -36,7 +37,7 @@ from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut
 from echomq_trio.jobs import Job, Outcome
 from echomq_trio.wire import Wire
 
-__all__ = ["Consumer", "ConsumerStats", "Handler", "RetryIn", "StopConsumer"]
+__all__ = ["Consumer", "ConsumerStats", "DeferIn", "Handler", "RetryIn", "StopConsumer"]
 
 log = logging.getLogger("echomq_trio.consumer")
 
@@ -54,12 +55,21 @@ class RetryIn:
     reason: str = "retry requested by handler"
 
 
+@attrs.frozen
+class DeferIn:
+    """Returned by a handler: not now, and not a failure. The job waits ``delay_ms`` without
+    spending an attempt; a lane job keeps its place and its lane waits with it."""
+
+    delay_ms: int
+    reason: str = "deferred by handler"
+
+
 class StopConsumer(Exception):
     """Raised by a handler to stop its consumer (for a fatal condition such as a revoked
     credential). The job is handed back to pending; ``Consumer.run`` re-raises this."""
 
 
-Handler = Callable[[Job], Awaitable[RetryIn | None]]
+Handler = Callable[[Job], Awaitable[RetryIn | DeferIn | None]]
 
 
 @attrs.define
@@ -69,6 +79,7 @@ class ConsumerStats:
     claimed: int = 0
     acked: int = 0
     retried: int = 0
+    deferred: int = 0
     dead: int = 0
     stale: int = 0
     released: int = 0
@@ -79,7 +90,8 @@ class ConsumerStats:
 @attrs.frozen
 class _Done:
     job: Job
-    retry_delay_ms: int | None = None  # None: ack
+    kind: str = "ack"  # ack | retry | defer
+    delay_ms: int = 0
     error: str = ""
 
 
@@ -244,12 +256,14 @@ class Consumer:
                 except Exception as exc:
                     text = f"{type(exc).__name__}: {exc}"
                     wait = delay_ms(self.backoff, max(job.attempts, 1))
-                    await done.send(_Done(job, wait, text))
+                    await done.send(_Done(job, "retry", wait, text))
                 else:
                     if result is None:
                         await done.send(_Done(job))
+                    elif isinstance(result, DeferIn):
+                        await done.send(_Done(job, "defer", max(0, result.delay_ms), result.reason))
                     else:
-                        await done.send(_Done(job, max(0, result.delay_ms), result.reason))
+                        await done.send(_Done(job, "retry", max(0, result.delay_ms), result.reason))
 
     async def _persist(self, call: Callable[[], Awaitable[T]]) -> T:
         # Settling must not be lost to a blip: retry through connection trouble until it goes
@@ -274,7 +288,7 @@ class Consumer:
                         batch.append(done.receive_nowait())
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
-                acks = [d.job for d in batch if d.retry_delay_ms is None]
+                acks = [d.job for d in batch if d.kind == "ack"]
                 if acks:
                     items = [(j.id, j.attempts) for j in acks]
                     outcomes = await self._persist(
@@ -286,17 +300,34 @@ class Consumer:
                         else:
                             self._stats.stale += 1
                 for d in batch:
-                    if d.retry_delay_ms is not None:
+                    if d.kind == "retry":
                         await self._settle_retry(d)
+                    elif d.kind == "defer":
+                        await self._settle_defer(d)
                 for d in batch:
                     if self._held.pop(d.job.id, None) is not None:
                         slots.release()
 
-    async def _settle_retry(self, d: _Done) -> None:
-        delay = d.retry_delay_ms or 0
+    async def _settle_defer(self, d: _Done) -> None:
         outcome = await self._persist(
-            lambda: jobs.retry(
-                self.bus, self.queue, d.job.id, d.job.attempts, delay, self.max_attempts, d.error
+            partial(jobs.defer, self.bus, self.queue, d.job.id, d.job.attempts, d.delay_ms, d.error)
+        )
+        if outcome is Outcome.DEFERRED:
+            self._stats.deferred += 1
+        else:
+            self._stats.stale += 1
+
+    async def _settle_retry(self, d: _Done) -> None:
+        outcome = await self._persist(
+            partial(
+                jobs.retry,
+                self.bus,
+                self.queue,
+                d.job.id,
+                d.job.attempts,
+                d.delay_ms,
+                self.max_attempts,
+                d.error,
             )
         )
         if outcome is Outcome.SCHEDULED:

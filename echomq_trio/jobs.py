@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 from echomq_trio.bus import Bus
-from echomq_trio.keys import check_job_id, check_payload
+from echomq_trio.keys import check_group, check_job_id, check_payload
 
 __all__ = [
     "ENQUEUE_CHUNK",
@@ -31,6 +31,7 @@ __all__ = [
     "claim",
     "counts",
     "dead_jobs",
+    "defer",
     "enqueue",
     "enqueue_at",
     "enqueue_in",
@@ -55,6 +56,7 @@ class Outcome(enum.StrEnum):
     SCHEDULED = "scheduled"
     DUPLICATE = "duplicate"
     ACKED = "acked"
+    DEFERRED = "deferred"
     STALE = "stale"
     GONE = "gone"
     DEAD = "dead"
@@ -90,7 +92,8 @@ class Job:
 @attrs.frozen
 class Promoted:
     moved: int
-    next_due_ms: int | None  # run-at of the earliest job still scheduled
+    lanes_resumed: int  # lanes whose wait ended
+    next_due_ms: int | None  # earliest run-at or lane wait still ahead
     server_now_ms: int
 
 
@@ -108,13 +111,21 @@ class Extended:
 
 @attrs.frozen
 class Counts:
+    """Jobs per state now (``pending`` includes lane jobs), lanes, and running totals."""
+
+    exists: bool  # the queue has been used
     pending: int
     scheduled: int
     active: int
     dead: int
+    lanes: int  # lanes holding pending jobs
+    paused_lanes: int
+    waiting_lanes: int
     completed_total: int
     retried_total: int
     dead_total: int
+    deferred_total: int
+    repeats: int
 
 
 @attrs.frozen
@@ -128,6 +139,7 @@ class JobInfo:
     payload: bytes
     last_error: str | None
     score_ms: int | None
+    group: str | None = None
 
 
 def _int(name: str, value: object, minimum: int) -> int:
@@ -148,33 +160,47 @@ async def enqueue(bus: Bus, queue: str, job_id: str, payload: str | bytes) -> Ou
     return out
 
 
+def _pairs(items: Iterable[tuple[str, str | bytes]]) -> list[str | bytes]:
+    flat: list[str | bytes] = []
+    for job_id, payload in items:
+        flat.append(check_job_id(job_id))
+        flat.append(check_payload(payload))
+    return flat
+
+
+def _admitted(codes: Sequence[int]) -> list[Outcome]:
+    return [Outcome.ENQUEUED if c == 1 else Outcome.DUPLICATE for c in codes]
+
+
 async def enqueue_many(
     bus: Bus, queue: str, items: Iterable[tuple[str, str | bytes]]
 ) -> list[Outcome]:
     """Admit many jobs in one round trip (per ``ENQUEUE_CHUNK`` jobs); answers in input order."""
     k = bus.keys(queue)
-    flat: list[str | bytes] = []
-    for job_id, payload in items:
-        flat.append(check_job_id(job_id))
-        flat.append(check_payload(payload))
+    flat = _pairs(items)
     out: list[Outcome] = []
     step = 2 * ENQUEUE_CHUNK
     for start in range(0, len(flat), step):
         codes = await bus.wire.script(
-            "enqueue", [k.pending, k.wake], [k.job_prefix, *flat[start : start + step]]
+            "enqueue", [k.pending], [k.prefix, *flat[start : start + step]]
         )
-        out.extend(Outcome.ENQUEUED if c == 1 else Outcome.DUPLICATE for c in codes)
+        out.extend(_admitted(codes))
     return out
 
 
 async def _schedule(
-    bus: Bus, queue: str, mode: str, items: Sequence[tuple[str, str | bytes, int]]
+    bus: Bus,
+    queue: str,
+    mode: str,
+    items: Sequence[tuple[str, str | bytes, int]],
+    group: str | None,
 ) -> list[Scheduled]:
     k = bus.keys(queue)
     flat: list[str | bytes] = []
     for job_id, payload, when in items:
         flat += [check_job_id(job_id), check_payload(payload), str(when)]
-    codes = await bus.wire.script("schedule", [k.schedule, k.tick], [k.job_prefix, mode, *flat])
+    lane = "" if group is None else check_group(group)
+    codes = await bus.wire.script("schedule", [k.schedule], [k.prefix, mode, lane, *flat])
     return [
         Scheduled(Outcome.DUPLICATE, None) if c < 0 else Scheduled(Outcome.SCHEDULED, int(c))
         for c in codes
@@ -182,49 +208,70 @@ async def _schedule(
 
 
 async def enqueue_at(
-    bus: Bus, queue: str, job_id: str, payload: str | bytes, run_at_ms: int
+    bus: Bus,
+    queue: str,
+    job_id: str,
+    payload: str | bytes,
+    run_at_ms: int,
+    *,
+    group: str | None = None,
 ) -> Scheduled:
     """Schedule a job for an absolute time (Unix ms). It is not claimable before then; a
-    metronome moves it to pending when the server clock reaches it."""
-    (out,) = await _schedule(bus, queue, "at", [(job_id, payload, _int("run_at_ms", run_at_ms, 0))])
+    metronome moves it to pending (or into lane ``group``) when the server clock reaches it."""
+    when = _int("run_at_ms", run_at_ms, 0)
+    (out,) = await _schedule(bus, queue, "at", [(job_id, payload, when)], group)
     return out
 
 
 async def enqueue_in(
-    bus: Bus, queue: str, job_id: str, payload: str | bytes, delay_ms: int
+    bus: Bus,
+    queue: str,
+    job_id: str,
+    payload: str | bytes,
+    delay_ms: int,
+    *,
+    group: str | None = None,
 ) -> Scheduled:
     """Schedule a job ``delay_ms`` from now, where now is the server's clock, not this host's."""
-    (out,) = await _schedule(bus, queue, "in", [(job_id, payload, _int("delay_ms", delay_ms, 0))])
+    when = _int("delay_ms", delay_ms, 0)
+    (out,) = await _schedule(bus, queue, "in", [(job_id, payload, when)], group)
     return out
 
 
 async def promote(bus: Bus, queue: str, batch: int = 1000) -> Promoted:
-    """Move up to ``batch`` scheduled jobs whose time has come to pending."""
+    """Move up to ``batch`` due scheduled jobs to pending (or their lanes), and put lanes whose
+    wait has ended back in rotation."""
     k = bus.keys(queue)
-    moved, nxt, now = await bus.wire.script(
-        "promote",
-        [k.schedule, k.pending, k.wake],
-        [k.job_prefix, str(_int("batch", batch, 1))],
+    moved, lanes, nxt, now = await bus.wire.script(
+        "promote", [k.schedule], [k.prefix, str(_int("batch", batch, 1))]
     )
-    return Promoted(int(moved), None if nxt < 0 else int(nxt), int(now))
+    return Promoted(int(moved), int(lanes), None if nxt < 0 else int(nxt), int(now))
 
 
 async def claim(bus: Bus, queue: str, batch: int = 1, lease_ms: int = 30_000) -> list[Job]:
-    """Lease up to ``batch`` pending jobs for ``lease_ms``, oldest first, in one round trip."""
+    """Lease up to ``batch`` jobs for ``lease_ms`` in one round trip: lanes round-robin,
+    interleaved with the flat pending set, oldest first within each."""
     k = bus.keys(queue)
     raw = await bus.wire.script(
         "claim",
-        [k.pending, k.active],
-        [k.job_prefix, str(_int("batch", batch, 1)), str(_int("lease_ms", lease_ms, 1))],
+        [k.pending],
+        [k.prefix, str(_int("batch", batch, 1)), str(_int("lease_ms", lease_ms, 1))],
     )
     deadline = int(raw[0])
     return [
-        Job(queue, _text(raw[i]), raw[i + 1], int(raw[i + 2]), deadline)
-        for i in range(1, len(raw), 3)
+        Job(queue, _text(raw[i]), raw[i + 1], int(raw[i + 2]), deadline, _text(raw[i + 3]) or None)
+        for i in range(1, len(raw), 4)
     ]
 
 
 _ACK = {1: Outcome.ACKED, 0: Outcome.STALE, -1: Outcome.GONE}
+
+
+def _tokens(items: Sequence[tuple[str, int]]) -> list[str]:
+    flat: list[str] = []
+    for job_id, token in items:
+        flat += [check_job_id(job_id), str(_int("token", token, 0))]
+    return flat
 
 
 async def ack(bus: Bus, queue: str, job_id: str, token: int) -> Outcome:
@@ -236,12 +283,10 @@ async def ack(bus: Bus, queue: str, job_id: str, token: int) -> Outcome:
 async def ack_many(bus: Bus, queue: str, items: Sequence[tuple[str, int]]) -> list[Outcome]:
     """Ack several jobs in one round trip; answers in input order."""
     k = bus.keys(queue)
-    flat: list[str] = []
-    for job_id, token in items:
-        flat += [check_job_id(job_id), str(_int("token", token, 0))]
+    flat = _tokens(items)
     if not flat:
         return []
-    codes = await bus.wire.script("ack", [k.active, k.pending, k.metrics], [k.job_prefix, *flat])
+    codes = await bus.wire.script("ack", [k.active], [k.prefix, *flat])
     return [_ACK[c] for c in codes]
 
 
@@ -258,13 +303,16 @@ async def retry(
     error: str = "",
 ) -> Outcome:
     """Fail an attempt: ``SCHEDULED`` again after ``delay_ms``, or ``DEAD`` when the job has used
-    ``max_attempts`` (kept with ``error``); ``STALE``/``GONE`` when the lease is not held."""
+    ``max_attempts`` (kept with ``error``); ``STALE``/``GONE`` when the lease is not held.
+
+    A job of a lane with limit 1 goes back to the head of its lane, which waits out the delay.
+    """
     k = bus.keys(queue)
     code = await bus.wire.script(
         "retry",
-        [k.active, k.schedule, k.dead, k.tick, k.metrics],
+        [k.active],
         [
-            k.job_prefix,
+            k.prefix,
             check_job_id(job_id),
             str(_int("token", token, 0)),
             str(_int("delay_ms", delay_ms, 0)),
@@ -275,14 +323,38 @@ async def retry(
     return _RETRY[code]
 
 
+_DEFER = {1: Outcome.DEFERRED, 0: Outcome.STALE, -1: Outcome.GONE}
+
+
+async def defer(
+    bus: Bus, queue: str, job_id: str, token: int, delay_ms: int, reason: str = ""
+) -> Outcome:
+    """Put a held job back to wait ``delay_ms`` without spending an attempt: ``DEFERRED``.
+
+    A lane job keeps its place at the head of its lane and the lane waits (other lanes go on);
+    a flat job waits on the schedule. ``STALE``/``GONE`` when the lease is not held.
+    """
+    k = bus.keys(queue)
+    code = await bus.wire.script(
+        "defer",
+        [k.active],
+        [
+            k.prefix,
+            check_job_id(job_id),
+            str(_int("token", token, 0)),
+            str(_int("delay_ms", delay_ms, 0)),
+            str(reason),
+        ],
+    )
+    return _DEFER[code]
+
+
 async def extend(bus: Bus, queue: str, items: Sequence[tuple[str, int]], lease_ms: int) -> Extended:
     """Renew the leases of held jobs to ``lease_ms`` from now; reports those no longer held."""
     k = bus.keys(queue)
-    flat: list[str] = []
-    for job_id, token in items:
-        flat += [check_job_id(job_id), str(_int("token", token, 0))]
+    flat = _tokens(items)
     raw = await bus.wire.script(
-        "extend", [k.active], [k.job_prefix, str(_int("lease_ms", lease_ms, 1)), *flat]
+        "extend", [k.active], [k.prefix, str(_int("lease_ms", lease_ms, 1)), *flat]
     )
     return Extended(int(raw[0]), tuple(_text(x) for x in raw[1:]))
 
@@ -290,23 +362,17 @@ async def extend(bus: Bus, queue: str, items: Sequence[tuple[str, int]], lease_m
 async def reap(bus: Bus, queue: str, batch: int = 1000) -> Reaped:
     """Return up to ``batch`` jobs whose lease expired to pending (attempts unchanged)."""
     k = bus.keys(queue)
-    n, now = await bus.wire.script(
-        "reap", [k.active, k.pending, k.wake], [k.job_prefix, str(_int("batch", batch, 1))]
-    )
+    n, now = await bus.wire.script("reap", [k.active], [k.prefix, str(_int("batch", batch, 1))])
     return Reaped(int(n), int(now))
 
 
 async def release(bus: Bus, queue: str, items: Sequence[tuple[str, int]]) -> int:
     """Hand held jobs back to pending at once without counting the interrupted attempt."""
     k = bus.keys(queue)
-    flat: list[str] = []
-    for job_id, token in items:
-        flat += [check_job_id(job_id), str(_int("token", token, 0))]
+    flat = _tokens(items)
     if not flat:
         return 0
-    return int(
-        await bus.wire.script("release", [k.active, k.pending, k.wake], [k.job_prefix, *flat])
-    )
+    return int(await bus.wire.script("release", [k.active], [k.prefix, *flat]))
 
 
 _REPLAY = {1: Outcome.REPLAYED, 0: Outcome.NOT_DEAD, -1: Outcome.GONE}
@@ -315,24 +381,23 @@ _REPLAY = {1: Outcome.REPLAYED, 0: Outcome.NOT_DEAD, -1: Outcome.GONE}
 async def replay(bus: Bus, queue: str, job_id: str) -> Outcome:
     """Move a dead job back to pending with its attempts reset (its last error is kept)."""
     k = bus.keys(queue)
-    code = await bus.wire.script(
-        "replay", [k.dead, k.pending, k.wake], [k.job_prefix, check_job_id(job_id)]
-    )
+    code = await bus.wire.script("replay", [k.dead], [k.prefix, check_job_id(job_id)])
     return _REPLAY[code]
 
 
 async def counts(bus: Bus, queue: str) -> Counts:
-    """Jobs per state now, and running totals of completed, retried and dead jobs."""
+    """Jobs per state now, lanes, and running totals of completed, retried and dead jobs."""
     k = bus.keys(queue)
-    raw = await bus.wire.script("counts", [k.pending, k.schedule, k.active, k.dead, k.metrics], [])
-    return Counts(*(int(x) for x in raw))
+    raw = await bus.wire.script("counts", [k.pending], [k.prefix])
+    values = [int(x) for x in raw]
+    return Counts(bool(values[0]), *values[1:])
 
 
-_SETS = {"pending": "1", "scheduled": "2", "active": "3", "dead": "4"}
+_SETS = {"pending": "pending", "scheduled": "schedule", "active": "active", "dead": "dead"}
 
 
 def _info(row: Sequence[object]) -> JobInfo:
-    job_id, state, attempts, payload, last_error, score = row
+    job_id, state, attempts, payload, last_error, score, group = row
     err = _text(last_error)
     sc = _text(score)
     return JobInfo(
@@ -342,28 +407,28 @@ def _info(row: Sequence[object]) -> JobInfo:
         payload=payload if isinstance(payload, bytes) else str(payload).encode(),
         last_error=err or None,
         score_ms=int(float(sc)) if sc else None,
+        group=_text(group) or None,
     )
+
+
+async def _inspect_set(bus: Bus, queue: str, suffix: str, offset: int, limit: int) -> list[JobInfo]:
+    k = bus.keys(queue)
+    rows = await bus.wire.script(
+        "inspect",
+        [k.pending],
+        [k.prefix, "set", suffix, str(_int("offset", offset, 0)), str(_int("limit", limit, 1))],
+    )
+    return [_info(r) for r in rows]
 
 
 async def list_jobs(
     bus: Bus, queue: str, state: str, offset: int = 0, limit: int = 100
 ) -> list[JobInfo]:
-    """Jobs in one state (``pending``, ``scheduled``, ``active``, ``dead``), in set order."""
+    """Jobs in one state (``pending`` (the flat set; see ``lanes.jobs`` for a lane),
+    ``scheduled``, ``active``, ``dead``), in set order."""
     if state not in _SETS:
         raise ValueError(f"state must be one of {sorted(_SETS)}, got {state!r}")
-    k = bus.keys(queue)
-    rows = await bus.wire.script(
-        "inspect",
-        [k.pending, k.schedule, k.active, k.dead],
-        [
-            k.job_prefix,
-            "set",
-            _SETS[state],
-            str(_int("offset", offset, 0)),
-            str(_int("limit", limit, 1)),
-        ],
-    )
-    return [_info(r) for r in rows]
+    return await _inspect_set(bus, queue, _SETS[state], offset, limit)
 
 
 async def dead_jobs(bus: Bus, queue: str, offset: int = 0, limit: int = 100) -> list[JobInfo]:
@@ -374,10 +439,6 @@ async def dead_jobs(bus: Bus, queue: str, offset: int = 0, limit: int = 100) -> 
 async def get_job(bus: Bus, queue: str, job_id: str) -> JobInfo | None:
     """One job's row, or ``None`` if there is none (never enqueued, or acked)."""
     k = bus.keys(queue)
-    (row,) = await bus.wire.script(
-        "inspect",
-        [k.pending, k.schedule, k.active, k.dead],
-        [k.job_prefix, "ids", check_job_id(job_id)],
-    )
+    (row,) = await bus.wire.script("inspect", [k.pending], [k.prefix, "ids", check_job_id(job_id)])
     info = _info(row)
     return None if info.state == "" else info

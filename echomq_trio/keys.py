@@ -12,7 +12,16 @@ import attrs
 
 from echomq_trio import ids
 
-__all__ = ["JOB_NS", "QueueKeys", "check_job_id", "check_payload", "check_queue", "queue_keys"]
+__all__ = [
+    "JOB_NS",
+    "QueueKeys",
+    "check_group",
+    "check_job_id",
+    "check_name",
+    "check_payload",
+    "check_queue",
+    "queue_keys",
+]
 
 JOB_NS = "JOB"
 MAX_QUEUE_BYTES = 128
@@ -32,6 +41,29 @@ def check_queue(queue: object) -> str:
             f"queue name must not contain braces, whitespace or control characters: {queue!r}"
         )
     return queue
+
+
+def check_name(kind: str, value: object) -> str:
+    """Lane groups and repeat names: 1-128 bytes, printable, no whitespace or braces.
+
+    Any such string works, so a Telegram chat id such as ``-1001234567890`` is a valid group.
+    """
+    if not isinstance(value, str):
+        raise ValueError(f"{kind} must be a str, got {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{kind} must not be empty")
+    if len(value.encode()) > MAX_QUEUE_BYTES:
+        raise ValueError(f"{kind} is over {MAX_QUEUE_BYTES} bytes: {value[:40]!r}...")
+    if _BAD_QUEUE_CHARS.search(value) or not value.isprintable():
+        raise ValueError(
+            f"{kind} must not contain braces, whitespace or control characters: {value!r}"
+        )
+    return value
+
+
+def check_group(group: object) -> str:
+    """Return ``group`` if it can name a lane; raise ``ValueError`` otherwise."""
+    return check_name("lane group", group)
 
 
 def check_job_id(job_id: object) -> str:
@@ -57,7 +89,7 @@ def check_payload(payload: object) -> bytes:
 
 @attrs.frozen
 class QueueKeys:
-    """The keys of one queue; ``job(id)`` is the hash holding one job's row."""
+    """The keys of one queue. Scripts get ``prefix`` and derive the rest the same way."""
 
     name: str
     prefix: str
@@ -87,12 +119,15 @@ class QueueKeys:
         return self.prefix + "tick"
 
     @property
-    def metrics(self) -> str:
-        return self.prefix + "metrics"
+    def events(self) -> str:
+        return self.prefix + "events"
 
     @property
-    def job_prefix(self) -> str:
-        return self.prefix + "job:"
+    def repeat(self) -> str:
+        return self.prefix + "repeat"
+
+    def lane(self, group: str) -> str:
+        return self.prefix + "g:" + check_group(group)
 
     def job(self, job_id: str) -> str:
         return self.prefix + "job:" + check_job_id(job_id)

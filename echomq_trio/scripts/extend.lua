@@ -1,15 +1,15 @@
 -- extend: renew the leases of jobs still being worked on.  active -> active (new deadline)
--- KEYS[1] active
--- ARGV[1] job key prefix, ARGV[2] lease ms, then pairs ARGV[2k+1] job id, ARGV[2k+2] token
+-- KEYS[1] emq:{q}:active
+-- ARGV[1] queue prefix, ARGV[2] lease ms, then pairs ARGV[2k+1] job id, ARGV[2k+2] token
 -- Returns {new deadline in server ms, then the ids whose lease was lost (token mismatch, not
 -- active, or gone)}.
-local prefix = ARGV[1]
+local qp = ARGV[1]
 local deadline = now_ms() + tonumber(ARGV[2])
 local out = {deadline}
 for i = 3, #ARGV, 2 do
   local id = ARGV[i]
-  local fields = redis.call('HMGET', prefix .. id, 'state', 'attempts')
-  if fields[1] == 'active' and fields[2] == ARGV[i + 1] then
+  local f = redis.call('HMGET', qp .. 'job:' .. id, 'state', 'attempts')
+  if f[1] == 'active' and f[2] == ARGV[i + 1] then
     redis.call('ZADD', KEYS[1], 'XX', deadline, id)
   else
     out[#out + 1] = id

@@ -1,0 +1,27 @@
+-- lane_enqueue: admit jobs to a fair lane (a group such as a chat).  (none) -> pending (lane)
+-- KEYS[1] emq:{q}:g:<group> (the lane; other keys derive from ARGV[1], same slot)
+-- ARGV[1] queue prefix, ARGV[2] group, ARGV[3] lane concurrency limit to set ('' keeps it),
+-- then pairs ARGV[2k+2] job id, ARGV[2k+3] payload
+-- Jobs of a lane are claimed in id (mint) order; lanes are served round-robin.
+-- Returns one integer per job: 1 enqueued, 0 duplicate.
+local qp = ARGV[1]
+local g = ARGV[2]
+local now = now_ms()
+redis.call('HSETNX', qp .. 'meta', 'created_ms', now)
+if ARGV[3] ~= '' then redis.call('HSET', qp .. 'glimit', g, ARGV[3]) end
+local out = {}
+for i = 4, #ARGV, 2 do
+  local id = ARGV[i]
+  local row = qp .. 'job:' .. id
+  if redis.call('EXISTS', row) == 1 then
+    out[#out + 1] = 0
+  else
+    redis.call('HSET', row, 'state', 'pending', 'attempts', 0, 'payload', ARGV[i + 1], 'group', g)
+    redis.call('ZADD', KEYS[1], 0, id)
+    emit(qp, 'enqueued', id, 'group', g)
+    out[#out + 1] = 1
+  end
+end
+redis.call('SADD', qp .. 'groups', g)
+ring_add(qp, g, now)
+return out
