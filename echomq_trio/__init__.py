@@ -8,7 +8,7 @@ tasks for your nursery; cancelling the nursery shuts them down cleanly. ``ids`` 
 job ids, ``backoff`` computes retry delays. Only ``wire`` talks to the client library.
 """
 
-from echomq_trio import backoff, ids, jobs, lanes
+from echomq_trio import backoff, events, ids, jobs, lanes, repeat
 from echomq_trio.backoff import Exponential, Fixed, Jitter
 from echomq_trio.bus import Bus, open_bus
 from echomq_trio.consumer import Consumer, ConsumerStats, DeferIn, RetryIn, StopConsumer
@@ -41,8 +41,10 @@ __all__ = [
     "ServerNotFound",
     "StopConsumer",
     "backoff",
+    "events",
     "ids",
     "jobs",
     "lanes",
     "open_bus",
+    "repeat",
 ]

@@ -1,4 +1,5 @@
-"""``Metronome``: one task per queue that promotes due jobs and reaps expired leases.
+"""``Metronome``: one task per queue that promotes due jobs, fires due recurring schedules,
+brings waiting lanes back, and reaps expired leases.
 
 It sleeps until the next beat or the earliest scheduled job, whichever is sooner, so a scheduled
 job runs close to its time rather than up to a beat late. A long wait is spent parked on the
@@ -14,7 +15,7 @@ import logging
 
 import trio
 
-from echomq_trio import jobs
+from echomq_trio import jobs, repeat
 from echomq_trio.bus import Bus
 from echomq_trio.errors import BusError
 
@@ -24,6 +25,7 @@ log = logging.getLogger("echomq_trio.metronome")
 
 PARK_MARGIN_S = 0.15  # the server may wake a blocked pop this late; park only this far ahead
 SHORT_STEP_S = 0.02  # re-check step in the last stretch, to notice an even earlier job
+FIRE_BATCH = 16  # occurrences per fire call (ids are minted ahead for them)
 
 
 class Metronome:
@@ -40,13 +42,16 @@ class Metronome:
         self.beat_s = beat_ms / 1000
         self.batch = batch
         self.promoted = 0
+        self.fired = 0
         self.reaped = 0
 
     async def beat(self, *, reap: bool = True) -> float:
-        """One sweep: promote (and reap); returns how long to wait before the next one (s)."""
+        """One sweep: promote, fire repeats (and reap); returns the wait before the next (s)."""
         p = await jobs.promote(self.bus, self.queue, self.batch)
+        f = await repeat.fire(self.bus, self.queue, FIRE_BATCH)
         self.promoted += p.moved
-        more = p.moved >= self.batch
+        self.fired += f.fired
+        more = p.moved >= self.batch or p.lanes_resumed >= self.batch or f.fired >= FIRE_BATCH
         if reap:
             r = await jobs.reap(self.bus, self.queue, self.batch)
             self.reaped += r.reaped
@@ -54,8 +59,9 @@ class Metronome:
         if more:
             return 0.0
         wait = self.beat_s
-        if p.next_due_ms is not None:
-            wait = min(wait, max(0.0, (p.next_due_ms - p.server_now_ms + 1) / 1000))
+        for due_ms, now_ms in ((p.next_due_ms, p.server_now_ms), (f.next_due_ms, f.server_now_ms)):
+            if due_ms is not None:
+                wait = min(wait, max(0.0, (due_ms - now_ms + 1) / 1000))
         return wait
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

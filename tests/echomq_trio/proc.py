@@ -2,6 +2,8 @@
 
     python -m tests.echomq_trio.proc worker URL QUEUE [--handle-ms N] [--lease-ms N] [--metronome]
     python -m tests.echomq_trio.proc produce URL QUEUE COUNT
+    python -m tests.echomq_trio.proc metronome URL QUEUE
+    python -m tests.echomq_trio.proc register URL QUEUE NAME EVERY_MS TEMPLATE
 
 A worker's handler waits ``handle-ms``, then appends the job id to ``test:{QUEUE}:done`` before
 acking, so a job killed between the two may be recorded twice but never lost. Workers print
@@ -15,7 +17,7 @@ import sys
 
 import trio
 
-from echomq_trio import Consumer, Job, Metronome, ids, jobs, open_bus
+from echomq_trio import Consumer, Job, Metronome, ids, jobs, open_bus, repeat
 
 
 def done_key(queue: str) -> str:
@@ -40,6 +42,18 @@ async def worker(args: argparse.Namespace) -> None:
             print("ready", flush=True)
 
 
+async def metronome(args: argparse.Namespace) -> None:
+    async with open_bus(args.url) as bus, trio.open_nursery() as nursery:
+        await nursery.start(Metronome(bus, args.queue, beat_ms=50).run)
+        print("ready", flush=True)
+
+
+async def register(args: argparse.Namespace) -> None:
+    async with open_bus(args.url) as bus:
+        answer, _ = await repeat.register(bus, args.queue, args.name, args.every_ms, args.template)
+    print(answer.value, flush=True)
+
+
 async def produce(args: argparse.Namespace) -> None:
     async with open_bus(args.url) as bus:
         for _ in range(args.count):
@@ -61,8 +75,18 @@ def main() -> None:
     p.add_argument("url")
     p.add_argument("queue")
     p.add_argument("count", type=int)
+    m = sub.add_parser("metronome")
+    m.add_argument("url")
+    m.add_argument("queue")
+    r = sub.add_parser("register")
+    r.add_argument("url")
+    r.add_argument("queue")
+    r.add_argument("name")
+    r.add_argument("every_ms", type=int)
+    r.add_argument("template")
     args = parser.parse_args()
-    trio.run(worker if args.mode == "worker" else produce, args)
+    modes = {"worker": worker, "produce": produce, "metronome": metronome, "register": register}
+    trio.run(modes[args.mode], args)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ consumer reconnects and drains them."""
 import pytest
 import trio
 
-from echomq_trio import Consumer, Job, Metronome, ids, jobs, open_bus
+from echomq_trio import Consumer, Job, Metronome, ids, jobs, lanes, open_bus
 from echomq_trio.server import start_server
 from tests.conftest import wait_for
 
@@ -55,3 +55,29 @@ async def test_jobs_survive_a_restart_and_a_running_consumer_drains_them(tmp_pat
                 await wait_for(settled, timeout=30)
                 nursery.cancel_scope.cancel()
     assert set(seen) == set(pending) | set(scheduled)
+
+
+@pytest.mark.timeout_s(120)
+async def test_pause_until_survives_a_restart_and_resumes_on_time(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    queue = "paused"
+    a = ids.generate("JOB")
+    async with start_server(tmp_path) as server:
+        port = server.port
+        async with open_bus(server.url) as bus:
+            await lanes.enqueue(bus, queue, "chat", a, "x", limit=1)
+            until = await bus.wire.server_time_ms() + 2_500
+            await lanes.pause_until(bus, queue, "chat", until)
+    seen: dict[str, int] = {}
+    async with start_server(tmp_path, port=port) as server, open_bus(server.url) as bus:
+        (status,) = await lanes.status(bus, queue, ["chat"])
+        assert status.wait_until_ms == until and status.depth == 1
+
+        async def handler(job: Job) -> None:
+            seen[job.id] = await bus.wire.server_time_ms()
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(Consumer(bus, queue, handler).run)
+            await nursery.start(Metronome(bus, queue, beat_ms=10_000).run)
+            await wait_for(lambda: a in seen, timeout=30)
+            nursery.cancel_scope.cancel()
+    assert seen[a] >= until

@@ -1,0 +1,111 @@
+"""``python -m echomq_trio`` against a live server: each subcommand's output, and its errors."""
+
+import json
+import os
+import subprocess
+import sys
+
+import trio
+
+from echomq_trio import Bus, ids, jobs, open_bus, repeat
+from echomq_trio.server import free_port
+from tests.echomq_trio.processes import ROOT
+
+
+async def echomq(*args: str, url: str | None = None) -> subprocess.CompletedProcess[bytes]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    if url is not None:
+        env["ECHOMQ_URL"] = url
+    return await trio.run_process(
+        [sys.executable, "-m", "echomq_trio", *args],
+        capture_stdout=True, capture_stderr=True, check=False, env=env, cwd=ROOT,
+    )  # fmt: skip
+
+
+async def _fill(bus: Bus, queue: str) -> tuple[str, str]:
+    dead, pend = ids.generate("JOB"), ids.generate("JOB")  # dead first: claimed first
+    await jobs.enqueue_many(bus, queue, [(dead, "doomed"), (pend, "hello")])
+    (job,) = await jobs.claim(bus, queue, 1)
+    assert job.id == dead
+    await jobs.retry(bus, queue, dead, 1, 0, 1, "ValueError: bad input")
+    await repeat.register(bus, queue, "nightly", 86_400_000, "digest")
+    return pend, dead
+
+
+async def test_stats_ls_show_replay_cancel(standalone_url: str, queue: str) -> None:
+    async with open_bus(standalone_url) as bus:
+        pend, dead = await _fill(bus, queue)
+        out = await echomq("stats", queue, url=standalone_url)
+        assert out.returncode == 0, out.stderr
+        text = out.stdout.decode()
+        assert "pending" in text and "dead" in text and queue in text
+        out = await echomq("--url", standalone_url, "--json", "stats", queue)
+        stats = json.loads(out.stdout)
+        assert (stats["pending"], stats["dead"], stats["repeats"]) == (1, 1, 1)
+
+        out = await echomq("ls", queue, "dead", url=standalone_url)
+        assert dead in out.stdout.decode() and "ValueError: bad input" in out.stdout.decode()
+        out = await echomq("--json", "ls", queue, "pending", url=standalone_url)
+        assert [r["id"] for r in json.loads(out.stdout)] == [pend]
+        out = await echomq("ls", queue, "repeat", url=standalone_url)
+        assert "nightly" in out.stdout.decode() and "86400000" in out.stdout.decode()
+
+        out = await echomq("show", queue, dead, url=standalone_url)
+        assert "dead" in out.stdout.decode() and "doomed" in out.stdout.decode()
+        out = await echomq("--json", "show", queue, pend, url=standalone_url)
+        assert json.loads(out.stdout)["state"] == "pending"
+
+        out = await echomq("replay", queue, dead, url=standalone_url)
+        assert out.returncode == 0 and f"replayed {dead}" in out.stdout.decode()
+        assert (await jobs.counts(bus, queue)).dead == 0
+        out = await echomq("replay", queue, dead, url=standalone_url)
+        assert out.returncode == 1 and "not dead" in out.stderr.decode()
+
+        out = await echomq("cancel-repeat", queue, "nightly", url=standalone_url)
+        assert out.returncode == 0 and await repeat.list_repeats(bus, queue) == []
+        out = await echomq("cancel-repeat", queue, "nightly", url=standalone_url)
+        assert out.returncode == 1 and "no recurring schedule" in out.stderr.decode()
+
+
+async def test_tail_follows_events(standalone_url: str, queue: str) -> None:
+    async with open_bus(standalone_url) as bus:
+        await jobs.enqueue(bus, queue, ids.generate("JOB"), "first")  # makes the queue known
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "echomq_trio", "--url", standalone_url, "tail", queue],
+            stdout=subprocess.PIPE, env=env, cwd=ROOT,
+        )  # fmt: skip
+        try:
+            sent: list[str] = []
+            buf = b""
+            assert proc.stdout is not None
+            with trio.fail_after(30):  # the tail starts at "now": keep enqueuing until it shows
+                while not any(s.encode() in buf for s in sent):
+                    sent.append(ids.generate("JOB"))
+                    await jobs.enqueue(bus, queue, sent[-1], "x")
+                    with trio.move_on_after(0.5):
+                        buf += await proc.stdout.receive_some(4096)
+            line = next(x for x in buf.decode().splitlines() if any(s in x for s in sent))
+            assert "enqueued" in line
+        finally:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_errors_are_one_clear_line(standalone_url: str) -> None:
+    out = await echomq("stats", "never-used-queue", url=standalone_url)
+    assert out.returncode == 1
+    assert out.stderr.decode().strip().startswith("echomq: unknown queue 'never-used-queue'")
+    assert "Traceback" not in out.stderr.decode()
+    port = free_port()
+    out = await echomq("stats", "q", url=f"redis://127.0.0.1:{port}")
+    assert out.returncode == 1 and f"127.0.0.1:{port}" in out.stderr.decode()
+    assert "Traceback" not in out.stderr.decode()
+    out = await echomq("stats", "bad queue", url=standalone_url)
+    assert out.returncode == 1 and "queue name" in out.stderr.decode()
+    out = await echomq("stats", "q", url="http://nope")
+    assert out.returncode == 1 and "scheme" in out.stderr.decode()
+    out = await echomq("show", "q", "JOB", url=standalone_url)
+    assert out.returncode == 1
+    out = await echomq("bogus", url=standalone_url)
+    assert out.returncode == 2

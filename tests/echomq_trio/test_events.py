@@ -1,0 +1,65 @@
+"""The events stream: written by the scripts in the same step as each transition, readable from a
+point, followable, and shareable with a consumer group."""
+
+import trio
+
+from echomq_trio import Bus, events, ids, jobs, lanes
+
+
+async def test_transitions_write_events_in_order(bus: Bus, queue: str) -> None:
+    a, b = ids.generate("JOB"), ids.generate("JOB")
+    await jobs.enqueue(bus, queue, a, "x")
+    await lanes.enqueue(bus, queue, "g", b, "y")
+    got = await jobs.claim(bus, queue, 2)
+    ja = next(j for j in got if j.id == a)
+    jb = next(j for j in got if j.id == b)
+    await jobs.ack(bus, queue, a, ja.attempts)
+    await jobs.retry(bus, queue, b, jb.attempts, 0, 5, "boom")
+    await jobs.promote(bus, queue)
+    (jb2,) = await jobs.claim(bus, queue, 1)
+    await jobs.defer(bus, queue, b, jb2.attempts, 0, "later")
+    (jb3,) = await jobs.claim(bus, queue, 1)
+    await jobs.retry(bus, queue, b, jb3.attempts, 0, 1, "final")
+    seen = [(e.kind, e.subject) for e in await events.read(bus, queue)]
+    assert seen[:2] == [("enqueued", a), ("enqueued", b)]
+    kinds_b = [k for k, s in seen if s == b]
+    assert kinds_b == ["enqueued", "claimed", "retried", "claimed", "deferred", "claimed", "dead"]
+    assert [k for k, s in seen if s == a] == ["enqueued", "claimed", "acked"]
+    dead = next(e for e in await events.read(bus, queue) if e.kind == "dead")
+    assert dead.fields["error"] == "final" and dead.time_ms > 0
+
+
+async def test_consumer_group_shares_and_acks(bus: Bus, queue: str) -> None:
+    for _ in range(5):
+        await jobs.enqueue(bus, queue, ids.generate("JOB"), "x")
+    assert await events.create_group(bus, queue, "audit") is True
+    assert await events.create_group(bus, queue, "audit") is False
+    first = await events.read_group(bus, queue, "audit", "c1", count=3)
+    second = await events.read_group(bus, queue, "audit", "c2", count=10)
+    assert len(first) == 3 and len(second) == 2
+    assert await events.ack(bus, queue, "audit", [e.stream_id for e in first]) == 3
+    # c2 "crashes" without acking: its entries are still pending for it, and c1 can take them.
+    assert len(await events.read_group(bus, queue, "audit", "c2", pending=True)) == 2
+    taken = await events.autoclaim(bus, queue, "audit", "c1", min_idle_ms=0)
+    assert [e.stream_id for e in taken] == [e.stream_id for e in second]
+    assert await events.read_group(bus, queue, "audit", "c1") == []
+
+
+async def test_follow_yields_new_events(bus: Bus, queue: str) -> None:
+    await jobs.enqueue(bus, queue, ids.generate("JOB"), "old")
+    fresh = ids.generate("JOB")
+    got = []
+    async with trio.open_nursery() as nursery:
+
+        async def reader() -> None:
+            async for event in events.follow(bus, queue, poll_s=0.02):
+                got.append(event)
+                nursery.cancel_scope.cancel()
+
+        async def writer() -> None:
+            await trio.sleep(0.1)
+            await jobs.enqueue(bus, queue, fresh, "new")
+
+        nursery.start_soon(reader)
+        nursery.start_soon(writer)
+    assert [(e.kind, e.subject) for e in got] == [("enqueued", fresh)]
