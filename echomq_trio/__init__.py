@@ -11,7 +11,14 @@ job ids, ``backoff`` computes retry delays. Only ``wire`` talks to the client li
 from echomq_trio import backoff, events, ids, jobs, lanes, repeat
 from echomq_trio.backoff import Exponential, Fixed, Jitter
 from echomq_trio.bus import Bus, open_bus
-from echomq_trio.consumer import Consumer, ConsumerStats, DeferIn, RetryIn, StopConsumer
+from echomq_trio.consumer import (
+    Bury,
+    Consumer,
+    ConsumerStats,
+    DeferIn,
+    RetryIn,
+    StopConsumer,
+)
 from echomq_trio.errors import (
     BusError,
     ConnectionLost,
@@ -23,6 +30,7 @@ from echomq_trio.jobs import Job, Outcome
 from echomq_trio.metronome import Metronome
 
 __all__ = [
+    "Bury",
     "Bus",
     "BusError",
     "ConnectionLost",

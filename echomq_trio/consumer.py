@@ -8,7 +8,8 @@ Theory of operation:
   of its own, for at most a beat.
 * Handlers run the user's function. Returning ``None`` acks; returning ``RetryIn`` schedules a
   retry after that delay; returning ``DeferIn`` puts the job back to wait without spending an
-  attempt (a lane job keeps its place and its lane waits); raising retries with the consumer's
+  attempt (a lane job keeps its place and its lane waits); returning ``Bury`` sends it to the
+  dead set at once with a reason; raising retries with the consumer's
   backoff policy, and after ``max_attempts`` the job is dead with the exception's text.
   Raising ``StopConsumer`` stops the whole consumer (the job goes back to pending).
 * A settler folds finished jobs into one ack round trip per burst; a renewer extends the leases of
@@ -37,7 +38,15 @@ from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut
 from echomq_trio.jobs import Job, Outcome
 from echomq_trio.wire import Wire
 
-__all__ = ["Consumer", "ConsumerStats", "DeferIn", "Handler", "RetryIn", "StopConsumer"]
+__all__ = [
+    "Bury",
+    "Consumer",
+    "ConsumerStats",
+    "DeferIn",
+    "Handler",
+    "RetryIn",
+    "StopConsumer",
+]
 
 log = logging.getLogger("echomq_trio.consumer")
 
@@ -56,6 +65,14 @@ class RetryIn:
 
 
 @attrs.frozen
+class Bury:
+    """Returned by a handler: this job can never succeed (a permanent error). It goes to the dead
+    set at once with ``reason``, where it can be listed and replayed."""
+
+    reason: str
+
+
+@attrs.frozen
 class DeferIn:
     """Returned by a handler: not now, and not a failure. The job waits ``delay_ms`` without
     spending an attempt; a lane job keeps its place and its lane waits with it."""
@@ -69,7 +86,7 @@ class StopConsumer(Exception):
     credential). The job is handed back to pending; ``Consumer.run`` re-raises this."""
 
 
-Handler = Callable[[Job], Awaitable[RetryIn | DeferIn | None]]
+Handler = Callable[[Job], Awaitable[RetryIn | DeferIn | Bury | None]]
 
 
 @attrs.define
@@ -90,7 +107,7 @@ class ConsumerStats:
 @attrs.frozen
 class _Done:
     job: Job
-    kind: str = "ack"  # ack | retry | defer
+    kind: str = "ack"  # ack | retry | defer | bury
     delay_ms: int = 0
     error: str = ""
 
@@ -260,6 +277,8 @@ class Consumer:
                 else:
                     if result is None:
                         await done.send(_Done(job))
+                    elif isinstance(result, Bury):
+                        await done.send(_Done(job, "bury", 0, result.reason))
                     elif isinstance(result, DeferIn):
                         await done.send(_Done(job, "defer", max(0, result.delay_ms), result.reason))
                     else:
@@ -300,7 +319,7 @@ class Consumer:
                         else:
                             self._stats.stale += 1
                 for d in batch:
-                    if d.kind == "retry":
+                    if d.kind in ("retry", "bury"):
                         await self._settle_retry(d)
                     elif d.kind == "defer":
                         await self._settle_defer(d)
@@ -326,7 +345,7 @@ class Consumer:
                 d.job.id,
                 d.job.attempts,
                 d.delay_ms,
-                self.max_attempts,
+                1 if d.kind == "bury" else self.max_attempts,
                 d.error,
             )
         )

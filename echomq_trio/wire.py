@@ -16,6 +16,7 @@ import contextlib
 import os
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from functools import lru_cache
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -41,7 +42,7 @@ from glide_shared.exceptions import TimeoutError as GlideTimeoutError
 
 from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut, ServerError
 
-__all__ = ["ConnectionSpec", "Wire", "open_wire", "parse_url"]
+__all__ = ["ConnectionSpec", "Wire", "open_wire", "parse_url", "script_source"]
 
 DEFAULT_TIMEOUT_MS = 5000
 DEFAULT_CONNECT_TIMEOUT_MS = 3000
@@ -147,18 +148,19 @@ def _host_port(text: str, url: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _load_scripts() -> dict[str, str]:
-    folder = resources.files("echomq_trio") / "scripts"
-    common = (folder / "_common.lua").read_text()
-    out = {}
-    for entry in folder.iterdir():
-        name = entry.name
-        if name.endswith(".lua") and not name.startswith("_"):
-            out[name[:-4]] = common + "\n" + entry.read_text()
-    return out
+_COMMON = (resources.files("echomq_trio") / "scripts" / "_common.lua").read_text()
 
 
-_SOURCES = _load_scripts()
+@lru_cache(maxsize=256)
+def script_source(name: str) -> str:
+    """The source of script ``name``: ``echomq_trio/scripts/<name>.lua``, or for
+    ``"package/name"`` the file ``<package>/scripts/<name>.lua`` (an application's own scripts,
+    such as codemojex's rate limiter). The bus's helpers (``_common.lua``) come first."""
+    package, _, base = name.rpartition("/")
+    path = resources.files(package or "echomq_trio") / "scripts" / f"{base}.lua"
+    if not path.is_file():
+        raise ValueError(f"no script {name!r} (looked for {path})")
+    return _COMMON + "\n" + path.read_text()
 
 
 def _configure_logging() -> None:
@@ -186,21 +188,20 @@ class Wire:
     def __init__(self, spec: ConnectionSpec, client: GlideClient | GlideClusterClient) -> None:
         self.spec = spec
         self._client = client
-        self._scripts = {
-            name: Script(src)  # type: ignore[no-untyped-call]
-            for name, src in _SOURCES.items()
-        }
+        self._scripts: dict[str, Script] = {}
 
     @property
     def cluster(self) -> bool:
         return self.spec.cluster
 
     async def script(self, name: str, keys: Sequence[str], args: Sequence[str | bytes]) -> Any:
-        """Run the named ``.lua`` script (EVALSHA, loading it on NOSCRIPT)."""
+        """Run the named ``.lua`` script (EVALSHA, loading it on NOSCRIPT); see
+        ``script_source`` for names."""
+        script = self._scripts.get(name)
+        if script is None:
+            script = self._scripts[name] = Script(script_source(name))  # type: ignore[no-untyped-call]
         try:
-            return await self._client.invoke_script(
-                self._scripts[name], keys=list(keys), args=list(args)
-            )
+            return await self._client.invoke_script(script, keys=list(keys), args=list(args))
         except GlideError as exc:
             raise _translate(exc) from exc
 

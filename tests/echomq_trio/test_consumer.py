@@ -3,7 +3,19 @@
 import pytest
 import trio
 
-from echomq_trio import Bus, Consumer, Fixed, Job, Metronome, RetryIn, StopConsumer, ids, jobs
+from echomq_trio import (
+    Bury,
+    Bus,
+    Consumer,
+    DeferIn,
+    Fixed,
+    Job,
+    Metronome,
+    RetryIn,
+    StopConsumer,
+    ids,
+    jobs,
+)
 from tests.conftest import wait_for
 
 
@@ -165,3 +177,29 @@ async def test_bad_settings(bus: Bus, kwargs: dict[str, object], error: type) ->
         Consumer(bus, "q", handler, **kwargs)  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         Consumer(bus, "bad queue", handler)
+
+
+async def test_bury_and_defer_results(bus: Bus, queue: str) -> None:
+    doomed, later = jid(), jid()
+    await jobs.enqueue_many(bus, queue, [(doomed, "d"), (later, "l")])
+    visits: dict[str, int] = {}
+
+    async def handler(job: Job) -> Bury | DeferIn | None:
+        visits[job.id] = visits.get(job.id, 0) + 1
+        if job.id == doomed:
+            return Bury("chat not found")
+        if visits[job.id] == 1:
+            return DeferIn(100, "no token")
+        return None
+
+    consumer = Consumer(bus, queue, handler, max_attempts=5)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await nursery.start(Metronome(bus, queue, beat_ms=50).run)
+        await wait_for(lambda: consumer.statistics().acked == 1)
+        nursery.cancel_scope.cancel()
+    (dead,) = await jobs.dead_jobs(bus, queue)
+    assert (dead.id, dead.attempts, dead.last_error) == (doomed, 1, "chat not found")
+    s = consumer.statistics()
+    assert (s.dead, s.deferred, s.acked) == (1, 1, 1)
+    assert visits[later] == 2

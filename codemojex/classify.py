@@ -1,0 +1,137 @@
+"""What a Telegram answer means for a notice (pure): delivered, retry later, migrate, drop, or
+fatal. Like the mature bot libraries, it reads ``parameters`` first (``retry_after``,
+``migrate_to_chat_id``), then the description, then the status, so a 403 that only *sounds*
+permanent is retried, and only blocked, kicked, deactivated and similar ones are dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+__all__ = [
+    "Delivered",
+    "Drop",
+    "Fatal",
+    "Migrate",
+    "RetryLater",
+    "Verdict",
+    "classify",
+    "classify_error",
+]
+
+
+@attrs.frozen
+class Delivered:
+    message_id: int | None
+
+
+@attrs.frozen
+class RetryLater:
+    """Transient. ``flood`` marks a 429: honour ``delay_ms`` (``retry_after``) and do not count it
+    as an attempt. Otherwise ``delay_ms`` is a floor for the backoff, if the server gave one."""
+
+    reason: str
+    delay_ms: int | None = None
+    flood: bool = False
+
+
+@attrs.frozen
+class Migrate:
+    """The group became a supergroup: resend to ``new_chat_id`` at once."""
+
+    new_chat_id: int
+    reason: str = "group chat was upgraded to a supergroup chat"
+
+
+@attrs.frozen
+class Drop:
+    """Permanent for this notice (blocked, chat gone, bad text): record the reason, move on."""
+
+    reason: str
+
+
+@attrs.frozen
+class Fatal:
+    """Permanent for the bot (bad token, another instance running): stop sending."""
+
+    reason: str
+
+
+Verdict = Delivered | RetryLater | Migrate | Drop | Fatal
+
+# Descriptions that make a notice undeliverable for good (lowercase substrings).
+_DROP_PHRASES = (
+    "bot was blocked by the user",
+    "user is deactivated",
+    "bot was kicked",
+    "bot is not a member",
+    "chat not found",
+    "group chat was deactivated",
+    "have no rights to send",
+    "not enough rights",
+    "bot can't initiate conversation",
+    "can't initiate conversation",
+    "bots can't send messages to bots",
+    "message is too long",
+    "message text is empty",
+    "can't parse entities",
+    "chat_id is empty",
+    "peer_id_invalid",
+    "chat is deactivated",
+)
+_FATAL_STATUS = {401: "unauthorized: the bot token is wrong or revoked",
+                 404: "not found: the bot token is wrong",
+                 409: "conflict: another instance of this bot is running"}  # fmt: skip
+
+
+def _int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def classify(status: int, body: Mapping[str, Any] | None) -> Verdict:
+    """Classify one Bot API answer: HTTP ``status`` and the decoded JSON ``body`` (``None`` when
+    the body was not JSON)."""
+    body = body if isinstance(body, Mapping) else {}
+    if status == 200 and body.get("ok") is True:
+        result = body.get("result")
+        message_id = _int(result.get("message_id")) if isinstance(result, Mapping) else None
+        return Delivered(message_id)
+    code = _int(body.get("error_code")) or status
+    description = str(body.get("description") or f"HTTP {status}")
+    params = body.get("parameters")
+    params = params if isinstance(params, Mapping) else {}
+    retry_after = _int(params.get("retry_after"))
+    if retry_after is not None:
+        return RetryLater(description, max(retry_after, 0) * 1000, flood=code == 429)
+    migrate_to = _int(params.get("migrate_to_chat_id"))
+    if migrate_to is not None:
+        return Migrate(migrate_to, description)
+    low = description.lower()
+    if code in _FATAL_STATUS or "unauthorized" in low:
+        return Fatal(f"{_FATAL_STATUS.get(code, 'unauthorized')} ({description})")
+    if any(phrase in low for phrase in _DROP_PHRASES):
+        return Drop(description)
+    if code == 429:
+        return RetryLater(description, 1000, flood=True)
+    if code >= 500 or status >= 500:
+        return RetryLater(description)
+    if code == 403:
+        # An unknown 403 is not proof of a block (some are transient): a few spaced retries.
+        return RetryLater(description)
+    if status == 200:
+        return RetryLater(f"undecodable answer: {description}")
+    return Drop(description)
+
+
+def classify_error(exc: BaseException) -> RetryLater:
+    """A request that got no answer (network error, timeout) is worth another try."""
+    return RetryLater(f"no answer: {type(exc).__name__}: {exc}".rstrip(": "))

@@ -1,0 +1,50 @@
+"""The notice payload, ``{chat, text, opts, id, attempt}`` as JSON, (de)serialized with cattrs
+(pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from cattrs.preconf.json import make_converter
+
+__all__ = ["MAX_TEXT", "Notice", "check_notice", "decode", "encode"]
+
+MAX_TEXT = 4096  # Telegram's limit on a message's text, in characters
+
+_converter = make_converter(forbid_extra_keys=False)
+
+
+@attrs.frozen
+class Notice:
+    chat: int
+    text: str
+    opts: dict[str, Any] = attrs.Factory(dict)
+    id: str = ""
+    attempt: int = 1
+
+
+def check_notice(chat: object, text: object, opts: object) -> None:
+    """Raise ``ValueError`` for what Telegram would refuse or the pipeline cannot carry."""
+    if isinstance(chat, bool) or not isinstance(chat, int):
+        raise ValueError(f"chat id must be an int, got {chat!r}")
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("notice text must be a non-empty string")
+    if len(text) > MAX_TEXT:
+        raise ValueError(f"notice text is {len(text)} characters; Telegram allows {MAX_TEXT}")
+    if opts is not None and not isinstance(opts, dict):
+        raise ValueError(f"opts must be a dict of Bot API fields, got {type(opts).__name__}")
+
+
+def encode(notice: Notice) -> str:
+    return _converter.dumps(notice)
+
+
+def decode(payload: bytes | str) -> Notice:
+    """Parse a payload; ``ValueError`` when it is not a notice."""
+    try:
+        notice = _converter.loads(payload, Notice)
+    except Exception as exc:  # cattrs raises several kinds; all mean "not a notice"
+        raise ValueError(f"not a notice payload: {exc}") from exc
+    check_notice(notice.chat, notice.text, notice.opts)
+    return notice

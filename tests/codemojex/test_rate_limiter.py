@@ -1,0 +1,97 @@
+"""The shared limiter on a real server: windows, both-or-neither, pauses, one budget across
+limiter instances (as across processes)."""
+
+import pytest
+import trio
+
+from echomq_trio import Bus
+from codemojex.limits import Limits, Window
+from codemojex.rate_limiter import RateLimiter
+from tests.conftest import wait_for
+
+
+def limiter(bus: Bus, tag: str, **kw: object) -> RateLimiter:
+    limits = Limits(global_=Window(5, 400), private=Window(2, 400), group=Window(3, 1000))
+    return RateLimiter(bus, limits, tag=tag, margin_ms=0, **kw)  # type: ignore[arg-type]
+
+
+async def test_chat_window_then_global_window(bus: Bus, queue: str) -> None:
+    rl = limiter(bus, queue)
+    assert [(await rl.take(1)).ok for _ in range(3)] == [True, True, False]
+    blocked = await rl.take(1)
+    assert blocked.blocked_by == "chat" and 0 < blocked.wait_ms <= 401
+    assert (await rl.take(2)).ok and (await rl.take(3)).ok and (await rl.take(4)).ok
+    g = await rl.take(5)  # 5 sends in the global window already
+    assert not g.ok and g.blocked_by == "global" and 0 < g.wait_ms <= 401
+
+
+async def test_both_or_neither(bus: Bus, queue: str) -> None:
+    rl = limiter(bus, queue)
+    for chat in range(1, 6):
+        assert (await rl.take(chat)).ok
+    assert not (await rl.take(6)).ok
+    # chat 6 got nothing charged: once the window passes it has its full 2.
+
+    async def ok() -> bool:
+        return (await rl.take(6)).ok
+
+    await wait_for(ok)
+    assert (await rl.take(6)).ok
+
+
+async def test_global_waiters_are_spread_out(bus: Bus, queue: str) -> None:
+    rl = limiter(bus, queue)
+    for chat in range(1, 6):
+        await rl.take(chat)
+    waits = [(await rl.take(100 + i)).wait_ms for i in range(4)]
+    assert waits == sorted(waits) and waits[-1] - waits[0] >= 3 * 400 // 5 - 5
+
+
+async def test_group_chats_have_their_own_window(bus: Bus, queue: str) -> None:
+    rl = limiter(bus, queue)
+    assert [(await rl.take(-100)).ok for _ in range(4)] == [True, True, True, False]
+
+
+async def test_window_frees_over_time(bus: Bus, queue: str) -> None:
+    rl = limiter(bus, queue)
+    await rl.take(1)
+    await rl.take(1)
+    denied = await rl.take(1)
+    await trio.sleep(denied.wait_ms / 1000)
+    assert (await rl.take(1)).ok
+
+
+async def test_one_budget_for_every_instance(bus: Bus, queue: str) -> None:
+    a, b = limiter(bus, queue), limiter(bus, queue)
+    assert (await a.take(1)).ok and (await b.take(1)).ok
+    assert not (await a.take(1)).ok and not (await b.take(1)).ok
+
+
+async def test_pause_blocks_its_scope_and_only_extends(bus: Bus, queue: str) -> None:
+    rl = limiter(bus, queue)
+    scope, until = await rl.pause("chat", 7, 5_000)
+    assert scope == "chat"
+    t = await rl.take(7)
+    assert not t.ok and t.blocked_by == "paused" and t.wait_ms > 4_000
+    assert (await rl.take(8)).ok  # other chats go on
+    assert (await rl.pause("chat", 7, 10))[1] == until  # a pause only extends
+    await rl.pause("global", 0, 3_000)
+    assert (await rl.take(9)).blocked_by == "paused"
+
+
+async def test_auto_pause_picks_global_when_the_bot_window_is_full(bus: Bus, queue: str) -> None:
+    rl = limiter(bus, queue)
+    assert (await rl.pause("auto", 1, 1000))[0] == "chat"
+    for chat in range(10, 15):
+        await rl.take(chat)
+    assert (await rl.pause("auto", 2, 1000))[0] == "global"
+
+
+async def test_bad_input(bus: Bus) -> None:
+    rl = limiter(bus, "q")
+    with pytest.raises(ValueError):
+        await rl.take("123")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        await rl.pause("room", 1, 10)
+    with pytest.raises(ValueError):
+        RateLimiter(bus, tag="bad tag")
