@@ -24,6 +24,10 @@ class Window:
     window_ms: int = attrs.field(validator=_positive)
 
     @property
+    def window_s(self) -> float:
+        return self.window_ms / 1000
+
+    @property
     def per_second(self) -> float:
         return self.limit * 1000 / self.window_ms
 

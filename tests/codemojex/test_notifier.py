@@ -2,10 +2,10 @@ import json
 
 import pytest
 
-from echomq_trio import Bus, jobs, lanes
 from codemojex import ids
 from codemojex.notice import decode
 from codemojex.notifier import notify
+from echomq_trio import Bus, jobs, lanes
 
 
 async def test_notify_enqueues_on_the_chat_lane_with_limit_one(bus: Bus, queue: str) -> None:

@@ -4,9 +4,9 @@ limiter instances (as across processes)."""
 import pytest
 import trio
 
-from echomq_trio import Bus
 from codemojex.limits import Limits, Window
 from codemojex.rate_limiter import RateLimiter
+from echomq_trio import Bus
 from tests.conftest import wait_for
 
 

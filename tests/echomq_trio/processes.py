@@ -16,10 +16,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @asynccontextmanager
-async def spawn(*args: str) -> AsyncIterator[trio.Process]:
+async def spawn(*args: str, module: str = "tests.echomq_trio.proc") -> AsyncIterator[trio.Process]:
+    """Run ``python -m module *args``; SIGKILL it on exit if it is still running."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "tests.echomq_trio.proc", *args],
+        [sys.executable, "-m", module, *args],
         cwd=ROOT,
         env=env,
         stdin=subprocess.DEVNULL,
