@@ -9,6 +9,7 @@ import pytest
 import trio
 
 from codemojex.limits import Limits
+from codemojex.notice import decode
 from codemojex.notification_worker import NotificationWorker
 from codemojex.notifier import notify
 from codemojex.rate_limiter import RateLimiter
@@ -136,7 +137,7 @@ async def test_blocked_chat_is_dropped_with_its_reason_and_later_notices_still_t
             await wait_for(lambda: worker.consumer.statistics().dead == 1)
         (dead,) = await jobs.dead_jobs(bus, queue)
         assert dead.last_error == "Forbidden: bot was blocked by the user"
-        assert b'"text":"one"' in dead.payload
+        assert decode(dead.payload).text == "one"
         assert tg.by_chat()[44] == ["two"]
 
 
