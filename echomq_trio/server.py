@@ -252,7 +252,7 @@ class _data_dir:
         if self._given is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="echomq-")
             return Path(self._tmp.name)
-        path = Path(self._given)
+        path = Path(self._given).resolve()  # the server changes into its --dir
         path.mkdir(parents=True, exist_ok=True)
         return path
 

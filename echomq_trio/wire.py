@@ -42,7 +42,15 @@ from glide_shared.exceptions import TimeoutError as GlideTimeoutError
 
 from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut, ServerError
 
-__all__ = ["ConnectionSpec", "Wire", "open_wire", "parse_url", "script_source"]
+__all__ = [
+    "ConnectionSpec",
+    "Message",
+    "Subscription",
+    "Wire",
+    "open_wire",
+    "parse_url",
+    "script_source",
+]
 
 DEFAULT_TIMEOUT_MS = 5000
 DEFAULT_CONNECT_TIMEOUT_MS = 3000
@@ -224,6 +232,29 @@ class Wire:
             raise _translate(exc) from exc
         return None if got is None else got[1]
 
+    @asynccontextmanager
+    async def subscribe(
+        self, *, channels: Sequence[str] = (), patterns: Sequence[str] = ()
+    ) -> AsyncIterator[Subscription]:
+        """A client of its own subscribed to ``channels`` and ``patterns`` (pub/sub)."""
+        if not channels and not patterns:
+            raise ValueError("subscribe to at least one channel or pattern")
+        cls = GlideClusterClientConfiguration if self.spec.cluster else GlideClientConfiguration
+        modes: dict[Any, set[str]] = {}
+        if channels:
+            modes[cls.PubSubChannelModes.Exact] = set(channels)
+        if patterns:
+            modes[cls.PubSubChannelModes.Pattern] = set(patterns)
+        subs = cls.PubSubSubscriptions(channels_and_patterns=modes, callback=None, context=None)
+        try:
+            client = await _connect(self.spec, subs)
+        except GlideError as exc:
+            raise _translate(exc) from exc
+        try:
+            yield Subscription(client)
+        finally:
+            await _close(client)
+
     async def server_time_ms(self) -> int:
         secs, micros = await self.command("TIME")
         return int(secs) * 1000 + int(micros) // 1000
@@ -236,15 +267,57 @@ class Wire:
 
     async def aclose(self) -> None:
         """Close the client; shielded for at most two seconds so it runs during cancellation."""
-        # Closing a broken client is no error.
-        with (
-            trio.CancelScope(shield=True, deadline=trio.current_time() + 2),
-            contextlib.suppress(GlideError),
-        ):
-            await self._client.close()
+        await _close(self._client)
 
 
-async def _connect(spec: ConnectionSpec) -> GlideClient | GlideClusterClient:
+async def _close(client: GlideClient | GlideClusterClient) -> None:
+    # Closing a broken client is no error.
+    with (
+        trio.CancelScope(shield=True, deadline=trio.current_time() + 2),
+        contextlib.suppress(GlideError),
+    ):
+        await client.close()
+
+
+@attrs.frozen
+class Message:
+    channel: str
+    data: bytes
+    pattern: str | None = None
+
+
+class Subscription:
+    """Messages of a subscription, in order. Receive them from one long-lived task: cancelling
+    ``receive`` loses the message that was on its way (the client library keeps the cancelled
+    waiter), so cancel only to stop for good."""
+
+    def __init__(self, client: GlideClient | GlideClusterClient) -> None:
+        self._client = client
+
+    async def receive(self) -> Message:
+        try:
+            msg = await self._client.get_pubsub_message()
+        except GlideError as exc:
+            raise _translate(exc) from exc
+        pattern = msg.pattern
+        return Message(
+            channel=msg.channel.decode() if isinstance(msg.channel, bytes) else str(msg.channel),
+            data=msg.message if isinstance(msg.message, bytes) else str(msg.message).encode(),
+            pattern=None
+            if pattern is None
+            else (pattern.decode() if isinstance(pattern, bytes) else str(pattern)),
+        )
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> Message:
+        return await self.receive()
+
+
+async def _connect(
+    spec: ConnectionSpec, subscriptions: Any = None
+) -> GlideClient | GlideClusterClient:
     addresses = [NodeAddress(h, p) for h, p in spec.hosts]
     creds = (
         ServerCredentials(password=spec.password, username=spec.username)
@@ -258,6 +331,7 @@ async def _connect(spec: ConnectionSpec) -> GlideClient | GlideClusterClient:
                 use_tls=spec.tls,
                 credentials=creds,
                 request_timeout=spec.timeout_ms,
+                pubsub_subscriptions=subscriptions,
                 advanced_config=AdvancedGlideClusterClientConfiguration(
                     connection_timeout=DEFAULT_CONNECT_TIMEOUT_MS
                 ),
@@ -270,6 +344,7 @@ async def _connect(spec: ConnectionSpec) -> GlideClient | GlideClusterClient:
             credentials=creds,
             request_timeout=spec.timeout_ms,
             database_id=spec.db or None,
+            pubsub_subscriptions=subscriptions,
             advanced_config=AdvancedGlideClientConfiguration(
                 connection_timeout=DEFAULT_CONNECT_TIMEOUT_MS
             ),

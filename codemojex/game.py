@@ -1,0 +1,261 @@
+"""The game: rooms (``RMM``), players (``USR``) and rounds (``RND``) with a secret of six
+distinct emojis. State lives in the server, keys tagged per room (``cm:{<room>}:...``).
+
+``start_round`` announces the round and schedules its start reminder with ``enqueue_at`` (the
+reminder waits on the bus, so it survives restarts); ``guess`` validates, scores, keeps the
+player's best on the board and tells the player; ``end_round`` sends the results to the room.
+The daily standings digest is a recurring schedule on ``cm.game`` (``register_digest``), whose
+occurrences ``send_digest`` turns into one top-10 notice per room.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Awaitable, Callable, Sequence
+
+import attrs
+
+from codemojex import board, ids
+from codemojex.notice import Notice, check_notice, encode
+from codemojex.notifier import NOTIFY_QUEUE, notify
+from codemojex.scoring import ALPHABET, SIZE, Score, parse_emojis, score
+from echomq_trio import Bury, Bus, Job, jobs, repeat
+from echomq_trio.repeat import Registered
+
+__all__ = [
+    "DIGEST_NAME",
+    "GAME_QUEUE",
+    "GameError",
+    "GuessResult",
+    "Player",
+    "Room",
+    "Round",
+    "create_player",
+    "create_room",
+    "digest_text",
+    "end_round",
+    "game_handler",
+    "guess",
+    "list_rooms",
+    "register_digest",
+    "send_digest",
+    "start_round",
+]
+
+GAME_QUEUE = "cm.game"
+DIGEST_NAME = "daily-standings"
+DAY_MS = 86_400_000
+ROOMS_KEY = "cm:rooms"
+PLAYERS_KEY = "cm:players"
+
+
+class GameError(ValueError):
+    """A move the game refuses (no open round, unknown room or player, bad guess)."""
+
+
+@attrs.frozen
+class Room:
+    id: str
+    chat: int
+    title: str
+
+
+@attrs.frozen
+class Player:
+    id: str
+    name: str
+    chat: int
+
+
+@attrs.frozen
+class Round:
+    id: str
+    room: str
+    starts_at_ms: int
+    secret: tuple[str, ...] = attrs.field(repr=False)
+
+
+@attrs.frozen
+class GuessResult:
+    score: Score
+    best: int
+    improved: bool
+    rank: int | None
+
+
+def _k(room: str, suffix: str) -> str:
+    return f"cm:{{{room}}}:{suffix}"
+
+
+def _s(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+async def create_room(bus: Bus, chat: int, title: str) -> Room:
+    """A room for a Telegram chat (usually a group: a negative id)."""
+    check_notice(chat, title or "-", None)
+    room = Room(ids.new(ids.ROOM), chat, title)
+    await bus.wire.command("HSET", _k(room.id, "room"), "chat", str(chat), "title", title)
+    await bus.wire.command("SADD", ROOMS_KEY, room.id)
+    return room
+
+
+async def get_room(bus: Bus, room_id: str) -> Room:
+    if not ids.is_valid(room_id, ids.ROOM):
+        raise GameError(f"not a room id: {room_id!r}")
+    chat, title = await bus.wire.command("HMGET", _k(room_id, "room"), "chat", "title")
+    if chat is None:
+        raise GameError(f"no room {room_id}")
+    return Room(room_id, int(chat), _s(title))
+
+
+async def list_rooms(bus: Bus) -> list[Room]:
+    members = await bus.wire.command("SMEMBERS", ROOMS_KEY)
+    return [await get_room(bus, _s(m)) for m in sorted(members or [], key=_s)]
+
+
+async def create_player(bus: Bus, name: str, chat: int) -> Player:
+    """A player, reachable in the private chat ``chat``."""
+    if not isinstance(name, str) or not name.strip() or len(name) > 64:
+        raise GameError("a player's name is 1-64 characters")
+    check_notice(chat, name, None)
+    player = Player(ids.new(ids.USER), name.strip(), chat)
+    await bus.wire.command("HSET", PLAYERS_KEY, player.id,
+                           json.dumps({"name": player.name, "chat": chat}))  # fmt: skip
+    return player
+
+
+async def get_player(bus: Bus, player_id: str) -> Player:
+    if not ids.is_valid(player_id, ids.USER):
+        raise GameError(f"not a player id: {player_id!r}")
+    raw = await bus.wire.command("HGET", PLAYERS_KEY, player_id)
+    if raw is None:
+        raise GameError(f"no player {player_id}")
+    data = json.loads(raw)
+    return Player(player_id, data["name"], int(data["chat"]))
+
+
+async def player_names(bus: Bus, player_ids: Sequence[str]) -> dict[str, str]:
+    if not player_ids:
+        return {}
+    raw = await bus.wire.command("HMGET", PLAYERS_KEY, *player_ids)
+    return {
+        p: (json.loads(r)["name"] if r is not None else p)
+        for p, r in zip(player_ids, raw, strict=True)
+    }
+
+
+async def start_round(
+    bus: Bus, room_id: str, *, starts_in_ms: int = 60_000, rng: random.Random | None = None
+) -> Round:
+    """Draw a secret, announce the round now, and schedule its start reminder."""
+    room = await get_room(bus, room_id)
+    if isinstance(starts_in_ms, bool) or not isinstance(starts_in_ms, int) or starts_in_ms < 0:
+        raise GameError("starts_in_ms must be a non-negative int")
+    secret = tuple((rng or random.SystemRandom()).sample(ALPHABET, SIZE))
+    starts_at = await bus.wire.server_time_ms() + starts_in_ms
+    rnd = Round(ids.new(ids.ROUND), room.id, starts_at, secret)
+    await bus.wire.command(
+        "HSET", _k(room.id, f"round:{rnd.id}"), "secret", "".join(secret),
+        "starts_at_ms", str(starts_at), "status", "open",
+    )  # fmt: skip
+    await bus.wire.command("HSET", _k(room.id, "room"), "round", rnd.id)
+    reminder = Notice(room.chat, f"⏰ Round {rnd.id} has started: guess the 6 emojis!",
+                      id=ids.new(ids.NOTICE))  # fmt: skip
+    await jobs.enqueue_at(bus, NOTIFY_QUEUE, ids.new(ids.JOB), encode(reminder), starts_at,
+                          group=str(room.chat))  # fmt: skip
+    await notify(bus, room.chat, f"🎲 New round {rnd.id} in {room.title}: it starts in "
+                 f"{starts_in_ms // 1000} s. Emojis: {''.join(ALPHABET)}")  # fmt: skip
+    return rnd
+
+
+async def current_round(bus: Bus, room_id: str) -> Round:
+    room = await get_room(bus, room_id)
+    rnd = await bus.wire.command("HGET", _k(room.id, "room"), "round")
+    if not rnd:
+        raise GameError(f"no round is open in {room.title}")
+    secret, starts_at, status = await bus.wire.command(
+        "HMGET", _k(room.id, f"round:{_s(rnd)}"), "secret", "starts_at_ms", "status"
+    )
+    if secret is None or _s(status) != "open":
+        raise GameError(f"no round is open in {room.title}")
+    return Round(_s(rnd), room.id, int(starts_at), tuple(_s(secret)))
+
+
+def describe(result: Score) -> str:
+    marks = " ".join(f"{p.guess}{p.status}" for p in result.breakdown)
+    return f"{result.percentage}% ({result.total}/600): {marks}"
+
+
+async def guess(bus: Bus, room_id: str, player_id: str, text: str | Sequence[str]) -> GuessResult:
+    """Score a guess of exactly six emojis from the alphabet against the open round, keep the
+    player's best on the board, and notify the player."""
+    try:
+        emojis = parse_emojis(text)
+    except ValueError as exc:
+        raise GameError(str(exc)) from exc
+    player = await get_player(bus, player_id)
+    rnd = await current_round(bus, room_id)
+    now = await bus.wire.server_time_ms()
+    if now < rnd.starts_at_ms:
+        raise GameError(f"the round starts in {(rnd.starts_at_ms - now + 999) // 1000} s")
+    result = score(rnd.secret, emojis)
+    recorded = await board.record(bus, room_id, player.id, result.percentage)
+    standing = await board.rank(bus, room_id, player.id)
+    await notify(bus, player.chat, f"{describe(result)} · best {recorded.best}% · rank {standing}")
+    return GuessResult(result, recorded.best, recorded.improved, standing)
+
+
+def standings_text(title: str, standings: Sequence[board.Standing], names: dict[str, str]) -> str:
+    if not standings:
+        return f"{title}: no scores yet."
+    lines = [f"{s.rank}. {names.get(s.player, s.player)} {s.percentage}%" for s in standings]
+    return f"🏆 {title}\n" + "\n".join(lines)
+
+
+async def end_round(bus: Bus, room_id: str) -> list[board.Standing]:
+    """Close the open round and send the room its secret and standings."""
+    rnd = await current_round(bus, room_id)
+    room = await get_room(bus, room_id)
+    await bus.wire.command("HSET", _k(room.id, f"round:{rnd.id}"), "status", "ended")
+    await bus.wire.command("HDEL", _k(room.id, "room"), "round")
+    standings = await board.top(bus, room.id, 10)
+    names = await player_names(bus, [s.player for s in standings])
+    await notify(bus, room.chat, f"Round over, the secret was {''.join(rnd.secret)}\n"
+                 + standings_text(room.title, standings, names))  # fmt: skip
+    return standings
+
+
+async def digest_text(bus: Bus, room: Room) -> str:
+    standings = await board.top(bus, room.id, 10)
+    names = await player_names(bus, [s.player for s in standings])
+    return standings_text(f"Daily standings, {room.title}", standings, names)
+
+
+async def send_digest(bus: Bus) -> int:
+    """Send every room its top 10 through the notification pipeline; returns rooms notified."""
+    rooms = await list_rooms(bus)
+    for room in rooms:
+        await notify(bus, room.chat, await digest_text(bus, room))
+    return len(rooms)
+
+
+async def register_digest(
+    bus: Bus, *, every_ms: int = DAY_MS, first_in_ms: int | None = None
+) -> tuple[Registered, int]:
+    """Register the daily digest on ``cm.game`` (idempotent: a live registration is kept)."""
+    first = every_ms if first_in_ms is None else first_in_ms
+    return await repeat.register(bus, GAME_QUEUE, DIGEST_NAME, every_ms, "digest", first)
+
+
+def game_handler(bus: Bus) -> Callable[[Job], Awaitable[Bury | None]]:
+    """The handler of ``cm.game`` jobs: ``digest`` occurrences send the standings digest."""
+
+    async def handle(job: Job) -> Bury | None:
+        if job.payload == b"digest":
+            await send_digest(bus)
+            return None
+        return Bury(f"unknown game job {job.payload[:40]!r}")
+
+    return handle

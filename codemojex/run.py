@@ -1,0 +1,152 @@
+"""``python -m codemojex.run``: everything on one machine.
+
+With no settings: an embedded server (data in ``./codemojex-data``, so a restart resumes
+scheduled jobs), metronomes for ``cm.notify`` and ``cm.game``, the notification worker, the game
+worker (the daily digest), the live feed and its page, the local Telegram stand-in as the
+transport, and a demo. It prints where to look and a short live summary. Ctrl-C or SIGTERM shuts
+it all down cleanly within a few seconds (jobs in hand go back to pending); a second start
+resumes. ``--help`` lists the settings.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+import trio
+
+from codemojex import board, demo, game
+from codemojex.feed import Feed
+from codemojex.notification_worker import NotificationWorker
+from codemojex.notifier import NOTIFY_QUEUE
+from codemojex.rate_limiter import RateLimiter
+from codemojex.settings import Settings, SettingsError, parse_settings
+from codemojex.telegram import open_bot
+from codemojex.testing.telegram import TelegramStandIn, open_stand_in
+from codemojex.web import PageServer
+from echomq_trio import Bus, BusError, Consumer, Metronome, StopConsumer, jobs, open_bus
+
+__all__ = ["main", "run"]
+
+STAND_IN_TOKEN = "123456:LOCAL-STAND-IN"
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+@asynccontextmanager
+async def _telegram(settings: Settings) -> AsyncIterator[tuple[str, str, TelegramStandIn | None]]:
+    if settings.telegram_token is not None:
+        yield settings.telegram_token, settings.telegram_api_url, None
+        return
+    async with open_stand_in(STAND_IN_TOKEN, settings.limits) as stand_in:
+        yield STAND_IN_TOKEN, stand_in.api_url, stand_in
+
+
+async def _summary(bus: Bus, worker: NotificationWorker, every_s: float) -> None:
+    while True:
+        await trio.sleep(every_s)
+        try:
+            notify_counts = await jobs.counts(bus, NOTIFY_QUEUE)
+            rooms = await game.list_rooms(bus)
+            leaders = []
+            for room in rooms[:3]:
+                best = await board.top(bus, room.id, 1)
+                if best:
+                    names = await game.player_names(bus, [best[0].player])
+                    leaders.append(f"{names[best[0].player]} {best[0].percentage}% ({room.title})")
+        except BusError as exc:
+            say(f"summary: server unavailable: {exc}")
+            continue
+        s = worker.stats
+        say(
+            f"notices sent {s.delivered}, deferred {s.deferred}, retried {s.retried}, "
+            f"dropped {s.dropped}, 429s {s.flood_waits} | pending {notify_counts.pending}, "
+            f"scheduled {notify_counts.scheduled} | top: {', '.join(leaders) or '-'}"
+        )
+
+
+async def run(
+    settings: Settings, *, task_status: trio.TaskStatus[dict[str, str]] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Run until cancelled; ``task_status.started`` gets the page and feed URLs."""
+    url = settings.url
+    data_dir = settings.data_dir if url is None else None
+    async with (
+        open_bus(url, data_dir=data_dir) as bus,
+        _telegram(settings) as (token, api_url, stand_in),
+        open_bot(token, api_url) as bot,
+    ):
+        limiter = RateLimiter(bus, settings.limits)
+        worker = NotificationWorker(bus, bot, limiter)
+        answer, next_run = await game.register_digest(bus)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)
+            await nursery.start(Metronome(bus, NOTIFY_QUEUE, beat_ms=500).run)
+            await nursery.start(Metronome(bus, game.GAME_QUEUE).run)
+            await nursery.start(Consumer(bus, game.GAME_QUEUE, game.game_handler(bus)).run)
+            feed = Feed(bus)
+            feed_port = await nursery.start(feed.serve, settings.host, settings.feed_port)
+            page_url = await nursery.start(
+                PageServer(bus, feed_port).serve, settings.host, settings.page_port
+            )
+            where = {"page": page_url, "feed": f"ws://{settings.host}:{feed_port}/rooms/<room>"}
+            say(f"codemojex is running. Leaderboard: {page_url}")
+            say(f"  server: {bus.url}" + (f" (data in {data_dir})" if data_dir else ""))
+            say(f"  telegram: {'local stand-in at ' + api_url if stand_in else 'the real Bot API'}")
+            say(f"  daily digest: {answer.value}, next run at server ms {next_run}")
+            if settings.demo:
+                nursery.start_soon(demo.play, bus)
+            if settings.summary_every_s > 0:
+                nursery.start_soon(_summary, bus, worker, settings.summary_every_s)
+            task_status.started(where)
+
+
+async def _main(settings: Settings) -> int:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def stop_on_signal() -> None:
+                async for signum in signals:
+                    say(f"{signal.Signals(signum).name}: shutting down")
+                    nursery.cancel_scope.cancel()
+                    return
+
+            nursery.start_soon(stop_on_signal)
+            try:
+                await run(settings)
+            finally:
+                nursery.cancel_scope.cancel()
+    say("stopped")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        settings = parse_settings(argv)
+    except SettingsError as exc:
+        print(f"codemojex: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return trio.run(_main, settings)
+    except BaseExceptionGroup as group:
+        known = group.subgroup((StopConsumer, BusError, OSError))
+        if known is None:
+            raise
+        print(f"codemojex: {_first(known)}", file=sys.stderr)
+        return 1
+    except (StopConsumer, BusError, OSError) as exc:
+        print(f"codemojex: {exc}", file=sys.stderr)
+        return 1
+
+
+def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    first = group.exceptions[0]
+    return _first(first) if isinstance(first, BaseExceptionGroup) else first
+
+
+if __name__ == "__main__":
+    sys.exit(main())

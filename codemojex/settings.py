@@ -1,0 +1,146 @@
+"""Settings of ``python -m codemojex.run``: flags, else environment variables, else defaults.
+Every bad value is reported as one line naming the setting."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+
+from codemojex.limits import Limits, Window
+
+__all__ = ["Settings", "SettingsError", "parse_settings"]
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be used; the message names it."""
+
+
+def _window(name: str, text: str) -> Window:
+    try:
+        limit, _, ms = text.partition("/")
+        return Window(int(limit), int(ms))
+    except ValueError:
+        raise SettingsError(
+            f"{name} must look like LIMIT/WINDOW_MS with positive integers (e.g. 30/1000), "
+            f"got {text!r}"
+        ) from None
+
+
+def _port(name: str, value: int) -> int:
+    if not 0 <= value < 65536:
+        raise SettingsError(f"{name} must be a port number 0-65535 (0: any free port), got {value}")
+    return value
+
+
+@attrs.frozen
+class Settings:
+    url: str | None = None
+    data_dir: Path = Path("codemojex-data")
+    telegram_token: str | None = None
+    telegram_api_url: str = "https://api.telegram.org"
+    limits: Limits = Limits()
+    host: str = "127.0.0.1"
+    page_port: int = 8080
+    feed_port: int = 8081
+    demo: bool = True
+    summary_every_s: float = 5.0
+
+    @property
+    def uses_stand_in(self) -> bool:
+        return self.telegram_token is None
+
+
+# (flag, environment variable, help)
+_HELP = {
+    "url": ("--url", "ECHOMQ_URL", "Valkey/Redis URL; default: an embedded server"),
+    "data_dir": ("--data-dir", "CODEMOJEX_DATA_DIR",
+                 "where the embedded server keeps its data (a restart resumes from it)"),
+    "telegram_token": ("--telegram-token", "CODEMOJEX_TELEGRAM_TOKEN",
+                       "a real bot token: send through the real Bot API; default: the local "
+                       "stand-in"),
+    "telegram_api_url": ("--telegram-api-url", "CODEMOJEX_TELEGRAM_API_URL",
+                         "Bot API base URL used with a token"),
+    "global_limit": ("--global-limit", "CODEMOJEX_GLOBAL_LIMIT",
+                     "bot-wide sends per window, LIMIT/WINDOW_MS"),
+    "private_limit": ("--private-limit", "CODEMOJEX_PRIVATE_LIMIT",
+                      "sends per window to one private chat, LIMIT/WINDOW_MS"),
+    "group_limit": ("--group-limit", "CODEMOJEX_GROUP_LIMIT",
+                    "sends per window to one group chat, LIMIT/WINDOW_MS"),
+    "host": ("--host", "CODEMOJEX_HOST", "address the page and the feed listen on"),
+    "page_port": ("--page-port", "CODEMOJEX_PAGE_PORT", "port of the leaderboard page (0: any)"),
+    "feed_port": ("--feed-port", "CODEMOJEX_FEED_PORT", "port of the websocket feed (0: any)"),
+    "demo": ("--demo", "CODEMOJEX_DEMO", "play a few demo rooms with simulated players: on/off"),
+    "summary_every_s": ("--summary-every", "CODEMOJEX_SUMMARY_EVERY",
+                        "seconds between live summary lines (0: none)"),
+}  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = Settings()
+    defaults = {
+        "url": None, "data_dir": str(d.data_dir), "telegram_token": None,
+        "telegram_api_url": d.telegram_api_url, "global_limit": "30/1000",
+        "private_limit": "3/3000", "group_limit": "20/60000", "host": d.host,
+        "page_port": str(d.page_port), "feed_port": str(d.feed_port), "demo": "on",
+        "summary_every_s": str(d.summary_every_s),
+    }  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m codemojex.run",
+        description="Run codemojex: the bus, the notification worker, the game, the live "
+        "leaderboard, and (by default) a local Telegram stand-in and a demo.",
+    )
+    for dest, (flag, env, text) in _HELP.items():
+        shown = "(none)" if defaults[dest] is None else defaults[dest]
+        parser.add_argument(flag, dest=dest, default=os.environ.get(env, defaults[dest]),
+                            help=f"{text} [env {env}; default {shown}]")  # fmt: skip
+    return parser
+
+
+def parse_settings(argv: Sequence[str] | None = None) -> Settings:
+    """Settings from ``argv`` and the environment; ``SettingsError`` for a bad value."""
+    ns = build_parser().parse_args(argv)
+    demo = str(ns.demo).lower()
+    if demo not in ("on", "off", "true", "false", "1", "0", "yes", "no"):
+        raise SettingsError(f"--demo must be on or off, got {ns.demo!r}")
+    try:
+        page_port, feed_port = int(ns.page_port), int(ns.feed_port)
+    except ValueError:
+        raise SettingsError("--page-port and --feed-port must be integers") from None
+    try:
+        summary = float(ns.summary_every_s)
+    except ValueError:
+        raise SettingsError(
+            f"--summary-every must be a number, got {ns.summary_every_s!r}"
+        ) from None
+    if summary < 0:
+        raise SettingsError("--summary-every must be >= 0")
+    token = ns.telegram_token or None
+    if token is not None and ("/" in token or any(c.isspace() for c in token)):
+        raise SettingsError("--telegram-token must not contain '/' or spaces")
+    if ns.url is not None:
+        from echomq_trio.wire import parse_url
+
+        try:
+            parse_url(ns.url)
+        except ValueError as exc:
+            raise SettingsError(f"--url: {exc}") from None
+    return Settings(
+        url=ns.url,
+        data_dir=Path(ns.data_dir),
+        telegram_token=token,
+        telegram_api_url=ns.telegram_api_url,
+        limits=Limits(
+            _window("--global-limit", ns.global_limit),
+            _window("--private-limit", ns.private_limit),
+            _window("--group-limit", ns.group_limit),
+        ),
+        host=ns.host,
+        page_port=_port("--page-port", page_port),
+        feed_port=_port("--feed-port", feed_port),
+        demo=demo in ("on", "true", "1", "yes"),
+        summary_every_s=summary,
+    )

@@ -1,0 +1,77 @@
+"""The page server: the live leaderboard page (one static file in the package), plus the two
+small JSON documents it reads (``config.json``: where the feed is; ``rooms.json``). A tiny ASGI
+app on hypercorn, on trio."""
+
+from __future__ import annotations
+
+import json
+import logging
+from importlib import resources
+from typing import TYPE_CHECKING
+
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
+
+from codemojex.game import list_rooms
+from echomq_trio import Bus
+
+if TYPE_CHECKING:
+    from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope
+
+__all__ = ["PageServer"]
+
+PAGE = (resources.files("codemojex") / "web" / "index.html").read_bytes()
+
+
+class PageServer:
+    """Serve with ``url = await nursery.start(pages.serve, host, port)``."""
+
+    def __init__(self, bus: Bus, feed_port: int) -> None:
+        self.bus = bus
+        self.feed_port = feed_port
+
+    async def app(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                event = await receive()
+                if event["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif event["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        path = scope["path"]
+        if path in ("/", "/index.html"):
+            status, kind, body = 200, b"text/html; charset=utf-8", PAGE
+        elif path == "/config.json":
+            status, kind = 200, b"application/json"
+            body = json.dumps({"ws_port": self.feed_port}).encode()
+        elif path == "/rooms.json":
+            rooms = await list_rooms(self.bus)
+            status, kind = 200, b"application/json"
+            body = json.dumps([{"id": r.id, "title": r.title} for r in rooms]).encode()
+        else:
+            status, kind, body = 404, b"text/plain", b"not found"
+        headers = [(b"content-type", kind), (b"cache-control", b"no-store")]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    async def serve(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        config = Config()
+        config.bind = [f"{host}:{port}"]
+        config.accesslog = None
+        quiet = logging.getLogger("codemojex.web.hypercorn")
+        quiet.setLevel(logging.WARNING)
+        config.errorlog = quiet
+        config.graceful_timeout = 0.5
+        async with trio.open_nursery() as nursery:
+            binds: list[str] = await nursery.start(serve, self.app, config)
+            task_status.started(binds[0])
