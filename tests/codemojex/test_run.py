@@ -1,0 +1,118 @@
+"""``python -m codemojex.run`` as a user runs it: it serves the page, delivers notices to the
+Telegram stand-in, exits cleanly on SIGTERM, and a second start resumes."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+
+from tests.echomq_trio.processes import ROOT
+
+
+async def _start(data_dir: Path) -> trio.Process:
+    return await trio.lowlevel.open_process(
+        [sys.executable, "-m", "codemojex.run", "--data-dir", str(data_dir), "--page-port", "0",
+         "--feed-port", "0", "--summary-every", "0.5"],
+        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+
+class Lines:
+    def __init__(self, proc: trio.Process) -> None:
+        assert proc.stdout is not None
+        self.stream = proc.stdout
+        self.buf = b""
+        self.seen: list[str] = []
+
+    async def until(self, pattern: str) -> re.Match[str]:
+        while True:
+            while b"\n" in self.buf:
+                line, self.buf = self.buf.split(b"\n", 1)
+                text = line.decode(errors="replace")
+                self.seen.append(text)
+                if m := re.search(pattern, text):
+                    return m
+            chunk = await self.stream.receive_some(4096)
+            if not chunk:
+                raise AssertionError("process ended; output:\n" + "\n".join(self.seen))
+            self.buf += chunk
+
+
+@pytest.mark.timeout_s(120)
+async def test_run_serves_delivers_and_stops_cleanly_then_resumes(tmp_path: Path) -> None:
+    proc = await _start(tmp_path)
+    try:
+        out = Lines(proc)
+        page_url = (await out.until(r"Leaderboard: (http://\S+)"))[1]
+        await out.until(r"daily digest: registered")
+        async with httpx.AsyncClient() as client:
+            page = await client.get(page_url)
+            assert page.status_code == 200 and "live leaderboard" in page.text
+            assert (await client.get(page_url + "/rooms.json")).status_code == 200
+        with trio.fail_after(60):
+            await out.until(r"notices sent [1-9]")  # the demo's notices reached the stand-in
+        proc.send_signal(signal.SIGTERM)
+        t0 = trio.current_time()
+        with trio.fail_after(15):
+            await out.until(r"^stopped$")
+            await proc.wait()
+        assert proc.returncode == 0, "\n".join(out.seen)
+        assert trio.current_time() - t0 < 10
+        assert not any("Traceback" in line for line in out.seen), "\n".join(out.seen)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    # A second start on the same data resumes: the digest is already registered.
+    proc = await _start(tmp_path)
+    try:
+        out = Lines(proc)
+        with trio.fail_after(60):
+            await out.until(r"daily digest: exists")
+        proc.send_signal(signal.SIGINT)
+        with trio.fail_after(15):
+            await proc.wait()
+        assert proc.returncode == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--global-limit", "30"], "--global-limit must look like LIMIT/WINDOW_MS"),
+        (["--page-port", "99999"], "--page-port must be a port number"),
+        (["--demo", "maybe"], "--demo must be on or off"),
+        (["--url", "http://x"], "--url: server URL scheme"),
+        (["--summary-every", "-1"], "--summary-every must be >= 0"),
+    ],
+)
+async def test_bad_settings_are_one_clear_line(args: list[str], words: str) -> None:
+    done = await trio.run_process(
+        [sys.executable, "-m", "codemojex.run", *args], cwd=ROOT, capture_stdout=True,
+        capture_stderr=True, check=False, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )  # fmt: skip
+    err = done.stderr.decode()
+    assert done.returncode == 2 and words in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+async def test_help_documents_every_setting() -> None:
+    done = await trio.run_process(
+        [sys.executable, "-m", "codemojex.run", "--help"], cwd=ROOT, capture_stdout=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )  # fmt: skip
+    text = done.stdout.decode()
+    for flag in ("--url", "--data-dir", "--telegram-token", "--global-limit", "--private-limit",
+                 "--group-limit", "--host", "--page-port", "--feed-port", "--demo"):  # fmt: skip
+        assert flag in text
+    assert "CODEMOJEX_TELEGRAM_TOKEN" in text
