@@ -29,7 +29,7 @@ async def test_snapshot_then_updates(bus: Bus, room: game.Room) -> None:
     bob = await game.create_player(bus, "Bob", 2)
     await board.record(bus, room.id, alice.id, 50)
     async with trio.open_nursery() as nursery:
-        feed, base = await start_feed(nursery, bus)
+        _, base = await start_feed(nursery, bus)
         async with open_websocket_url(f"{base}/rooms/{room.id}") as ws:
             first = json.loads(await ws.get_message())
             assert first["title"] == "Feed Room"
@@ -38,8 +38,8 @@ async def test_snapshot_then_updates(bus: Bus, room: game.Room) -> None:
             await board.record(bus, room.id, bob.id, 80)  # as any process would
             with trio.fail_after(10):
                 update = json.loads(await ws.get_message())
-            assert [(s["name"], s["percentage"]) for s in update["top"]] == [("Bob", 80),
-                                                                              ("Alice", 50)]  # fmt: skip
+            top = [(s["name"], s["percentage"]) for s in update["top"]]
+            assert top == [("Bob", 80), ("Alice", 50)]
         nursery.cancel_scope.cancel()
 
 
@@ -58,7 +58,7 @@ async def test_a_slow_viewer_gets_the_latest_not_a_backlog_and_never_slows_a_fas
 ) -> None:
     players = [await game.create_player(bus, f"P{n:03d}" + "x" * 40, n) for n in range(150)]
     async with trio.open_nursery() as nursery:
-        feed, base = await start_feed(nursery, bus, top_n=150, ping_interval_s=60)
+        _, base = await start_feed(nursery, bus, top_n=150, ping_interval_s=60)
         url = f"{base}/rooms/{room.id}"
         async with open_websocket_url(url) as slow, open_websocket_url(url) as fast:
             await slow.get_message()  # the snapshot; then the slow viewer stops reading
