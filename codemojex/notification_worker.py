@@ -15,6 +15,7 @@ it. With one, send and act on the verdict:
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 
@@ -26,7 +27,7 @@ from codemojex.notice import Notice, decode
 from codemojex.notifier import NOTIFY_QUEUE
 from codemojex.rate_limiter import RateLimiter
 from codemojex.telegram import TelegramBot
-from echomq_trio import Bury, Bus, Consumer, DeferIn, Job, RetryIn, StopConsumer
+from echomq_trio import Ack, Bury, Bus, Consumer, DeferIn, Job, RetryIn, StopConsumer
 from echomq_trio.backoff import Exponential, Jitter, delay_ms
 
 __all__ = ["NotificationWorker", "WorkerStats"]
@@ -86,7 +87,7 @@ class NotificationWorker:
         moved = await self.bus.wire.command("HGET", self._migrations, str(chat))
         return int(moved) if moved is not None else chat
 
-    async def handle(self, job: Job) -> RetryIn | DeferIn | Bury | None:
+    async def handle(self, job: Job) -> Ack | RetryIn | DeferIn | Bury | None:
         try:
             notice = decode(job.payload)
         except ValueError as exc:
@@ -110,10 +111,11 @@ class NotificationWorker:
 
     async def _act(
         self, job: Job, notice: Notice, chat: int, verdict: Verdict
-    ) -> RetryIn | DeferIn | Bury | None:
+    ) -> Ack | RetryIn | DeferIn | Bury | None:
         if isinstance(verdict, Delivered):
             self.stats.delivered += 1
-            return None
+            # What the audit keeps of a delivery (the notice itself is in the payload).
+            return Ack(json.dumps({"chat": chat, "message_id": verdict.message_id}))
         if isinstance(verdict, RetryLater):
             if verdict.flood:
                 self.stats.flood_waits += 1

@@ -12,6 +12,7 @@ from echomq_trio import backoff, events, ids, jobs, lanes, repeat
 from echomq_trio.backoff import Exponential, Fixed, Jitter
 from echomq_trio.bus import Bus, open_bus
 from echomq_trio.consumer import (
+    Ack,
     Bury,
     Consumer,
     ConsumerStats,
@@ -30,6 +31,7 @@ from echomq_trio.jobs import Job, Outcome
 from echomq_trio.metronome import Metronome
 
 __all__ = [
+    "Ack",
     "Bury",
     "Bus",
     "BusError",

@@ -39,6 +39,7 @@ from echomq_trio.jobs import Job, Outcome
 from echomq_trio.wire import Wire
 
 __all__ = [
+    "Ack",
     "Bury",
     "Consumer",
     "ConsumerStats",
@@ -65,6 +66,14 @@ class RetryIn:
 
 
 @attrs.frozen
+class Ack:
+    """Returned by a handler: done, like returning ``None``, with a ``note`` for the queue's
+    audit record (for example what the far side answered)."""
+
+    note: str
+
+
+@attrs.frozen
 class Bury:
     """Returned by a handler: this job can never succeed (a permanent error). It goes to the dead
     set at once with ``reason``, where it can be listed and replayed."""
@@ -86,7 +95,7 @@ class StopConsumer(Exception):
     credential). The job is handed back to pending; ``Consumer.run`` re-raises this."""
 
 
-Handler = Callable[[Job], Awaitable[RetryIn | DeferIn | Bury | None]]
+Handler = Callable[[Job], Awaitable[Ack | RetryIn | DeferIn | Bury | None]]
 
 
 @attrs.define
@@ -109,7 +118,7 @@ class _Done:
     job: Job
     kind: str = "ack"  # ack | retry | defer | bury
     delay_ms: int = 0
-    error: str = ""
+    error: str = ""  # the error of a retry, the reason of a bury, or the note of an ack
 
 
 def _check_positive(name: str, value: float) -> None:
@@ -277,6 +286,8 @@ class Consumer:
                 else:
                     if result is None:
                         await done.send(_Done(job))
+                    elif isinstance(result, Ack):
+                        await done.send(_Done(job, "ack", 0, result.note))
                     elif isinstance(result, Bury):
                         await done.send(_Done(job, "bury", 0, result.reason))
                     elif isinstance(result, DeferIn):
@@ -307,9 +318,8 @@ class Consumer:
                         batch.append(done.receive_nowait())
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
-                acks = [d.job for d in batch if d.kind == "ack"]
-                if acks:
-                    items = [(j.id, j.attempts) for j in acks]
+                if any(d.kind == "ack" for d in batch):
+                    items = [(d.job.id, d.job.attempts, d.error) for d in batch if d.kind == "ack"]
                     outcomes = await self._persist(
                         partial(jobs.ack_many, self.bus, self.queue, items)
                     )
@@ -347,6 +357,7 @@ class Consumer:
                 d.delay_ms,
                 1 if d.kind == "bury" else self.max_attempts,
                 d.error,
+                buried=d.kind == "bury",
             )
         )
         if outcome is Outcome.SCHEDULED:

@@ -44,6 +44,7 @@ __all__ = [
     "release",
     "replay",
     "retry",
+    "set_audit",
 ]
 
 ENQUEUE_CHUNK = 10_000  # jobs per script call, so one call never holds the server for long
@@ -267,6 +268,15 @@ async def claim(bus: Bus, queue: str, batch: int = 1, lease_ms: int = 30_000) ->
 _ACK = {1: Outcome.ACKED, 0: Outcome.STALE, -1: Outcome.GONE}
 
 
+def _noted(items: Sequence[tuple[str, int] | tuple[str, int, str]]) -> list[str]:
+    flat: list[str] = []
+    for item in items:
+        job_id, token = item[0], item[1]
+        note = item[2] if len(item) > 2 else ""
+        flat += [check_job_id(job_id), str(_int("token", token, 0)), str(note)]
+    return flat
+
+
 def _tokens(items: Sequence[tuple[str, int]]) -> list[str]:
     flat: list[str] = []
     for job_id, token in items:
@@ -274,16 +284,20 @@ def _tokens(items: Sequence[tuple[str, int]]) -> list[str]:
     return flat
 
 
-async def ack(bus: Bus, queue: str, job_id: str, token: int) -> Outcome:
-    """Finish a job: ``ACKED``; ``STALE`` if another claim holds it now; ``GONE`` if no row."""
-    (out,) = await ack_many(bus, queue, [(job_id, token)])
+async def ack(bus: Bus, queue: str, job_id: str, token: int, note: str = "") -> Outcome:
+    """Finish a job: ``ACKED``; ``STALE`` if another claim holds it now; ``GONE`` if no row.
+    ``note`` goes into the queue's audit record, when it keeps one."""
+    (out,) = await ack_many(bus, queue, [(job_id, token, note)])
     return out
 
 
-async def ack_many(bus: Bus, queue: str, items: Sequence[tuple[str, int]]) -> list[Outcome]:
-    """Ack several jobs in one round trip; answers in input order."""
+async def ack_many(
+    bus: Bus, queue: str, items: Sequence[tuple[str, int] | tuple[str, int, str]]
+) -> list[Outcome]:
+    """Ack several jobs in one round trip: ``(id, token)`` or ``(id, token, note)`` each;
+    answers in input order."""
     k = bus.keys(queue)
-    flat = _tokens(items)
+    flat = _noted(items)
     if not flat:
         return []
     codes = await bus.wire.script("ack", [k.active], [k.prefix, *flat])
@@ -301,9 +315,12 @@ async def retry(
     delay_ms: int,
     max_attempts: int,
     error: str = "",
+    *,
+    buried: bool = False,
 ) -> Outcome:
     """Fail an attempt: ``SCHEDULED`` again after ``delay_ms``, or ``DEAD`` when the job has used
     ``max_attempts`` (kept with ``error``); ``STALE``/``GONE`` when the lease is not held.
+    ``buried=True`` marks a deliberate bury (a permanent error): audited as ``dropped``.
 
     A job of a lane with limit 1 goes back to the head of its lane, which waits out the delay.
     """
@@ -318,9 +335,19 @@ async def retry(
             str(_int("delay_ms", delay_ms, 0)),
             str(_int("max_attempts", max_attempts, 1)),
             str(error),
+            "1" if buried else "0",
         ],
     )
     return _RETRY[code]
+
+
+async def set_audit(bus: Bus, queue: str, enabled: bool = True) -> None:
+    """Make the queue keep an audit: every job settled from now on (acked, or buried dead)
+    appends its record to the stream ``emq:{q}:audit`` in the same script that settles it, so
+    no job is settled without its record. Read it with ``events`` functions, ``stream="audit"``.
+    The stream is never trimmed by the bus; its reader trims what it has stored."""
+    k = bus.keys(queue)
+    await bus.wire.script("audit_enable", [k.prefix + "meta"], ["1" if enabled else "0"])
 
 
 _DEFER = {1: Outcome.DEFERRED, 0: Outcome.STALE, -1: Outcome.GONE}

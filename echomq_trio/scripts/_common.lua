@@ -9,6 +9,9 @@
 --   ring_add(qp, g, now)     put a serviceable lane on the ring once, and wake a consumer
 --   lane_push(qp, g, id, now) put a job back into its lane (at its id's place: mint order)
 --   lane_done(qp, g, now)    one fewer job of lane g in flight; re-ring the lane if it can go on
+--   audit(qp, row, id, outcome, attempts, now, note, err)
+--                            when the queue keeps an audit (meta.audit = 1), append the settled
+--                            job's record to emq:{q}:audit in the same step that settles it
 local EVENTS_MAXLEN = 10000
 
 local function now_ms()
@@ -79,4 +82,12 @@ local function schedule_at(qp, id, at)
   redis.call('ZADD', qp .. 'schedule', at, id)
   local head = redis.call('ZRANGE', qp .. 'schedule', 0, 0)
   if head[1] == id then tick(qp) end
+end
+
+local function audit(qp, row, id, outcome, attempts, now, note, err)
+  if redis.call('HGET', qp .. 'meta', 'audit') ~= '1' then return end
+  -- Never trimmed by a cap: the archiver trims below what it has committed.
+  redis.call('XADD', qp .. 'audit', '*', 'id', id, 'outcome', outcome, 'attempts', attempts,
+    'settled_ms', now, 'payload', redis.call('HGET', row, 'payload') or '', 'note', note or '',
+    'error', err or '')
 end

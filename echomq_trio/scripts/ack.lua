@@ -1,6 +1,7 @@
 -- ack: the handler finished; the job is done and its row deleted.  active -> (none)
 -- KEYS[1] emq:{q}:active (other keys derive from ARGV[1], same slot)
--- ARGV[1] queue prefix, then pairs ARGV[2k] job id, ARGV[2k+1] fencing token (attempts)
+-- ARGV[1] queue prefix, then triples: job id, fencing token (attempts), note (free text the
+-- handler leaves for the audit record; '' for none)
 -- A job reaped back to pending but not yet claimed again still carries the same token and is
 -- acked (the work is done). A lane job frees its lane's slot, which may put the lane back on
 -- the ring. Returns one integer per job: 1 acked, 0 stale (the token no longer matches: the
@@ -9,7 +10,7 @@ local qp = ARGV[1]
 local now = now_ms()
 local out = {}
 local done = 0
-for i = 2, #ARGV, 2 do
+for i = 2, #ARGV, 3 do
   local id = ARGV[i]
   local row = qp .. 'job:' .. id
   local f = redis.call('HMGET', row, 'state', 'attempts', 'group')
@@ -26,6 +27,7 @@ for i = 2, #ARGV, 2 do
     else
       redis.call('ZREM', qp .. 'pending', id)
     end
+    audit(qp, row, id, 'acked', f[2], now, ARGV[i + 2], '')
     redis.call('DEL', row)
     emit(qp, 'acked', id)
     done = done + 1

@@ -262,3 +262,28 @@ async def test_concurrent_claims_never_hand_out_a_job_twice(bus: Bus, queue: str
         for _ in range(8):
             nursery.start_soon(claimer)
     assert sorted(got) == sorted(all_ids)
+
+
+async def test_audit_records_are_written_by_the_settling_script(bus: Bus, queue: str) -> None:
+    from echomq_trio import events
+
+    a, b, c, quiet = jid(), jid(), jid(), jid()
+    await jobs.enqueue(bus, queue, quiet, "before")
+    (q,) = await jobs.claim(bus, queue)
+    await jobs.ack(bus, queue, quiet, q.attempts)  # no audit kept yet
+    await jobs.set_audit(bus, queue)
+    await jobs.enqueue_many(bus, queue, [(a, "pa"), (b, "pb"), (c, "pc")])
+    ja, jb, jc = await jobs.claim(bus, queue, 3)
+    assert await jobs.ack(bus, queue, a, ja.attempts, note='{"message_id": 7}') is Outcome.ACKED
+    assert await jobs.ack(bus, queue, a, ja.attempts) is Outcome.GONE  # no second record
+    await jobs.retry(bus, queue, b, jb.attempts, 0, 5, "chat not found", buried=True)
+    await jobs.retry(bus, queue, c, jc.attempts, 0, 1, "boom")
+    records = await events.read(bus, queue, stream="audit")
+    got = [(r.subject, r.fields["outcome"], r.fields["payload"], r.fields["note"],
+            r.fields["error"], r.fields["attempts"]) for r in records]  # fmt: skip
+    assert got == [
+        (a, "acked", "pa", '{"message_id": 7}', "", "1"),
+        (b, "dropped", "pb", "", "chat not found", "1"),
+        (c, "dead", "pc", "", "boom", "1"),
+    ]
+    assert all(int(r.fields["settled_ms"]) > 0 for r in records)
