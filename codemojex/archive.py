@@ -1,0 +1,237 @@
+"""The local audit archive: one SQLite database of settled notices (WAL, ``synchronous=FULL``),
+inserted idempotently by notice id. Blocking: call it through ``trio.to_thread`` with a limiter
+of one (``ArchiveStore`` below does).
+
+``fold`` turns audit stream records into rows (pure).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from echomq_trio import ids
+
+__all__ = ["OUTCOMES", "ArchiveDB", "ArchiveStore", "AuditRow", "fold"]
+
+OUTCOMES = {"acked": "delivered", "dropped": "dropped", "dead": "dead"}
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS notices (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    notice_id TEXT NOT NULL UNIQUE,
+    job_id TEXT NOT NULL,
+    chat INTEGER,
+    outcome TEXT NOT NULL,
+    message_id INTEGER,
+    attempts INTEGER NOT NULL,
+    reason TEXT,
+    enqueued_ms INTEGER,
+    settled_ms INTEGER NOT NULL,
+    text TEXT
+);
+CREATE INDEX IF NOT EXISTS notices_by_chat ON notices (chat, settled_ms);
+CREATE INDEX IF NOT EXISTS notices_by_time ON notices (settled_ms);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+COLUMNS = ("notice_id", "job_id", "chat", "outcome", "message_id", "attempts", "reason",
+           "enqueued_ms", "settled_ms", "text")  # fmt: skip
+
+
+@attrs.frozen
+class AuditRow:
+    """One settled notice: ``delivered`` (with Telegram's message id), ``dropped`` (a permanent
+    error: ``reason``) or ``dead`` (out of attempts: the last error in ``reason``)."""
+
+    notice_id: str
+    job_id: str
+    chat: int | None
+    outcome: str
+    message_id: int | None
+    attempts: int
+    reason: str | None
+    enqueued_ms: int | None
+    settled_ms: int
+    text: str | None
+
+    def as_tuple(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, c) for c in COLUMNS)
+
+    def as_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+def _json(text: str) -> Mapping[str, Any]:
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, Mapping) else {}
+
+
+def fold(records: Iterable[Mapping[str, str]]) -> list[AuditRow]:
+    """Audit stream records (fields ``id``, ``outcome``, ``attempts``, ``settled_ms``,
+    ``payload``, ``note``, ``error``) to rows. A payload that is not a notice still gets a row,
+    keyed by its job id."""
+    rows = []
+    for rec in records:
+        payload = _json(rec.get("payload", ""))
+        note = _json(rec.get("note", ""))
+        job_id = rec.get("id", "")
+        notice_id = str(payload.get("id") or job_id)
+        chat = note.get("chat", payload.get("chat"))
+        message_id = note.get("message_id")
+        rows.append(
+            AuditRow(
+                notice_id=notice_id,
+                job_id=job_id,
+                chat=chat if isinstance(chat, int) else None,
+                outcome=OUTCOMES.get(rec.get("outcome", ""), rec.get("outcome", "")),
+                message_id=message_id if isinstance(message_id, int) else None,
+                attempts=int(rec.get("attempts") or 0),
+                reason=rec.get("error") or None,
+                enqueued_ms=ids.timestamp_ms(notice_id) if ids.is_valid(notice_id) else None,
+                settled_ms=int(rec.get("settled_ms") or 0),
+                text=payload.get("text") if isinstance(payload.get("text"), str) else None,
+            )
+        )
+    return rows
+
+
+class ArchiveDB:
+    """Blocking SQLite access; one instance per thread of use (see ``ArchiveStore``)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=FULL")
+        self.conn.execute("PRAGMA busy_timeout=10000")
+        self.conn.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def insert(self, rows: Sequence[AuditRow], seqs: Sequence[int] | None = None) -> int:
+        """Insert rows in one committed transaction; a notice id already present is skipped.
+        Returns how many were new. ``seqs`` (restore) keeps the original sequence numbers."""
+        marks = ", ".join("?" * len(COLUMNS))
+        names = ", ".join(COLUMNS)
+        cur = self.conn.cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            before = self.conn.total_changes
+            if seqs is None:
+                cur.executemany(
+                    f"INSERT OR IGNORE INTO notices ({names}) VALUES ({marks})",
+                    [r.as_tuple() for r in rows],
+                )
+            else:
+                cur.executemany(
+                    f"INSERT OR IGNORE INTO notices (seq, {names}) VALUES (?, {marks})",
+                    [(s, *r.as_tuple()) for s, r in zip(seqs, rows, strict=True)],
+                )
+            added = self.conn.total_changes - before
+            cur.execute("COMMIT")
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+        return added
+
+    def rows_after(self, seq: int, limit: int) -> list[tuple[int, AuditRow]]:
+        cur = self.conn.execute(
+            f"SELECT seq, {', '.join(COLUMNS)} FROM notices WHERE seq > ? ORDER BY seq LIMIT ?",
+            (seq, limit),
+        )
+        return [(r[0], AuditRow(*r[1:])) for r in cur.fetchall()]
+
+    def query(
+        self,
+        chat: int | None = None,
+        since_ms: int | None = None,
+        until_ms: int | None = None,
+        limit: int = 1000,
+    ) -> list[AuditRow]:
+        where, args = [], []
+        if chat is not None:
+            where.append("chat = ?")
+            args.append(chat)
+        if since_ms is not None:
+            where.append("settled_ms >= ?")
+            args.append(since_ms)
+        if until_ms is not None:
+            where.append("settled_ms < ?")
+            args.append(until_ms)
+        sql = f"SELECT {', '.join(COLUMNS)} FROM notices"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY settled_ms, seq LIMIT ?"
+        return [AuditRow(*r) for r in self.conn.execute(sql, (*args, limit)).fetchall()]
+
+    def counts(self) -> dict[str, int]:
+        cur = self.conn.execute("SELECT outcome, COUNT(*) FROM notices GROUP BY outcome")
+        return {outcome: n for outcome, n in cur.fetchall()}
+
+    def max_seq(self) -> int:
+        return int(self.conn.execute("SELECT COALESCE(MAX(seq), 0) FROM notices").fetchone()[0])
+
+    def get_meta(self, key: str, default: str | None = None) -> str | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return default if row is None else str(row[0])
+
+    def set_meta(self, values: Mapping[str, str]) -> None:
+        cur = self.conn.cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            cur.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                            list(values.items()))  # fmt: skip
+            cur.execute("COMMIT")
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+
+
+class ArchiveStore:
+    """``ArchiveDB`` for trio code: every call runs in a worker thread, one at a time."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._limiter = trio.CapacityLimiter(1)
+        self._db: ArchiveDB | None = None
+
+    async def open(self) -> None:
+        self._db = await trio.to_thread.run_sync(ArchiveDB, self.path, limiter=self._limiter)
+
+    async def aclose(self) -> None:
+        if self._db is not None:
+            db, self._db = self._db, None
+            with trio.CancelScope(shield=True, deadline=trio.current_time() + 10):
+                await trio.to_thread.run_sync(db.close, limiter=self._limiter)
+
+    @property
+    def db(self) -> ArchiveDB:
+        if self._db is None:
+            raise RuntimeError("the archive store is not open")
+        return self._db
+
+    async def insert(self, rows: Sequence[AuditRow]) -> int:
+        return await trio.to_thread.run_sync(self.db.insert, rows, limiter=self._limiter)
+
+    async def rows_after(self, seq: int, limit: int) -> list[tuple[int, AuditRow]]:
+        return await trio.to_thread.run_sync(self.db.rows_after, seq, limit, limiter=self._limiter)
+
+    async def get_meta(self, key: str, default: str | None = None) -> str | None:
+        return await trio.to_thread.run_sync(self.db.get_meta, key, default, limiter=self._limiter)
+
+    async def set_meta(self, values: Mapping[str, str]) -> None:
+        await trio.to_thread.run_sync(self.db.set_meta, values, limiter=self._limiter)
+
+    async def max_seq(self) -> int:
+        return await trio.to_thread.run_sync(self.db.max_seq, limiter=self._limiter)

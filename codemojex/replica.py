@@ -1,0 +1,135 @@
+"""Where archive segments go off-box, written create-only: a local directory (by default) or
+S3-compatible storage. ``put_new`` never overwrites: if the name exists it raises
+``NameTaken`` (S3's 412 Precondition Failed to ``If-None-Match: *``), which is how two writers
+learn that one of them must stop. S3's 409 (a concurrent conditional write) raises
+``ReplicaBusy``: try again. Blocking; callers use ``trio.to_thread``.
+
+Specs for ``open_replica``: a path or ``dir:PATH``; ``s3://BUCKET/PREFIX`` with credentials from
+the usual AWS environment variables and ``?endpoint=URL`` (or ``CODEMOJEX_S3_ENDPOINT``) for a
+non-AWS server.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import parse_qs, urlsplit
+
+__all__ = ["DirectoryReplica", "NameTaken", "Replica", "ReplicaBusy", "S3Replica", "open_replica"]
+
+
+class NameTaken(Exception):
+    """The name exists already: another writer owns it."""
+
+
+class ReplicaBusy(Exception):
+    """A concurrent conditional write got in the way; retry."""
+
+
+class Replica(Protocol):
+    def put_new(self, name: str, data: bytes) -> None: ...
+    def get(self, name: str) -> bytes: ...
+    def names(self, prefix: str) -> list[str]: ...
+    def describe(self) -> str: ...
+
+
+class DirectoryReplica:
+    """A directory; each object is a file published atomically and exclusively (``link``)."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root).resolve()
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def describe(self) -> str:
+        return f"dir:{self.root}"
+
+    def put_new(self, name: str, data: bytes) -> None:
+        final = self.root / name
+        final.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, final)  # fails if the name exists: create-only
+            except FileExistsError:
+                raise NameTaken(f"{name} exists in {self.describe()}") from None
+            dir_fd = os.open(final.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        finally:
+            os.unlink(tmp)
+
+    def get(self, name: str) -> bytes:
+        return (self.root / name).read_bytes()
+
+    def names(self, prefix: str) -> list[str]:
+        folder = self.root / prefix
+        if not folder.is_dir():
+            return []
+        return sorted(prefix + p.name for p in folder.iterdir() if not p.name.startswith("."))
+
+
+class S3Replica:
+    """A bucket and key prefix on S3-compatible storage (boto3)."""
+
+    def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
+                 client: Any = None) -> None:  # fmt: skip
+        import boto3
+
+        self.bucket = bucket
+        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        self.endpoint_url = endpoint_url
+        self.client = client or boto3.client("s3", endpoint_url=endpoint_url)
+
+    def describe(self) -> str:
+        where = f" at {self.endpoint_url}" if self.endpoint_url else ""
+        return f"s3://{self.bucket}/{self.prefix}{where}"
+
+    def put_new(self, name: str, data: bytes) -> None:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=self.prefix + name, Body=data,
+                                   IfNoneMatch="*")  # fmt: skip
+        except ClientError as exc:
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            code = exc.response.get("Error", {}).get("Code", "")
+            if status == 412 or code == "PreconditionFailed":
+                raise NameTaken(f"{name} exists in {self.describe()}") from None
+            if status == 409 or code == "ConditionalRequestConflict":
+                raise ReplicaBusy(f"{name}: concurrent write in {self.describe()}") from None
+            raise
+
+    def get(self, name: str) -> bytes:
+        body = self.client.get_object(Bucket=self.bucket, Key=self.prefix + name)["Body"]
+        return bytes(body.read())
+
+    def names(self, prefix: str) -> list[str]:
+        out: list[str] = []
+        paginator = self.client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix + prefix):
+            out += [obj["Key"][len(self.prefix) :] for obj in page.get("Contents", [])]
+        return sorted(out)
+
+
+def open_replica(spec: str) -> Replica:
+    """A replica from a spec (see the module docstring); ``ValueError`` for a bad one."""
+    if not spec:
+        raise ValueError("replica spec is empty")
+    if spec.startswith("s3://"):
+        parts = urlsplit(spec)
+        if not parts.netloc:
+            raise ValueError(f"s3 replica needs a bucket: {spec!r}")
+        query = parse_qs(parts.query)
+        endpoint = query.get("endpoint", [os.environ.get("CODEMOJEX_S3_ENDPOINT", "")])[0] or None
+        return S3Replica(parts.netloc, parts.path, endpoint_url=endpoint)
+    if "://" in spec:
+        raise ValueError(f"replica must be a directory or s3://bucket/prefix, got {spec!r}")
+    return DirectoryReplica(spec.removeprefix("dir:"))
