@@ -94,6 +94,7 @@ class Archiver:
         self.stats = ArchiverStats()
         self._limiter = trio.CapacityLimiter(1)  # replica calls, one at a time
         self._last_cut = 0.0
+        self._replicating = trio.Lock()  # one segment at a time, whoever asks
 
     async def _replica(self, fn: Callable[..., T], *args: Any) -> T:
         return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
@@ -189,6 +190,10 @@ class Archiver:
 
     async def replicate(self, *, force: bool = False) -> int:
         """Write the next segment if one is due; returns its number (0: none written)."""
+        async with self._replicating:
+            return await self._replicate(force)
+
+    async def _replicate(self, force: bool) -> int:
         if self.stats.fenced is not None:
             return 0
         upto = int(await self.store.get_meta("replicated_seq", "0") or 0)
