@@ -126,8 +126,9 @@ async def test_archiver_killed_mid_batch_and_restarted_loses_and_doubles_nothing
     bus: Bus, queue: str, server_url: str, tmp_path: Path
 ) -> None:
     db, rep = tmp_path / "audit.sqlite", tmp_path / "replica"
-    args = ["archive", "--url", server_url, "--queue", queue, "--db", str(db), "--replica",
-            str(rep), "--segment-rows", "20", "--segment-every", "0.2", "--min-idle-ms", "300"]  # fmt: skip
+    args = ["archive", "--url", server_url, "--queue", queue, "--db", str(db)]
+    args += ["--replica", str(rep), "--segment-rows", "20", "--segment-every", "0.2"]
+    args += ["--min-idle-ms", "300"]
     sent: list[str] = []
     async with open_stand_in(TOKEN, LIMITS) as tg, trio.open_nursery() as nursery:
         async with spawn(*args, module="codemojex.audit") as first:
@@ -217,7 +218,7 @@ async def test_restore_rebuilds_the_same_rows(bus: Bus, queue: str, tmp_path: Pa
         nursery.cancel_scope.cancel()
     before = rows_of(db)
     for suffix in ("", "-wal", "-shm"):
-        Path(str(db) + suffix).unlink(missing_ok=True)
+        await trio.Path(str(db) + suffix).unlink(missing_ok=True)
     assert restore(replica, db) == len(sent)
     assert rows_of(db) == before
 
@@ -230,8 +231,8 @@ def s3_endpoint() -> Iterator[str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
-                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
