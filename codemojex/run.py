@@ -18,10 +18,12 @@ from contextlib import asynccontextmanager
 import trio
 
 from codemojex import board, demo, game
+from codemojex.archiver import Archiver
 from codemojex.feed import Feed
 from codemojex.notification_worker import NotificationWorker
 from codemojex.notifier import NOTIFY_QUEUE
 from codemojex.rate_limiter import RateLimiter
+from codemojex.replica import open_replica
 from codemojex.settings import Settings, SettingsError, parse_settings
 from codemojex.telegram import open_bot
 from codemojex.testing.telegram import TelegramStandIn, open_stand_in
@@ -46,7 +48,9 @@ async def _telegram(settings: Settings) -> AsyncIterator[tuple[str, str, Telegra
         yield STAND_IN_TOKEN, stand_in.api_url, stand_in
 
 
-async def _summary(bus: Bus, worker: NotificationWorker, every_s: float) -> None:
+async def _summary(
+    bus: Bus, worker: NotificationWorker, archiver: Archiver | None, every_s: float
+) -> None:
     while True:
         await trio.sleep(every_s)
         try:
@@ -62,10 +66,15 @@ async def _summary(bus: Bus, worker: NotificationWorker, every_s: float) -> None
             say(f"summary: server unavailable: {exc}")
             continue
         s = worker.stats
+        audit = ""
+        if archiver is not None:
+            a = archiver.stats
+            audit = f" | archived {a.archived}, segments {a.segments}"
+            audit += f" (FENCED: {a.fenced})" if a.fenced else ""
         say(
             f"notices sent {s.delivered}, deferred {s.deferred}, retried {s.retried}, "
             f"dropped {s.dropped}, 429s {s.flood_waits} | pending {notify_counts.pending}, "
-            f"scheduled {notify_counts.scheduled} | top: {', '.join(leaders) or '-'}"
+            f"scheduled {notify_counts.scheduled}{audit} | top: {', '.join(leaders) or '-'}"
         )
 
 
@@ -84,6 +93,12 @@ async def run(
         worker = NotificationWorker(bus, bot, limiter)
         answer, next_run = await game.register_digest(bus)
         async with trio.open_nursery() as nursery:
+            archiver = None
+            if settings.archive:
+                archiver = Archiver(
+                    bus, settings.archive_db_path, open_replica(settings.replica_spec)
+                )
+                await nursery.start(archiver.run)  # before the worker: every notice is audited
             await nursery.start(worker.run)
             await nursery.start(Metronome(bus, NOTIFY_QUEUE, beat_ms=500).run)
             await nursery.start(Metronome(bus, game.GAME_QUEUE).run)
@@ -100,8 +115,11 @@ async def run(
             say(f"  daily digest: {answer.value}, next run at server ms {next_run}")
             if settings.demo:
                 nursery.start_soon(demo.play, bus)
+            if archiver is not None:
+                say(f"  audit: {settings.archive_db_path}, replicated to "
+                    f"{archiver.replica.describe()} (epoch {archiver.stats.epoch})")  # fmt: skip
             if settings.summary_every_s > 0:
-                nursery.start_soon(_summary, bus, worker, settings.summary_every_s)
+                nursery.start_soon(_summary, bus, worker, archiver, settings.summary_every_s)
             task_status.started(where)
 
 

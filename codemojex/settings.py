@@ -48,6 +48,17 @@ class Settings:
     feed_port: int = 8081
     demo: bool = True
     summary_every_s: float = 5.0
+    archive: bool = True
+    archive_db: Path | None = None  # default: <data_dir>/audit.sqlite
+    replica: str | None = None  # default: the directory <data_dir>/replica
+
+    @property
+    def archive_db_path(self) -> Path:
+        return self.archive_db or self.data_dir / "audit.sqlite"
+
+    @property
+    def replica_spec(self) -> str:
+        return self.replica or str(self.data_dir / "replica")
 
     @property
     def uses_stand_in(self) -> bool:
@@ -76,6 +87,11 @@ _HELP = {
     "demo": ("--demo", "CODEMOJEX_DEMO", "play a few demo rooms with simulated players: on/off"),
     "summary_every_s": ("--summary-every", "CODEMOJEX_SUMMARY_EVERY",
                         "seconds between live summary lines (0: none)"),
+    "archive": ("--archive", "CODEMOJEX_ARCHIVE",
+                "fold an audit of every notice into SQLite and replicate it: on/off"),
+    "archive_db": ("--archive-db", "CODEMOJEX_ARCHIVE_DB", "the audit archive's SQLite file"),
+    "replica": ("--replica", "CODEMOJEX_REPLICA",
+                "where archive segments are replicated: a directory or s3://bucket/prefix"),
 }  # fmt: skip
 
 
@@ -86,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
         "telegram_api_url": d.telegram_api_url, "global_limit": "30/1000",
         "private_limit": "3/3000", "group_limit": "20/60000", "host": d.host,
         "page_port": str(d.page_port), "feed_port": str(d.feed_port), "demo": "on",
-        "summary_every_s": str(d.summary_every_s),
+        "summary_every_s": str(d.summary_every_s), "archive": "on",
+        "archive_db": None, "replica": None,
     }  # fmt: skip
     parser = argparse.ArgumentParser(
         prog="python -m codemojex.run",
@@ -103,9 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_settings(argv: Sequence[str] | None = None) -> Settings:
     """Settings from ``argv`` and the environment; ``SettingsError`` for a bad value."""
     ns = build_parser().parse_args(argv)
-    demo = str(ns.demo).lower()
-    if demo not in ("on", "off", "true", "false", "1", "0", "yes", "no"):
-        raise SettingsError(f"--demo must be on or off, got {ns.demo!r}")
+    demo = _switch("--demo", ns.demo)
+    archive = _switch("--archive", ns.archive)
     try:
         page_port, feed_port = int(ns.page_port), int(ns.feed_port)
     except ValueError:
@@ -141,6 +157,22 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
         host=ns.host,
         page_port=_port("--page-port", page_port),
         feed_port=_port("--feed-port", feed_port),
-        demo=demo in ("on", "true", "1", "yes"),
+        demo=demo,
         summary_every_s=summary,
+        archive=archive,
+        archive_db=Path(ns.archive_db) if ns.archive_db else None,
+        replica=_replica(ns.replica),
     )
+
+
+def _switch(name: str, value: str) -> bool:
+    text = str(value).lower()
+    if text not in ("on", "off", "true", "false", "1", "0", "yes", "no"):
+        raise SettingsError(f"{name} must be on or off, got {value!r}")
+    return text in ("on", "true", "1", "yes")
+
+
+def _replica(spec: str | None) -> str | None:
+    if spec and "://" in spec and not spec.startswith("s3://"):
+        raise SettingsError(f"--replica must be a directory or s3://bucket/prefix, got {spec!r}")
+    return spec or None

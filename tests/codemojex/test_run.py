@@ -58,6 +58,7 @@ async def test_run_serves_delivers_and_stops_cleanly_then_resumes(tmp_path: Path
             assert (await client.get(page_url + "/rooms.json")).status_code == 200
         with trio.fail_after(60):
             await out.until(r"notices sent [1-9]")  # the demo's notices reached the stand-in
+            await out.until(r"archived [1-9]")  # and their audit rows reached the archive
         proc.send_signal(signal.SIGTERM)
         t0 = trio.current_time()
         with trio.fail_after(15):
@@ -113,6 +114,7 @@ async def test_help_documents_every_setting() -> None:
     )  # fmt: skip
     text = done.stdout.decode()
     for flag in ("--url", "--data-dir", "--telegram-token", "--global-limit", "--private-limit",
-                 "--group-limit", "--host", "--page-port", "--feed-port", "--demo"):  # fmt: skip
+                 "--group-limit", "--host", "--page-port", "--feed-port", "--demo",
+                 "--archive", "--archive-db", "--replica", "--summary-every"):  # fmt: skip
         assert flag in text
     assert "CODEMOJEX_TELEGRAM_TOKEN" in text
