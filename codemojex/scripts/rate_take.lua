@@ -3,11 +3,19 @@
 -- KEYS[1] <prefix>global (other keys derive from ARGV[1], same slot)
 -- ARGV[1] key prefix (emq:{cm.notify}:rate:), ARGV[2] chat id, ARGV[3] global limit,
 -- ARGV[4] global window ms, ARGV[5] chat limit, ARGV[6] chat window ms, ARGV[7] safety margin ms
--- (added to each window: arrival at Telegram jitters by a few ms)
--- Windows are sliding logs (sorted sets of send times). A pause (after a 429) blocks its scope.
--- When the global window is full, waiters are spread one send-interval apart in the order they
--- asked, so they do not all come back for the same free slot.
--- Returns {1, 0, ''} taken, or {0, wait ms, 'global' | 'chat' | 'paused'}.
+--
+-- Windows are sliding logs (sorted sets of send times), each window lengthened by the margin:
+-- arrival at Telegram jitters by a few ms, and a send up to a margin early or late still keeps
+-- every real window within its limit. Sends are appended in time order, so the logs hold the
+-- limit in every window.
+-- When only the global window is full, the chat gets a reservation: the next free global slot
+-- is entered in both logs now, at its future time, and remembered for the chat; when the chat
+-- comes back within the margin of that time it sends in its slot without taking again. So
+-- waiters queue in order instead of racing for each freed slot (a chat has at most one notice
+-- in flight: its lane's limit is 1). A reservation missed by more than the margin is given up
+-- (the slot stays spent, which is always safe).
+-- A pause (after a 429) blocks its scope.
+-- Returns {1, 0, ''} send now, or {0, wait ms, 'global' | 'chat' | 'paused'}.
 local p = ARGV[1]
 local chat = ARGV[2]
 local now = now_ms()
@@ -19,27 +27,41 @@ for _, key in ipairs({p .. 'pause:global', p .. 'pause:chat:' .. chat}) do
 end
 if wait > 0 then return {0, wait, 'paused'} end
 
-local function blocked(key, limit, window)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
-  if redis.call('ZCARD', key) < limit then return 0 end
-  local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-  return math.max(1, tonumber(oldest[2]) + window - now + 1)
+local glimit, gwin = tonumber(ARGV[3]), tonumber(ARGV[4]) + margin
+local climit, cwin = tonumber(ARGV[5]), tonumber(ARGV[6]) + margin
+local chat_key = p .. 'chat:' .. chat
+local rsv_key = p .. 'rsv:' .. chat
+
+local rsv = redis.call('GET', rsv_key)
+if rsv then
+  rsv = tonumber(rsv)
+  if now < rsv - margin then return {0, rsv - now, 'global'} end
+  redis.call('DEL', rsv_key)
+  if now <= rsv + margin then return {1, 0, ''} end
 end
 
-local gwin = tonumber(ARGV[4]) + margin
-local cwin = tonumber(ARGV[6]) + margin
-local chat_key = p .. 'chat:' .. chat
-local cw = blocked(chat_key, tonumber(ARGV[5]), cwin)
-if cw > 0 then return {0, cw, 'chat'} end
-local gw = blocked(KEYS[1], tonumber(ARGV[3]), gwin)
-if gw > 0 then
-  local queued = redis.call('INCR', p .. 'gqueue')
-  redis.call('PEXPIRE', p .. 'gqueue', gwin)
-  return {0, gw + math.floor((queued - 1) * gwin / tonumber(ARGV[3])), 'global'}
+-- The earliest time a send may be appended to a log: now, or when the entry `limit` places
+-- back leaves the window.
+local function next_slot(key, limit, window)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+  local n = redis.call('ZCARD', key)
+  if n < limit then
+    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    if last[2] and tonumber(last[2]) > now then return tonumber(last[2]) end
+    return now
+  end
+  local edge = redis.call('ZRANGE', key, n - limit, n - limit, 'WITHSCORES')
+  return math.max(now, tonumber(edge[2]) + window)
 end
-local member = now .. ':' .. redis.call('INCR', p .. 'seq')
-redis.call('ZADD', KEYS[1], now, member)
-redis.call('ZADD', chat_key, now, member)
-redis.call('PEXPIRE', KEYS[1], gwin)
-redis.call('PEXPIRE', chat_key, cwin)
-return {1, 0, ''}
+
+local chat_at = next_slot(chat_key, climit, cwin)
+if chat_at > now then return {0, chat_at - now, 'chat'} end
+local at = next_slot(KEYS[1], glimit, gwin)
+local member = at .. ':' .. redis.call('INCR', p .. 'seq')
+redis.call('ZADD', KEYS[1], at, member)
+redis.call('ZADD', chat_key, at, member)
+redis.call('PEXPIRE', KEYS[1], at - now + gwin)
+redis.call('PEXPIRE', chat_key, at - now + cwin)
+if at == now then return {1, 0, ''} end
+redis.call('SET', rsv_key, at, 'PX', at - now + gwin)
+return {0, at - now, 'global'}

@@ -6,10 +6,13 @@ background networking), opens one page target, and evaluates JavaScript in it.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator
@@ -58,10 +61,12 @@ class Page:
 async def open_page() -> AsyncIterator[Page]:
     binary = chromium_path()
     assert binary, "chromium is not installed (.ci/run installs Debian's chromium)"
-    with tempfile.TemporaryDirectory(prefix="cm-chromium-") as profile:
+    # Chromium's helper processes may still touch the profile as it goes: ignore cleanup errors.
+    with tempfile.TemporaryDirectory(prefix="cm-chromium-", ignore_cleanup_errors=True) as profile:
         proc = await trio.lowlevel.open_process(
             [binary, f"--user-data-dir={profile}", *FLAGS],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            start_new_session=True,  # its own process group, so all its helpers end with it
         )  # fmt: skip
         try:
             assert proc.stderr is not None
@@ -85,7 +90,8 @@ async def open_page() -> AsyncIterator[Page]:
                 yield Page(ws)
                 nursery.cancel_scope.cancel()
         finally:
-            proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
             with trio.CancelScope(shield=True, deadline=trio.current_time() + 10):
                 await proc.wait()
 

@@ -16,6 +16,7 @@ from codemojex.rate_limiter import RateLimiter
 from codemojex.telegram import open_bot
 from codemojex.testing.telegram import Scripted, TelegramStandIn, open_stand_in
 from echomq_trio import Bus, Metronome, events, jobs
+from tests.codemojex.proc import MARGIN_MS
 from tests.conftest import wait_for
 from tests.echomq_trio.processes import read_line, spawn
 
@@ -29,7 +30,7 @@ async def in_process_worker(
     bus: Bus, queue: str, tg: TelegramStandIn
 ) -> AsyncIterator[NotificationWorker]:
     async with open_bot(TOKEN, tg.api_url) as bot, trio.open_nursery() as nursery:
-        limiter = RateLimiter(bus, LIMITS, tag=queue, margin_ms=50)
+        limiter = RateLimiter(bus, LIMITS, tag=queue, margin_ms=MARGIN_MS)
         worker = NotificationWorker(bus, bot, limiter, queue=queue)
         await nursery.start(worker.run)
         await nursery.start(Metronome(bus, queue, beat_ms=100).run)

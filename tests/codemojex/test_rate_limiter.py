@@ -1,6 +1,8 @@
 """The shared limiter on a real server: windows, both-or-neither, pauses, one budget across
 limiter instances (as across processes)."""
 
+import itertools
+
 import pytest
 import trio
 
@@ -10,9 +12,9 @@ from echomq_trio import Bus
 from tests.conftest import wait_for
 
 
-def limiter(bus: Bus, tag: str, **kw: object) -> RateLimiter:
+def limiter(bus: Bus, tag: str, margin_ms: int = 0) -> RateLimiter:
     limits = Limits(global_=Window(5, 400), private=Window(2, 400), group=Window(3, 1000))
-    return RateLimiter(bus, limits, tag=tag, margin_ms=0, **kw)  # type: ignore[arg-type]
+    return RateLimiter(bus, limits, tag=tag, margin_ms=margin_ms)
 
 
 async def test_chat_window_then_global_window(bus: Bus, queue: str) -> None:
@@ -27,24 +29,41 @@ async def test_chat_window_then_global_window(bus: Bus, queue: str) -> None:
 
 async def test_both_or_neither(bus: Bus, queue: str) -> None:
     rl = limiter(bus, queue)
+    assert (await rl.take(1)).ok and (await rl.take(1)).ok
+    assert (await rl.take(1)).blocked_by == "chat"  # the global window is not charged for it
+    for chat in (2, 3, 4):
+        assert (await rl.take(chat)).ok  # 5 sends in the global window: all five slots used
+    assert (await rl.take(5)).blocked_by == "global"
+
+
+async def test_global_waiters_queue_in_order_for_the_next_free_slots(bus: Bus, queue: str) -> None:
+    rl = limiter(bus, queue, margin_ms=40)  # windows of 440 ms
     for chat in range(1, 6):
         assert (await rl.take(chat)).ok
-    assert not (await rl.take(6)).ok
-    # chat 6 got nothing charged: once the window passes it has its full 2.
+    waits = [(await rl.take(10 + i)).wait_ms for i in range(7)]
+    # Served in the order they asked (each wait is measured from its own "now": allow 2 ms).
+    assert all(b >= a - 2 for a, b in itertools.pairwise(waits)), waits
+    assert all(340 < w <= 441 for w in waits[:5])  # the next window's five slots
+    assert all(780 < w <= 881 for w in waits[5:])  # then the one after
+    # A waiter coming back at its time sends in its reserved slot, without taking again...
+    await trio.sleep(waits[0] / 1000)
+    assert (await rl.take(10)).ok
+    # ...and the slots are spoken for: a newcomer's slot is no earlier than the seventh's.
+    assert (await rl.take(99)).wait_ms >= waits[-1] - waits[0] - 3
 
-    async def ok() -> bool:
-        return (await rl.take(6)).ok
 
-    await wait_for(ok)
-    assert (await rl.take(6)).ok
-
-
-async def test_global_waiters_are_spread_out(bus: Bus, queue: str) -> None:
+async def test_a_missed_reservation_is_given_up_safely(bus: Bus, queue: str) -> None:
     rl = limiter(bus, queue)
     for chat in range(1, 6):
         await rl.take(chat)
-    waits = [(await rl.take(100 + i)).wait_ms for i in range(4)]
-    assert waits == sorted(waits) and waits[-1] - waits[0] >= 3 * 400 // 5 - 5
+    first = await rl.take(50)
+    assert not first.ok
+    await trio.sleep(first.wait_ms / 1000 + 0.05)  # back too late for the slot
+
+    async def sends() -> bool:
+        return (await rl.take(50)).ok
+
+    await wait_for(sends)
 
 
 async def test_group_chats_have_their_own_window(bus: Bus, queue: str) -> None:

@@ -1,0 +1,703 @@
+"""Benchmark of the codemojex notification pipeline; prints ONE JSON object on stdout.
+
+Run ``python tools/bench_notify.py [--url URL] [--quick] [--workers N]`` with the repository on
+``PYTHONPATH``. Without ``--url`` it starts the embedded server (``open_bus()`` with no URL); with
+one, it deletes its own queues' keys afterwards. Notices go through the real pipeline:
+``notify`` -> the bus (one lane per chat, limit 1) -> ``NotificationWorker`` with the shared
+``RateLimiter(bus, Limits(), tag=queue)`` (default margin) -> real HTTP on loopback -> the Bot API
+stand-in (``codemojex.testing.telegram``), which enforces the REAL default limits
+(``Limits()``: the bot 30 per 1000 ms, a private chat 3 per 3000 ms, a group 20 per 60 s) and
+answers 429 when one is exceeded. Every time below is the stand-in's arrival time of a message
+(``Delivery.at``, ``time.monotonic`` seconds). This is a benchmark, not a test: it reports, and
+its ``goals`` say whether each goal was met. It stops by itself: about 30 s (``--quick`` 15 s),
+each phase has a deadline, and a hard limit (110 s, ``--quick`` 60 s) cancels the rest.
+
+Workers: by default one ``NotificationWorker`` (concurrency 16) and one ``Metronome``
+(``beat_ms=100``) run in this process, like ``in_process_worker`` in
+``tests/codemojex/test_pipeline.py``; the limiter is wrapped to log every ``take`` (time, chat,
+answer) for the diagnostics. With ``--workers N`` they are N processes of
+``python -m tests.codemojex.proc URL QUEUE API_URL TOKEN 1`` instead (SCALE 1: the real limits);
+with the default margin too (``--margin-ms``), stated in the JSON as ``limiter_margin_ms``.
+Each phase has a queue of its own and its own workers.
+
+1. Saturation (``saturation_*``): ``CHATS`` private chats x 4 notices (150 x 4 = 600; ``--quick``
+   60 x 4 = 240), all enqueued with ``notify`` before the workers start. One chat may send 1/s
+   (burst 3), so 150 chats could use 150/s: the bot's 30/s is what binds. The per-chat limit
+   need not (served in turn at 30/s a chat's notices are 5 s apart, 2 s with ``--quick``); it
+   does bind when a lane that has just sent is served again at once, which shows as
+   ``rate limit (chat)`` deferrals.
+
+   * ``saturation_sends_per_s``: the steady rate, ``30 / mean(t[i] - t[i-30])`` over every
+     delivery ``i >= 30`` (arrival times in order). A sliding window of 30 per 1 s lets
+     delivery ``i`` go only once delivery ``i-30`` has left the window, so at saturation that
+     distance is the window's period: 1000 ms plus whatever the pipeline adds (the limiter's
+     margin, the time to notice that a slot is free, HTTP). This excludes the opening burst (the
+     first 30 go at once into the empty window and need no gap) without cutting the run at an
+     arbitrary point. ``details.saturation.after_first_window_sends_per_s`` cross-checks it:
+     deliveries after the first 30 divided by the time from the 30th to the last. The two agree
+     when the run ends as it went; the cross-check is lower when the end trails off (the last
+     30 arrivals spread over more than a window: ``last_window_span_s`` > 1.03), because the
+     steady rate weighs the last 30 arrivals by their mean time, the cross-check by the last.
+   * ``budget_per_s``: 30. ``fraction_of_budget``: the steady rate / 30 (goal >= 0.95). The
+     ceiling set by the margin alone (``details.saturation.margin_ceiling_fraction``) is
+     ``1000 / (1000 + margin)``: 0.971 at 30 ms, 0.952 at 50 ms.
+   * ``whole_run_sends_per_s``: all notices / (last arrival - the moment the workers were
+     ready), opening burst included; ``details.saturation.first_to_last_sends_per_s`` is
+     (N - 1) / (last - first arrival).
+   * ``max_in_any_1s_window``: the most arrivals in any half-open 1 s span (must be <= 30: the
+     budget is never exceeded); ``stand_in_429s``: 429s the stand-in had to answer (should be 0).
+   * ``per_chat_max_in_1s`` / ``per_chat_max_in_3s``: the most arrivals for any single chat in
+     any 1 s / 3 s span (<= 3 per 3 s expected). ``details.saturation.in_order``: every chat got
+     its notices in the order sent.
+   * ``details.saturation.cycle_excess_ms``: ``t[i] - t[i-30] - 1000 ms``, i.e. how much longer
+     than the window each send had to wait for its slot (p50/p90/mean/max). The steady rate is
+     ``30 / (1 + mean / 1000)``, so this says where the missing fraction goes; the margin is
+     part of it by construction.
+   * ``details.saturation.limiter_state`` (all modes): the limiter's keys sampled every 100 ms:
+     the share of samples in which the global window had free slots while lanes were waiting
+     (budget left unused although work was ready), the mean free slots then, the most lanes
+     waiting, and the most slots reserved ahead (global-window entries in the future: a chat
+     blocked only by the global window gets the next free slot reserved and comes back for it).
+   * ``details.saturation.takes`` (in-process only): limiter answers by outcome; the waits it
+     handed out; for each deferral the lateness of its return (when the chat's next ``take``
+     came minus when the limiter said to come back: the lane wait, the metronome, the claim,
+     the handler); how many returns were deferred again; and ``take_to_arrival_ms``, from a
+     granted take to the request's arrival (the jitter the margin has to cover).
+     ``deferrals`` (by reason, from the events stream) and ``deferred_total`` (the queue's
+     metrics) come from the server in all modes. ``worker`` is ``NotificationWorker.stats``.
+
+2. Flood fairness (``flood_*``): 1,000 notices to one chat are enqueued, the workers start, and
+   once 3 of them have arrived (the flood is flowing), 100 single notices go to 100 other chats,
+   one ``notify`` at a time. A small chat's delay is its stand-in arrival time minus the moment
+   its ``notify`` returned, both on ``time.monotonic``. (``trio.current_time()`` is NOT that
+   clock: trio's ``SystemClock`` adds a random offset of 10,000-200,000 s to
+   ``time.perf_counter``; ``details.clock`` shows the measured offset, its drift during the run,
+   and that perf_counter and monotonic are the same clock here, so the stamps use
+   ``time.monotonic()`` directly.) Reported: ``flood_small_delay_ms`` p50/p99/max/count; the
+   expected bound ``flood_expected_bound_ms`` = 100 / 30 s (100 sends at the bot's rate); and
+   ``flood_arrived_by_last_small``: flood notices that had arrived when the last small one did
+   (at 1/s per chat, about 3 + the seconds elapsed). The flood is then stopped (cancelled), not
+   drained.
+
+Also: ``python``, ``server_version``, ``limiter_margin_ms``, ``workers``, ``total_s`` (wall time
+of the whole run) and ``goals``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+import attrs
+import trio
+
+import codemojex
+from codemojex.limits import Limits
+from codemojex.notification_worker import NotificationWorker
+from codemojex.notifier import notify
+from codemojex.rate_limiter import DEFAULT_MARGIN_MS, RateLimiter, Take
+from codemojex.telegram import open_bot
+from codemojex.testing.telegram import Delivery, RequestRecord, TelegramStandIn, open_stand_in
+from echomq_trio import Bus, Metronome, events, jobs, open_bus
+
+TOKEN = "123456:BENCH"
+LIMITS = Limits()
+NOTICES_PER_CHAT = 4
+CHATS = 150
+QUICK_CHATS = 60
+FIRST_CHAT = 10_000
+FLOOD_CHAT = 7
+FLOOD_NOTICES = 1_000
+SMALL_CHATS = 100
+FIRST_SMALL_CHAT = 20_000
+FLOWING_AFTER = 3  # flood arrivals before the small notices are sent
+METRONOME_BEAT_MS = 100  # as in tests/codemojex (test_pipeline.py and proc.py)
+PROC_MODULE = "tests.codemojex.proc"
+HARD_LIMIT_S = 110.0  # the whole run is cancelled after this (--quick: QUICK_HARD_LIMIT_S)
+QUICK_HARD_LIMIT_S = 60.0
+SATURATION_LIMIT_S = 45.0  # the saturation phase stops here even if notices are left
+QUICK_SATURATION_LIMIT_S = 20.0
+READY_LIMIT_S = 15.0  # a worker process must print "ready" within this
+FLOWING_LIMIT_S = 10.0  # the flood must have begun to arrive within this
+SMALL_LIMIT_S = 20.0  # the small notices of the flood phase stop being awaited after this
+SETTLE_LIMIT_S = 3.0  # after the last arrival, how long to wait for the last acks
+SAMPLE_S = 0.1  # how often the limiter's state is sampled during the saturation phase
+STOP_LIMIT_S = 5.0  # a worker process gets this long after SIGTERM before SIGKILL
+GOAL_FRACTION = 0.95
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(codemojex.__file__)))
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def _round(value: float, digits: int = 1) -> float:
+    return round(value, digits)
+
+
+def _percentile(ordered: Sequence[float], pct: float) -> float:
+    """Nearest-rank percentile of an ascending sequence."""
+    index = max(0, math.ceil(pct / 100 * len(ordered)) - 1)
+    return ordered[index]
+
+
+def _finite(value: float, digits: int = 1) -> float | None:
+    """``value`` rounded, or ``None`` (JSON ``null``) when it is infinite: not measured."""
+    return round(value, digits) if math.isfinite(value) else None
+
+
+def _le(value: float | None, bound: float) -> bool:
+    """``value <= bound``; an unmeasured value (``None``) is not within any bound."""
+    return value is not None and value <= bound
+
+
+def _summary(values: Sequence[float], digits: int = 1) -> dict[str, Any]:
+    """p50/p90/p99/mean/max/min/count of ``values`` (empty: just the count); an infinite value
+    (something that never happened) makes the figures it reaches ``null``."""
+    if not values:
+        return {"count": 0}
+    ordered = sorted(values)
+    return {
+        "p50": _finite(_percentile(ordered, 50), digits),
+        "p90": _finite(_percentile(ordered, 90), digits),
+        "p99": _finite(_percentile(ordered, 99), digits),
+        "mean": _finite(sum(ordered) / len(ordered), digits),
+        "max": _finite(ordered[-1], digits),
+        "min": _finite(ordered[0], digits),
+        "count": sum(1 for v in ordered if math.isfinite(v)),
+    }
+
+
+def _max_in_span(times: Sequence[float], span_s: float) -> int:
+    """The most of ``times`` (ascending) inside any half-open span ``[t, t + span_s)``."""
+    best = 0
+    start = 0
+    for end, t in enumerate(times):
+        while t - times[start] >= span_s:
+            start += 1
+        best = max(best, end - start + 1)
+    return best
+
+
+async def _info(bus: Bus, section: str) -> dict[str, str]:
+    raw = await bus.wire.command("INFO", section)
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    pairs = (line.split(":", 1) for line in text.splitlines() if ":" in line)
+    return {key: value.strip() for key, value in pairs}
+
+
+async def _server_version(bus: Bus) -> str:
+    fields = await _info(bus, "server")
+    valkey = fields.get("valkey_version")
+    return f"valkey {valkey}" if valkey else f"redis {fields.get('redis_version', 'unknown')}"
+
+
+async def _drop_queue(bus: Bus, queue: str) -> None:
+    """Delete every key of ``queue``, the limiter's included (used only with ``--url``)."""
+    pattern = bus.keys(queue).prefix + "*"  # braces are not glob characters
+    cursor = "0"
+    while True:
+        cursor_raw, found = await bus.wire.command(
+            "SCAN", cursor, "MATCH", pattern, "COUNT", "10000"
+        )
+        if found:
+            await bus.wire.command("UNLINK", *found)
+        cursor = cursor_raw.decode() if isinstance(cursor_raw, bytes) else str(cursor_raw)
+        if cursor == "0":
+            return
+
+
+async def _deferral_reasons(bus: Bus, queue: str) -> dict[str, int]:
+    """``deferred`` events of ``queue`` by reason (the stream keeps about the last 10,000)."""
+    reasons: Counter[str] = Counter()
+    after = "-"
+    while True:
+        page = await events.read(bus, queue, after, count=1000)
+        if not page:
+            break
+        for event in page:
+            if event.kind == "deferred":
+                reasons[str(event.fields.get("reason", "?"))] += 1
+        after = page[-1].stream_id
+    return dict(reasons)
+
+
+def _clock_sample() -> dict[str, float]:
+    """``trio.current_time() - time.monotonic()`` (taken back to back) and the same for
+    ``time.perf_counter()``."""
+    mono = time.monotonic()
+    trio_now = trio.current_time()
+    perf = time.perf_counter()
+    return {"trio_minus_monotonic_s": trio_now - mono, "perf_minus_monotonic_s": perf - mono}
+
+
+# --- the limiter, instrumented -------------------------------------------------------------
+
+
+@attrs.frozen
+class _TakeRecord:
+    at: float  # time.monotonic() when the answer came
+    chat: int
+    ok: bool
+    wait_ms: int
+    blocked_by: str
+
+
+class _LoggingLimiter(RateLimiter):
+    """The real limiter, logging each ``take`` answer (in-process runs only)."""
+
+    def __init__(self, bus: Bus, limits: Limits, *, tag: str) -> None:
+        super().__init__(bus, limits, tag=tag)
+        self.log: list[_TakeRecord] = []
+
+    async def take(self, chat: int) -> Take:
+        got = await super().take(chat)
+        self.log.append(_TakeRecord(time.monotonic(), chat, got.ok, got.wait_ms, got.blocked_by))
+        return got
+
+
+def _take_report(log: Sequence[_TakeRecord], requests: Sequence[RequestRecord]) -> dict[str, Any]:
+    """Answers by outcome, how late each deferred chat came back for its next take, and how
+    long after a granted take its request reached the stand-in (the k-th granted take of a chat
+    is its k-th request: a lane has one notice in flight)."""
+    outcomes = Counter("ok" if r.ok else r.blocked_by for r in log)
+    last: dict[int, _TakeRecord] = {}
+    late_ms: dict[str, list[float]] = {"global": [], "chat": []}
+    waits: dict[str, list[float]] = {"global": [], "chat": []}
+    redeferred = 0
+    for r in log:
+        prev = last.get(r.chat)
+        if prev is not None and not prev.ok and prev.blocked_by in late_ms:
+            due = prev.at + prev.wait_ms / 1000
+            late_ms[prev.blocked_by].append((r.at - due) * 1000)
+            if not r.ok:
+                redeferred += 1
+        if not r.ok and r.blocked_by in waits:
+            waits[r.blocked_by].append(r.wait_ms)
+        last[r.chat] = r
+    granted: dict[int, list[float]] = {}
+    for r in log:
+        if r.ok:
+            granted.setdefault(r.chat, []).append(r.at)
+    seen: Counter[int] = Counter()
+    to_arrival_ms: list[float] = []
+    for q in requests:
+        if q.chat_id is None:
+            continue
+        takes = granted.get(q.chat_id, [])
+        if seen[q.chat_id] < len(takes):
+            to_arrival_ms.append((q.at - takes[seen[q.chat_id]]) * 1000)
+        seen[q.chat_id] += 1
+    return {
+        "by_outcome": dict(outcomes),
+        "deferred_wait_ms": {k: _summary(v, 0) for k, v in waits.items() if v},
+        "return_lateness_ms": {k: _summary(v, 1) for k, v in late_ms.items() if v},
+        "deferred_again_on_return": redeferred,
+        "take_to_arrival_ms": _summary(to_arrival_ms, 2),
+    }
+
+
+# --- workers -------------------------------------------------------------------------------
+
+
+@attrs.define
+class _Workers:
+    ready_at: float = 0.0  # time.monotonic() when consuming began (the first worker ready)
+    in_process: NotificationWorker | None = None
+    limiter: _LoggingLimiter | None = None
+
+
+@asynccontextmanager
+async def _in_process_workers(bus: Bus, queue: str, tg: TelegramStandIn) -> AsyncIterator[_Workers]:
+    async with open_bot(TOKEN, tg.api_url) as bot, trio.open_nursery() as nursery:
+        limiter = _LoggingLimiter(bus, LIMITS, tag=queue)
+        worker = NotificationWorker(bus, bot, limiter, queue=queue)
+        metronome = Metronome(bus, queue, beat_ms=METRONOME_BEAT_MS)
+        await nursery.start(worker.run)
+        await nursery.start(metronome.run)
+        yield _Workers(time.monotonic(), worker, limiter)
+        nursery.cancel_scope.cancel()
+
+
+async def _read_line(proc: trio.Process) -> str:
+    assert proc.stdout is not None
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = await proc.stdout.receive_some(1)
+        if not chunk:
+            raise RuntimeError(f"worker process ended before a line (code {proc.returncode})")
+        buf += chunk
+    return buf.decode().strip()
+
+
+async def _stop(procs: Sequence[trio.Process]) -> None:
+    """SIGTERM every process still running, then SIGKILL any left after ``STOP_LIMIT_S``."""
+    with trio.CancelScope(shield=True):
+        for proc in procs:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)  # no handler in proc.py: it ends at once
+        with trio.move_on_after(STOP_LIMIT_S):
+            for proc in procs:
+                await proc.wait()
+        for proc in procs:
+            if proc.returncode is None:
+                proc.kill()
+        with trio.move_on_after(STOP_LIMIT_S):
+            for proc in procs:
+                await proc.wait()
+
+
+@asynccontextmanager
+async def _worker_processes(
+    server_url: str, queue: str, tg: TelegramStandIn, count: int
+) -> AsyncIterator[_Workers]:
+    path = os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path}
+    argv = [sys.executable, "-m", PROC_MODULE, server_url, queue, tg.api_url, TOKEN, "1",
+            "--margin-ms", str(DEFAULT_MARGIN_MS)]  # fmt: skip
+    procs: list[trio.Process] = []
+    try:
+        for _ in range(count):
+            procs.append(
+                await trio.lowlevel.open_process(
+                    argv,
+                    cwd=REPO_ROOT,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                )
+            )
+        ready: list[float] = []
+
+        async def wait_ready(proc: trio.Process) -> None:
+            line = await _read_line(proc)
+            if line != "ready":
+                raise RuntimeError(f"worker process said {line!r}, not 'ready'")
+            ready.append(time.monotonic())
+
+        with trio.fail_after(READY_LIMIT_S):
+            async with trio.open_nursery() as nursery:
+                for proc in procs:
+                    nursery.start_soon(wait_ready, proc)
+        # The first process to be ready starts consuming at once: the run starts then.
+        yield _Workers(min(ready))
+    finally:
+        await _stop(procs)
+
+
+def _workers(
+    bus: Bus, server_url: str, queue: str, tg: TelegramStandIn, processes: int
+) -> AbstractAsyncContextManager[_Workers]:
+    if processes:
+        return _worker_processes(server_url, queue, tg, processes)
+    return _in_process_workers(bus, queue, tg)
+
+
+# --- phase 1: saturation -------------------------------------------------------------------
+
+
+@attrs.frozen
+class _Sample:
+    free: int  # sends the global window would allow right now
+    waiting: int  # lanes waiting until a time (rate-limit deferrals)
+    reserved: int  # global slots reserved ahead for waiting chats
+
+
+async def _sample_limiter(bus: Bus, queue: str, margin_ms: int, out: list[_Sample]) -> None:
+    """Every ``SAMPLE_S``: free slots in the global window (entries newer than the window plus
+    margin, on the server clock; reserved ones count as used), lanes waiting, slots reserved."""
+    prefix = RateLimiter(bus, LIMITS, tag=queue).prefix
+    waits = bus.keys(queue).prefix + "gwait"
+    span = LIMITS.global_.window_ms + margin_ms
+    while True:
+        now = await bus.wire.server_time_ms()
+        used = await bus.wire.command("ZCOUNT", prefix + "global", f"({now - span}", "+inf")
+        waiting = await bus.wire.command("ZCARD", waits)
+        ahead = await bus.wire.command("ZCOUNT", prefix + "global", f"({now}", "+inf")
+        free = max(0, LIMITS.global_.limit - int(used))
+        out.append(_Sample(free, int(waiting), int(ahead)))
+        await trio.sleep(SAMPLE_S)
+
+
+def _sample_report(samples: Sequence[_Sample]) -> dict[str, Any]:
+    """How often the window had room while lanes were waiting, and the most slots reserved."""
+    idle = [s for s in samples if s.free > 0 and s.waiting > 0]
+    return {
+        "samples": len(samples),
+        "free_while_lanes_waited_pct": _round(100 * len(idle) / max(1, len(samples))),
+        "mean_free_slots_then": _round(sum(s.free for s in idle) / max(1, len(idle)), 1),
+        "max_lanes_waiting": max((s.waiting for s in samples), default=0),
+        "max_reserved_ahead": max((s.reserved for s in samples), default=0),
+    }
+
+
+def _in_order(deliveries: Sequence[Delivery], expected: dict[int, list[str]]) -> bool:
+    got: dict[int, list[str]] = {}
+    for d in deliveries:
+        got.setdefault(d.chat_id, []).append(d.text)
+    return all(got.get(chat, []) == texts for chat, texts in expected.items())
+
+
+async def _settle(bus: Bus, queue: str) -> bool:
+    """Wait (up to ``SETTLE_LIMIT_S``) until no job of ``queue`` is pending, scheduled or
+    active, so that the last acks are in before the workers stop; ``True`` if so."""
+    with trio.move_on_after(SETTLE_LIMIT_S):
+        while True:
+            c = await jobs.counts(bus, queue)
+            if c.pending == c.scheduled == c.active == 0:
+                return True
+            await trio.sleep(0.05)
+    return False
+
+
+async def bench_saturation(
+    bus: Bus, server_url: str, queue: str, chats: int, processes: int, limit_s: float
+) -> dict[str, Any]:
+    limit = LIMITS.global_.limit
+    window_s = LIMITS.global_.window_s
+    chat_ids = [FIRST_CHAT + c for c in range(chats)]
+    expected: dict[int, list[str]] = {chat: [] for chat in chat_ids}
+    total = chats * NOTICES_PER_CHAT
+    async with open_stand_in(TOKEN, LIMITS) as tg:
+        began = time.monotonic()
+        for n in range(NOTICES_PER_CHAT):
+            for chat in chat_ids:
+                text = f"{chat}:{n}"
+                await notify(bus, chat, text, queue=queue)
+                expected[chat].append(text)
+        enqueue_s = time.monotonic() - began
+        complete = False
+        samples: list[_Sample] = []
+        async with _workers(bus, server_url, queue, tg, processes) as workers:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_sample_limiter, bus, queue, _margin(processes), samples)
+                with trio.move_on_after(limit_s):
+                    await tg.wait_deliveries(total)
+                    complete = True
+                nursery.cancel_scope.cancel()
+            settled = complete and await _settle(bus, queue)
+        deliveries = sorted(tg.deliveries, key=lambda d: d.at)
+        rate_limited = tg.rate_limited
+        requests = list(tg.requests)
+    times = [d.at for d in deliveries]
+    if len(times) <= limit:
+        raise RuntimeError(f"only {len(times)} notices arrived in {limit_s:.0f}s")
+    gaps = [times[i] - times[i - limit] for i in range(limit, len(times))]
+    mean_gap = sum(gaps) / len(gaps)
+    steady = limit / mean_gap
+    by_chat: dict[int, list[float]] = {}
+    for d in deliveries:
+        by_chat.setdefault(d.chat_id, []).append(d.at)
+    counts = await jobs.counts(bus, queue)
+    details: dict[str, Any] = {
+        "chats": chats,
+        "notices": total,
+        "delivered": len(deliveries),
+        "complete": complete,
+        "enqueue_s": _round(enqueue_s, 2),
+        "first_arrival_after_ready_ms": _round((times[0] - workers.ready_at) * 1000),
+        "run_s": _round(times[-1] - workers.ready_at, 2),
+        "after_first_window_sends_per_s": _round(
+            (len(times) - limit) / (times[-1] - times[limit - 1]), 2
+        ),
+        "first_to_last_sends_per_s": _round((len(times) - 1) / (times[-1] - times[0]), 2),
+        "last_window_span_s": _round(times[-1] - times[-limit], 2),
+        "cycle_excess_ms": _summary([(g - window_s) * 1000 for g in gaps], 1),
+        "limiter_state": _sample_report(samples),
+        "margin_ceiling_fraction": _round(1000 / (1000 + _margin(processes)), 4),
+        "in_order": _in_order(deliveries, expected),
+        "stand_in_requests": len(requests),
+        "deferred_total": counts.deferred_total,
+        "deferrals": await _deferral_reasons(bus, queue),
+        "settled": settled,
+        "dead": counts.dead,
+    }
+    if workers.in_process is not None:
+        stats = workers.in_process.stats
+        details["worker"] = attrs.asdict(stats)
+    if workers.limiter is not None:
+        details["takes"] = _take_report(workers.limiter.log, requests)
+    return {
+        "saturation_sends_per_s": _round(steady, 2),
+        "budget_per_s": LIMITS.global_.per_second,
+        "fraction_of_budget": _round(steady / LIMITS.global_.per_second, 4),
+        "whole_run_sends_per_s": _round(len(times) / (times[-1] - workers.ready_at), 2),
+        "max_in_any_1s_window": _max_in_span(times, 1.0),
+        "stand_in_429s": rate_limited,
+        "per_chat_max_in_1s": max(_max_in_span(t, 1.0) for t in by_chat.values()),
+        "per_chat_max_in_3s": max(_max_in_span(t, 3.0) for t in by_chat.values()),
+        "details": details,
+    }
+
+
+def _margin(processes: int) -> int:
+    return DEFAULT_MARGIN_MS  # worker processes get the same margin (--margin-ms)
+
+
+# --- phase 2: flood fairness ---------------------------------------------------------------
+
+
+async def bench_flood(bus: Bus, server_url: str, queue: str, processes: int) -> dict[str, Any]:
+    bound_s = SMALL_CHATS / LIMITS.global_.per_second
+    small = [FIRST_SMALL_CHAT + c for c in range(SMALL_CHATS)]
+    sent_at: dict[int, float] = {}
+    async with open_stand_in(TOKEN, LIMITS) as tg:
+        began = time.monotonic()
+        for n in range(FLOOD_NOTICES):
+            await notify(bus, FLOOD_CHAT, f"flood {n}", queue=queue)
+        enqueue_s = time.monotonic() - began
+        async with _workers(bus, server_url, queue, tg, processes) as workers:
+            with trio.fail_after(FLOWING_LIMIT_S):
+                await tg.wait_deliveries(FLOWING_AFTER, FLOOD_CHAT)
+            small_began = time.monotonic()
+            for chat in small:
+                await notify(bus, chat, "hello", queue=queue)
+                sent_at[chat] = time.monotonic()
+            small_enqueue_s = time.monotonic() - small_began
+            with trio.move_on_after(SMALL_LIMIT_S):
+                while sum(1 for d in tg.deliveries if d.chat_id in sent_at) < SMALL_CHATS:
+                    await tg.wait_deliveries(len(tg.deliveries) + 1)
+            ready_at = workers.ready_at
+            stats = None if workers.in_process is None else attrs.asdict(workers.in_process.stats)
+            take_log = [] if workers.limiter is None else list(workers.limiter.log)
+        # The flood is cancelled here, with most of it still queued.
+        deliveries = sorted(tg.deliveries, key=lambda d: d.at)
+        rate_limited = tg.rate_limited
+        requests = list(tg.requests)
+    small_arrivals = {d.chat_id: d.at for d in deliveries if d.chat_id in sent_at}
+    # A small notice that never arrived (only if SMALL_LIMIT_S passed) counts as infinitely late.
+    delays = [(small_arrivals[c] - sent_at[c]) * 1000 if c in small_arrivals else math.inf
+              for c in small]  # fmt: skip
+    last_small = max(small_arrivals.values(), default=math.inf)
+    flood_times = [d.at for d in deliveries if d.chat_id == FLOOD_CHAT]
+    flood_by_last = sum(1 for t in flood_times if t <= last_small)
+    delay = _summary(delays, 1)
+    details: dict[str, Any] = {
+        "flood_notices": FLOOD_NOTICES,
+        "small_chats": SMALL_CHATS,
+        "small_arrived": len(small_arrivals),
+        "enqueue_flood_s": _round(enqueue_s, 2),
+        "small_enqueue_ms": _round(small_enqueue_s * 1000, 1),
+        "first_small_sent_after_ready_ms": _round((small_began - ready_at) * 1000),
+        "last_small_after_first_sent_ms": _finite((last_small - small_began) * 1000),
+        "small_delay_ms": delay,
+        "flood_max_in_3s": _max_in_span(flood_times, 3.0),
+        "max_in_any_1s_window": _max_in_span([d.at for d in deliveries], 1.0),
+        "stand_in_429s": rate_limited,
+    }
+    if stats is not None:
+        details["worker"] = stats
+    if take_log:
+        details["takes"] = _take_report(take_log, requests)
+    return {
+        "flood_small_delay_ms": {k: delay[k] for k in ("p50", "p99", "max", "count")},
+        "flood_expected_bound_ms": _round(bound_s * 1000),
+        "flood_arrived_by_last_small": flood_by_last,
+        "details": details,
+    }
+
+
+# --- the benchmark -------------------------------------------------------------------------
+
+
+async def bench(url: str | None, quick: bool, processes: int) -> dict[str, Any]:
+    began = time.monotonic()
+    clock_start = _clock_sample()
+    run_id = uuid.uuid4().hex[:8]
+    out: dict[str, Any] = {
+        "python": platform.python_version(),
+        "trio": trio.__version__,
+        "cpu_count": os.cpu_count(),
+        "quick": quick,
+        "workers": f"{processes} processes" if processes else "in-process",
+        "limits": {
+            "global": attrs.asdict(LIMITS.global_),
+            "private": attrs.asdict(LIMITS.private),
+            "group": attrs.asdict(LIMITS.group),
+        },
+        "limiter_margin_ms": _margin(processes),
+    }
+    details: dict[str, Any] = {}
+    async with open_bus(url) as bus:
+        server_url = bus.server.url if bus.server is not None else str(url)
+        out["server"] = "url" if bus.server is None else "embedded"
+        out["server_version"] = await _server_version(bus)
+        queues = [f"bench-notify-{run_id}-sat", f"bench-notify-{run_id}-flood"]
+        try:
+            chats = QUICK_CHATS if quick else CHATS
+            limit_s = QUICK_SATURATION_LIMIT_S if quick else SATURATION_LIMIT_S
+            sat = await bench_saturation(bus, server_url, queues[0], chats, processes, limit_s)
+            details["saturation"] = sat.pop("details")
+            out.update(sat)
+            flood = await bench_flood(bus, server_url, queues[1], processes)
+            details["flood"] = flood.pop("details")
+            out.update(flood)
+        finally:
+            if bus.server is None:  # a server we do not own: leave it as we found it
+                with trio.move_on_after(10, shield=True):
+                    for queue in queues:
+                        await _drop_queue(bus, queue)
+    clock_end = _clock_sample()
+    details["clock"] = {
+        "trio_minus_monotonic_s": _round(clock_start["trio_minus_monotonic_s"], 6),
+        "drift_during_run_us": _round(
+            (clock_end["trio_minus_monotonic_s"] - clock_start["trio_minus_monotonic_s"]) * 1e6,
+            1,
+        ),
+        "perf_minus_monotonic_us": _round(clock_end["perf_minus_monotonic_s"] * 1e6, 1),
+        "monotonic": time.get_clock_info("monotonic").implementation,
+        "perf_counter": time.get_clock_info("perf_counter").implementation,
+    }
+    out["goals"] = {
+        "fraction_of_budget_ge_0.95": out["fraction_of_budget"] >= GOAL_FRACTION,
+        "never_above_30_in_1s": out["max_in_any_1s_window"] <= LIMITS.global_.limit
+        and details["flood"]["max_in_any_1s_window"] <= LIMITS.global_.limit,
+        "no_429s": out["stand_in_429s"] == 0 and details["flood"]["stand_in_429s"] == 0,
+        "per_chat_le_3_in_3s": out["per_chat_max_in_3s"] <= LIMITS.private.limit,
+        "small_p99_within_bound": _le(
+            out["flood_small_delay_ms"]["p99"], out["flood_expected_bound_ms"]
+        ),
+        "all_delivered_in_order": details["saturation"]["complete"]
+        and details["saturation"]["in_order"],
+    }
+    out["details"] = details
+    out["total_s"] = _round(time.monotonic() - began, 1)
+    return out
+
+
+async def _main(url: str | None, quick: bool, processes: int) -> None:
+    with trio.fail_after(QUICK_HARD_LIMIT_S if quick else HARD_LIMIT_S):
+        result = await bench(url, quick, processes)
+    print(json.dumps(result, indent=2), flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--url", help="server URL; default: start an embedded server")
+    parser.add_argument("--quick", action="store_true", help=f"{QUICK_CHATS} chats, not {CHATS}")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help=f"run N worker processes ({PROC_MODULE}); default: one worker in this process",
+    )
+    args = parser.parse_args(argv)
+    if args.workers < 0:
+        parser.error("--workers must be >= 0")
+    trio.run(_main, args.url, args.quick, args.workers)
+
+
+if __name__ == "__main__":
+    main()
