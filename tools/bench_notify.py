@@ -93,21 +93,25 @@ import platform
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import attrs
 import trio
 
 import codemojex
+from codemojex.archiver import Archiver
 from codemojex.limits import Limits
 from codemojex.notification_worker import NotificationWorker
 from codemojex.notifier import notify
 from codemojex.rate_limiter import DEFAULT_MARGIN_MS, RateLimiter, Take
+from codemojex.replica import DirectoryReplica
 from codemojex.telegram import open_bot
 from codemojex.testing.telegram import Delivery, RequestRecord, TelegramStandIn, open_stand_in
 from echomq_trio import Bus, Metronome, events, jobs, open_bus
@@ -462,14 +466,26 @@ async def _settle(bus: Bus, queue: str) -> bool:
 
 
 async def bench_saturation(
-    bus: Bus, server_url: str, queue: str, chats: int, processes: int, limit_s: float
+    bus: Bus,
+    server_url: str,
+    queue: str,
+    chats: int,
+    processes: int,
+    limit_s: float,
+    archive_dir: Path | None = None,
 ) -> dict[str, Any]:
     limit = LIMITS.global_.limit
     window_s = LIMITS.global_.window_s
     chat_ids = [FIRST_CHAT + c for c in range(chats)]
     expected: dict[int, list[str]] = {chat: [] for chat in chat_ids}
     total = chats * NOTICES_PER_CHAT
-    async with open_stand_in(TOKEN, LIMITS) as tg:
+    async with open_stand_in(TOKEN, LIMITS) as tg, trio.open_nursery() as archive_nursery:
+        archiver = None
+        if archive_dir is not None:
+            # The audit is on before anything is enqueued, so every notice gets its record.
+            archiver = Archiver(bus, archive_dir / "audit.sqlite",
+                                DirectoryReplica(archive_dir / "replica"), queue=queue)  # fmt: skip
+            await archive_nursery.start(archiver.run)
         began = time.monotonic()
         for n in range(NOTICES_PER_CHAT):
             for chat in chat_ids:
@@ -490,6 +506,14 @@ async def bench_saturation(
         deliveries = sorted(tg.deliveries, key=lambda d: d.at)
         rate_limited = tg.rate_limited
         requests = list(tg.requests)
+        archived = None
+        if archiver is not None:
+            with trio.move_on_after(20):
+                while archiver.stats.archived < total:  # noqa: ASYNC110 - polled stats
+                    await trio.sleep(0.05)
+            archived = {"rows": archiver.stats.archived, "segments": archiver.stats.segments,
+                        "fenced": archiver.stats.fenced}  # fmt: skip
+        archive_nursery.cancel_scope.cancel()
     times = [d.at for d in deliveries]
     if len(times) <= limit:
         raise RuntimeError(f"only {len(times)} notices arrived in {limit_s:.0f}s")
@@ -528,6 +552,8 @@ async def bench_saturation(
         details["worker"] = attrs.asdict(stats)
     if workers.limiter is not None:
         details["takes"] = _take_report(workers.limiter.log, requests)
+    if archived is not None:
+        details["archiver"] = archived
     return {
         "saturation_sends_per_s": _round(steady, 2),
         "budget_per_s": LIMITS.global_.per_second,
@@ -611,7 +637,9 @@ async def bench_flood(bus: Bus, server_url: str, queue: str, processes: int) -> 
 # --- the benchmark -------------------------------------------------------------------------
 
 
-async def bench(url: str | None, quick: bool, processes: int) -> dict[str, Any]:
+async def bench(
+    url: str | None, quick: bool, processes: int, with_archiver: bool = False
+) -> dict[str, Any]:
     began = time.monotonic()
     clock_start = _clock_sample()
     run_id = uuid.uuid4().hex[:8]
@@ -633,7 +661,8 @@ async def bench(url: str | None, quick: bool, processes: int) -> dict[str, Any]:
         server_url = bus.server.url if bus.server is not None else str(url)
         out["server"] = "url" if bus.server is None else "embedded"
         out["server_version"] = await _server_version(bus)
-        queues = [f"bench-notify-{run_id}-sat", f"bench-notify-{run_id}-flood"]
+        queues = [f"bench-notify-{run_id}-sat", f"bench-notify-{run_id}-flood",
+                  f"bench-notify-{run_id}-archived"]  # fmt: skip
         try:
             chats = QUICK_CHATS if quick else CHATS
             limit_s = QUICK_SATURATION_LIMIT_S if quick else SATURATION_LIMIT_S
@@ -643,6 +672,20 @@ async def bench(url: str | None, quick: bool, processes: int) -> dict[str, Any]:
             flood = await bench_flood(bus, server_url, queues[1], processes)
             details["flood"] = flood.pop("details")
             out.update(flood)
+            if with_archiver:
+                with tempfile.TemporaryDirectory(prefix="bench-archive-") as folder:
+                    arch = await bench_saturation(bus, server_url, queues[2], chats, processes,
+                                                  limit_s, Path(folder))  # fmt: skip
+                details["saturation_with_archiver"] = arch.pop("details")
+                out["with_archiver"] = {
+                    "saturation_sends_per_s": arch["saturation_sends_per_s"],
+                    "fraction_of_budget": arch["fraction_of_budget"],
+                    "vs_without": _round(
+                        arch["saturation_sends_per_s"] / out["saturation_sends_per_s"], 4
+                    ),
+                    "stand_in_429s": arch["stand_in_429s"],
+                    "archived": details["saturation_with_archiver"]["archiver"],
+                }
         finally:
             if bus.server is None:  # a server we do not own: leave it as we found it
                 with trio.move_on_after(10, shield=True):
@@ -671,14 +714,17 @@ async def bench(url: str | None, quick: bool, processes: int) -> dict[str, Any]:
         "all_delivered_in_order": details["saturation"]["complete"]
         and details["saturation"]["in_order"],
     }
+    if with_archiver:
+        out["goals"]["archiver_ge_0.95_of_without"] = out["with_archiver"]["vs_without"] >= 0.95
     out["details"] = details
     out["total_s"] = _round(time.monotonic() - began, 1)
     return out
 
 
-async def _main(url: str | None, quick: bool, processes: int) -> None:
-    with trio.fail_after(QUICK_HARD_LIMIT_S if quick else HARD_LIMIT_S):
-        result = await bench(url, quick, processes)
+async def _main(url: str | None, quick: bool, processes: int, with_archiver: bool) -> None:
+    limit = QUICK_HARD_LIMIT_S if quick else HARD_LIMIT_S
+    with trio.fail_after(limit * (2 if with_archiver else 1)):
+        result = await bench(url, quick, processes, with_archiver)
     print(json.dumps(result, indent=2), flush=True)
 
 
@@ -693,10 +739,15 @@ def main(argv: list[str] | None = None) -> None:
         metavar="N",
         help=f"run N worker processes ({PROC_MODULE}); default: one worker in this process",
     )
+    parser.add_argument(
+        "--archiver",
+        action="store_true",
+        help="also run the saturation phase with the audit archiver running, and compare",
+    )
     args = parser.parse_args(argv)
     if args.workers < 0:
         parser.error("--workers must be >= 0")
-    trio.run(_main, args.url, args.quick, args.workers)
+    trio.run(_main, args.url, args.quick, args.workers, args.archiver)
 
 
 if __name__ == "__main__":
