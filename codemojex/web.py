@@ -5,14 +5,12 @@ app on hypercorn, on trio."""
 from __future__ import annotations
 
 import json
-import logging
 from importlib import resources
 from typing import TYPE_CHECKING
 
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve
 
+from codemojex.asgi import serve_app
 from codemojex.game import list_rooms
 from echomq_trio import Bus
 
@@ -65,13 +63,4 @@ class PageServer:
         *,
         task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        config = Config()
-        config.bind = [f"{host}:{port}"]
-        config.accesslog = None
-        quiet = logging.getLogger("codemojex.web.hypercorn")
-        quiet.setLevel(logging.WARNING)
-        config.errorlog = quiet
-        config.graceful_timeout = 0.5
-        async with trio.open_nursery() as nursery:
-            binds: list[str] = await nursery.start(serve, self.app, config)
-            task_status.started(binds[0])
+        await serve_app(self.app, host, port, "codemojex.web.hypercorn", task_status=task_status)

@@ -43,9 +43,8 @@ from urllib.parse import parse_qsl
 
 import attrs
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve as hypercorn_serve
 
+from codemojex.asgi import serve_app
 from codemojex.limits import Limits, Window
 
 if TYPE_CHECKING:
@@ -288,19 +287,11 @@ class TelegramStandIn:
         task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Serve until cancelled; ``task_status.started`` gets the api_url (with the real port)."""
-        config = Config()
-        config.bind = [f"{host}:{port}"]
-        config.accesslog = None
-        config.errorlog = _quiet_logger()
-        config.graceful_timeout = 0.5
-
         try:
             async with trio.open_nursery() as nursery:
-                binds: list[str] = await nursery.start(hypercorn_serve, self.app, config)
-                if not binds:
-                    raise RuntimeError("hypercorn bound no address")
-                self._api_url = binds[0]
-                task_status.started(binds[0])
+                url = await nursery.start(serve_app, self.app, host, port, _HYPERCORN_LOG)
+                self._api_url = url
+                task_status.started(url)
         finally:
             self._api_url = None
 
@@ -592,11 +583,7 @@ def _params(scope: HTTPScope, body: bytes) -> dict[str, object]:
     return params
 
 
-def _quiet_logger() -> logging.Logger:
-    """Hypercorn's error log: warnings and errors only (no "Running on ..." banner)."""
-    logger = logging.getLogger("codemojex.testing.telegram.hypercorn")
-    logger.setLevel(logging.WARNING)
-    return logger
+_HYPERCORN_LOG = "codemojex.testing.telegram.hypercorn"  # warnings and errors only
 
 
 @asynccontextmanager
