@@ -1,7 +1,11 @@
 # Shortcuts for developers (just is optional; each recipe is one plain command).
 
-# Run the demo on an embedded server.
+# Run the service: everything on one machine, with a demo.
 run:
+    python3 -m codemojex.run
+
+# A short tour of the bus alone.
+demo:
     python3 -m echomq_trio.demo
 
 # Lint, type-check and test, exactly as CI does.
@@ -13,3 +17,4 @@ test:
 
 bench:
     python3 tools/bench_bus.py
+    python3 tools/bench_notify.py --archiver
