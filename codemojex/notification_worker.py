@@ -101,7 +101,7 @@ class NotificationWorker:
                 wait = take.wait_ms
                 if take.blocked_by == "global":
                     # A reserved slot: come back a little early, since waking a waiting lane
-                    # takes a few ms; the limiter honours a reservation within its margin.
+                    # takes a few ms; the limiter honours a reservation within half its margin.
                     wait = max(1, wait - self.limiter.margin_ms // 2)
                 return DeferIn(wait, f"rate limit ({take.blocked_by})")
             verdict = await self.bot.send_message(chat, notice.text, **notice.opts)

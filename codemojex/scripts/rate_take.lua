@@ -10,10 +10,11 @@
 -- limit in every window.
 -- When only the global window is full, the chat gets a reservation: the next free global slot
 -- is entered in both logs now, at its future time, and remembered for the chat; when the chat
--- comes back within the margin of that time it sends in its slot without taking again. So
+-- comes back within half the margin of that time it sends in its slot without taking again. So
 -- waiters queue in order instead of racing for each freed slot (a chat has at most one notice
--- in flight: its lane's limit is 1). A reservation missed by more than the margin is given up
--- (the slot stays spent, which is always safe).
+-- in flight: its lane's limit is 1). Half, because a send early or late by up to half the
+-- margin leaves the other half for the jitter of its trip to Telegram. A reservation missed by
+-- more is given up (the slot stays spent, which is always safe).
 -- A pause (after a 429) blocks its scope.
 -- Returns {1, 0, ''} send now, or {0, wait ms, 'global' | 'chat' | 'paused'}.
 local p = ARGV[1]
@@ -35,9 +36,10 @@ local rsv_key = p .. 'rsv:' .. chat
 local rsv = redis.call('GET', rsv_key)
 if rsv then
   rsv = tonumber(rsv)
-  if now < rsv - margin then return {0, rsv - now, 'global'} end
+  local slack = math.floor(margin / 2)
+  if now < rsv - slack then return {0, rsv - now, 'global'} end
   redis.call('DEL', rsv_key)
-  if now <= rsv + margin then return {1, 0, ''} end
+  if now <= rsv + slack then return {1, 0, ''} end
 end
 
 -- The earliest time a send may be appended to a log: now, or when the entry `limit` places

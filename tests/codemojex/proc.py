@@ -18,7 +18,7 @@ from codemojex.rate_limiter import RateLimiter
 from codemojex.telegram import open_bot
 from echomq_trio import Metronome, open_bus
 
-MARGIN_MS = 100  # arrival jitter on a loaded 2-core machine; windows are 100-300 ms
+MARGIN_MS = 200  # covers arrival jitter on a loaded 2-core machine (windows are 100-300 ms)
 
 
 async def run(args: argparse.Namespace) -> None:
