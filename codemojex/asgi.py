@@ -10,7 +10,18 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
-__all__ = ["serve_app"]
+__all__ = ["answer_lifespan", "serve_app"]
+
+
+async def answer_lifespan(receive: Any, send: Any) -> None:
+    """Answer the server's lifespan events (these apps need no start-up or shut-down work)."""
+    while True:
+        event = await receive()
+        if event["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif event["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
 
 
 async def serve_app(

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from codemojex.asgi import serve_app
+from codemojex.asgi import answer_lifespan, serve_app
 from codemojex.game import list_rooms
 from echomq_trio import Bus
 
@@ -31,13 +31,8 @@ class PageServer:
 
     async def app(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                event = await receive()
-                if event["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif event["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await answer_lifespan(receive, send)
+            return
         if scope["type"] != "http":
             return
         path = scope["path"]

@@ -44,7 +44,7 @@ from urllib.parse import parse_qsl
 import attrs
 import trio
 
-from codemojex.asgi import serve_app
+from codemojex.asgi import answer_lifespan, serve_app
 from codemojex.limits import Limits, Window
 
 if TYPE_CHECKING:
@@ -352,13 +352,8 @@ class TelegramStandIn:
 
     async def app(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                event = await receive()
-                if event["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif event["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await answer_lifespan(receive, send)
+            return
         if scope["type"] != "http":
             return
         reply = await self._http(scope, receive)
