@@ -319,7 +319,7 @@ class Consumer:
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
                 if any(d.kind == "ack" for d in batch):
-                    items = [(d.job.id, d.job.attempts, d.error) for d in batch if d.kind == "ack"]
+                    items = [(d.job.id, d.job.token, d.error) for d in batch if d.kind == "ack"]
                     outcomes = await self._persist(
                         partial(jobs.ack_many, self.bus, self.queue, items)
                     )
@@ -339,7 +339,7 @@ class Consumer:
 
     async def _settle_defer(self, d: _Done) -> None:
         outcome = await self._persist(
-            partial(jobs.defer, self.bus, self.queue, d.job.id, d.job.attempts, d.delay_ms, d.error)
+            partial(jobs.defer, self.bus, self.queue, d.job.id, d.job.token, d.delay_ms, d.error)
         )
         if outcome is Outcome.DEFERRED:
             self._stats.deferred += 1
@@ -353,7 +353,7 @@ class Consumer:
                 self.bus,
                 self.queue,
                 d.job.id,
-                d.job.attempts,
+                d.job.token,
                 d.delay_ms,
                 1 if d.kind == "bury" else self.max_attempts,
                 d.error,
@@ -378,7 +378,7 @@ class Consumer:
         with scope:
             while True:
                 await trio.sleep(self.lease_ms / 3000)
-                items = [(j.id, j.attempts) for j in self._held.values()]
+                items = [(j.id, j.token) for j in self._held.values()]
                 if not items:
                     continue
                 try:
@@ -391,7 +391,7 @@ class Consumer:
     async def _release_held(self) -> None:
         if not self._held:
             return
-        items = [(j.id, j.attempts) for j in self._held.values()]
+        items = [(j.id, j.token) for j in self._held.values()]
         with trio.CancelScope(shield=True, deadline=trio.current_time() + SETTLE_TIME_S):
             try:
                 self._stats.released += await jobs.release(self.bus, self.queue, items)

@@ -75,12 +75,14 @@ class Scheduled:
 
 @attrs.frozen
 class Job:
-    """A claimed job. ``attempts`` is the fencing token: present it to settle the job."""
+    """A claimed job. ``token`` (the lease number) is the fencing token: present it to settle
+    the job. ``attempts`` counts the attempts spent, this one included."""
 
     queue: str
     id: str
     payload: bytes
     attempts: int
+    token: int
     lease_deadline_ms: int
     group: str | None = None
 
@@ -260,8 +262,16 @@ async def claim(bus: Bus, queue: str, batch: int = 1, lease_ms: int = 30_000) ->
     )
     deadline = int(raw[0])
     return [
-        Job(queue, _text(raw[i]), raw[i + 1], int(raw[i + 2]), deadline, _text(raw[i + 3]) or None)
-        for i in range(1, len(raw), 4)
+        Job(
+            queue,
+            _text(raw[i]),
+            raw[i + 1],
+            int(raw[i + 2]),
+            int(raw[i + 3]),
+            deadline,
+            _text(raw[i + 4]) or None,
+        )
+        for i in range(1, len(raw), 5)
     ]
 
 

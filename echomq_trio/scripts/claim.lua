@@ -3,9 +3,11 @@
 -- first within each.  pending -> active
 -- KEYS[1] emq:{q}:pending (other keys derive from ARGV[1], same slot)
 -- ARGV[1] queue prefix, ARGV[2] batch, ARGV[3] lease ms
--- Each claim raises the job's attempts by one; that number is the fencing token that ack,
--- retry, defer, extend and release must present. The lease deadline (server ms) is the job's
--- score in active. Returns {lease deadline, then per job: id, payload, attempts, group or ''}.
+-- Each claim raises the job's attempts by one, and its lease number by one: the lease number is
+-- the fencing token that ack, retry, defer, extend and release must present. It only ever
+-- grows (attempts go back down when a job is deferred or released), so a token is never handed
+-- out twice. The lease deadline (server ms) is the job's score in active.
+-- Returns {lease deadline, then per job: id, payload, attempts, token, group or ''}.
 local qp = ARGV[1]
 local want = tonumber(ARGV[2])
 local now = now_ms()
@@ -16,11 +18,13 @@ local out = {deadline}
 local function take(id, g)
   local row = qp .. 'job:' .. id
   local attempts = redis.call('HINCRBY', row, 'attempts', 1)
+  local token = redis.call('HINCRBY', row, 'lease', 1)
   redis.call('HSET', row, 'state', 'active')
   redis.call('ZADD', active_key, deadline, id)
   out[#out + 1] = id
   out[#out + 1] = redis.call('HGET', row, 'payload')
   out[#out + 1] = attempts
+  out[#out + 1] = token
   out[#out + 1] = g
   emit(qp, 'claimed', id, 'attempt', attempts)
 end

@@ -3,12 +3,13 @@
 -- so the job keeps its place; a flat job waits on the schedule.
 -- active -> pending (lane, waiting) | scheduled
 -- KEYS[1] emq:{q}:active (other keys derive from ARGV[1], same slot)
--- ARGV[1] queue prefix, ARGV[2] job id, ARGV[3] fencing token, ARGV[4] delay ms, ARGV[5] reason
+-- ARGV[1] queue prefix, ARGV[2] job id, ARGV[3] fencing token (lease number), ARGV[4] delay ms,
+-- ARGV[5] reason
 -- Returns 1 deferred, 0 stale (token mismatch or not active), -1 gone.
 local qp = ARGV[1]
 local id = ARGV[2]
 local row = qp .. 'job:' .. id
-local f = redis.call('HMGET', row, 'state', 'attempts', 'group')
+local f = redis.call('HMGET', row, 'state', 'lease', 'group')
 if not f[1] then return -1 end
 if f[1] ~= 'active' or f[2] ~= ARGV[3] then return 0 end
 local now = now_ms()

@@ -2,7 +2,7 @@
 -- pending (or the head of their lane) at once and the interrupted attempt is not counted.
 -- active -> pending
 -- KEYS[1] emq:{q}:active (other keys derive from ARGV[1], same slot)
--- ARGV[1] queue prefix, then pairs ARGV[2k] job id, ARGV[2k+1] fencing token
+-- ARGV[1] queue prefix, then pairs ARGV[2k] job id, ARGV[2k+1] fencing token (lease number)
 -- Jobs whose token no longer matches (reaped and claimed elsewhere) are left alone.
 -- Returns the number released.
 local qp = ARGV[1]
@@ -12,7 +12,7 @@ local flat = 0
 for i = 2, #ARGV, 2 do
   local id = ARGV[i]
   local row = qp .. 'job:' .. id
-  local f = redis.call('HMGET', row, 'state', 'attempts', 'group')
+  local f = redis.call('HMGET', row, 'state', 'lease', 'group')
   if f[1] == 'active' and f[2] == ARGV[i + 1] then
     redis.call('ZREM', KEYS[1], id)
     redis.call('HINCRBY', row, 'attempts', -1)

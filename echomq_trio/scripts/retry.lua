@@ -1,7 +1,7 @@
 -- retry: the attempt failed; try again after a delay, or bury the job when it has used its
 -- attempts.  active -> scheduled | pending (lane, waiting) | dead
 -- KEYS[1] emq:{q}:active (other keys derive from ARGV[1], same slot)
--- ARGV[1] queue prefix, ARGV[2] job id, ARGV[3] fencing token, ARGV[4] delay ms,
+-- ARGV[1] queue prefix, ARGV[2] job id, ARGV[3] fencing token (lease number), ARGV[4] delay ms,
 -- ARGV[5] max attempts (attempts >= max buries the job), ARGV[6] error text,
 -- ARGV[7] '1' to bury the job now whatever its attempts (a permanent error: 'dropped')
 -- A job of a lane with concurrency limit 1 (a strictly ordered lane) goes back to the head of
@@ -11,9 +11,9 @@
 local qp = ARGV[1]
 local id = ARGV[2]
 local row = qp .. 'job:' .. id
-local f = redis.call('HMGET', row, 'state', 'attempts', 'group')
+local f = redis.call('HMGET', row, 'state', 'attempts', 'group', 'lease')
 if not f[1] then return -1 end
-if f[1] ~= 'active' or f[2] ~= ARGV[3] then return 0 end
+if f[1] ~= 'active' or f[4] ~= ARGV[3] then return 0 end
 local now = now_ms()
 local g = f[3]
 redis.call('ZREM', KEYS[1], id)

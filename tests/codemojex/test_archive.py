@@ -196,7 +196,7 @@ async def test_a_taken_segment_number_fences_its_writer(
             bus, queue, "JOB0ST3A7fpq0Q", '{"chat": 1, "text": "t", "id": "NOT0ST3A7fpq0Q"}'
         )
         (job,) = await jobs.claim(bus, queue)
-        await jobs.ack(bus, queue, job.id, job.attempts)
+        await jobs.ack(bus, queue, job.id, job.token)
         await wait_for(lambda: archiver.stats.fenced is not None, timeout=20)
         nursery.cancel_scope.cancel()
     assert "segment 1 is owned by another writer" in (archiver.stats.fenced or "")

@@ -110,4 +110,4 @@ async def test_digest_sends_every_room_its_top_ten(
     assert await handler(job) is None
     assert "Alice 42%" in (await _lane_texts(bus, room.chat))[-1]
     assert "no scores yet" in (await _lane_texts(bus, other.chat))[-1]
-    await jobs.ack(bus, game.GAME_QUEUE, job.id, job.attempts)
+    await jobs.ack(bus, game.GAME_QUEUE, job.id, job.token)

@@ -13,13 +13,13 @@ async def test_transitions_write_events_in_order(bus: Bus, queue: str) -> None:
     got = await jobs.claim(bus, queue, 2)
     ja = next(j for j in got if j.id == a)
     jb = next(j for j in got if j.id == b)
-    await jobs.ack(bus, queue, a, ja.attempts)
-    await jobs.retry(bus, queue, b, jb.attempts, 0, 5, "boom")
+    await jobs.ack(bus, queue, a, ja.token)
+    await jobs.retry(bus, queue, b, jb.token, 0, 5, "boom")
     await jobs.promote(bus, queue)
     (jb2,) = await jobs.claim(bus, queue, 1)
-    await jobs.defer(bus, queue, b, jb2.attempts, 0, "later")
+    await jobs.defer(bus, queue, b, jb2.token, 0, "later")
     (jb3,) = await jobs.claim(bus, queue, 1)
-    await jobs.retry(bus, queue, b, jb3.attempts, 0, 1, "final")
+    await jobs.retry(bus, queue, b, jb3.token, 0, 1, "final")
     seen = [(e.kind, e.subject) for e in await events.read(bus, queue)]
     assert seen[:2] == [("enqueued", a), ("enqueued", b)]
     kinds_b = [k for k, s in seen if s == b]

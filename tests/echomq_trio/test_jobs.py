@@ -48,8 +48,8 @@ async def test_stale_ack_is_refused_and_second_ack_is_gone(bus: Bus, queue: str)
     await jobs.enqueue(bus, queue, a, "p")
     (job,) = await jobs.claim(bus, queue)
     assert await jobs.ack(bus, queue, a, 99) is Outcome.STALE
-    assert await jobs.ack(bus, queue, a, job.attempts) is Outcome.ACKED
-    assert await jobs.ack(bus, queue, a, job.attempts) is Outcome.GONE
+    assert await jobs.ack(bus, queue, a, job.token) is Outcome.ACKED
+    assert await jobs.ack(bus, queue, a, job.token) is Outcome.GONE
     assert await jobs.get_job(bus, queue, a) is None
     assert (await jobs.counts(bus, queue)).completed_total == 1
     # A finished id may be used again.
@@ -69,11 +69,11 @@ async def test_ack_from_a_worker_whose_job_was_reaped_and_claimed_again_is_refus
     await wait_for(reaped)
     (second,) = await jobs.claim(bus, queue, lease_ms=10_000)
     assert second.attempts == first.attempts + 1 == 2
-    assert await jobs.ack(bus, queue, a, first.attempts) is Outcome.STALE
-    assert await jobs.retry(bus, queue, a, first.attempts, 0, 5, "late") is Outcome.STALE
-    assert (await jobs.extend(bus, queue, [(a, first.attempts)], 1000)).lost == (a,)
-    assert await jobs.release(bus, queue, [(a, first.attempts)]) == 0
-    assert await jobs.ack(bus, queue, a, second.attempts) is Outcome.ACKED
+    assert await jobs.ack(bus, queue, a, first.token) is Outcome.STALE
+    assert await jobs.retry(bus, queue, a, first.token, 0, 5, "late") is Outcome.STALE
+    assert (await jobs.extend(bus, queue, [(a, first.token)], 1000)).lost == (a,)
+    assert await jobs.release(bus, queue, [(a, first.token)]) == 0
+    assert await jobs.ack(bus, queue, a, second.token) is Outcome.ACKED
 
 
 async def test_reaped_job_not_yet_reclaimed_can_still_be_acked(bus: Bus, queue: str) -> None:
@@ -85,7 +85,7 @@ async def test_reaped_job_not_yet_reclaimed_can_still_be_acked(bus: Bus, queue: 
         return (await jobs.reap(bus, queue)).reaped == 1
 
     await wait_for(reaped)
-    assert await jobs.ack(bus, queue, a, job.attempts) is Outcome.ACKED
+    assert await jobs.ack(bus, queue, a, job.token) is Outcome.ACKED
     assert await jobs.claim(bus, queue) == []
 
 
@@ -152,7 +152,7 @@ async def test_extend_renews_the_lease(bus: Bus, queue: str) -> None:
     a = jid()
     await jobs.enqueue(bus, queue, a, "p")
     (job,) = await jobs.claim(bus, queue, lease_ms=1000)
-    ext = await jobs.extend(bus, queue, [(a, job.attempts)], 60_000)
+    ext = await jobs.extend(bus, queue, [(a, job.token)], 60_000)
     assert ext.lost == () and ext.lease_deadline_ms > job.lease_deadline_ms + 50_000
     info = await jobs.get_job(bus, queue, a)
     assert info is not None and info.score_ms == ext.lease_deadline_ms
@@ -162,7 +162,7 @@ async def test_release_returns_to_pending_without_spending_an_attempt(bus: Bus, 
     a = jid()
     await jobs.enqueue(bus, queue, a, "p")
     (job,) = await jobs.claim(bus, queue)
-    assert await jobs.release(bus, queue, [(a, job.attempts)]) == 1
+    assert await jobs.release(bus, queue, [(a, job.token)]) == 1
     info = await jobs.get_job(bus, queue, a)
     assert info is not None and (info.state, info.attempts) == ("pending", 0)
     (again,) = await jobs.claim(bus, queue)
@@ -270,14 +270,14 @@ async def test_audit_records_are_written_by_the_settling_script(bus: Bus, queue:
     a, b, c, quiet = jid(), jid(), jid(), jid()
     await jobs.enqueue(bus, queue, quiet, "before")
     (q,) = await jobs.claim(bus, queue)
-    await jobs.ack(bus, queue, quiet, q.attempts)  # no audit kept yet
+    await jobs.ack(bus, queue, quiet, q.token)  # no audit kept yet
     await jobs.set_audit(bus, queue)
     await jobs.enqueue_many(bus, queue, [(a, "pa"), (b, "pb"), (c, "pc")])
     ja, jb, jc = await jobs.claim(bus, queue, 3)
-    assert await jobs.ack(bus, queue, a, ja.attempts, note='{"message_id": 7}') is Outcome.ACKED
-    assert await jobs.ack(bus, queue, a, ja.attempts) is Outcome.GONE  # no second record
-    await jobs.retry(bus, queue, b, jb.attempts, 0, 5, "chat not found", buried=True)
-    await jobs.retry(bus, queue, c, jc.attempts, 0, 1, "boom")
+    assert await jobs.ack(bus, queue, a, ja.token, note='{"message_id": 7}') is Outcome.ACKED
+    assert await jobs.ack(bus, queue, a, ja.token) is Outcome.GONE  # no second record
+    await jobs.retry(bus, queue, b, jb.token, 0, 5, "chat not found", buried=True)
+    await jobs.retry(bus, queue, c, jc.token, 0, 1, "boom")
     records = await events.read(bus, queue, stream="audit")
     got = [(r.subject, r.fields["outcome"], r.fields["payload"], r.fields["note"],
             r.fields["error"], r.fields["attempts"]) for r in records]  # fmt: skip
@@ -287,3 +287,22 @@ async def test_audit_records_are_written_by_the_settling_script(bus: Bus, queue:
         (c, "dead", "pc", "", "boom", "1"),
     ]
     assert all(int(r.fields["settled_ms"]) > 0 for r in records)
+
+
+async def test_tokens_are_never_handed_out_twice(bus: Bus, queue: str) -> None:
+    # A deferral or release gives the attempt back, but not the token: a settle that arrives
+    # late (say, a retried request after a timeout) cannot touch the next claim's lease.
+    a = jid()
+    await jobs.enqueue(bus, queue, a, "p")
+    (first,) = await jobs.claim(bus, queue)
+    assert await jobs.defer(bus, queue, a, first.token, 0, "later") is Outcome.DEFERRED
+    await jobs.promote(bus, queue)
+    (second,) = await jobs.claim(bus, queue)
+    assert (second.attempts, second.token) == (1, first.token + 1)
+    assert await jobs.defer(bus, queue, a, first.token, 0, "late duplicate") is Outcome.STALE
+    assert await jobs.release(bus, queue, [(a, first.token)]) == 0
+    assert await jobs.release(bus, queue, [(a, second.token)]) == 1
+    (third,) = await jobs.claim(bus, queue)
+    assert (third.attempts, third.token) == (1, second.token + 1)
+    assert await jobs.ack(bus, queue, a, second.token) is Outcome.STALE
+    assert await jobs.ack(bus, queue, a, third.token) is Outcome.ACKED

@@ -57,7 +57,7 @@ async def test_limit_caps_jobs_in_flight_per_lane(bus: Bus, queue: str) -> None:
     (status,) = await lanes.status(bus, queue, ["L"])
     assert (status.depth, status.in_flight, status.limit, status.on_ring) == (3, 2, 2, False)
     one = next(j for j in first if j.group == "L")
-    assert await jobs.ack(bus, queue, one.id, one.attempts) is Outcome.ACKED
+    assert await jobs.ack(bus, queue, one.id, one.token) is Outcome.ACKED
     nxt = await jobs.claim(bus, queue, 10)
     assert [j.group for j in nxt] == ["L"]
 
@@ -113,7 +113,7 @@ async def test_retried_lane_job_returns_to_its_lane_and_is_claimed_again(
     await lanes.enqueue(bus, queue, "chat", a, "a")
     await lanes.enqueue(bus, queue, "other", b, "b")
     (job,) = await jobs.claim(bus, queue, 1)
-    assert await jobs.retry(bus, queue, a, job.attempts, 0, 5, "flaky") is Outcome.SCHEDULED
+    assert await jobs.retry(bus, queue, a, job.token, 0, 5, "flaky") is Outcome.SCHEDULED
     await jobs.promote(bus, queue)
     info = await jobs.get_job(bus, queue, a)
     assert info is not None and info.group == "chat"
@@ -135,7 +135,7 @@ async def test_strict_lane_retry_holds_the_lane_and_keeps_the_head(bus: Bus, que
     got = await jobs.claim(bus, queue, 10)
     assert sorted(j.id for j in got) == sorted([first, other])  # limit 1: one at a time
     head = next(j for j in got if j.id == first)
-    assert await jobs.retry(bus, queue, first, head.attempts, 60_000, 5, "x") is Outcome.SCHEDULED
+    assert await jobs.retry(bus, queue, first, head.token, 60_000, 5, "x") is Outcome.SCHEDULED
     # first is back at the head of its lane; the lane waits a minute; second must not overtake.
     assert [j.id for j in await lanes.jobs(bus, queue, "strict")] == [first, second]
     assert await jobs.claim(bus, queue, 10) == []
