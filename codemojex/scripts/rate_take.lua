@@ -13,8 +13,9 @@
 -- comes back within half the margin of that time it sends in its slot without taking again. So
 -- waiters queue in order instead of racing for each freed slot (a chat has at most one notice
 -- in flight: its lane's limit is 1). Half, because a send early or late by up to half the
--- margin leaves the other half for the jitter of its trip to Telegram. A reservation missed by
--- more is given up (the slot stays spent, which is always safe).
+-- margin leaves the other half for the jitter of its trip to Telegram. A chat later than that
+-- sends at once if the logs hold a send at its real time; otherwise it gives its slot back
+-- (one entry fewer is always safe) and queues again.
 -- A pause (after a 429) blocks its scope.
 -- Returns {1, 0, ''} send now, or {0, wait ms, 'global' | 'chat' | 'paused'}.
 local p = ARGV[1]
@@ -33,17 +34,32 @@ local climit, cwin = tonumber(ARGV[5]), tonumber(ARGV[6]) + margin
 local chat_key = p .. 'chat:' .. chat
 local rsv_key = p .. 'rsv:' .. chat
 
-local rsv = redis.call('GET', rsv_key)
-if rsv then
-  rsv = tonumber(rsv)
-  local slack = math.floor(margin / 2)
-  if now < rsv - slack then return {0, rsv - now, 'global'} end
-  redis.call('DEL', rsv_key)
-  if now <= rsv + slack then return {1, 0, ''} end
+-- Could a send be stamped at time t in this log without any window holding more than
+-- `limit`? Every run of limit + 1 entries through t must span a whole window. (The chat's own
+-- entry, `own`, is left out: it is the one being moved.)
+local function fits(key, limit, window, t, own)
+  local function scores(raw)
+    local out = {}
+    for i = 1, #raw, 2 do
+      if raw[i] ~= own then out[#out + 1] = tonumber(raw[i + 1]) end
+    end
+    return out
+  end
+  local before = scores(redis.call('ZRANGE', key, t, '-inf', 'BYSCORE', 'REV', 'LIMIT', 0,
+    limit + 1, 'WITHSCORES'))
+  local after = scores(redis.call('ZRANGE', key, '(' .. t, '+inf', 'BYSCORE', 'LIMIT', 0,
+    limit + 1, 'WITHSCORES'))
+  for j = 0, limit do
+    local lo, hi = t, t
+    if j > 0 then lo = before[j] end
+    if limit - j > 0 then hi = after[limit - j] end
+    if lo and hi and hi - lo < window then return false end
+  end
+  return true
 end
 
 -- The earliest time a send may be appended to a log: now, or when the entry `limit` places
--- back leaves the window.
+-- back leaves the window (and never before the last entry: sends are appended in time order).
 local function next_slot(key, limit, window)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
   local n = redis.call('ZCARD', key)
@@ -56,6 +72,24 @@ local function next_slot(key, limit, window)
   return math.max(now, tonumber(edge[2]) + window)
 end
 
+local own = redis.call('GET', rsv_key)
+if own then
+  local at = tonumber(string.match(own, '^(%d+):'))
+  local slack = math.floor(margin / 2)
+  if now < at - slack then return {0, at - now, 'global'} end
+  redis.call('DEL', rsv_key)
+  if now <= at + slack then return {1, 0, ''} end
+  -- Late: send now if the logs hold the send at its real time; else give the slot back (an
+  -- entry fewer is always safe) and queue again like anyone else.
+  if fits(KEYS[1], glimit, gwin, now, own) and fits(chat_key, climit, cwin, now, own) then
+    redis.call('ZADD', KEYS[1], now, own)
+    redis.call('ZADD', chat_key, now, own)
+    return {1, 0, ''}
+  end
+  redis.call('ZREM', KEYS[1], own)
+  redis.call('ZREM', chat_key, own)
+end
+
 local chat_at = next_slot(chat_key, climit, cwin)
 if chat_at > now then return {0, chat_at - now, 'chat'} end
 local at = next_slot(KEYS[1], glimit, gwin)
@@ -65,5 +99,5 @@ redis.call('ZADD', chat_key, at, member)
 redis.call('PEXPIRE', KEYS[1], at - now + gwin)
 redis.call('PEXPIRE', chat_key, at - now + cwin)
 if at == now then return {1, 0, ''} end
-redis.call('SET', rsv_key, at, 'PX', at - now + gwin)
+redis.call('SET', rsv_key, member, 'PX', at - now + gwin)
 return {0, at - now, 'global'}

@@ -9,7 +9,6 @@ import trio
 from codemojex.limits import Limits, Window
 from codemojex.rate_limiter import RateLimiter
 from echomq_trio import Bus
-from tests.conftest import wait_for
 
 
 def limiter(bus: Bus, tag: str, margin_ms: int = 0) -> RateLimiter:
@@ -52,18 +51,32 @@ async def test_global_waiters_queue_in_order_for_the_next_free_slots(bus: Bus, q
     assert (await rl.take(99)).wait_ms >= waits[-1] - waits[0] - 3
 
 
-async def test_a_missed_reservation_is_given_up_safely(bus: Bus, queue: str) -> None:
+async def test_a_late_reservation_sends_when_the_window_holds_it(bus: Bus, queue: str) -> None:
     rl = limiter(bus, queue)
     for chat in range(1, 6):
         await rl.take(chat)
     first = await rl.take(50)
     assert not first.ok
-    await trio.sleep(first.wait_ms / 1000 + 0.05)  # back too late for the slot
+    await trio.sleep(first.wait_ms / 1000 + 0.05)  # back late: nobody else wanted the slot
+    assert (await rl.take(50)).ok  # sent at its real time, not lost
 
-    async def sends() -> bool:
-        return (await rl.take(50)).ok
 
-    await wait_for(sends)
+async def test_a_late_reservation_in_a_full_window_gives_its_slot_back(
+    bus: Bus, queue: str
+) -> None:
+    rl = limiter(bus, queue)  # 5 per 400 ms
+    for chat in range(1, 6):
+        await rl.take(chat)
+    late = await rl.take(50)  # a slot in the next window
+    for chat in range(60, 64):
+        await rl.take(chat)  # the rest of that window
+    following = [await rl.take(70 + i) for i in range(5)]  # the whole window after it
+    await trio.sleep(following[0].wait_ms / 1000 + 0.05)
+    # Chat 50 comes back a whole window late, into a window its successors have filled.
+    again = await rl.take(50)
+    assert not again.ok and again.blocked_by == "global", again  # queued again
+    assert late.wait_ms < following[0].wait_ms < following[0].wait_ms + again.wait_ms
+    assert (await rl.take(80)).wait_ms >= again.wait_ms - 2  # a newcomer queues behind it
 
 
 async def test_group_chats_have_their_own_window(bus: Bus, queue: str) -> None:
