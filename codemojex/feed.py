@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+from functools import partial
 from typing import Any
 
 import trio
@@ -82,7 +83,13 @@ class Feed:
         async with trio.open_nursery() as nursery:
             await nursery.start(self._subscribe)
             nursery.start_soon(self._refresh)
-            server = await nursery.start(serve_websocket, self._handle, host, port, None)
+            server = await nursery.start(
+                partial(serve_websocket, disconnect_timeout=2.0, connect_timeout=10.0),
+                self._handle,
+                host,
+                port,
+                None,
+            )
             task_status.started(server.port)
 
     async def _subscribe(
@@ -136,11 +143,7 @@ class Feed:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._ping, ws, nursery.cancel_scope)
                 nursery.start_soon(self._drain_incoming, ws, nursery.cancel_scope)
-                while True:
-                    await ws.send_message(await latest.get())
-                    self.updates_sent += 1
-        except ConnectionClosed:
-            pass
+                nursery.start_soon(self._send_updates, ws, latest, nursery.cancel_scope)
         finally:
             viewers = self._viewers.get(room)
             if viewers is not None:
@@ -148,21 +151,36 @@ class Feed:
                 if not viewers:
                     del self._viewers[room]
 
+    # Each of these ends the viewer's nursery when its connection is done; none lets a closed
+    # connection's error out, so one viewer's trouble never reaches the server or the others.
+
+    async def _send_updates(
+        self, ws: WebSocketConnection, latest: Latest[str], scope: trio.CancelScope
+    ) -> None:
+        try:
+            while True:
+                await ws.send_message(await latest.get())
+                self.updates_sent += 1
+        except (ConnectionClosed, trio.BrokenResourceError):
+            scope.cancel()
+
     async def _ping(self, ws: WebSocketConnection, scope: trio.CancelScope) -> None:
-        while True:
-            await trio.sleep(self.ping_interval_s)
-            with trio.move_on_after(self.ping_timeout_s) as timeout:
-                await ws.ping()
-            if timeout.cancelled_caught:
-                log.info("feed viewer did not answer a ping; dropping it")
-                await ws.aclose()
-                scope.cancel()
-                return
+        try:
+            while True:
+                await trio.sleep(self.ping_interval_s)
+                with trio.move_on_after(self.ping_timeout_s) as timeout:
+                    await ws.ping()
+                if timeout.cancelled_caught:
+                    log.info("feed viewer did not answer a ping; dropping it")
+                    break
+        except (ConnectionClosed, trio.BrokenResourceError):
+            pass
+        scope.cancel()  # the connection is torn down as the handler returns
 
     async def _drain_incoming(self, ws: WebSocketConnection, scope: trio.CancelScope) -> None:
         # Viewers send nothing we need; reading notices a close.
         try:
             while True:
                 await ws.get_message()
-        except ConnectionClosed:
+        except (ConnectionClosed, trio.BrokenResourceError):
             scope.cancel()

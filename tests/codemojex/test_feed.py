@@ -2,6 +2,7 @@
 never holds up a fast one, pings drop dead viewers."""
 
 import json
+import struct
 
 import pytest
 import trio
@@ -97,5 +98,57 @@ async def test_pings_drop_a_viewer_that_stopped_answering(bus: Bus, room: game.R
         )
         await wait_for(lambda: feed.viewers == 1)
         await wait_for(lambda: feed.viewers == 0, timeout=10)
+        await stream.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def _raw_viewer(port: int, room: str, *, rcvbuf: int | None = None) -> trio.SocketStream:
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    if rcvbuf is not None:
+        stream.socket.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, rcvbuf)
+    await stream.send_all(
+        f"GET /rooms/{room} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+        "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        "Sec-WebSocket-Version: 13\r\n\r\n".encode()
+    )
+    return stream
+
+
+async def test_viewers_vanishing_mid_update_never_take_the_feed_down(
+    bus: Bus, room: game.Room
+) -> None:
+    players = [await game.create_player(bus, f"P{n}", n) for n in range(20)]
+    async with trio.open_nursery() as nursery:
+        feed, base = await start_feed(nursery, bus, ping_interval_s=60)
+        port = int(base.rsplit(":", 1)[1])
+
+        async def churn_the_board() -> None:
+            for n in range(10**6):
+                await board.record(bus, room.id, players[n % 20].id, min(100, 1 + n // 10))
+
+        nursery.start_soon(churn_the_board)
+        for _ in range(40):
+            stream = await _raw_viewer(port, room.id)
+            await wait_for(lambda: feed.viewers >= 1)
+            # Reset the connection (RST) while updates are being sent to it.
+            stream.socket.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_LINGER,
+                                     struct.pack("ii", 1, 0))  # fmt: skip
+            stream.socket.close()
+        await wait_for(lambda: feed.viewers == 0)
+        async with open_websocket_url(f"{base}/rooms/{room.id}") as ws:  # still serving
+            assert json.loads(await ws.get_message())["room"] == room.id
+        nursery.cancel_scope.cancel()
+
+
+async def test_pings_drop_a_viewer_whose_window_is_full(bus: Bus, room: game.Room) -> None:
+    players = [await game.create_player(bus, f"P{n:03d}" + "x" * 55, n) for n in range(150)]
+    async with trio.open_nursery() as nursery:
+        feed, base = await start_feed(nursery, bus, top_n=150, ping_interval_s=0.2,
+                                      ping_timeout_s=0.5)  # fmt: skip
+        stream = await _raw_viewer(int(base.rsplit(":", 1)[1]), room.id, rcvbuf=4096)
+        await wait_for(lambda: feed.viewers == 1)
+        for n in range(1500):  # far more than its socket buffers hold; it never reads
+            await board.record(bus, room.id, players[n % 150].id, 1 + n * 99 // 1500)
+        await wait_for(lambda: feed.viewers == 0, timeout=30)
         await stream.aclose()
         nursery.cancel_scope.cancel()
