@@ -62,6 +62,7 @@ class ArchiverStats:
     segments: int = 0  # segments this archiver wrote
     epoch: int = 0
     fenced: str | None = None
+    replica_errors: int = 0
 
 
 class Archiver:
@@ -94,6 +95,7 @@ class Archiver:
         self.stats = ArchiverStats()
         self._limiter = trio.CapacityLimiter(1)  # replica calls, one at a time
         self._last_cut = 0.0
+        self._next_epoch_check = 0.0
         self._replicating = trio.Lock()  # one segment at a time, whoever asks
 
     async def _replica(self, fn: Callable[..., T], *args: Any) -> T:
@@ -112,12 +114,15 @@ class Archiver:
             next_autoclaim = trio.current_time()
             while True:
                 try:
-                    if trio.current_time() >= next_autoclaim:
+                    if self.stats.fenced is None and trio.current_time() >= next_autoclaim:
                         next_autoclaim = trio.current_time() + self.min_idle_ms / 2000
                         await self._fold(await events.autoclaim(
                             self.bus, self.queue, GROUP, self.consumer, self.min_idle_ms,
                             self.batch, stream=AUDIT))  # fmt: skip
-                    got = await self._fold(await self._read())
+                    if self.stats.fenced is None:
+                        got = await self._fold(await self._read())
+                    else:
+                        got = 0  # fenced: leave the stream to the archiver that holds the epoch
                     await self.replicate()
                 except BusError as exc:
                     log.warning("archiver: server trouble: %s", exc)
@@ -142,21 +147,9 @@ class Archiver:
         return len(entries)
 
     async def _trim(self) -> None:
-        # Keep everything not yet committed: from the oldest entry still pending in the group,
-        # or past the last one delivered to it.
+        # Only below what every reader of the group has committed: one atomic script.
         key = self.bus.keys(self.queue).prefix + AUDIT
-        summary = await self.bus.wire.command("XPENDING", key, GROUP)
-        count, oldest = int(summary[0]), summary[1]
-        if count > 0 and oldest is not None:
-            floor = oldest.decode() if isinstance(oldest, bytes) else str(oldest)
-        else:
-            groups = await self.bus.wire.command("XINFO", "GROUPS", key)
-            info = next((g for g in groups if _field(g, "name") == GROUP), None)
-            if info is None:
-                return
-            ms, _, seq = _field(info, "last-delivered-id").partition("-")
-            floor = f"{ms}-{int(seq or 0) + 1}"
-        await self.bus.wire.command("XTRIM", key, "MINID", floor)
+        await self.bus.wire.script("codemojex/audit_trim", [key], [GROUP])
 
     async def _claim_epoch(self) -> None:
         for _ in range(20):
@@ -173,9 +166,16 @@ class Archiver:
         raise RuntimeError("could not claim an epoch in the replica")
 
     async def _reconcile(self) -> None:
-        # A segment written just before a crash may not be in our meta yet: trust the replica.
         names = await self._replica(self.replica.names, "segments/")
         last = max((_number(x) for x in names), default=0)
+        if last and await self.store.max_seq() == 0:
+            # A new database beside an existing replica (a new host, a lost disk): start from
+            # the replica, so row numbers and segments line up again.
+            await self.store.aclose()
+            rows = await self._replica(restore, self.replica, self.store.path)
+            await self.store.open()
+            log.info("archiver restored %d rows from %s", rows, self.replica.describe())
+        # A segment written just before a crash may not be in our meta yet: trust the replica.
         mine = int(await self.store.get_meta("segment", "0") or 0)
         if last > mine:
             raw = await self._replica(self.replica.get, segment_name(last))
@@ -189,9 +189,20 @@ class Archiver:
             log.warning("archiver %s is fenced and stops replicating: %s", self.consumer, why)
 
     async def replicate(self, *, force: bool = False) -> int:
-        """Write the next segment if one is due; returns its number (0: none written)."""
+        """Write the next segment if one is due; returns its number (0: none written).
+
+        The replica being unreachable is logged and tried again later: archiving goes on (it is
+        off the hot path, and must not stop the service)."""
         async with self._replicating:
-            return await self._replicate(force)
+            try:
+                return await self._replicate(force)
+            except (NameTaken, ReplicaBusy):
+                raise
+            except Exception as exc:  # the replica's own errors: OSError, boto's, ...
+                self.stats.replica_errors += 1
+                log.warning("archiver: replica %s failed: %s: %s", self.replica.describe(),
+                            type(exc).__name__, exc)  # fmt: skip
+                return 0
 
     async def _replicate(self, force: bool) -> int:
         if self.stats.fenced is not None:
@@ -201,13 +212,17 @@ class Archiver:
         due = len(rows) >= self.segment_rows or (
             trio.current_time() - self._last_cut >= self.segment_every_s
         )
+        # Look for a newer epoch before each segment, and at least once per segment interval
+        # even with nothing to write, so a stale archiver learns it is fenced either way.
+        if (rows and (due or force)) or trio.current_time() >= self._next_epoch_check:
+            self._next_epoch_check = trio.current_time() + self.segment_every_s
+            names = await self._replica(self.replica.names, "epochs/")
+            newest = max((_number(x) for x in names), default=0)
+            if newest > self.stats.epoch:
+                self._fence(f"a newer archiver holds epoch {newest} (this one holds "
+                            f"{self.stats.epoch})")  # fmt: skip
+                return 0
         if not rows or not (due or force):
-            return 0
-        names = await self._replica(self.replica.names, "epochs/")
-        newest = max((_number(x) for x in names), default=0)
-        if newest > self.stats.epoch:
-            self._fence(f"a newer archiver holds epoch {newest} (this one holds "
-                        f"{self.stats.epoch})")  # fmt: skip
             return 0
         n = int(await self.store.get_meta("segment", "0") or 0) + 1
         header = {"segment": n, "epoch": self.stats.epoch, "first_seq": rows[0][0],
@@ -229,15 +244,6 @@ class Archiver:
         self.stats.segments += 1
         self._last_cut = trio.current_time()
         return n
-
-
-def _field(info: object, name: str) -> str:
-    if isinstance(info, dict):
-        value = info.get(name.encode(), info.get(name))
-    else:
-        items = list(info)  # type: ignore[call-overload]
-        value = dict(zip(items[::2], items[1::2], strict=False)).get(name.encode())
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def restore(replica: Replica, db_path: str | Path) -> int:

@@ -292,3 +292,52 @@ async def test_archiver_replicates_to_s3_and_restores_from_it(
     restored = tmp_path / "restored.sqlite"
     assert restore(open_replica(spec), restored) == len(sent)
     assert rows_of(restored) == rows_of(db)
+
+
+class FlakyReplica(DirectoryReplica):
+    """A directory replica whose writes fail while ``down`` is set (a real OSError)."""
+
+    down = True
+
+    def put_new(self, name: str, data: bytes) -> None:
+        if self.down and name.startswith("segments/"):
+            raise OSError("replica unreachable")
+        super().put_new(name, data)
+
+
+async def test_a_failing_replica_does_not_stop_archiving(
+    bus: Bus, queue: str, tmp_path: Path
+) -> None:
+    replica = FlakyReplica(tmp_path / "replica")
+    archiver = Archiver(bus, tmp_path / "db.sqlite", replica, queue=queue, segment_rows=2,
+                        segment_every_s=0.05, poll_s=0.02)  # fmt: skip
+    async with open_stand_in(TOKEN, LIMITS) as tg, trio.open_nursery() as nursery:
+        await nursery.start(archiver.run)
+        sent = [await notify(bus, 300 + n, f"f{n}", queue=queue) for n in range(6)]
+        await run_pipeline(bus, queue, tg, nursery)
+        await wait_for(lambda: archiver.stats.archived == len(sent), timeout=60)
+        await wait_for(lambda: archiver.stats.replica_errors > 0)
+        replica.down = False  # it comes back: replication catches up
+        await wait_for(lambda: archiver.stats.segments == 3, timeout=30)
+        nursery.cancel_scope.cancel()
+    assert archiver.stats.fenced is None
+
+
+async def test_a_new_database_beside_a_replica_starts_from_the_replica(
+    bus: Bus, queue: str, tmp_path: Path
+) -> None:
+    replica = DirectoryReplica(tmp_path / "replica")
+    first = Archiver(bus, tmp_path / "old.sqlite", replica, queue=queue, segment_rows=3,
+                     segment_every_s=0.05, poll_s=0.02)  # fmt: skip
+    async with open_stand_in(TOKEN, LIMITS) as tg, trio.open_nursery() as nursery:
+        await nursery.start(first.run)
+        sent = [await notify(bus, 400 + n, f"g{n}", queue=queue) for n in range(6)]
+        await run_pipeline(bus, queue, tg, nursery)
+        await wait_for(lambda: first.stats.segments == 2, timeout=60)
+        nursery.cancel_scope.cancel()
+    # A new host: empty database, same replica. It restores before archiving further.
+    second = Archiver(bus, tmp_path / "new.sqlite", replica, queue=queue, poll_s=0.02)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(second.run)
+        nursery.cancel_scope.cancel()
+    assert sorted(r["notice_id"] for r in rows_of(tmp_path / "new.sqlite")) == sorted(sent)
