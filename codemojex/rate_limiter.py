@@ -82,6 +82,7 @@ class RateLimiter:
                 str(ms),
                 str(self.limits.global_.limit),
                 str(self.limits.global_.window_ms),
+                str(self.margin_ms),
             ],
         )
         text = got_scope.decode() if isinstance(got_scope, bytes) else str(got_scope)

@@ -94,7 +94,9 @@ async def run(
         answer, next_run = await game.register_digest(bus)
         async with trio.open_nursery() as nursery:
             archiver = None
-            if settings.archive:
+            if not settings.archive:
+                await jobs.set_audit(bus, NOTIFY_QUEUE, False)  # nobody would trim the stream
+            else:
                 archiver = Archiver(
                     bus, settings.archive_db_path, open_replica(settings.replica_spec)
                 )

@@ -188,25 +188,36 @@ async def _launch(
         args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
     )
     server = EmbeddedServer(binary, data_dir, port, password, process)
+    try:
+        await _wait_ready(server)
+    except BaseException:
+        # Failed, or cancelled while it was loading: never leave the process behind.
+        await server.stop(2)
+        raise
+    return server
+
+
+async def _wait_ready(server: EmbeddedServer) -> None:
     deadline = trio.current_time() + READY_TIMEOUT_S
+    process = server.process
     while True:
         if process.returncode is not None or process.poll() is not None:
             raise BusError(
-                f"{binary} exited with code {process.returncode} while starting on port {port}:\n"
-                + server.log_tail()
+                f"{server.binary} exited with code {process.returncode} while starting on port "
+                f"{server.port}:\n" + server.log_tail()
             )
         try:
             async with open_wire(server.url + "?timeout_ms=1000") as wire:
                 if await wire.command("PING") in (b"PONG", "PONG"):
                     # Loading the append-only file answers LOADING until done; PING passing
                     # means it is loaded.
-                    return server
+                    return
         except BusError:
             pass
         if trio.current_time() > deadline:
-            await server.stop(2)
             raise BusError(
-                f"{binary} did not answer PING within {READY_TIMEOUT_S}s:\n" + server.log_tail()
+                f"{server.binary} did not answer PING within {READY_TIMEOUT_S}s:\n"
+                + server.log_tail()
             )
         await trio.sleep(0.05)
 

@@ -56,6 +56,9 @@ DEFAULT_TIMEOUT_MS = 5000
 DEFAULT_CONNECT_TIMEOUT_MS = 3000
 _SCHEMES = {"redis": False, "valkey": False, "rediss": True, "valkeys": True}
 _TRUE = {"1", "true", "yes", "on"}
+# Server answers that mean "not now" (loading, failing over, busy): worth retrying like a
+# dropped connection.
+_TRANSIENT = ("LOADING", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "BUSY ", "READONLY", "OOM ")
 _FALSE = {"0", "false", "no", "off"}
 
 
@@ -93,10 +96,10 @@ def parse_url(url: str) -> ConnectionSpec:
     username = password = None
     if "@" in netloc:
         auth, netloc = netloc.rsplit("@", 1)
-        user, _, pw = auth.partition(":")
+        user, colon, pw = auth.partition(":")
         username = unquote(user) or None
         password = unquote(pw) if pw else None
-        if password is None and username is not None:
+        if not colon:
             # redis://secret@host is the common short form for a password alone.
             password, username = username, None
     if not netloc:
@@ -128,9 +131,10 @@ def parse_url(url: str) -> ConnectionSpec:
 
 
 def _redact(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password:
-        return url.replace(":" + parts.password + "@", ":***@")
+    # Whatever stands before the last "@" may hold a password, even one with "/" or "#" in it.
+    scheme, sep, rest = url.partition("://")
+    if sep and "@" in rest:
+        return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
     return url
 
 
@@ -144,6 +148,8 @@ def _flag(text: str, name: str) -> bool:
 
 
 def _host_port(text: str, url: str) -> tuple[str, int]:
+    if text.startswith("[") and text.endswith("]"):  # an IPv6 address without a port
+        return text[1:-1], 6379
     host, sep, port = text.rpartition(":")
     if not sep:
         host, port = text, "6379"
@@ -152,7 +158,8 @@ def _host_port(text: str, url: str) -> tuple[str, int]:
     if not host:
         raise ValueError(f"server URL has an empty host in {_redact(url)!r}")
     if not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"server URL port must be 1-65535, got {port!r} in {_redact(url)!r}")
+        shown = f" got {port}" if port.isdigit() else ""  # a non-number may be a stray secret
+        raise ValueError(f"server URL port must be 1-65535,{shown} in {_redact(url)!r}")
     return host, int(port)
 
 
@@ -184,7 +191,8 @@ def _translate(exc: GlideError) -> BusError:
         return ConnectionLost(str(exc))
     if isinstance(exc, RequestError):
         text = str(exc)
-        if "connection" in text.lower() or "broken pipe" in text.lower():
+        low = text.lower()
+        if "connection" in low or "broken pipe" in low or any(c in text for c in _TRANSIENT):
             return ConnectionLost(text)
         return ServerError(text)
     return BusError(str(exc))

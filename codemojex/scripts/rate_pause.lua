@@ -3,14 +3,15 @@
 -- full, since then the global limit is the likely cause, and the chat's otherwise.
 -- KEYS[1] <prefix>global (other keys derive from ARGV[1], same slot)
 -- ARGV[1] key prefix, ARGV[2] 'chat' | 'global' | 'auto', ARGV[3] chat id, ARGV[4] ms,
--- ARGV[5] global limit, ARGV[6] global window ms
+-- ARGV[5] global limit, ARGV[6] global window ms, ARGV[7] safety margin ms
 -- Returns {scope paused ('chat' | 'global'), pause end in server ms}.
 local p = ARGV[1]
 local now = now_ms()
 local scope = ARGV[2]
 if scope == 'auto' then
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[6]))
-  if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[5]) - 1 then scope = 'global' else scope = 'chat' end
+  local window = tonumber(ARGV[6]) + tonumber(ARGV[7] or '0')
+  local used = redis.call('ZCOUNT', KEYS[1], '(' .. (now - window), now)
+  if used >= tonumber(ARGV[5]) - 1 then scope = 'global' else scope = 'chat' end
 end
 local key = p .. 'pause:global'
 if scope == 'chat' then key = p .. 'pause:chat:' .. ARGV[3] end

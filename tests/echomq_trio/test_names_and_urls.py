@@ -68,7 +68,18 @@ def test_bad_urls_say_what_is_wrong(url: str, fragment: str) -> None:
         parse_url(url)
 
 
-def test_bad_url_message_hides_password() -> None:
+@pytest.mark.parametrize(
+    "url", ["http://:hunter2@h:1", "redis://:hun/ter2@h:1", "redis://u:hunter2#x@h:99999"]
+)
+def test_bad_url_message_hides_password(url: str) -> None:
     with pytest.raises(ValueError) as info:
-        parse_url("http://:hunter2@h:1")
-    assert "hunter2" not in str(info.value)
+        parse_url(url)
+    assert "hunter2" not in str(info.value) and "ter2" not in str(info.value)
+
+
+def test_url_edge_forms() -> None:
+    s = parse_url("redis://user:@h:1")
+    assert (s.username, s.password) == ("user", None)
+    assert parse_url("redis://secret@h").password == "secret"
+    assert parse_url("redis://[::1]").hosts == (("::1", 6379),)
+    assert parse_url("redis://[::1]:7000").hosts == (("::1", 7000),)

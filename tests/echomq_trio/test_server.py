@@ -99,3 +99,26 @@ async def test_unreachable_server_is_a_clear_error() -> None:
     with pytest.raises(ConnectionLost, match=f"127.0.0.1:{port}"):
         async with open_bus(f"redis://:secret@127.0.0.1:{port}"):
             pass
+
+
+def _processes_using(folder: Path) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if str(folder).encode() in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+async def test_a_start_cancelled_while_waiting_for_ping_leaves_no_server(tmp_path: Path) -> None:
+    import trio
+
+    for delay in (0.0, 0.01, 0.03, 0.1):
+        with trio.move_on_after(delay):
+            async with start_server(tmp_path):
+                await trio.sleep_forever()
+        assert _processes_using(tmp_path) == [], f"a server outlived a start cancelled at {delay}"
