@@ -1,6 +1,6 @@
 """The local audit archive: one SQLite database of settled notices (WAL, ``synchronous=FULL``),
-inserted idempotently by notice id. Blocking: call it through ``trio.to_thread`` with a limiter
-of one (``ArchiveStore`` below does).
+one row per notice id, written idempotently. Blocking: call it through ``trio.to_thread`` with a
+limiter of one (``ArchiveStore`` below does).
 
 ``fold`` turns audit stream records into rows (pure).
 """
@@ -120,30 +120,36 @@ class ArchiveDB:
         self.conn.close()
 
     def insert(self, rows: Sequence[AuditRow], seqs: Sequence[int] | None = None) -> int:
-        """Insert rows in one committed transaction; a notice id already present is skipped.
-        Returns how many were new. ``seqs`` (restore) keeps the original sequence numbers."""
+        """Insert rows in one committed transaction, one row per notice: a record already
+        stored is skipped (a replayed batch), a later record of the same notice (it was replayed
+        from the dead set and settled again) replaces it under a new sequence number, so it is
+        replicated again. Returns how many rows were written. ``seqs`` (restore) keeps the
+        original sequence numbers."""
         marks = ", ".join("?" * len(COLUMNS))
         names = ", ".join(COLUMNS)
         cur = self.conn.cursor()
         cur.execute("BEGIN IMMEDIATE")
         try:
-            before = self.conn.total_changes
-            if seqs is None:
-                cur.executemany(
-                    f"INSERT OR IGNORE INTO notices ({names}) VALUES ({marks})",
-                    [r.as_tuple() for r in rows],
-                )
-            else:
-                cur.executemany(
-                    f"INSERT OR IGNORE INTO notices (seq, {names}) VALUES (?, {marks})",
-                    [(s, *r.as_tuple()) for s, r in zip(seqs, rows, strict=True)],
-                )
-            added = self.conn.total_changes - before
+            written = 0
+            for n, row in enumerate(rows):
+                old = cur.execute(
+                    "SELECT settled_ms FROM notices WHERE notice_id = ?", (row.notice_id,)
+                ).fetchone()
+                if old is not None:
+                    if row.settled_ms <= old[0]:
+                        continue
+                    cur.execute("DELETE FROM notices WHERE notice_id = ?", (row.notice_id,))
+                if seqs is None:
+                    cur.execute(f"INSERT INTO notices ({names}) VALUES ({marks})", row.as_tuple())
+                else:
+                    cur.execute(f"INSERT INTO notices (seq, {names}) VALUES (?, {marks})",
+                                (seqs[n], *row.as_tuple()))  # fmt: skip
+                written += 1
             cur.execute("COMMIT")
         except BaseException:
             cur.execute("ROLLBACK")
             raise
-        return added
+        return written
 
     def rows_after(self, seq: int, limit: int) -> list[tuple[int, AuditRow]]:
         cur = self.conn.execute(

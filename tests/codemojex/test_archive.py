@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from codemojex.archive import ArchiveDB, fold
+from codemojex.archive import ArchiveDB, AuditRow, fold
 from codemojex.archiver import Archiver, restore, segment_name
 from codemojex.limits import Limits
 from codemojex.notification_worker import NotificationWorker
@@ -333,7 +333,9 @@ async def test_a_new_database_beside_a_replica_starts_from_the_replica(
         await nursery.start(first.run)
         sent = [await notify(bus, 400 + n, f"g{n}", queue=queue) for n in range(6)]
         await run_pipeline(bus, queue, tg, nursery)
-        await wait_for(lambda: first.stats.segments == 2, timeout=60)
+        await wait_for(lambda: first.stats.archived == len(sent), timeout=60)
+        while await first.replicate(force=True):
+            pass
         nursery.cancel_scope.cancel()
     # A new host: empty database, same replica. It restores before archiving further.
     second = Archiver(bus, tmp_path / "new.sqlite", replica, queue=queue, poll_s=0.02)
@@ -341,3 +343,18 @@ async def test_a_new_database_beside_a_replica_starts_from_the_replica(
         await nursery.start(second.run)
         nursery.cancel_scope.cancel()
     assert sorted(r["notice_id"] for r in rows_of(tmp_path / "new.sqlite")) == sorted(sent)
+
+
+def test_one_row_per_notice_and_the_latest_settlement_wins(tmp_path: Path) -> None:
+    db = ArchiveDB(tmp_path / "a.sqlite")
+    base = {"notice_id": "NOT0ST3A7fpq01", "job_id": "JOB0ST3A7fpq01", "chat": 1,
+            "message_id": None, "attempts": 6, "enqueued_ms": 1, "text": "t"}  # fmt: skip
+    dead = AuditRow(**base, outcome="dead", reason="boom", settled_ms=10)  # type: ignore[arg-type]
+    assert db.insert([dead]) == 1
+    assert db.insert([dead]) == 0  # the same record again (a replayed batch)
+    delivered = AuditRow(**{**base, "message_id": 5, "attempts": 1},  # type: ignore[arg-type]
+                         outcome="delivered", reason=None, settled_ms=20)  # fmt: skip
+    assert db.insert([delivered]) == 1  # replayed from the dead set, then delivered
+    assert [r.outcome for r in db.query()] == ["delivered"]
+    assert db.rows_after(1, 10)[0][0] == 2  # a new sequence number: replicated again
+    db.close()
