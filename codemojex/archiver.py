@@ -99,7 +99,12 @@ class Archiver:
         self._replicating = trio.Lock()  # one segment at a time, whoever asks
 
     async def _replica(self, fn: Callable[..., T], *args: Any) -> T:
-        return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+        # A replica call stuck on the network must not hold up a shutdown: on cancellation the
+        # thread is left to finish alone. That is safe: writes are create-only, and a segment
+        # that lands after we stopped is found by ``_reconcile`` at the next start.
+        return await trio.to_thread.run_sync(
+            fn, *args, limiter=self._limiter, abandon_on_cancel=True
+        )
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await jobs.set_audit(self.bus, self.queue)
