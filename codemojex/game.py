@@ -21,6 +21,7 @@ from codemojex.notice import Notice, check_notice, encode
 from codemojex.notifier import NOTIFY_QUEUE, notify
 from codemojex.scoring import ALPHABET, SIZE, Score, parse_emojis, score
 from echomq_trio import Bury, Bus, Job, jobs, repeat
+from echomq_trio.keys import as_text
 from echomq_trio.repeat import Registered
 
 __all__ = [
@@ -88,10 +89,6 @@ def _k(room: str, suffix: str) -> str:
     return f"cm:{{{room}}}:{suffix}"
 
 
-def _s(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 async def create_room(bus: Bus, chat: int, title: str) -> Room:
     """A room for a Telegram chat (usually a group: a negative id)."""
     check_notice(chat, title or "-", None)
@@ -107,12 +104,12 @@ async def get_room(bus: Bus, room_id: str) -> Room:
     chat, title = await bus.wire.command("HMGET", _k(room_id, "room"), "chat", "title")
     if chat is None:
         raise GameError(f"no room {room_id}")
-    return Room(room_id, int(chat), _s(title))
+    return Room(room_id, int(chat), as_text(title))
 
 
 async def list_rooms(bus: Bus) -> list[Room]:
     members = await bus.wire.command("SMEMBERS", ROOMS_KEY)
-    return [await get_room(bus, _s(m)) for m in sorted(members or [], key=_s)]
+    return [await get_room(bus, as_text(m)) for m in sorted(members or [], key=as_text)]
 
 
 async def create_player(bus: Bus, name: str, chat: int) -> Player:
@@ -176,11 +173,11 @@ async def current_round(bus: Bus, room_id: str) -> Round:
     if not rnd:
         raise GameError(f"no round is open in {room.title}")
     secret, starts_at, status = await bus.wire.command(
-        "HMGET", _k(room.id, f"round:{_s(rnd)}"), "secret", "starts_at_ms", "status"
+        "HMGET", _k(room.id, f"round:{as_text(rnd)}"), "secret", "starts_at_ms", "status"
     )
-    if secret is None or _s(status) != "open":
+    if secret is None or as_text(status) != "open":
         raise GameError(f"no round is open in {room.title}")
-    return Round(_s(rnd), room.id, int(starts_at), tuple(_s(secret)))
+    return Round(as_text(rnd), room.id, int(starts_at), tuple(as_text(secret)))
 
 
 def describe(result: Score) -> str:

@@ -18,7 +18,7 @@ import trio
 
 from echomq_trio.bus import Bus
 from echomq_trio.errors import ServerError
-from echomq_trio.keys import check_name
+from echomq_trio.keys import as_text, check_name
 
 __all__ = [
     "Event",
@@ -48,10 +48,6 @@ class Event:
         return int(self.stream_id.split("-", 1)[0])
 
 
-def _s(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _entries(raw: Any) -> list[Event]:
     # RESP3 through the client: {stream_id: [[field, value], ...]} (or a list of pairs).
     out: list[Event] = []
@@ -64,10 +60,10 @@ def _entries(raw: Any) -> list[Event]:
         fields: dict[str, str] = {}
         flat = pairs if pairs and not isinstance(pairs[0], list) else [x for p in pairs for x in p]
         for i in range(0, len(flat), 2):
-            fields[_s(flat[i])] = _s(flat[i + 1])
+            fields[as_text(flat[i])] = as_text(flat[i + 1])
         kind = fields.pop("e", "")
         subject = fields.pop("id", "")
-        out.append(Event(_s(stream_id), kind, subject, fields))
+        out.append(Event(as_text(stream_id), kind, subject, fields))
     return out
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 from echomq_trio.bus import Bus
-from echomq_trio.keys import check_group, check_job_id, check_payload
+from echomq_trio.keys import as_text, check_group, check_int, check_job_id, check_payload
 
 __all__ = [
     "ENQUEUE_CHUNK",
@@ -145,18 +145,6 @@ class JobInfo:
     group: str | None = None
 
 
-def _int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 async def enqueue(bus: Bus, queue: str, job_id: str, payload: str | bytes) -> Outcome:
     """Admit one job to pending: ``ENQUEUED``, or ``DUPLICATE`` (a live job has this id)."""
     (out,) = await enqueue_many(bus, queue, [(job_id, payload)])
@@ -221,7 +209,7 @@ async def enqueue_at(
 ) -> Scheduled:
     """Schedule a job for an absolute time (Unix ms). It is not claimable before then; a
     metronome moves it to pending (or into lane ``group``) when the server clock reaches it."""
-    when = _int("run_at_ms", run_at_ms, 0)
+    when = check_int("run_at_ms", run_at_ms, 0)
     (out,) = await _schedule(bus, queue, "at", [(job_id, payload, when)], group)
     return out
 
@@ -236,7 +224,7 @@ async def enqueue_in(
     group: str | None = None,
 ) -> Scheduled:
     """Schedule a job ``delay_ms`` from now, where now is the server's clock, not this host's."""
-    when = _int("delay_ms", delay_ms, 0)
+    when = check_int("delay_ms", delay_ms, 0)
     (out,) = await _schedule(bus, queue, "in", [(job_id, payload, when)], group)
     return out
 
@@ -246,7 +234,7 @@ async def promote(bus: Bus, queue: str, batch: int = 1000) -> Promoted:
     wait has ended back in rotation."""
     k = bus.keys(queue)
     moved, lanes, nxt, now = await bus.wire.script(
-        "promote", [k.schedule], [k.prefix, str(_int("batch", batch, 1))]
+        "promote", [k.schedule], [k.prefix, str(check_int("batch", batch, 1))]
     )
     return Promoted(int(moved), int(lanes), None if nxt < 0 else int(nxt), int(now))
 
@@ -258,18 +246,18 @@ async def claim(bus: Bus, queue: str, batch: int = 1, lease_ms: int = 30_000) ->
     raw = await bus.wire.script(
         "claim",
         [k.pending],
-        [k.prefix, str(_int("batch", batch, 1)), str(_int("lease_ms", lease_ms, 1))],
+        [k.prefix, str(check_int("batch", batch, 1)), str(check_int("lease_ms", lease_ms, 1))],
     )
     deadline = int(raw[0])
     return [
         Job(
             queue,
-            _text(raw[i]),
+            as_text(raw[i]),
             raw[i + 1],
             int(raw[i + 2]),
             int(raw[i + 3]),
             deadline,
-            _text(raw[i + 4]) or None,
+            as_text(raw[i + 4]) or None,
         )
         for i in range(1, len(raw), 5)
     ]
@@ -283,14 +271,14 @@ def _noted(items: Sequence[tuple[str, int] | tuple[str, int, str]]) -> list[str]
     for item in items:
         job_id, token = item[0], item[1]
         note = item[2] if len(item) > 2 else ""
-        flat += [check_job_id(job_id), str(_int("token", token, 0)), str(note)]
+        flat += [check_job_id(job_id), str(check_int("token", token, 0)), str(note)]
     return flat
 
 
 def _tokens(items: Sequence[tuple[str, int]]) -> list[str]:
     flat: list[str] = []
     for job_id, token in items:
-        flat += [check_job_id(job_id), str(_int("token", token, 0))]
+        flat += [check_job_id(job_id), str(check_int("token", token, 0))]
     return flat
 
 
@@ -341,9 +329,9 @@ async def retry(
         [
             k.prefix,
             check_job_id(job_id),
-            str(_int("token", token, 0)),
-            str(_int("delay_ms", delay_ms, 0)),
-            str(_int("max_attempts", max_attempts, 1)),
+            str(check_int("token", token, 0)),
+            str(check_int("delay_ms", delay_ms, 0)),
+            str(check_int("max_attempts", max_attempts, 1)),
             str(error),
             "1" if buried else "0",
         ],
@@ -378,8 +366,8 @@ async def defer(
         [
             k.prefix,
             check_job_id(job_id),
-            str(_int("token", token, 0)),
-            str(_int("delay_ms", delay_ms, 0)),
+            str(check_int("token", token, 0)),
+            str(check_int("delay_ms", delay_ms, 0)),
             str(reason),
         ],
     )
@@ -391,15 +379,17 @@ async def extend(bus: Bus, queue: str, items: Sequence[tuple[str, int]], lease_m
     k = bus.keys(queue)
     flat = _tokens(items)
     raw = await bus.wire.script(
-        "extend", [k.active], [k.prefix, str(_int("lease_ms", lease_ms, 1)), *flat]
+        "extend", [k.active], [k.prefix, str(check_int("lease_ms", lease_ms, 1)), *flat]
     )
-    return Extended(int(raw[0]), tuple(_text(x) for x in raw[1:]))
+    return Extended(int(raw[0]), tuple(as_text(x) for x in raw[1:]))
 
 
 async def reap(bus: Bus, queue: str, batch: int = 1000) -> Reaped:
     """Return up to ``batch`` jobs whose lease expired to pending (attempts unchanged)."""
     k = bus.keys(queue)
-    n, now = await bus.wire.script("reap", [k.active], [k.prefix, str(_int("batch", batch, 1))])
+    n, now = await bus.wire.script(
+        "reap", [k.active], [k.prefix, str(check_int("batch", batch, 1))]
+    )
     return Reaped(int(n), int(now))
 
 
@@ -435,16 +425,16 @@ _SETS = {"pending": "pending", "scheduled": "schedule", "active": "active", "dea
 
 def _info(row: Sequence[object]) -> JobInfo:
     job_id, state, attempts, payload, last_error, score, group = row
-    err = _text(last_error)
-    sc = _text(score)
+    err = as_text(last_error)
+    sc = as_text(score)
     return JobInfo(
-        id=_text(job_id),
-        state=_text(state),
-        attempts=int(_text(attempts)),
+        id=as_text(job_id),
+        state=as_text(state),
+        attempts=int(as_text(attempts)),
         payload=payload if isinstance(payload, bytes) else str(payload).encode(),
         last_error=err or None,
         score_ms=int(float(sc)) if sc else None,
-        group=_text(group) or None,
+        group=as_text(group) or None,
     )
 
 
@@ -453,7 +443,13 @@ async def _inspect_set(bus: Bus, queue: str, suffix: str, offset: int, limit: in
     rows = await bus.wire.script(
         "inspect",
         [k.pending],
-        [k.prefix, "set", suffix, str(_int("offset", offset, 0)), str(_int("limit", limit, 1))],
+        [
+            k.prefix,
+            "set",
+            suffix,
+            str(check_int("offset", offset, 0)),
+            str(check_int("limit", limit, 1)),
+        ],
     )
     return [_info(r) for r in rows]
 

@@ -15,7 +15,9 @@ from echomq_trio import ids
 __all__ = [
     "JOB_NS",
     "QueueKeys",
+    "as_text",
     "check_group",
+    "check_int",
     "check_job_id",
     "check_name",
     "check_payload",
@@ -30,24 +32,13 @@ _BAD_QUEUE_CHARS = re.compile(r"[{}\s]")
 
 def check_queue(queue: object) -> str:
     """Return ``queue`` if it can sit inside a hash tag; raise ``ValueError`` otherwise."""
-    if not isinstance(queue, str):
-        raise ValueError(f"queue name must be a str, got {type(queue).__name__}")
-    if not queue:
-        raise ValueError("queue name must not be empty")
-    if len(queue.encode()) > MAX_QUEUE_BYTES:
-        raise ValueError(f"queue name is over {MAX_QUEUE_BYTES} bytes: {queue[:40]!r}...")
-    if _BAD_QUEUE_CHARS.search(queue) or not queue.isprintable():
-        raise ValueError(
-            f"queue name must not contain braces, whitespace or control characters: {queue!r}"
-        )
-    return queue
+    return check_name("queue name", queue)
 
 
 def check_name(kind: str, value: object) -> str:
-    """Lane groups and repeat names: 1-128 bytes, printable, no whitespace or braces.
-
-    Any such string works, so a Telegram chat id such as ``-1001234567890`` is a valid group.
-    """
+    """Queue names, lane groups, repeat names: 1-128 bytes, printable, no whitespace or braces
+    (a queue name sits inside the ``{...}`` hash tag). Any such string works, so a Telegram
+    chat id such as ``-1001234567890`` is a valid group."""
     if not isinstance(value, str):
         raise ValueError(f"{kind} must be a str, got {type(value).__name__}")
     if not value:
@@ -59,6 +50,21 @@ def check_name(kind: str, value: object) -> str:
             f"{kind} must not contain braces, whitespace or control characters: {value!r}"
         )
     return value
+
+
+def check_int(name: str, value: object, minimum: int) -> int:
+    """Return ``value`` if it is an int (not a bool) of at least ``minimum``; ``TypeError`` or
+    ``ValueError`` naming ``name`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def as_text(value: object) -> str:
+    """A server reply (bytes or str) as str."""
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def check_group(group: object) -> str:

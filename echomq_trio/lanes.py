@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 from echomq_trio.bus import Bus
-from echomq_trio.jobs import JobInfo, Outcome, _admitted, _inspect_set, _int, _pairs, _text
-from echomq_trio.keys import check_group
+from echomq_trio.jobs import JobInfo, Outcome, _admitted, _inspect_set, _pairs
+from echomq_trio.keys import as_text, check_group, check_int
 
 __all__ = [
     "LaneStatus",
@@ -69,7 +69,7 @@ async def enqueue_many(
     k = bus.keys(queue)
     lane = k.lane(group)
     flat = _pairs(items)
-    lim = "" if limit is None else str(_int("limit", limit, 1))
+    lim = "" if limit is None else str(check_int("limit", limit, 1))
     codes = await bus.wire.script("lane_enqueue", [lane], [k.prefix, group, lim, *flat])
     return _admitted(codes)
 
@@ -86,7 +86,7 @@ async def pause_until(bus: Bus, queue: str, group: str, at_ms: int) -> int:
     """Hold a lane until ``at_ms`` (Unix ms, server clock); it comes back by itself then (a
     metronome must run). A wait only ever extends; returns the wait's end in effect."""
     k = bus.keys(queue)
-    at = str(_int("at_ms", at_ms, 0))
+    at = str(check_int("at_ms", at_ms, 0))
     return int(
         await bus.wire.script(
             "lane_pause", [k.prefix + "ring"], [k.prefix, check_group(group), "until", at]
@@ -107,8 +107,8 @@ async def configure(
     """Set a lane's concurrency ``limit`` (0 clears it) and ``weight`` (jobs per turn, >= 1);
     ``None`` keeps the current value. Returns the ``(limit, weight)`` in effect."""
     k = bus.keys(queue)
-    lim = "" if limit is None else str(_int("limit", limit, 0))
-    wt = "" if weight is None else str(_int("weight", weight, 1))
+    lim = "" if limit is None else str(check_int("limit", limit, 0))
+    wt = "" if weight is None else str(check_int("weight", weight, 1))
     got_limit, got_weight = await bus.wire.script(
         "lane_config", [k.prefix + "ring"], [k.prefix, check_group(group), lim, wt]
     )
@@ -122,7 +122,7 @@ async def status(bus: Bus, queue: str, groups: Sequence[str] = ()) -> list[LaneS
     rows = await bus.wire.script("lane_status", [k.prefix + "ring"], [k.prefix, *names])
     return [
         LaneStatus(
-            group=_text(r[0]),
+            group=as_text(r[0]),
             depth=int(r[1]),
             in_flight=int(r[2]),
             limit=int(r[3]) or None,

@@ -16,8 +16,7 @@ import attrs
 
 from echomq_trio import ids
 from echomq_trio.bus import Bus
-from echomq_trio.jobs import _int, _text
-from echomq_trio.keys import JOB_NS, check_group, check_name, check_payload
+from echomq_trio.keys import JOB_NS, as_text, check_group, check_int, check_name, check_payload
 
 __all__ = [
     "Fired",
@@ -70,9 +69,9 @@ async def register(
     args: list[str | bytes] = [
         k.prefix,
         check_name("repeat name", name),
-        str(_int("every_ms", every_ms, 1)),
+        str(check_int("every_ms", every_ms, 1)),
         check_payload(template),
-        str(_int("first_in_ms", first_in_ms, 0)),
+        str(check_int("first_in_ms", first_in_ms, 0)),
         "" if group is None else check_group(group),
     ]
     code, at = await bus.wire.script("register", [k.repeat], args)
@@ -91,7 +90,7 @@ async def cancel(bus: Bus, queue: str, name: str) -> bool:
 async def fire(bus: Bus, queue: str, batch: int = 100) -> Fired:
     """Fire up to ``batch`` due occurrences (what a metronome does each beat)."""
     k = bus.keys(queue)
-    fresh = [ids.generate(JOB_NS) for _ in range(_int("batch", batch, 1))]
+    fresh = [ids.generate(JOB_NS) for _ in range(check_int("batch", batch, 1))]
     n, nxt, now = await bus.wire.script("fire", [k.repeat], [k.prefix, *fresh])
     return Fired(int(n), None if nxt < 0 else int(nxt), int(now))
 
@@ -99,12 +98,12 @@ async def fire(bus: Bus, queue: str, batch: int = 100) -> Fired:
 def _registrations(rows: list[list[object]]) -> list[Registration]:
     return [
         Registration(
-            name=_text(r[0]),
-            next_run_ms=int(float(_text(r[1]))),
-            every_ms=int(_text(r[2])),
-            template=r[3] if isinstance(r[3], bytes) else _text(r[3]).encode(),
-            group=_text(r[4]) or None,
-            last_fired_ms=int(_text(r[5])) if _text(r[5]) else None,
+            name=as_text(r[0]),
+            next_run_ms=int(float(as_text(r[1]))),
+            every_ms=int(as_text(r[2])),
+            template=r[3] if isinstance(r[3], bytes) else as_text(r[3]).encode(),
+            group=as_text(r[4]) or None,
+            last_fired_ms=int(as_text(r[5])) if as_text(r[5]) else None,
         )
         for r in rows
     ]
@@ -114,7 +113,7 @@ async def list_repeats(bus: Bus, queue: str, limit: int = 1000) -> list[Registra
     """Registrations, soonest next run first."""
     k = bus.keys(queue)
     rows = await bus.wire.script(
-        "repeats", [k.repeat], [k.prefix, "all", str(_int("limit", limit, 1))]
+        "repeats", [k.repeat], [k.prefix, "all", str(check_int("limit", limit, 1))]
     )
     return _registrations(rows)
 
@@ -123,7 +122,7 @@ async def due(bus: Bus, queue: str, limit: int = 100) -> list[Registration]:
     """Registrations whose next run has come (server clock), for a hand-written pump."""
     k = bus.keys(queue)
     rows = await bus.wire.script(
-        "repeats", [k.repeat], [k.prefix, "due", str(_int("limit", limit, 1))]
+        "repeats", [k.repeat], [k.prefix, "due", str(check_int("limit", limit, 1))]
     )
     return _registrations(rows)
 
