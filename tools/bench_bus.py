@@ -46,6 +46,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
+from _bench import drop_queue, info, server_version
 
 import echomq_trio
 from echomq_trio import Bus, Consumer, Job, Metronome, RetryIn, ids, jobs, open_bus
@@ -115,37 +116,9 @@ async def _concurrent_rate(
     return sum(counts) / (trio.current_time() - start)
 
 
-async def _drop_queue(bus: Bus, queue: str) -> None:
-    """Delete every key of ``queue`` (used only against a server given by ``--url``)."""
-    pattern = bus.keys(queue).prefix + "*"  # braces are not glob characters
-    cursor = "0"
-    while True:
-        cursor_raw, found = await bus.wire.command(
-            "SCAN", cursor, "MATCH", pattern, "COUNT", "10000"
-        )
-        if found:
-            await bus.wire.command("UNLINK", *found)
-        cursor = cursor_raw.decode() if isinstance(cursor_raw, bytes) else str(cursor_raw)
-        if cursor == "0":
-            return
-
-
-async def _info(bus: Bus, section: str) -> dict[str, str]:
-    raw = await bus.wire.command("INFO", section)
-    text = raw.decode() if isinstance(raw, bytes) else str(raw)
-    pairs = (line.split(":", 1) for line in text.splitlines() if ":" in line)
-    return {key: value.strip() for key, value in pairs}
-
-
-async def _server_version(bus: Bus) -> str:
-    fields = await _info(bus, "server")
-    valkey = fields.get("valkey_version")
-    return f"valkey {valkey}" if valkey else fields.get("redis_version", "unknown")
-
-
 async def _server_load(bus: Bus) -> dict[str, Any]:
     """Server-side events that disturb timings (an append-only-file rewrite forks the server)."""
-    fields = {**await _info(bus, "persistence"), **await _info(bus, "stats")}
+    fields = {**await info(bus, "persistence"), **await info(bus, "stats")}
     return {
         "aof_size_mb": _round(int(fields.get("aof_current_size", "0")) / 1e6),
         "aof_rewrites": int(fields.get("aof_rewrites", "0")),
@@ -327,7 +300,7 @@ async def bench(url: str | None, quick: bool) -> dict[str, Any]:
     async with open_bus(url) as bus:
         server_url = bus.server.url if bus.server is not None else str(url)
         out["server"] = "url" if bus.server is None else "embedded"
-        out["server_version"] = await _server_version(bus)
+        out["server_version"] = await server_version(bus)
         queues: list[str] = []
 
         def queue(label: str) -> str:
@@ -395,7 +368,7 @@ async def bench(url: str | None, quick: bool) -> dict[str, Any]:
         details["server_load"] = await _server_load(bus)
         if bus.server is None:  # a server we do not own: leave it as we found it
             for name in queues:
-                await _drop_queue(bus, name)
+                await drop_queue(bus, name)
             await bus.wire.command(
                 "DEL", set_key, *(f"{set_key}-{i}" for i in range(CONCURRENT_TASKS))
             )

@@ -104,6 +104,7 @@ from typing import Any
 
 import attrs
 import trio
+from _bench import drop_queue, server_version
 
 import codemojex
 from codemojex.archiver import Archiver
@@ -192,34 +193,6 @@ def _max_in_span(times: Sequence[float], span_s: float) -> int:
             start += 1
         best = max(best, end - start + 1)
     return best
-
-
-async def _info(bus: Bus, section: str) -> dict[str, str]:
-    raw = await bus.wire.command("INFO", section)
-    text = raw.decode() if isinstance(raw, bytes) else str(raw)
-    pairs = (line.split(":", 1) for line in text.splitlines() if ":" in line)
-    return {key: value.strip() for key, value in pairs}
-
-
-async def _server_version(bus: Bus) -> str:
-    fields = await _info(bus, "server")
-    valkey = fields.get("valkey_version")
-    return f"valkey {valkey}" if valkey else f"redis {fields.get('redis_version', 'unknown')}"
-
-
-async def _drop_queue(bus: Bus, queue: str) -> None:
-    """Delete every key of ``queue``, the limiter's included (used only with ``--url``)."""
-    pattern = bus.keys(queue).prefix + "*"  # braces are not glob characters
-    cursor = "0"
-    while True:
-        cursor_raw, found = await bus.wire.command(
-            "SCAN", cursor, "MATCH", pattern, "COUNT", "10000"
-        )
-        if found:
-            await bus.wire.command("UNLINK", *found)
-        cursor = cursor_raw.decode() if isinstance(cursor_raw, bytes) else str(cursor_raw)
-        if cursor == "0":
-            return
 
 
 async def _deferral_reasons(bus: Bus, queue: str) -> dict[str, int]:
@@ -660,7 +633,7 @@ async def bench(
     async with open_bus(url) as bus:
         server_url = bus.server.url if bus.server is not None else str(url)
         out["server"] = "url" if bus.server is None else "embedded"
-        out["server_version"] = await _server_version(bus)
+        out["server_version"] = await server_version(bus)
         queues = [f"bench-notify-{run_id}-sat", f"bench-notify-{run_id}-flood",
                   f"bench-notify-{run_id}-archived"]  # fmt: skip
         try:
@@ -690,7 +663,7 @@ async def bench(
             if bus.server is None:  # a server we do not own: leave it as we found it
                 with trio.move_on_after(10, shield=True):
                     for queue in queues:
-                        await _drop_queue(bus, queue)
+                        await drop_queue(bus, queue)
     clock_end = _clock_sample()
     details["clock"] = {
         "trio_minus_monotonic_s": _round(clock_start["trio_minus_monotonic_s"], 6),
