@@ -98,12 +98,7 @@ class NotificationWorker:
             take = await self.limiter.take(chat)
             if not take.ok:
                 self.stats.deferred += 1
-                wait = take.wait_ms
-                if take.blocked_by == "global":
-                    # A reserved slot: come back a little early, since waking a waiting lane
-                    # takes a few ms; the limiter honours a reservation within half its margin.
-                    wait = max(1, wait - self.limiter.margin_ms // 2)
-                return DeferIn(wait, f"rate limit ({take.blocked_by})")
+                return DeferIn(take.wait_ms, f"rate limit ({take.blocked_by})")
             verdict = await self.bot.send_message(chat, notice.text, **notice.opts)
             if not isinstance(verdict, Migrate):
                 return await self._act(job, notice, chat, verdict)

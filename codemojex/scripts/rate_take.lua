@@ -17,7 +17,8 @@
 -- sends at once if the logs hold a send at its real time; otherwise it gives its slot back
 -- (one entry fewer is always safe) and queues again.
 -- A pause (after a 429) blocks its scope.
--- Returns {1, 0, ''} send now, or {0, wait ms, 'global' | 'chat' | 'paused'}.
+-- Returns {1, 0, ''} send now, or {0, wait ms, 'global' | 'chat' | 'paused'}; for a
+-- reservation the wait ends half a margin before the slot, where its tolerance begins.
 local p = ARGV[1]
 local chat = ARGV[2]
 local now = now_ms()
@@ -76,7 +77,7 @@ local own = redis.call('GET', rsv_key)
 if own then
   local at = tonumber(string.match(own, '^(%d+):'))
   local slack = math.floor(margin / 2)
-  if now < at - slack then return {0, at - now, 'global'} end
+  if now < at - slack then return {0, math.max(1, at - slack - now), 'global'} end
   redis.call('DEL', rsv_key)
   if now <= at + slack then return {1, 0, ''} end
   -- Late: send now if the logs hold the send at its real time; else give the slot back (an
@@ -100,4 +101,5 @@ redis.call('PEXPIRE', KEYS[1], at - now + gwin)
 redis.call('PEXPIRE', chat_key, at - now + cwin)
 if at == now then return {1, 0, ''} end
 redis.call('SET', rsv_key, member, 'PX', at - now + gwin)
-return {0, at - now, 'global'}
+-- Come back at the start of the slot's tolerance: waking a waiting lane takes a few ms.
+return {0, math.max(1, at - math.floor(margin / 2) - now), 'global'}
