@@ -8,6 +8,7 @@ random intervals, learning a little from their last score.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import random
 
@@ -67,7 +68,13 @@ async def _room(bus: Bus, room: game.Room, players: list[game.Player], round_s: 
 async def play(bus: Bus, *, round_s: float = 30.0, seed: int | None = None) -> None:
     """Play until cancelled."""
     rng = random.Random(seed)
-    rooms, players = await _setup(bus)
+    for errors in itertools.count(1):
+        try:
+            rooms, players = await _setup(bus)
+            break
+        except BusError as exc:  # the server restarting: set up when it is back
+            print(f"demo: setting up: {exc}; retrying", flush=True)
+            await trio.sleep(min(0.1 * 2**errors, 2.0))
     async with trio.open_nursery() as nursery:
         for n, room in enumerate(rooms):
             members = players[n :: len(rooms)] + rng.sample(players, 2)

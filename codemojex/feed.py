@@ -7,6 +7,11 @@ refresher reads each dirty room's top N once and hands it to each viewer's ``Lat
 a slow viewer gets the newest board, never a backlog, and never slows the others. A ping per
 viewer every ``ping_interval_s`` drops dead connections.
 
+Pub/sub is fire-and-forget: a change published while the subscription's connection is down (the
+server restarting) reaches nobody. So every ``resync_s`` the refresher also re-reads each watched
+room, and pushes a board only when it differs from the last one pushed, so viewers heal within
+``resync_s`` of any lost message at the cost of one small read per watched room.
+
 Messages are JSON: ``{"room", "title", "top": [{"rank", "player", "name", "percentage"}]}``.
 """
 
@@ -45,12 +50,15 @@ class Feed:
         top_n: int = 10,
         ping_interval_s: float = 10.0,
         ping_timeout_s: float = 10.0,
+        resync_s: float = 5.0,
     ) -> None:
         self.bus = bus
         self.top_n = top_n
         self.ping_interval_s = ping_interval_s
         self.ping_timeout_s = ping_timeout_s
+        self.resync_s = resync_s
         self._viewers: dict[str, set[Latest[str]]] = {}
+        self._pushed: dict[str, str] = {}  # the last board pushed per watched room
         self._dirty: set[str] = set()
         self._wake = trio.Event()
         self.updates_sent = 0
@@ -83,6 +91,7 @@ class Feed:
         async with trio.open_nursery() as nursery:
             await nursery.start(self._subscribe)
             nursery.start_soon(self._refresh)
+            nursery.start_soon(self._resync)
             server = await nursery.start(
                 partial(serve_websocket, disconnect_timeout=2.0, connect_timeout=10.0),
                 self._handle,
@@ -103,6 +112,13 @@ class Feed:
                     self._dirty.add(room)
                     self._wake.set()
 
+    async def _resync(self) -> None:
+        while True:
+            await trio.sleep(self.resync_s)
+            if self._viewers:
+                self._dirty.update(self._viewers)
+                self._wake.set()
+
     async def _refresh(self) -> None:
         while True:
             await self._wake.wait()
@@ -117,6 +133,9 @@ class Feed:
                 except (BusError, GameError) as exc:
                     log.warning("feed refresh of %s failed: %s", room, exc)
                     continue
+                if self._pushed.get(room) == text:
+                    continue  # a resync that found nothing new
+                self._pushed[room] = text
                 for latest in viewers:
                     latest.put(text)
 
@@ -150,6 +169,7 @@ class Feed:
                 viewers.discard(latest)
                 if not viewers:
                     del self._viewers[room]
+                    self._pushed.pop(room, None)
 
     # Each of these ends the viewer's nursery when its connection is done; none lets a closed
     # connection's error out, so one viewer's trouble never reaches the server or the others.

@@ -10,7 +10,10 @@ resumes. ``--help`` lists the settings.
 
 from __future__ import annotations
 
+import errno
+import os
 import signal
+import socket
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -29,6 +32,7 @@ from codemojex.telegram import open_bot
 from codemojex.testing.telegram import TelegramStandIn, open_stand_in
 from codemojex.web import PageServer
 from echomq_trio import Bus, BusError, Consumer, Metronome, StopConsumer, jobs, open_bus
+from echomq_trio.datadir import DataDir, InUse
 
 __all__ = ["main", "run"]
 
@@ -78,14 +82,57 @@ async def _summary(
         )
 
 
+class PortInUse(OSError):
+    """A port the service must listen on is taken; the message names the port and its flag."""
+
+
+def check_ports(settings: Settings) -> None:
+    """Refuse, before anything starts, a page or feed port that another process holds."""
+    if settings.page_port and settings.page_port == settings.feed_port:
+        raise SettingsError("--page-port and --feed-port must differ (or be 0: any free port)")
+    wanted = [(settings.page_port, "--page-port", "CODEMOJEX_PAGE_PORT"),
+              (settings.feed_port, "--feed-port", "CODEMOJEX_FEED_PORT")]  # fmt: skip
+    for port, flag, env in wanted:
+        if port and not _bindable(settings.host, port):
+            raise PortInUse(
+                f"port {port} on {settings.host} is in use; choose another with {flag} (or "
+                f"{env}; 0 picks a free port)"
+            )
+
+
+def _bindable(host: str, port: int) -> bool:
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return False
+            raise
+    return True
+
+
 async def run(
-    settings: Settings, *, task_status: trio.TaskStatus[dict[str, str]] = trio.TASK_STATUS_IGNORED
+    settings: Settings,
+    *,
+    data_dir: DataDir | None = None,
+    task_status: trio.TaskStatus[dict[str, str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run until cancelled; ``task_status.started`` gets the page and feed URLs."""
+    """Run until cancelled; ``task_status.started`` gets the page and feed URLs.
+
+    ``data_dir`` is ``settings.data_dir`` already owned by the caller (``main`` owns it before
+    anything else happens); without it, ``run`` owns it for its duration (``InUse`` if another
+    process does)."""
+    if data_dir is None:
+        with DataDir.own(settings.data_dir) as owned:
+            await run(settings, data_dir=owned, task_status=task_status)
+        return
     url = settings.url
-    data_dir = settings.data_dir if url is None else None
     async with (
-        open_bus(url, data_dir=data_dir) as bus,
+        open_bus(url, data_dir=data_dir if url is None else None) as bus,
         _telegram(settings) as (token, api_url, stand_in),
         open_bot(token, api_url) as bot,
     ):
@@ -112,7 +159,7 @@ async def run(
             )
             where = {"page": page_url, "feed": f"ws://{settings.host}:{feed_port}/rooms/<room>"}
             say(f"codemojex is running. Leaderboard: {page_url}")
-            say(f"  server: {bus.url}" + (f" (data in {data_dir})" if data_dir else ""))
+            say(f"  server: {bus.url}" + ("" if url else f" (data in {settings.data_dir})"))
             say(f"  telegram: {'local stand-in at ' + api_url if stand_in else 'the real Bot API'}")
             say(f"  daily digest: {answer.value}, next run at server ms {next_run}")
             if settings.demo:
@@ -125,42 +172,61 @@ async def run(
             task_status.started(where)
 
 
-async def _main(settings: Settings) -> int:
+async def _main(settings: Settings, data_dir: DataDir) -> int:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
+            service = trio.CancelScope()
 
-            async def stop_on_signal() -> None:
+            async def on_signals() -> None:
                 async for signum in signals:
-                    say(f"{signal.Signals(signum).name}: shutting down")
-                    nursery.cancel_scope.cancel()
-                    return
+                    name = signal.Signals(signum).name
+                    if service.cancel_called:
+                        # The operator insists: leave now. The kernel drops the data-directory
+                        # lock and the embedded server goes with us (parent-death signal).
+                        print(f"{name} again: exiting at once", file=sys.stderr, flush=True)
+                        os._exit(128 + signum)
+                    say(f"{name}: shutting down (again to exit at once)")
+                    service.cancel()
 
-            nursery.start_soon(stop_on_signal)
-            try:
-                await run(settings)
-            finally:
-                nursery.cancel_scope.cancel()
+            nursery.start_soon(on_signals)
+            with service:
+                await run(settings, data_dir=data_dir)
+            nursery.cancel_scope.cancel()
     say("stopped")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Exit status: 0 after a clean stop, 1 when the service failed, 2 when it could not start
+    (a bad setting, the data directory owned by another process, a port in use), 128+N after a
+    second signal N."""
     try:
         settings = parse_settings(argv)
-    except SettingsError as exc:
+        data_dir = DataDir.own(settings.data_dir)  # before any other side effect
+    except (SettingsError, InUse) as exc:
         print(f"codemojex: {exc}", file=sys.stderr)
         return 2
-    try:
-        return trio.run(_main, settings)
-    except BaseExceptionGroup as group:
-        known = group.subgroup((StopConsumer, BusError, OSError))
-        if known is None:
-            raise
-        print(f"codemojex: {_first(known)}", file=sys.stderr)
-        return 1
-    except (StopConsumer, BusError, OSError) as exc:
-        print(f"codemojex: {exc}", file=sys.stderr)
-        return 1
+    except OSError as exc:
+        print(f"codemojex: cannot use the data directory {settings.data_dir}: {exc}",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    with data_dir:
+        try:
+            check_ports(settings)
+        except (SettingsError, OSError) as exc:
+            print(f"codemojex: {exc}", file=sys.stderr)
+            return 2
+        try:
+            return trio.run(_main, settings, data_dir)
+        except BaseExceptionGroup as group:
+            known = group.subgroup((StopConsumer, BusError, OSError))
+            if known is None:
+                raise
+            print(f"codemojex: {_first(known)}", file=sys.stderr)
+            return 1
+        except (StopConsumer, BusError, OSError) as exc:
+            print(f"codemojex: {exc}", file=sys.stderr)
+            return 1
 
 
 def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -12,7 +12,7 @@ import trio
 
 from codemojex.asgi import answer_lifespan, serve_app
 from codemojex.game import list_rooms
-from echomq_trio import Bus
+from echomq_trio import Bus, BusError
 
 if TYPE_CHECKING:
     from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope
@@ -42,9 +42,13 @@ class PageServer:
             status, kind = 200, b"application/json"
             body = json.dumps({"ws_port": self.feed_port}).encode()
         elif path == "/rooms.json":
-            rooms = await list_rooms(self.bus)
             status, kind = 200, b"application/json"
-            body = json.dumps([{"id": r.id, "title": r.title} for r in rooms]).encode()
+            try:
+                rooms = await list_rooms(self.bus)
+            except BusError:  # the server is restarting: the page retries
+                status, body = 503, json.dumps({"error": "the server is unavailable"}).encode()
+            else:
+                body = json.dumps([{"id": r.id, "title": r.title} for r in rooms]).encode()
         else:
             status, kind, body = 404, b"text/plain", b"not found"
         headers = [(b"content-type", kind), (b"cache-control", b"no-store")]

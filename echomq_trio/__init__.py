@@ -24,6 +24,7 @@ from echomq_trio.errors import (
     BusError,
     ConnectionLost,
     RequestTimedOut,
+    ServerDied,
     ServerError,
     ServerNotFound,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "Outcome",
     "RequestTimedOut",
     "RetryIn",
+    "ServerDied",
     "ServerError",
     "ServerNotFound",
     "StopConsumer",

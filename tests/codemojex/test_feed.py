@@ -152,3 +152,24 @@ async def test_pings_drop_a_viewer_whose_window_is_full(bus: Bus, room: game.Roo
         await wait_for(lambda: feed.viewers == 0, timeout=30)
         await stream.aclose()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_change_whose_message_was_lost_reaches_viewers_by_resync(
+    bus: Bus, room: game.Room
+) -> None:
+    # Pub/sub loses what is published while the subscriber's connection is down (a server
+    # restart). Here the change is written with no message at all: the resync finds it.
+    alice = await game.create_player(bus, "Alice", 1)
+    async with trio.open_nursery() as nursery:
+        feed, base = await start_feed(nursery, bus, resync_s=0.2)
+        async with open_websocket_url(f"{base}/rooms/{room.id}") as ws:
+            assert json.loads(await ws.get_message())["top"] == []
+            key = board.board_key(room.id)
+            await bus.wire.command("ZADD", key, str(70 * 10**13), alice.id)  # no PUBLISH
+            with trio.fail_after(10):
+                update = json.loads(await ws.get_message())
+            assert [(s["name"], s["percentage"]) for s in update["top"]] == [("Alice", 70)]
+            sent = feed.updates_sent
+            await trio.sleep(1.0)  # five resyncs with nothing new
+            assert feed.updates_sent == sent, "a resync pushed an unchanged board"
+        nursery.cancel_scope.cancel()

@@ -11,6 +11,7 @@ import pytest
 from echomq_trio import ServerNotFound, ids, jobs, open_bus
 from echomq_trio.errors import ConnectionLost
 from echomq_trio.server import find_server_binary, start_server
+from tests.support import processes_in
 
 
 def test_env_variable_comes_first(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -56,7 +57,7 @@ async def test_embedded_server_runs_on_loopback_with_password_and_aof(tmp_path: 
         assert server.url.startswith("redis://:") and "@127.0.0.1:" in server.url
         mode = stat.S_IMODE(os.stat(tmp_path / "password").st_mode)
         assert mode == 0o600
-        assert (tmp_path / "password").read_text() == server.password
+        assert (tmp_path / "password").read_text().strip() == server.password
         async with open_bus(server.url) as bus:
             config = await bus.wire.command("CONFIG", "GET", "bind")  # a map in RESP3
             assert b"127.0.0.1" in config[b"bind"]
@@ -65,7 +66,7 @@ async def test_embedded_server_runs_on_loopback_with_password_and_aof(tmp_path: 
         with pytest.raises(ConnectionLost):  # a password is required
             async with open_bus(f"redis://127.0.0.1:{server.port}") as bus:
                 await bus.wire.command("PING")
-    assert server.process.returncode is not None, "the server outlived its block"
+    assert not server.running, "the server outlived its block"
 
 
 async def test_open_bus_without_url_keeps_data_in_data_dir(tmp_path: Path) -> None:
@@ -101,19 +102,6 @@ async def test_unreachable_server_is_a_clear_error() -> None:
             pass
 
 
-def _processes_using(folder: Path) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
-            except OSError:
-                continue
-            if str(folder).encode() in cmdline:
-                found.append(int(entry.name))
-    return found
-
-
 async def test_a_start_cancelled_while_waiting_for_ping_leaves_no_server(tmp_path: Path) -> None:
     import trio
 
@@ -121,4 +109,4 @@ async def test_a_start_cancelled_while_waiting_for_ping_leaves_no_server(tmp_pat
         with trio.move_on_after(delay):
             async with start_server(tmp_path):
                 await trio.sleep_forever()
-        assert _processes_using(tmp_path) == [], f"a server outlived a start cancelled at {delay}"
+        assert processes_in(tmp_path) == [], f"a server outlived a start cancelled at {delay}"

@@ -1,0 +1,99 @@
+"""Helpers shared by tests of both packages: processes of a data directory, and running
+``python -m codemojex.run`` as a user does, reading its output line by line."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def processes_in(folder: Path) -> list[int]:
+    """Live processes whose working directory is ``folder`` (a server chdirs to its data)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cwd = os.readlink(entry / "cwd")
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if Path(cwd) == folder.resolve() and state not in ("Z", "X"):
+                found.append(int(entry.name))
+    return found
+
+
+def all_cmdlines() -> list[bytes]:
+    """The command line of every process on the machine."""
+    lines = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                lines.append((entry / "cmdline").read_bytes())
+            except OSError:
+                continue
+    return lines
+
+
+def server_pid(data_dir: Path) -> int:
+    """The pid of the embedded server that owns ``data_dir`` now (from its pid file)."""
+    return int(json.loads((data_dir / "server.pid").read_text())["pid"])
+
+
+async def start_service(data_dir: Path, *args: str) -> trio.Process:
+    """``python -m codemojex.run`` on ``data_dir`` with free ports; stdout+stderr piped."""
+    return await trio.lowlevel.open_process(
+        [sys.executable, "-m", "codemojex.run", "--data-dir", str(data_dir), "--page-port", "0",
+         "--feed-port", "0", *args],
+        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+
+async def stop_process(proc: trio.Process) -> None:
+    """SIGKILL ``proc`` if it still runs, and reap it."""
+    if proc.returncode is None:
+        proc.kill()
+    with trio.CancelScope(shield=True, deadline=trio.current_time() + 10):
+        await proc.wait()
+
+
+class Lines:
+    """The output of a process, line by line; ``until`` waits for a line matching a pattern."""
+
+    def __init__(self, proc: trio.Process) -> None:
+        assert proc.stdout is not None
+        self.stream = proc.stdout
+        self.buf = b""
+        self.seen: list[str] = []
+
+    async def until(self, pattern: str) -> re.Match[str]:
+        while True:
+            while b"\n" in self.buf:
+                line, self.buf = self.buf.split(b"\n", 1)
+                text = line.decode(errors="replace")
+                self.seen.append(text)
+                if m := re.search(pattern, text):
+                    return m
+            chunk = await self.stream.receive_some(4096)
+            if not chunk:
+                raise AssertionError("process ended; output:\n" + "\n".join(self.seen))
+            self.buf += chunk
+
+    async def rest(self) -> list[str]:
+        """Everything until the process closes its output."""
+        while chunk := await self.stream.receive_some(4096):
+            self.buf += chunk
+        self.seen += [t.decode(errors="replace") for t in self.buf.split(b"\n") if t]
+        self.buf = b""
+        return self.seen
+
+    def text(self) -> str:
+        return "\n".join(self.seen)
