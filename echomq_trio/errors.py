@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-__all__ = ["BusError", "ConnectionLost", "RequestTimedOut", "ServerError", "ServerNotFound"]
+__all__ = [
+    "AuthenticationFailed",
+    "BusError",
+    "ConnectionLost",
+    "RequestTimedOut",
+    "ServerError",
+    "ServerNotFound",
+]
 
 
 class BusError(Exception):
@@ -11,6 +18,11 @@ class BusError(Exception):
 
 class ConnectionLost(BusError):
     """The server could not be reached or the connection dropped; retrying later may work."""
+
+
+class AuthenticationFailed(ConnectionLost):
+    """The server refused the URL's credentials (wrong password or user, or none given where one
+    is required). Retrying will not help: fix the URL."""
 
 
 class RequestTimedOut(BusError):
