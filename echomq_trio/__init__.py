@@ -21,6 +21,7 @@ from echomq_trio.consumer import (
     StopConsumer,
 )
 from echomq_trio.errors import (
+    AuthenticationFailed,
     BusError,
     ConnectionLost,
     RequestTimedOut,
@@ -33,6 +34,7 @@ from echomq_trio.metronome import Metronome
 
 __all__ = [
     "Ack",
+    "AuthenticationFailed",
     "Bury",
     "Bus",
     "BusError",

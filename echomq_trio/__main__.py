@@ -8,7 +8,9 @@
     echomq tail QUEUE
 
 The server is ``--url``, else ``ECHOMQ_URL``, else ``redis://127.0.0.1:6379``. Errors are one
-line on stderr and exit status 1 (2 for bad usage).
+line on stderr and exit status 1 (2 for bad usage). A reader that stops early
+(``echomq tail q | head``) ends the command quietly with exit status 141, as for a command
+killed by SIGPIPE: no traceback, and no error message.
 """
 
 from __future__ import annotations
@@ -211,11 +213,22 @@ async def run(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a command the signal ended
+
+
 def main() -> None:
     try:
-        sys.exit(trio.run(run))
+        status = trio.run(run)
+        sys.stdout.flush()  # output still buffered meets a closed pipe here, not at exit
     except KeyboardInterrupt:
         sys.exit(130)
+    except BrokenPipeError:
+        # The reader is gone. Python flushes stdout once more at exit, which would fail and
+        # print a warning: point stdout at devnull first (the recipe of Python's signal docs).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(EXIT_BROKEN_PIPE)
+    sys.exit(status)
 
 
 if __name__ == "__main__":

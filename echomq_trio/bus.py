@@ -11,7 +11,12 @@ from functools import lru_cache
 import attrs
 
 from echomq_trio.datadir import DataDir
-from echomq_trio.keys import QueueKeys, queue_keys
+from echomq_trio.keys import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    QueueKeys,
+    check_max_payload_bytes,
+    queue_keys,
+)
 from echomq_trio.server import EmbeddedServer, start_server
 from echomq_trio.wire import Wire, open_wire, parse_url
 
@@ -29,6 +34,7 @@ class Bus:
 
     wire: Wire
     server: EmbeddedServer | None = None
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES  # larger payloads raise before any I/O
 
     def keys(self, queue: str) -> QueueKeys:
         """The keys of ``queue``; raises ``ValueError`` for a name that cannot be a hash tag."""
@@ -42,7 +48,10 @@ class Bus:
 
 @asynccontextmanager
 async def open_bus(
-    url: str | None = None, *, data_dir: str | os.PathLike[str] | DataDir | None = None
+    url: str | None = None,
+    *,
+    data_dir: str | os.PathLike[str] | DataDir | None = None,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
 ) -> AsyncIterator[Bus]:
     """Connect to ``url``, or with no URL start an embedded server and stop it on exit.
 
@@ -52,14 +61,16 @@ async def open_bus(
     before anything is started; pass a ``DataDir`` you own already to share it with other parts of
     your program. A malformed URL raises ``ValueError`` before any connection is tried. If the
     embedded server keeps dying (see ``server.start_server``), the block ends with
-    ``ServerDied``.
+    ``ServerDied``. ``max_payload_bytes`` (1 MiB by default, at most 512 MiB) is the largest
+    payload the bus admits; a larger one raises ``ValueError`` before any I/O.
     """
+    check_max_payload_bytes(max_payload_bytes)
     if url is not None:
         if data_dir is not None:
             raise ValueError("data_dir applies only to the embedded server (url=None)")
         spec = parse_url(url)
         async with open_wire(spec) as wire:
-            yield Bus(wire)
+            yield Bus(wire, max_payload_bytes=max_payload_bytes)
         return
     async with start_server(data_dir) as server, open_wire(server.url) as wire:
-        yield Bus(wire, server)
+        yield Bus(wire, server, max_payload_bytes=max_payload_bytes)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "AuthenticationFailed",
     "BusError",
     "ConnectionLost",
     "RequestTimedOut",
@@ -18,6 +19,11 @@ class BusError(Exception):
 
 class ConnectionLost(BusError):
     """The server could not be reached or the connection dropped; retrying later may work."""
+
+
+class AuthenticationFailed(ConnectionLost):
+    """The server refused the URL's credentials (wrong password or user, or none given where one
+    is required). Retrying will not help: fix the URL."""
 
 
 class RequestTimedOut(BusError):

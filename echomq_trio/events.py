@@ -5,7 +5,8 @@ transition. Read it from a point, follow it, or share it out with a consumer gro
 It is capped at about 10,000 entries; a reader that falls further behind misses the oldest.
 
 Every function takes ``stream`` (default ``"events"``): the suffix of another stream of the
-queue, ``emq:{q}:<stream>``, read the same way.
+queue, ``emq:{q}:<stream>``, read the same way. Names, counts and stream ids (``<ms>`` or
+``<ms>-<seq>``) are checked before any I/O.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import trio
 
 from echomq_trio.bus import Bus
 from echomq_trio.errors import ServerError
-from echomq_trio.keys import as_text, check_name
+from echomq_trio.keys import as_text, check_int, check_ms, check_name, check_stream_id
 
 __all__ = [
     "Event",
@@ -75,9 +76,11 @@ async def read(
     bus: Bus, queue: str, after: str = "-", count: int = 100, *, stream: str = "events"
 ) -> list[Event]:
     """Up to ``count`` entries after stream id ``after`` (exclusive; ``"-"`` from the start)."""
+    key = _key(bus, queue, stream)
+    check_stream_id("after", after, ("-",))
     start = after if after == "-" else "(" + after
     raw = await bus.wire.command(
-        "XRANGE", _key(bus, queue, stream), start, "+", "COUNT", str(count)
+        "XRANGE", key, start, "+", "COUNT", str(check_int("count", count, 1))
     )
     return _entries(raw)
 
@@ -93,7 +96,10 @@ async def follow(
     bus: Bus, queue: str, after: str | None = None, *, poll_s: float = 0.2, stream: str = "events"
 ) -> AsyncIterator[Event]:
     """Yield entries as they arrive, from after ``after`` (default: from now on). Polls every
-    ``poll_s`` while idle (a plain cancellable sleep, no blocked connection)."""
+    ``poll_s`` while idle (a plain cancellable sleep, no blocked connection). A malformed
+    ``after`` raises ``ValueError`` on the first iteration, before any I/O."""
+    if after is not None:
+        check_stream_id("after", after, ("-",))
     cursor = await last_id(bus, queue, stream=stream) if after is None else after
     while True:
         batch = await read(bus, queue, cursor, 500, stream=stream)
@@ -109,12 +115,11 @@ async def create_group(
     bus: Bus, queue: str, group: str, start: str = "0", *, stream: str = "events"
 ) -> bool:
     """Create a consumer group reading from ``start`` (``"0"``: everything kept, ``"$"``: new
-    entries only); ``False`` if it exists already. Creates the stream if needed."""
+    entries only, or a stream id); ``False`` if it exists already. Creates the stream if needed."""
+    key, name = _key(bus, queue, stream), check_name("group", group)
+    check_stream_id("start", start, ("$",))
     try:
-        await bus.wire.command(
-            "XGROUP", "CREATE", _key(bus, queue, stream), check_name("group", group), start,
-            "MKSTREAM",
-        )  # fmt: skip
+        await bus.wire.command("XGROUP", "CREATE", key, name, start, "MKSTREAM")
     except ServerError as exc:
         if "BUSYGROUP" in str(exc):
             return False
@@ -136,7 +141,8 @@ async def read_group(
     given before and has not acked (read those first after a restart)."""
     raw = await bus.wire.command(
         "XREADGROUP", "GROUP", check_name("group", group), check_name("consumer", consumer),
-        "COUNT", str(count), "STREAMS", _key(bus, queue, stream), "0" if pending else ">",
+        "COUNT", str(check_int("count", count, 1)), "STREAMS", _key(bus, queue, stream),
+        "0" if pending else ">",
     )  # fmt: skip
     if not raw:
         return []
@@ -148,9 +154,13 @@ async def ack(
     bus: Bus, queue: str, group: str, stream_ids: Sequence[str], *, stream: str = "events"
 ) -> int:
     """Acknowledge entries for ``group``; returns how many were pending."""
-    if not stream_ids:
+    key, name = _key(bus, queue, stream), check_name("group", group)
+    if isinstance(stream_ids, str):
+        raise TypeError("stream_ids must be a sequence of stream ids, not one str")
+    checked = [check_stream_id("stream id", i) for i in stream_ids]
+    if not checked:
         return 0
-    return int(await bus.wire.command("XACK", _key(bus, queue, stream), group, *stream_ids))
+    return int(await bus.wire.command("XACK", key, name, *checked))
 
 
 async def autoclaim(
@@ -166,7 +176,8 @@ async def autoclaim(
     """Take over entries another consumer of ``group`` was given but has not acked for
     ``min_idle_ms`` (it crashed); they now belong to ``consumer``."""
     raw = await bus.wire.command(
-        "XAUTOCLAIM", _key(bus, queue, stream), group, consumer, str(min_idle_ms), "0-0",
-        "COUNT", str(count),
+        "XAUTOCLAIM", _key(bus, queue, stream), check_name("group", group),
+        check_name("consumer", consumer), str(check_ms("min_idle_ms", min_idle_ms)), "0-0",
+        "COUNT", str(check_int("count", count, 1)),
     )  # fmt: skip
     return _entries(raw[1])

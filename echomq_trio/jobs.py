@@ -2,8 +2,9 @@
 
 States: ``pending`` (ready), ``scheduled`` (waiting for a time), ``active`` (leased to a worker),
 ``dead`` (out of attempts). An acked job's row is deleted, so a finished id may be used again.
-Names, ids, payloads and numbers are checked before any I/O; bad ones raise ``ValueError`` or
-``TypeError`` and nothing is written.
+Names, ids, payloads (at most the bus's ``max_payload_bytes``) and numbers (times and delays at
+most what a sorted-set score holds exactly, see ``keys.check_ms``) are checked before any I/O;
+bad ones raise ``ValueError`` or ``TypeError`` and nothing is written.
 """
 
 from __future__ import annotations
@@ -14,7 +15,14 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 from echomq_trio.bus import Bus
-from echomq_trio.keys import as_text, check_group, check_int, check_job_id, check_payload
+from echomq_trio.keys import (
+    as_text,
+    check_group,
+    check_int,
+    check_job_id,
+    check_ms,
+    check_payload,
+)
 
 __all__ = [
     "ENQUEUE_CHUNK",
@@ -151,11 +159,11 @@ async def enqueue(bus: Bus, queue: str, job_id: str, payload: str | bytes) -> Ou
     return out
 
 
-def _pairs(items: Iterable[tuple[str, str | bytes]]) -> list[str | bytes]:
+def _pairs(items: Iterable[tuple[str, str | bytes]], max_bytes: int) -> list[str | bytes]:
     flat: list[str | bytes] = []
     for job_id, payload in items:
         flat.append(check_job_id(job_id))
-        flat.append(check_payload(payload))
+        flat.append(check_payload(payload, max_bytes))
     return flat
 
 
@@ -168,7 +176,7 @@ async def enqueue_many(
 ) -> list[Outcome]:
     """Admit many jobs in one round trip (per ``ENQUEUE_CHUNK`` jobs); answers in input order."""
     k = bus.keys(queue)
-    flat = _pairs(items)
+    flat = _pairs(items, bus.max_payload_bytes)
     out: list[Outcome] = []
     step = 2 * ENQUEUE_CHUNK
     for start in range(0, len(flat), step):
@@ -189,7 +197,7 @@ async def _schedule(
     k = bus.keys(queue)
     flat: list[str | bytes] = []
     for job_id, payload, when in items:
-        flat += [check_job_id(job_id), check_payload(payload), str(when)]
+        flat += [check_job_id(job_id), check_payload(payload, bus.max_payload_bytes), str(when)]
     lane = "" if group is None else check_group(group)
     codes = await bus.wire.script("schedule", [k.schedule], [k.prefix, mode, lane, *flat])
     return [
@@ -209,7 +217,7 @@ async def enqueue_at(
 ) -> Scheduled:
     """Schedule a job for an absolute time (Unix ms). It is not claimable before then; a
     metronome moves it to pending (or into lane ``group``) when the server clock reaches it."""
-    when = check_int("run_at_ms", run_at_ms, 0)
+    when = check_ms("run_at_ms", run_at_ms, absolute=True)
     (out,) = await _schedule(bus, queue, "at", [(job_id, payload, when)], group)
     return out
 
@@ -224,7 +232,7 @@ async def enqueue_in(
     group: str | None = None,
 ) -> Scheduled:
     """Schedule a job ``delay_ms`` from now, where now is the server's clock, not this host's."""
-    when = check_int("delay_ms", delay_ms, 0)
+    when = check_ms("delay_ms", delay_ms)
     (out,) = await _schedule(bus, queue, "in", [(job_id, payload, when)], group)
     return out
 
@@ -246,7 +254,7 @@ async def claim(bus: Bus, queue: str, batch: int = 1, lease_ms: int = 30_000) ->
     raw = await bus.wire.script(
         "claim",
         [k.pending],
-        [k.prefix, str(check_int("batch", batch, 1)), str(check_int("lease_ms", lease_ms, 1))],
+        [k.prefix, str(check_int("batch", batch, 1)), str(check_ms("lease_ms", lease_ms, 1))],
     )
     deadline = int(raw[0])
     return [
@@ -330,7 +338,7 @@ async def retry(
             k.prefix,
             check_job_id(job_id),
             str(check_int("token", token, 0)),
-            str(check_int("delay_ms", delay_ms, 0)),
+            str(check_ms("delay_ms", delay_ms)),
             str(check_int("max_attempts", max_attempts, 1)),
             str(error),
             "1" if buried else "0",
@@ -367,7 +375,7 @@ async def defer(
             k.prefix,
             check_job_id(job_id),
             str(check_int("token", token, 0)),
-            str(check_int("delay_ms", delay_ms, 0)),
+            str(check_ms("delay_ms", delay_ms)),
             str(reason),
         ],
     )
@@ -379,7 +387,7 @@ async def extend(bus: Bus, queue: str, items: Sequence[tuple[str, int]], lease_m
     k = bus.keys(queue)
     flat = _tokens(items)
     raw = await bus.wire.script(
-        "extend", [k.active], [k.prefix, str(check_int("lease_ms", lease_ms, 1)), *flat]
+        "extend", [k.active], [k.prefix, str(check_ms("lease_ms", lease_ms, 1)), *flat]
     )
     return Extended(int(raw[0]), tuple(as_text(x) for x in raw[1:]))
 

@@ -1,4 +1,5 @@
-"""Key names of one queue, and validation of the names a caller gives us (pure).
+"""Key names of one queue, and validation of what a caller gives us (pure): names, ids,
+payloads, times and stream ids, checked before any I/O.
 
 Every key of queue ``q`` is ``emq:{q}:<suffix>``: the braces are the cluster hash tag, so a
 queue lives in one slot and every script touches one slot, on a single server or a cluster.
@@ -13,21 +14,40 @@ import attrs
 from echomq_trio import ids
 
 __all__ = [
+    "DEFAULT_MAX_PAYLOAD_BYTES",
     "JOB_NS",
+    "MAX_DELAY_MS",
+    "MAX_PAYLOAD_BYTES",
+    "MAX_TIME_MS",
     "QueueKeys",
     "as_text",
     "check_group",
     "check_int",
     "check_job_id",
+    "check_max_payload_bytes",
+    "check_ms",
     "check_name",
     "check_payload",
     "check_queue",
+    "check_stream_id",
     "queue_keys",
 ]
 
 JOB_NS = "JOB"
 MAX_QUEUE_BYTES = 128
 _BAD_QUEUE_CHARS = re.compile(r"[{}\s]")
+
+# Sorted-set scores are doubles: integers are exact up to 2**53, and a later time would be
+# rounded (or overflow the scripts' integer replies). A delay leaves room for the server's now,
+# which stays below 2**43 ms until the year 2248.
+MAX_TIME_MS = 2**53
+MAX_DELAY_MS = MAX_TIME_MS - 2**43
+
+DEFAULT_MAX_PAYLOAD_BYTES = 1_048_576  # 1 MiB, the bus's default
+MAX_PAYLOAD_BYTES = 512 * 1_048_576  # the server's largest string (proto-max-bulk-len)
+
+_STREAM_ID = re.compile(r"([0-9]{1,20})(?:-([0-9]{1,20}))?")
+_MAX_STREAM_PART = 2**64 - 1
 
 
 def check_queue(queue: object) -> str:
@@ -62,6 +82,25 @@ def check_int(name: str, value: object, minimum: int) -> int:
     return value
 
 
+def check_ms(name: str, value: object, minimum: int = 0, *, absolute: bool = False) -> int:
+    """Return ``value`` if it is an int in ms from ``minimum`` up to what a sorted-set score
+    holds exactly: ``MAX_TIME_MS`` (2**53) for an ``absolute`` time, ``MAX_DELAY_MS``
+    (2**53 - 2**43) for a delay, so now + delay stays exact. ``TypeError`` or ``ValueError``
+    naming ``name`` and the limit otherwise."""
+    ms = check_int(name, value, minimum)
+    if absolute and ms > MAX_TIME_MS:
+        raise ValueError(
+            f"{name} must be at most {MAX_TIME_MS} (2**53 ms, the latest time a sorted-set "
+            f"score holds exactly), got {ms}"
+        )
+    if not absolute and ms > MAX_DELAY_MS:
+        raise ValueError(
+            f"{name} must be at most {MAX_DELAY_MS} (2**53 - 2**43 ms, so that the server's now "
+            f"plus it stays exact in a sorted-set score), got {ms}"
+        )
+    return ms
+
+
 def as_text(value: object) -> str:
     """A server reply (bytes or str) as str."""
     return value.decode() if isinstance(value, bytes) else str(value)
@@ -81,16 +120,53 @@ def check_job_id(job_id: object) -> str:
     return job_id  # type: ignore[return-value]
 
 
-def check_payload(payload: object) -> bytes:
-    """Payloads are ``str`` (stored as UTF-8) or ``bytes``; anything else is a ``TypeError``."""
+def check_payload(payload: object, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> bytes:
+    """Payloads are ``str`` (stored as UTF-8) or ``bytes`` of at most ``max_bytes``; another
+    type is a ``TypeError``, a longer payload a ``ValueError`` naming the limit."""
     if isinstance(payload, bytes):
-        return payload
-    if isinstance(payload, str):
-        return payload.encode()
-    raise TypeError(
-        f"payload must be str or bytes, got {type(payload).__name__}; serialize it first "
-        "(for example with json.dumps)"
-    )
+        data = payload
+    elif isinstance(payload, str):
+        data = payload.encode()
+    else:
+        raise TypeError(
+            f"payload must be str or bytes, got {type(payload).__name__}; serialize it first "
+            "(for example with json.dumps)"
+        )
+    if len(data) > max_bytes:
+        raise ValueError(
+            f"payload is {len(data)} bytes, over the bus's limit of {max_bytes} bytes "
+            "(open_bus(max_payload_bytes=...) sets it)"
+        )
+    return data
+
+
+def check_max_payload_bytes(value: object) -> int:
+    """Return ``value`` if it can be a bus's payload limit: an int from 1 to
+    ``MAX_PAYLOAD_BYTES`` (512 MiB, the most the server takes in one string)."""
+    limit = check_int("max_payload_bytes", value, 1)
+    if limit > MAX_PAYLOAD_BYTES:
+        raise ValueError(
+            f"max_payload_bytes must be at most {MAX_PAYLOAD_BYTES} (512 MiB, the server's "
+            f"largest string), got {limit}"
+        )
+    return limit
+
+
+def check_stream_id(name: str, value: object, specials: tuple[str, ...] = ()) -> str:
+    """Return ``value`` if it is a stream id as the server takes it, ``<ms>`` or ``<ms>-<seq>``
+    (each part 0 to 2**64 - 1), or one of ``specials`` (such as ``"-"``, ``"$"``);
+    ``TypeError`` or ``ValueError`` naming ``name`` otherwise."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str stream id, got {type(value).__name__}")
+    if value in specials:
+        return value
+    match = _STREAM_ID.fullmatch(value)
+    if match is None or any(int(part) > _MAX_STREAM_PART for part in match.groups("0")):
+        also = "".join(f" or {s!r}" for s in specials)
+        raise ValueError(
+            f"{name} must be a stream id such as '1700000000000-0' or '0'{also}, got {value[:60]!r}"
+        )
+    return value
 
 
 @attrs.frozen

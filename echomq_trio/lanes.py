@@ -15,7 +15,7 @@ import attrs
 
 from echomq_trio.bus import Bus
 from echomq_trio.jobs import JobInfo, Outcome, _admitted, _inspect_set, _pairs
-from echomq_trio.keys import as_text, check_group, check_int
+from echomq_trio.keys import as_text, check_group, check_int, check_ms
 
 __all__ = [
     "LaneStatus",
@@ -68,7 +68,7 @@ async def enqueue_many(
     """Admit several jobs to one lane in one round trip, in order."""
     k = bus.keys(queue)
     lane = k.lane(group)
-    flat = _pairs(items)
+    flat = _pairs(items, bus.max_payload_bytes)
     lim = "" if limit is None else str(check_int("limit", limit, 1))
     codes = await bus.wire.script("lane_enqueue", [lane], [k.prefix, group, lim, *flat])
     return _admitted(codes)
@@ -86,7 +86,7 @@ async def pause_until(bus: Bus, queue: str, group: str, at_ms: int) -> int:
     """Hold a lane until ``at_ms`` (Unix ms, server clock); it comes back by itself then (a
     metronome must run). A wait only ever extends; returns the wait's end in effect."""
     k = bus.keys(queue)
-    at = str(check_int("at_ms", at_ms, 0))
+    at = str(check_ms("at_ms", at_ms, absolute=True))
     return int(
         await bus.wire.script(
             "lane_pause", [k.prefix + "ring"], [k.prefix, check_group(group), "until", at]

@@ -16,7 +16,15 @@ import attrs
 
 from echomq_trio import ids
 from echomq_trio.bus import Bus
-from echomq_trio.keys import JOB_NS, as_text, check_group, check_int, check_name, check_payload
+from echomq_trio.keys import (
+    JOB_NS,
+    as_text,
+    check_group,
+    check_int,
+    check_ms,
+    check_name,
+    check_payload,
+)
 
 __all__ = [
     "Fired",
@@ -69,9 +77,9 @@ async def register(
     args: list[str | bytes] = [
         k.prefix,
         check_name("repeat name", name),
-        str(check_int("every_ms", every_ms, 1)),
-        check_payload(template),
-        str(check_int("first_in_ms", first_in_ms, 0)),
+        str(check_ms("every_ms", every_ms, 1)),
+        check_payload(template, bus.max_payload_bytes),
+        str(check_ms("first_in_ms", first_in_ms)),
         "" if group is None else check_group(group),
     ]
     code, at = await bus.wire.script("register", [k.repeat], args)

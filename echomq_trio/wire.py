@@ -8,12 +8,21 @@ client with ``Wire.blocking()``.
 URL forms: ``redis://[user:password@]host[:port][/db]``, ``rediss://`` for TLS, ``valkey://`` and
 ``valkeys://`` as synonyms; ``host1:port1,host2:port2`` seeds a cluster; query parameters
 ``cluster=true`` and ``timeout_ms=N`` (request timeout, default 5000).
+
+Connecting starts with a pre-flight probe of every seed with trio (about a second at most): a
+refused port, an unknown host or a ``rediss://`` URL aimed at a plain-text port fails at once
+with a ``ConnectionLost`` saying which, rather than the client library's "timed out" after its
+connection timeout. The probe only ever rules a seed out on a definite answer; a seed that does
+not answer in time is left to the client library. A cluster fails only if every seed is ruled
+out. Credentials the server refuses raise ``AuthenticationFailed``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import socket
+import ssl
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from functools import lru_cache
@@ -40,7 +49,13 @@ from glide_shared.exceptions import ClosingError, GlideError, RequestError
 from glide_shared.exceptions import ConnectionError as GlideConnectionError
 from glide_shared.exceptions import TimeoutError as GlideTimeoutError
 
-from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut, ServerError
+from echomq_trio.errors import (
+    AuthenticationFailed,
+    BusError,
+    ConnectionLost,
+    RequestTimedOut,
+    ServerError,
+)
 
 __all__ = [
     "ConnectionSpec",
@@ -54,6 +69,7 @@ __all__ = [
 
 DEFAULT_TIMEOUT_MS = 5000
 DEFAULT_CONNECT_TIMEOUT_MS = 3000
+PROBE_TIMEOUT_S = 1.0  # per step of the pre-flight probe: connect, TLS handshake, plain PING
 _SCHEMES = {"redis": False, "valkey": False, "rediss": True, "valkeys": True}
 _TRUE = {"1", "true", "yes", "on"}
 # Server answers that mean "not now" (loading, failing over, busy): worth retrying like a
@@ -257,7 +273,7 @@ class Wire:
         try:
             client = await _connect(self.spec, subs)
         except GlideError as exc:
-            raise _translate(exc) from exc
+            raise _connect_failure(self.spec, exc) from exc
         try:
             yield Subscription(client)
         finally:
@@ -360,18 +376,117 @@ async def _connect(
     )
 
 
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    # trio's open_tcp_stream raises one OSError whose cause groups each address's failure.
+    cause = exc.__cause__
+    if isinstance(cause, BaseExceptionGroup):
+        return list(cause.exceptions)
+    return [exc]
+
+
+def _probe_tls_context() -> ssl.SSLContext:
+    # Used only to learn whether a port speaks TLS at all; nothing is sent over it, so there is
+    # nothing to protect and the certificate is not checked here (the client library checks it).
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+async def _speaks_plain_resp(host: str, port: int) -> bool:
+    """Whether ``host:port`` answers a plain-text PING in RESP (``+PONG`` or ``-NOAUTH ...``)."""
+    with trio.move_on_after(PROBE_TIMEOUT_S):
+        try:
+            async with await trio.open_tcp_stream(host, port) as stream:
+                await stream.send_all(b"PING\r\n")
+                return (await stream.receive_some(1))[:1] in (b"+", b"-")
+        except (OSError, trio.BrokenResourceError):
+            return False
+    return False
+
+
+async def _probe_seed(host: str, port: int, tls: bool) -> str | None:
+    """Why ``host:port`` certainly cannot serve this connection, or ``None`` if it may."""
+    addr = _address(host, port)
+    stream: trio.SocketStream | None = None
+    try:
+        with trio.move_on_after(PROBE_TIMEOUT_S):
+            stream = await trio.open_tcp_stream(host, port)
+    except socket.gaierror as exc:
+        return f"cannot resolve host {host!r} ({exc.strerror})"
+    except OSError as exc:
+        leaves = _leaves(exc)
+        if all(isinstance(e, ConnectionRefusedError) for e in leaves):
+            return f"connection refused by {addr}: is the server running?"
+        reasons = sorted({getattr(e, "strerror", None) or str(e) for e in leaves})
+        return f"cannot reach {addr}: {', '.join(reasons)}"
+    if stream is None:
+        return None  # no answer within the probe's time: let the client library try
+    if not tls:
+        await trio.aclose_forcefully(stream)
+        return None
+    tls_stream = trio.SSLStream(stream, _probe_tls_context(), server_hostname=host)
+    try:
+        with trio.move_on_after(PROBE_TIMEOUT_S):
+            await tls_stream.do_handshake()
+            return None
+    except trio.BrokenResourceError:
+        pass  # the handshake failed: see below whether this is a plain-text server
+    finally:
+        await trio.aclose_forcefully(tls_stream)
+    if await _speaks_plain_resp(host, port):
+        return f"{addr} does not speak TLS: use redis:// (not rediss://) for a plain-text server"
+    return None
+
+
+async def _probe(spec: ConnectionSpec) -> None:
+    """Raise ``ConnectionLost`` saying why, when no seed of ``spec`` can serve a connection."""
+    problems: list[str | None] = [None] * len(spec.hosts)
+
+    async def one(i: int, host: str, port: int) -> None:
+        problems[i] = await _probe_seed(host, port, spec.tls)
+
+    async with trio.open_nursery() as nursery:
+        for i, (host, port) in enumerate(spec.hosts):
+            nursery.start_soon(one, i, host, port)
+    if all(problems):
+        raise ConnectionLost(
+            f"cannot connect to {spec.redacted()}: {'; '.join(map(str, problems))}"
+        )
+
+
+def _connect_failure(spec: ConnectionSpec, exc: GlideError) -> ConnectionLost:
+    """The client library's failure to connect, as one line naming the server."""
+    text = " ".join(str(exc).split())
+    where = f"cannot connect to {spec.redacted()}"
+    if "WRONGPASS" in text or "invalid password" in text or "invalid username-password" in text:
+        return AuthenticationFailed(f"{where}: authentication failed: wrong username or password")
+    if "NOAUTH" in text:
+        return AuthenticationFailed(
+            f"{where}: authentication failed: the server requires a password and the URL has none"
+        )
+    return ConnectionLost(f"{where}: {text}")
+
+
 @asynccontextmanager
 async def open_wire(target: str | ConnectionSpec) -> AsyncIterator[Wire]:
     """Connect to the server named by a URL (or a parsed spec); close on exit.
 
-    An unreachable server raises ``ConnectionLost`` naming the address (password redacted).
+    A server that cannot be reached raises ``ConnectionLost`` in one line naming the address and
+    why (refused, unknown host, no TLS on a ``rediss://`` port; the password is never shown);
+    refused credentials raise its subclass ``AuthenticationFailed``.
     """
     spec = parse_url(target) if isinstance(target, str) else target
     _configure_logging()
+    await _probe(spec)
     try:
         client = await _connect(spec)
     except GlideError as exc:
-        raise ConnectionLost(f"cannot connect to {spec.redacted()}: {exc}") from exc
+        raise _connect_failure(spec, exc) from exc
     wire = Wire(spec, client)
     try:
         yield wire

@@ -109,3 +109,63 @@ async def test_errors_are_one_clear_line(standalone_url: str) -> None:
     assert out.returncode == 1
     out = await echomq("bogus", url=standalone_url)
     assert out.returncode == 2
+
+
+async def _read_all(stream: trio.abc.ReceiveStream | None) -> bytes:
+    assert stream is not None
+    data = b""
+    while chunk := await stream.receive_some(65536):
+        data += chunk
+    return data
+
+
+async def test_a_reader_that_stops_early_ends_ls_quietly(standalone_url: str, queue: str) -> None:
+    async with open_bus(standalone_url) as bus:
+        await jobs.enqueue_many(bus, queue, [(ids.generate("JOB"), "p" * 40) for _ in range(3000)])
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "echomq_trio", "--url", standalone_url, "ls", queue, "pending",
+         "--limit", "3000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        head = await proc.stdout.receive_some(100)  # about 300 KB follow: more than a pipe holds
+        assert head.startswith(b"id")
+        await proc.stdout.aclose()  # what `| head` does
+        stderr = await _read_all(proc.stderr)
+        assert await proc.wait() == 141, stderr
+        assert b"Traceback" not in stderr and stderr == b"", stderr
+    finally:
+        proc.kill()
+        await proc.wait()
+
+
+async def test_a_reader_that_stops_early_ends_tail_quietly(standalone_url: str, queue: str) -> None:
+    async with open_bus(standalone_url) as bus:
+        await jobs.enqueue(bus, queue, ids.generate("JOB"), "first")  # makes the queue known
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "echomq_trio", "--url", standalone_url, "tail", queue],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT,
+        )  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            with trio.fail_after(30):  # the tail starts at "now": enqueue until a line shows
+                while True:
+                    await jobs.enqueue(bus, queue, ids.generate("JOB"), "x")
+                    with trio.move_on_after(0.2):
+                        if await proc.stdout.receive_some(4096):
+                            break
+            await proc.stdout.aclose()
+            with trio.fail_after(30):  # each new event is a line it cannot write
+                while proc.poll() is None:
+                    await jobs.enqueue(bus, queue, ids.generate("JOB"), "x")
+                    with trio.move_on_after(0.2):
+                        await proc.wait()
+            stderr = await _read_all(proc.stderr)
+            assert proc.returncode == 141, stderr
+            assert b"Traceback" not in stderr and stderr == b"", stderr
+        finally:
+            proc.kill()
+            await proc.wait()

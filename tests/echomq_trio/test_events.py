@@ -63,3 +63,18 @@ async def test_follow_yields_new_events(bus: Bus, queue: str) -> None:
         nursery.start_soon(reader)
         nursery.start_soon(writer)
     assert [(e.kind, e.subject) for e in got] == [("enqueued", fresh)]
+
+
+async def test_the_stream_ids_the_checks_admit_are_the_server_s(bus: Bus, queue: str) -> None:
+    await jobs.enqueue(bus, queue, ids.generate("JOB"), "x")
+    (first,) = await events.read(bus, queue, after="-")
+    earlier = str(first.time_ms - 1)
+    assert await events.read(bus, queue, after="0") == [first]
+    assert await events.read(bus, queue, after=earlier) == [first]
+    assert await events.read(bus, queue, after=f"{earlier}-0") == [first]
+    assert await events.read(bus, queue, after=first.stream_id) == []
+    for group, start, expected in [("all", "0", [first]), ("ms", earlier, [first]),
+                                   ("id", first.stream_id, []), ("new", "$", [])]:  # fmt: skip
+        assert await events.create_group(bus, queue, group, start=start)
+        assert await events.read_group(bus, queue, group, "c") == expected, group
+    assert await events.ack(bus, queue, "all", [first.stream_id]) == 1

@@ -1,6 +1,18 @@
 import pytest
 
-from echomq_trio.keys import check_job_id, check_payload, check_queue, queue_keys
+from echomq_trio.keys import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    MAX_DELAY_MS,
+    MAX_PAYLOAD_BYTES,
+    MAX_TIME_MS,
+    check_job_id,
+    check_max_payload_bytes,
+    check_ms,
+    check_payload,
+    check_queue,
+    check_stream_id,
+    queue_keys,
+)
 from echomq_trio.wire import parse_url
 
 
@@ -83,3 +95,60 @@ def test_url_edge_forms() -> None:
     assert parse_url("redis://secret@h").password == "secret"
     assert parse_url("redis://[::1]").hosts == (("::1", 6379),)
     assert parse_url("redis://[::1]:7000").hosts == (("::1", 7000),)
+
+
+def test_times_and_delays_stop_where_scores_stop_being_exact() -> None:
+    assert check_ms("run_at_ms", MAX_TIME_MS, absolute=True) == 2**53
+    assert check_ms("delay_ms", MAX_DELAY_MS) == 2**53 - 2**43
+    assert check_ms("lease_ms", 1, 1) == 1
+    with pytest.raises(ValueError, match=r"run_at_ms must be at most 9007199254740992 \(2\*\*53"):
+        check_ms("run_at_ms", MAX_TIME_MS + 1, absolute=True)
+    with pytest.raises(ValueError, match=r"delay_ms must be at most 8998403161718784"):
+        check_ms("delay_ms", MAX_DELAY_MS + 1)
+    with pytest.raises(ValueError, match="lease_ms must be >= 1"):
+        check_ms("lease_ms", 0, 1)
+    for bad in (1.5, "5", True, None):
+        with pytest.raises(TypeError, match="at_ms must be an int"):
+            check_ms("at_ms", bad)
+
+
+def test_payload_limit() -> None:
+    assert check_payload("x" * DEFAULT_MAX_PAYLOAD_BYTES) == b"x" * 1_048_576
+    with pytest.raises(ValueError, match="payload is 1048577 bytes, over the bus's limit of"):
+        check_payload(b"x" * (DEFAULT_MAX_PAYLOAD_BYTES + 1))
+    assert check_payload("éé", 4) == "éé".encode()
+    with pytest.raises(ValueError, match="limit of 3 bytes"):  # counted in UTF-8 bytes
+        check_payload("éé", 3)
+    assert check_max_payload_bytes(MAX_PAYLOAD_BYTES) == 512 * 1024 * 1024
+    for bad in (0, -1, MAX_PAYLOAD_BYTES + 1):
+        with pytest.raises(ValueError, match="max_payload_bytes must be"):
+            check_max_payload_bytes(bad)
+    for wrong in (True, "1", 1.0):
+        with pytest.raises(TypeError, match="max_payload_bytes must be an int"):
+            check_max_payload_bytes(wrong)
+
+
+@pytest.mark.parametrize(
+    "value", ["0", "0-0", "1700000000000", "1700000000000-12", f"{2**64 - 1}-{2**64 - 1}"]
+)
+def test_stream_ids_the_server_takes(value: str) -> None:
+    assert check_stream_id("after", value) == value
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["", "bogus", "-", "$", "+", "1-", "-1", "1-2-3", "1-*", " 1", "1.5", "١٢٣", f"{2**64}",
+     f"1-{2**64}", "9" * 21],
+)  # fmt: skip
+def test_malformed_stream_ids(value: str) -> None:
+    with pytest.raises(ValueError, match="after must be a stream id"):
+        check_stream_id("after", value)
+
+
+def test_stream_id_specials_are_per_call() -> None:
+    assert check_stream_id("after", "-", ("-",)) == "-"
+    assert check_stream_id("start", "$", ("$",)) == "$"
+    with pytest.raises(ValueError, match=r"or '\$', got '-'"):
+        check_stream_id("start", "-", ("$",))
+    with pytest.raises(TypeError, match="after must be a str stream id"):
+        check_stream_id("after", 5)
