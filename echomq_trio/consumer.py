@@ -24,6 +24,7 @@ Theory of operation:
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TypeVar
@@ -36,6 +37,7 @@ from echomq_trio.backoff import Exponential, Jitter, Policy, delay_ms
 from echomq_trio.bus import Bus
 from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut
 from echomq_trio.jobs import Job, Outcome
+from echomq_trio.keys import MAX_DELAY_MS
 from echomq_trio.wire import Wire
 
 __all__ = [
@@ -57,11 +59,20 @@ DEFAULT_BACKOFF: Policy = Jitter(Exponential(1_000, 60_000))
 SETTLE_TIME_S = 5.0  # after the grace period, the longest we spend settling and releasing
 
 
+def _delay_ms(value: object) -> int:
+    """A handler's delay: a number of ms, rounded up (never early) and kept within what the
+    server's scores hold (0 to ``MAX_DELAY_MS``). Anything else is a ``TypeError`` where the
+    handler builds it, so it counts as the handler's own error."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise TypeError(f"delay_ms must be a number of ms, got {value!r}")
+    return int(min(max(0, math.ceil(value)), MAX_DELAY_MS))
+
+
 @attrs.frozen
 class RetryIn:
     """Returned by a handler: fail this attempt and try again after ``delay_ms``."""
 
-    delay_ms: int
+    delay_ms: int = attrs.field(converter=_delay_ms)
     reason: str = "retry requested by handler"
 
 
@@ -86,7 +97,7 @@ class DeferIn:
     """Returned by a handler: not now, and not a failure. The job waits ``delay_ms`` without
     spending an attempt; a lane job keeps its place and its lane waits with it."""
 
-    delay_ms: int
+    delay_ms: int = attrs.field(converter=_delay_ms)
     reason: str = "deferred by handler"
 
 

@@ -203,3 +203,38 @@ async def test_bury_and_defer_results(bus: Bus, queue: str) -> None:
     s = consumer.statistics()
     assert (s.dead, s.deferred, s.acked) == (1, 1, 1)
     assert visits[later] == 2
+
+
+def test_handler_delays_are_rounded_up_and_kept_within_what_scores_hold() -> None:
+    from echomq_trio.keys import MAX_DELAY_MS
+
+    assert RetryIn(1.2).delay_ms == 2  # never early
+    assert DeferIn(-5).delay_ms == 0
+    assert RetryIn(10**30).delay_ms == DeferIn(2**60).delay_ms == MAX_DELAY_MS
+    for bad in ("5", None, True, float("nan")):
+        with pytest.raises(TypeError, match="delay_ms"):
+            RetryIn(bad)  # type: ignore[arg-type]
+
+
+async def test_a_huge_or_bad_delay_never_stops_the_consumer(bus: Bus, queue: str) -> None:
+    huge, bad = jid(), jid()
+    await jobs.enqueue_many(bus, queue, [(huge, "huge"), (bad, "bad")])
+    tries: dict[str, int] = {}
+
+    async def handler(job: Job) -> RetryIn | None:
+        tries[job.text] = tries.get(job.text, 0) + 1
+        if job.text == "huge":
+            return RetryIn(10**20)  # clamped: scheduled for the far future
+        if tries["bad"] == 1:
+            return RetryIn("soon")  # type: ignore[arg-type]  # a handler bug: retried
+        return None
+
+    consumer = Consumer(bus, queue, handler, backoff=Fixed(10))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await nursery.start(Metronome(bus, queue, beat_ms=50).run)
+        await wait_for(lambda: consumer.statistics().acked == 1 and tries.get("huge") == 1)
+        nursery.cancel_scope.cancel()
+    info = await jobs.get_job(bus, queue, huge)
+    assert info is not None and info.state == "scheduled"
+    assert tries["bad"] == 2
