@@ -5,30 +5,37 @@ distinct emojis. State lives in the server, keys tagged per room (``cm:{<room>}:
 reminder waits on the bus, so it survives restarts); ``guess`` validates, scores, keeps the
 player's best on the board and tells the player; ``end_round`` sends the results to the room.
 The daily standings digest is a recurring schedule on ``cm.game`` (``register_digest``), whose
-occurrences ``send_digest`` turns into one top-10 notice per room.
+occurrences ``send_digest`` turns into one top-10 notice per room. That fan-out is idempotent:
+each room's notice carries the idempotency key ``digest:<occurrence job id>:<room>``, so when
+the occurrence is retried the rooms already admitted answer duplicate and only the rest go.
+Rooms go independently: one that fails is logged and the others still go.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import random
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
 
 import attrs
 
-from codemojex import board, ids
+from codemojex import board, ids, notifier
 from codemojex.notice import Notice, check_notice, encode
 from codemojex.notifier import NOTIFY_QUEUE, notify
 from codemojex.scoring import ALPHABET, SIZE, Score, parse_emojis, score
-from echomq_trio import Bury, Bus, Job, jobs, repeat
+from echomq_trio import Bury, Bus, BusError, Job, jobs, repeat
 from echomq_trio.keys import as_text
 from echomq_trio.repeat import Registered
 
 __all__ = [
     "DIGEST_NAME",
     "GAME_QUEUE",
+    "DigestIncomplete",
     "GameError",
     "GuessResult",
+    "Notify",
     "Player",
     "Room",
     "Round",
@@ -51,8 +58,24 @@ ROOMS_KEY = "cm:rooms"
 PLAYERS_KEY = "cm:players"
 
 
+log = logging.getLogger("codemojex.game")
+
+
 class GameError(ValueError):
     """A move the game refuses (no open round, unknown room or player, bad guess)."""
+
+
+class DigestIncomplete(Exception):
+    """Some rooms' digest notices failed for a reason that may pass (the server, the network).
+    The other rooms went; raised so the occurrence is retried, which sends only the rest."""
+
+
+class Notify(Protocol):
+    """What the game sends notices with: ``codemojex.notifier.notify`` (a seam for tests)."""
+
+    async def __call__(
+        self, bus: Bus, chat: int, text: str, *, key: str | None = None
+    ) -> str | None: ...
 
 
 @attrs.frozen
@@ -107,9 +130,13 @@ async def get_room(bus: Bus, room_id: str) -> Room:
     return Room(room_id, int(chat), as_text(title))
 
 
-async def list_rooms(bus: Bus) -> list[Room]:
+async def list_room_ids(bus: Bus) -> list[str]:
     members = await bus.wire.command("SMEMBERS", ROOMS_KEY)
-    return [await get_room(bus, as_text(m)) for m in sorted(members or [], key=as_text)]
+    return sorted(as_text(m) for m in members or [])
+
+
+async def list_rooms(bus: Bus) -> list[Room]:
+    return [await get_room(bus, room_id) for room_id in await list_room_ids(bus)]
 
 
 async def create_player(bus: Bus, name: str, chat: int) -> Player:
@@ -230,12 +257,38 @@ async def digest_text(bus: Bus, room: Room) -> str:
     return standings_text(f"Daily standings, {room.title}", standings, names)
 
 
-async def send_digest(bus: Bus) -> int:
-    """Send every room its top 10 through the notification pipeline; returns rooms notified."""
-    rooms = await list_rooms(bus)
-    for room in rooms:
-        await notify(bus, room.chat, await digest_text(bus, room))
-    return len(rooms)
+async def send_digest(bus: Bus, occurrence: str, *, notify: Notify = notifier.notify) -> int:
+    """Send every room its top 10 for the digest occurrence ``occurrence`` (its job id) through
+    the notification pipeline; returns how many rooms' notices are admitted (now or by an
+    earlier attempt of the occurrence, whose key makes this one a duplicate).
+
+    Each room goes on its own: a room whose notice is invalid (``ValueError``, which includes a
+    ``GameError``) is logged and skipped for good; any other failure is logged, the other rooms
+    still go, and ``DigestIncomplete`` is raised at the end so the occurrence is retried."""
+    room_ids = await list_room_ids(bus)
+    admitted = 0
+    failed: list[str] = []
+    for room_id in room_ids:
+        try:
+            room = await get_room(bus, room_id)
+            text = await digest_text(bus, room)
+            await notify(bus, room.chat, text, key=f"digest:{occurrence}:{room_id}")
+            admitted += 1
+        except ValueError as exc:
+            log.warning("digest %s: room %s skipped, its notice is invalid: %s",
+                        occurrence, room_id, exc)  # fmt: skip
+        except BusError as exc:
+            log.warning("digest %s: room %s failed, to be retried: %s", occurrence, room_id, exc)
+            failed.append(room_id)
+        except Exception:
+            log.exception("digest %s: room %s failed, to be retried", occurrence, room_id)
+            failed.append(room_id)
+    if failed:
+        raise DigestIncomplete(
+            f"digest {occurrence}: {len(failed)} of {len(room_ids)} rooms failed "
+            f"({', '.join(failed)}); the others were sent"
+        )
+    return admitted
 
 
 async def register_digest(
@@ -246,12 +299,15 @@ async def register_digest(
     return await repeat.register(bus, GAME_QUEUE, DIGEST_NAME, every_ms, "digest", first)
 
 
-def game_handler(bus: Bus) -> Callable[[Job], Awaitable[Bury | None]]:
-    """The handler of ``cm.game`` jobs: ``digest`` occurrences send the standings digest."""
+def game_handler(
+    bus: Bus, *, notify: Notify = notifier.notify
+) -> Callable[[Job], Awaitable[Bury | None]]:
+    """The handler of ``cm.game`` jobs: ``digest`` occurrences send the standings digest (a
+    ``DigestIncomplete`` raised for rooms that failed makes the consumer retry the job)."""
 
     async def handle(job: Job) -> Bury | None:
         if job.payload == b"digest":
-            await send_digest(bus)
+            await send_digest(bus, job.id, notify=notify)
             return None
         return Bury(f"unknown game job {job.payload[:40]!r}")
 

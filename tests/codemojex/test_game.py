@@ -1,15 +1,29 @@
 """The game on a real server: rounds, guesses and their errors, results, the digest."""
 
+import logging
 import random
 
 import pytest
+import trio
 
-from codemojex import board, game
+from codemojex import board, game, ids, notifier
 from codemojex.notice import decode
 from codemojex.notifier import NOTIFY_QUEUE
 from codemojex.scoring import ALPHABET
-from echomq_trio import Bus, jobs, lanes, repeat
+from echomq_trio import (
+    Bury,
+    Bus,
+    ConnectionLost,
+    Consumer,
+    Fixed,
+    Job,
+    Metronome,
+    jobs,
+    lanes,
+    repeat,
+)
 from echomq_trio.repeat import Registered
+from tests.conftest import wait_for
 
 
 async def _lane_texts(bus: Bus, chat: int) -> list[str]:
@@ -111,3 +125,79 @@ async def test_digest_sends_every_room_its_top_ten(
     assert "Alice 42%" in (await _lane_texts(bus, room.chat))[-1]
     assert "no scores yet" in (await _lane_texts(bus, other.chat))[-1]
     await jobs.ack(bus, game.GAME_QUEUE, job.id, job.token)
+
+
+async def _rooms(bus: Bus, n: int) -> list[game.Room]:
+    await _fresh(bus)
+    base = -3_000_000_000 - 100 * random.randrange(10**6)
+    return [await game.create_room(bus, base - i, f"Room {i}") for i in range(n)]
+
+
+async def test_a_digest_failing_on_its_third_room_is_retried_and_each_room_gets_one_notice(
+    bus: Bus, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    rooms = await _rooms(bus, 5)
+    third = rooms[2]  # rooms go in id order, which is creation order
+    notices = queue + ".notices"
+    attempt = 0
+    sent: list[tuple[int, int, bool]] = []  # (attempt, chat, admitted now)
+
+    async def flaky(bus: Bus, chat: int, text: str, *, key: str | None = None) -> str | None:
+        if attempt == 1 and chat == third.chat:
+            sent.append((attempt, chat, False))
+            raise ConnectionLost("injected: the connection dropped")
+        out = await notifier.notify(bus, chat, text, queue=notices, key=key)
+        sent.append((attempt, chat, out is not None))
+        return out
+
+    inner = game.game_handler(bus, notify=flaky)
+
+    async def handler(job: Job) -> Bury | None:
+        nonlocal attempt
+        attempt = job.attempts
+        return await inner(job)
+
+    await repeat.register(bus, queue, game.DIGEST_NAME, game.DAY_MS, "digest", 0)
+    async with trio.open_nursery() as nursery:
+        consumer = Consumer(bus, queue, handler, concurrency=1, backoff=Fixed(50))
+        await nursery.start(consumer.run)
+        await nursery.start(Metronome(bus, queue, beat_ms=50).run)
+
+        async def finished() -> bool:
+            return (await jobs.counts(bus, queue)).completed_total == 1
+
+        await wait_for(finished)
+        nursery.cancel_scope.cancel()
+    chats = [r.chat for r in rooms]
+    # First attempt: the third room fails and the others still go; the retry admits only it.
+    assert sent == [(1, c, c != third.chat) for c in chats] + [(2, c, c == third.chat)
+                                                                for c in chats]  # fmt: skip
+    for room in rooms:
+        (notice,) = await lanes.jobs(bus, notices, str(room.chat))
+        assert decode(notice.payload).text.startswith(f"Daily standings, {room.title}")
+    c = await jobs.counts(bus, queue)
+    assert (c.retried_total, c.dead_total) == (1, 0)
+    assert f"room {third.id} failed, to be retried" in caplog.text
+
+
+async def test_a_room_whose_digest_is_invalid_is_skipped_and_not_retried(
+    bus: Bus, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    rooms = await _rooms(bus, 3)
+    ghost = ids.new(ids.ROOM)  # listed, but its record is gone
+    await bus.wire.command("SADD", "cm:rooms", ghost)
+    notices = queue + ".notices"
+
+    async def picky(bus: Bus, chat: int, text: str, *, key: str | None = None) -> str | None:
+        if chat == rooms[1].chat:
+            raise ValueError("notice text is 5000 characters; Telegram allows 4096")
+        return await notifier.notify(bus, chat, text, queue=notices, key=key)
+
+    await jobs.enqueue(bus, queue, ids.new(ids.JOB), "digest")
+    (job,) = await jobs.claim(bus, queue)
+    with caplog.at_level(logging.WARNING, "codemojex.game"):
+        assert await game.game_handler(bus, notify=picky)(job) is None  # acked, not retried
+    assert [len(await lanes.jobs(bus, notices, str(r.chat))) for r in rooms] == [1, 0, 1]
+    assert f"room {rooms[1].id} skipped" in caplog.text and f"room {ghost} skipped" in caplog.text
+    assert await game.send_digest(bus, job.id, notify=picky) == 2  # the same occurrence again
+    assert [len(await lanes.jobs(bus, notices, str(r.chat))) for r in rooms] == [1, 0, 1]
