@@ -173,21 +173,30 @@ async def player_names(bus: Bus, player_ids: Sequence[str]) -> dict[str, str]:
 async def start_round(
     bus: Bus, room_id: str, *, starts_in_ms: int = 60_000, rng: random.Random | None = None
 ) -> Round:
-    """Draw a secret, announce the round now, and schedule its start reminder."""
-    room = await get_room(bus, room_id)
+    """Draw a secret, open the round, announce it now, and schedule its start reminder.
+
+    Opening is one script (``round_start``): it checks the room exists and has no open round
+    (``GameError`` "a round is already open in <title>" otherwise), creates the round and points
+    the room at it, or changes nothing. The notices live in the notify queue's slot, so they
+    are enqueued after it."""
     if isinstance(starts_in_ms, bool) or not isinstance(starts_in_ms, int) or starts_in_ms < 0:
         raise GameError("starts_in_ms must be a non-negative int")
+    room = await get_room(bus, room_id)
     secret = tuple((rng or random.SystemRandom()).sample(ALPHABET, SIZE))
-    starts_at = await bus.wire.server_time_ms() + starts_in_ms
-    rnd = Round(ids.new(ids.ROUND), room.id, starts_at, secret)
-    await bus.wire.command(
-        "HSET", _k(room.id, f"round:{rnd.id}"), "secret", "".join(secret),
-        "starts_at_ms", str(starts_at), "status", "open",
-    )  # fmt: skip
-    await bus.wire.command("HSET", _k(room.id, "room"), "round", rnd.id)
+    round_id = ids.new(ids.ROUND)
+    code, value = await bus.wire.script(
+        "codemojex/round_start",
+        [_k(room.id, "room"), _k(room.id, f"round:{round_id}")],
+        [round_id, "".join(secret), str(starts_in_ms)],
+    )
+    if code == 0:
+        raise GameError(f"a round is already open in {room.title}")
+    if code < 0:
+        raise GameError(f"no room {room.id}")
+    rnd = Round(round_id, room.id, int(value), secret)
     reminder = Notice(room.chat, f"⏰ Round {rnd.id} has started: guess the 6 emojis!",
                       id=ids.new(ids.NOTICE))  # fmt: skip
-    await jobs.enqueue_at(bus, NOTIFY_QUEUE, ids.new(ids.JOB), encode(reminder), starts_at,
+    await jobs.enqueue_at(bus, NOTIFY_QUEUE, ids.new(ids.JOB), encode(reminder), rnd.starts_at_ms,
                           group=str(room.chat))  # fmt: skip
     await notify(bus, room.chat, f"🎲 New round {rnd.id} in {room.title}: it starts in "
                  f"{starts_in_ms // 1000} s. Emojis: {''.join(ALPHABET)}")  # fmt: skip
@@ -239,14 +248,19 @@ def standings_text(title: str, standings: Sequence[board.Standing], names: dict[
 
 
 async def end_round(bus: Bus, room_id: str) -> list[board.Standing]:
-    """Close the open round and send the room its secret and standings."""
-    rnd = await current_round(bus, room_id)
+    """Close the open round and send the room its secret and standings.
+
+    Closing is one script (``round_end``): it ends the round and clears the room's pointer
+    together. Of concurrent calls exactly one ends the round and sends the results; the others
+    raise ``GameError`` "no round is open in <title>", as a call with no round open does."""
     room = await get_room(bus, room_id)
-    await bus.wire.command("HSET", _k(room.id, f"round:{rnd.id}"), "status", "ended")
-    await bus.wire.command("HDEL", _k(room.id, "room"), "round")
+    reply = await bus.wire.script("codemojex/round_end", [_k(room.id, "room")], [])
+    if reply[0] != 1:
+        raise GameError(f"no round is open in {room.title}")
+    secret = as_text(reply[2])
     standings = await board.top(bus, room.id, 10)
     names = await player_names(bus, [s.player for s in standings])
-    await notify(bus, room.chat, f"Round over, the secret was {''.join(rnd.secret)}\n"
+    await notify(bus, room.chat, f"Round over, the secret was {secret}\n"
                  + standings_text(room.title, standings, names))  # fmt: skip
     return standings
 

@@ -1,7 +1,10 @@
 """The game on a real server: rounds, guesses and their errors, results, the digest."""
 
+import contextlib
 import logging
 import random
+from collections.abc import Awaitable
+from typing import Any, cast
 
 import pytest
 import trio
@@ -23,6 +26,7 @@ from echomq_trio import (
     repeat,
 )
 from echomq_trio.repeat import Registered
+from echomq_trio.wire import Wire
 from tests.conftest import wait_for
 
 
@@ -201,3 +205,116 @@ async def test_a_room_whose_digest_is_invalid_is_skipped_and_not_retried(
     assert f"room {rooms[1].id} skipped" in caplog.text and f"room {ghost} skipped" in caplog.text
     assert await game.send_digest(bus, job.id, notify=picky) == 2  # the same occurrence again
     assert [len(await lanes.jobs(bus, notices, str(r.chat))) for r in rooms] == [1, 0, 1]
+
+
+async def test_a_second_round_is_refused_while_one_is_open(
+    bus: Bus, room_and_player: tuple[game.Room, game.Player]
+) -> None:
+    room, _ = room_and_player
+    first = await game.start_round(bus, room.id, starts_in_ms=0)
+    with pytest.raises(game.GameError, match=r"^a round is already open in Test Room$"):
+        await game.start_round(bus, room.id, starts_in_ms=0)
+    assert (await game.current_round(bus, room.id)).id == first.id
+    announced = [t for t in await _lane_texts(bus, room.chat) if t.startswith("🎲")]
+    assert len(announced) == 1
+    await game.end_round(bus, room.id)
+    second = await game.start_round(bus, room.id, starts_in_ms=0)
+    assert (await game.current_round(bus, room.id)).id == second.id != first.id
+
+
+async def test_two_concurrent_end_rounds_send_one_results_message(
+    bus: Bus, room_and_player: tuple[game.Room, game.Player]
+) -> None:
+    room, player = room_and_player
+    rnd = await game.start_round(bus, room.id, starts_in_ms=0)
+    await game.guess(bus, room.id, player.id, rnd.secret)
+    outcomes: list[str] = []
+
+    async def end() -> None:
+        try:
+            await game.end_round(bus, room.id)
+            outcomes.append("ended")
+        except game.GameError as exc:
+            outcomes.append(str(exc))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(end)
+        nursery.start_soon(end)
+    assert sorted(outcomes) == ["ended", "no round is open in Test Room"]
+    results = [t for t in await _lane_texts(bus, room.chat) if t.startswith("Round over")]
+    assert len(results) == 1 and "".join(rnd.secret) in results[0]
+
+
+class _FailingWire:
+    """The real wire, except that call number ``fail_at`` raises ``ConnectionLost``: before it
+    is sent, or (``after``) once the server has run it, as when a reply is lost. Records the
+    keys each call names."""
+
+    def __init__(self, wire: Wire, fail_at: int, after: bool) -> None:
+        self._wire = wire
+        self.fail_at = fail_at
+        self.after = after
+        self.calls = 0
+        self.keys: set[str] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._wire, name)
+
+    async def _run(self, call: Awaitable[Any]) -> Any:
+        self.calls += 1
+        if self.calls == self.fail_at and not self.after:
+            cast(Any, call).close()
+            raise ConnectionLost("injected before the call")
+        out = await call
+        if self.calls == self.fail_at:
+            raise ConnectionLost("injected after the call")
+        return out
+
+    async def command(self, *args: str | bytes) -> Any:
+        self.keys.update(a for a in args if isinstance(a, str))
+        return await self._run(self._wire.command(*args))
+
+    async def script(self, name: str, keys: list[str], args: list[str | bytes]) -> Any:
+        self.keys.update(keys)
+        return await self._run(self._wire.script(name, keys, args))
+
+
+async def _assert_whole(bus: Bus, room: game.Room, rounds: set[str]) -> None:
+    """Every round is whole: open and pointed at by its room, or ended and not pointed at."""
+    pointer = await bus.wire.command("HGET", f"cm:{{{room.id}}}:room", "round")
+    if pointer is not None:
+        rounds.add(pointer.decode())
+    for rid in rounds:
+        status = await bus.wire.command("HGET", f"cm:{{{room.id}}}:round:{rid}", "status")
+        if status == b"open":
+            assert pointer == rid.encode(), f"round {rid} is open but its room points at {pointer}"
+        else:
+            assert pointer != rid.encode(), f"the room points at round {rid}, which is {status}"
+
+
+async def test_a_failure_at_any_step_leaves_every_round_whole(
+    bus: Bus, room_and_player: tuple[game.Room, game.Player]
+) -> None:
+    room, _ = room_and_player
+    rounds: set[str] = set()
+    for after in (False, True):
+        for fail_at in range(1, 20):
+            reached = False
+            for step in (game.start_round, game.end_round):
+                # Start from the state the step expects, then run it with one call failing.
+                if step is game.start_round:
+                    with contextlib.suppress(game.GameError):
+                        await game.end_round(bus, room.id)
+                elif (await bus.wire.command("HGET", f"cm:{{{room.id}}}:room", "round")) is None:
+                    await game.start_round(bus, room.id, starts_in_ms=0)
+                wire = _FailingWire(bus.wire, fail_at, after)
+                with contextlib.suppress(ConnectionLost):
+                    await step(Bus(cast(Wire, wire)), room.id)
+                reached |= wire.calls >= fail_at
+                rounds |= {k.rsplit(":", 1)[1] for k in wire.keys if ":round:" in k}
+                await _assert_whole(bus, room, rounds)
+            if not reached:  # both steps ran to the end before call number fail_at
+                break
+        else:
+            raise AssertionError("the steps make more calls than the sweep covers")
+    assert len(rounds) > 10
