@@ -1,9 +1,13 @@
 """The game: rooms (``RMM``), players (``USR``) and rounds (``RND``) with a secret of six
 distinct emojis. State lives in the server, keys tagged per room (``cm:{<room>}:...``).
 
-``start_round`` announces the round and schedules its start reminder with ``enqueue_at`` (the
-reminder waits on the bus, so it survives restarts); ``guess`` validates, scores, keeps the
-player's best on the board and tells the player; ``end_round`` sends the results to the room.
+``start_round`` opens the round, announces it and schedules its start reminder with
+``enqueue_at`` (the reminder waits on the bus, so it survives restarts); ``guess`` validates,
+scores, keeps the player's best on the board and tells the player; ``end_round`` closes the
+round and sends the results to the room. A round is opened and closed by one script each
+(``round_start``, ``round_end``), the only writers of its state, so a failure between steps
+never leaves it half changed and of concurrent ``end_round`` calls exactly one sends results.
+Names and titles are limited (``MAX_NAME``, ``MAX_TITLE``) so every message fits Telegram.
 The daily standings digest is a recurring schedule on ``cm.game`` (``register_digest``), whose
 occurrences ``send_digest`` turns into one top-10 notice per room. That fan-out is idempotent:
 each room's notice carries the idempotency key ``digest:<occurrence job id>:<room>``, so when
@@ -16,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import unicodedata
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
@@ -32,6 +37,10 @@ from echomq_trio.repeat import Registered
 __all__ = [
     "DIGEST_NAME",
     "GAME_QUEUE",
+    "MAX_NAME",
+    "MAX_START_DELAY_MS",
+    "MAX_TITLE",
+    "TOP_N",
     "DigestIncomplete",
     "GameError",
     "GuessResult",
@@ -39,6 +48,7 @@ __all__ = [
     "Player",
     "Room",
     "Round",
+    "check_label",
     "create_player",
     "create_room",
     "digest_text",
@@ -56,6 +66,22 @@ DIGEST_NAME = "daily-standings"
 DAY_MS = 86_400_000
 ROOMS_KEY = "cm:rooms"
 PLAYERS_KEY = "cm:players"
+
+# Input limits, all in one place. Every message the game builds must fit Telegram's 4096
+# characters, counted as Telegram counts them (UTF-16 code units, so a character outside the
+# Basic Multilingual Plane counts 2). The worst cases, every character of a name or title
+# counting 2 and TOP_N standings of 100%: round results 1,670 (about 45 + 2·MAX_TITLE +
+# TOP_N·(10 + 2·MAX_NAME)); daily digest 1,647; round announcement 368; guess reply about 100
+# (with the rank's digits); start reminder 55. tests/codemojex/test_game.py builds each message
+# at these limits and checks it fits. Names and titles holding control or format characters
+# or line breaks (Unicode categories Cc, Cf, Cs, Zl, Zp; the zero-width joiner of emoji
+# sequences is allowed) are refused too, so no input can forge lines of a message.
+MAX_NAME = 64  # a player's name, in characters (Telegram allows 64 for a first name)
+MAX_TITLE = 128  # a room's title, in characters (Telegram's limit for a chat title)
+MAX_START_DELAY_MS = 7 * DAY_MS  # how far ahead a round may start
+TOP_N = 10  # standings in the round results and the daily digest
+_REFUSED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+_ZWJ = "\u200d"
 
 
 log = logging.getLogger("codemojex.game")
@@ -112,9 +138,24 @@ def _k(room: str, suffix: str) -> str:
     return f"cm:{{{room}}}:{suffix}"
 
 
+def check_label(field: str, value: object, limit: int) -> str:
+    """``value`` without surrounding spaces, if it is 1-``limit`` characters with no control
+    or format characters and no line breaks; ``GameError`` naming the field and limit if not."""
+    raw = value if isinstance(value, str) else ""
+    text = raw.strip()
+    refused = any(unicodedata.category(c) in _REFUSED_CATEGORIES and c != _ZWJ for c in raw)
+    if refused or not 1 <= len(text) <= limit:
+        raise GameError(
+            f"{field} must be 1-{limit} characters without control characters or newlines"
+        )
+    return text
+
+
 async def create_room(bus: Bus, chat: int, title: str) -> Room:
-    """A room for a Telegram chat (usually a group: a negative id)."""
-    check_notice(chat, title or "-", None)
+    """A room for a Telegram chat (usually a group: a negative id). The title is 1-``MAX_TITLE``
+    characters without control characters or newlines (``GameError`` otherwise)."""
+    title = check_label("room title", title, MAX_TITLE)
+    check_notice(chat, title, None)
     room = Room(ids.new(ids.ROOM), chat, title)
     await bus.wire.command("HSET", _k(room.id, "room"), "chat", str(chat), "title", title)
     await bus.wire.command("SADD", ROOMS_KEY, room.id)
@@ -140,11 +181,11 @@ async def list_rooms(bus: Bus) -> list[Room]:
 
 
 async def create_player(bus: Bus, name: str, chat: int) -> Player:
-    """A player, reachable in the private chat ``chat``."""
-    if not isinstance(name, str) or not name.strip() or len(name) > 64:
-        raise GameError("a player's name is 1-64 characters")
+    """A player, reachable in the private chat ``chat``. The name is 1-``MAX_NAME`` characters
+    without control characters or newlines (``GameError`` otherwise)."""
+    name = check_label("player name", name, MAX_NAME)
     check_notice(chat, name, None)
-    player = Player(ids.new(ids.USER), name.strip(), chat)
+    player = Player(ids.new(ids.USER), name, chat)
     await bus.wire.command("HSET", PLAYERS_KEY, player.id,
                            json.dumps({"name": player.name, "chat": chat}))  # fmt: skip
     return player
@@ -179,8 +220,12 @@ async def start_round(
     (``GameError`` "a round is already open in <title>" otherwise), creates the round and points
     the room at it, or changes nothing. The notices live in the notify queue's slot, so they
     are enqueued after it."""
-    if isinstance(starts_in_ms, bool) or not isinstance(starts_in_ms, int) or starts_in_ms < 0:
-        raise GameError("starts_in_ms must be a non-negative int")
+    if (
+        isinstance(starts_in_ms, bool)
+        or not isinstance(starts_in_ms, int)
+        or not 0 <= starts_in_ms <= MAX_START_DELAY_MS
+    ):
+        raise GameError(f"starts_in_ms must be an int in 0..{MAX_START_DELAY_MS}")
     room = await get_room(bus, room_id)
     secret = tuple((rng or random.SystemRandom()).sample(ALPHABET, SIZE))
     round_id = ids.new(ids.ROUND)
@@ -258,7 +303,7 @@ async def end_round(bus: Bus, room_id: str) -> list[board.Standing]:
     if reply[0] != 1:
         raise GameError(f"no round is open in {room.title}")
     secret = as_text(reply[2])
-    standings = await board.top(bus, room.id, 10)
+    standings = await board.top(bus, room.id, TOP_N)
     names = await player_names(bus, [s.player for s in standings])
     await notify(bus, room.chat, f"Round over, the secret was {secret}\n"
                  + standings_text(room.title, standings, names))  # fmt: skip
@@ -266,7 +311,7 @@ async def end_round(bus: Bus, room_id: str) -> list[board.Standing]:
 
 
 async def digest_text(bus: Bus, room: Room) -> str:
-    standings = await board.top(bus, room.id, 10)
+    standings = await board.top(bus, room.id, TOP_N)
     names = await player_names(bus, [s.player for s in standings])
     return standings_text(f"Daily standings, {room.title}", standings, names)
 

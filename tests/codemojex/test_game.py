@@ -98,6 +98,8 @@ async def test_guess_validation_errors(
         await game.guess(bus, "room", player.id, ALPHABET[:6])
     with pytest.raises(game.GameError):
         await game.create_player(bus, "", 5)
+    with pytest.raises(game.GameError, match=r"starts_in_ms must be an int in 0\.\.604800000"):
+        await game.start_round(bus, room.id, starts_in_ms=game.MAX_START_DELAY_MS + 1)
 
 
 async def test_digest_registers_once_across_restarts(bus: Bus, server_url: str) -> None:
@@ -318,3 +320,93 @@ async def test_a_failure_at_any_step_leaves_every_round_whole(
         else:
             raise AssertionError("the steps make more calls than the sweep covers")
     assert len(rounds) > 10
+
+
+def _utf16(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("player name", "Eve\n1. Mallory 100%\n2."),
+        ("player name", "Eve\r"),
+        ("player name", "Tab\there"),
+        ("player name", "Line\u2028break"),  # Zl
+        ("player name", "\u202eevE"),  # right-to-left override (Cf)
+        ("player name", ""),
+        ("player name", "   "),
+        ("player name", "x" * (game.MAX_NAME + 1)),
+        ("player name", 42),
+        ("room title", "x" * 4050),
+        ("room title", "x" * (game.MAX_TITLE + 1)),
+        ("room title", "Room\n1. Mallory 100%"),
+        ("room title", "Null\x00"),
+        ("room title", ""),
+    ],
+)
+async def test_names_and_titles_are_refused_over_the_limit_or_with_control_characters(
+    bus: Bus, field: str, value: object
+) -> None:
+    await _fresh(bus)
+    limit = game.MAX_NAME if field == "player name" else game.MAX_TITLE
+    message = f"^{field} must be 1-{limit} characters without control characters or newlines$"
+    with pytest.raises(ValueError, match=message):
+        if field == "player name":
+            await game.create_player(bus, value, 5)  # type: ignore[arg-type]
+        else:
+            await game.create_room(bus, -5, value)  # type: ignore[arg-type]
+    assert await bus.wire.command("EXISTS", "cm:players", "cm:rooms") == 0
+
+
+async def test_names_and_titles_at_the_limit_are_accepted(bus: Bus) -> None:
+    await _fresh(bus)
+    assert (await game.create_player(bus, "x" * game.MAX_NAME, 5)).name == "x" * game.MAX_NAME
+    assert (await game.create_player(bus, "  Zoë 🧑\u200d💻  ", 6)).name == "Zoë 🧑\u200d💻"
+    assert (await game.create_room(bus, -5, "y" * game.MAX_TITLE)).title == "y" * game.MAX_TITLE
+
+
+async def test_every_message_fits_telegram_at_the_input_limits(bus: Bus) -> None:
+    await _fresh(bus)
+    wide, tall = "𝕎", "𝔗"  # outside the BMP: two UTF-16 units, the most a character counts
+    assert _utf16(wide) == _utf16(tall) == 2
+    chat = -4_000_000_000 - random.randrange(10**6)
+    room = await game.create_room(bus, chat, tall * game.MAX_TITLE)
+    players = [
+        await game.create_player(bus, wide * game.MAX_NAME, 10**10 + chat * 100 - n)
+        for n in range(game.TOP_N + 1)
+    ]
+    # The longest announcement: the latest start allowed. Then a round to play at once.
+    await game.start_round(bus, room.id, starts_in_ms=game.MAX_START_DELAY_MS)
+    await game.end_round(bus, room.id)
+    rnd = await game.start_round(bus, room.id, starts_in_ms=0)
+    s = rnd.secret
+    adjacent = [s[1], s[0], s[3], s[2], s[5], s[4]]  # the longest mark at every position
+    for player in players:
+        await game.guess(bus, room.id, player.id, adjacent)
+        await game.guess(bus, room.id, player.id, s)  # 100%: the widest percentage
+    await game.end_round(bus, room.id)
+    await game.send_digest(bus, ids.new(ids.JOB))
+
+    room_texts = await _lane_texts(bus, chat)
+    reminders = [
+        decode(r.payload).text
+        for r in await jobs.list_jobs(bus, NOTIFY_QUEUE, "scheduled", limit=10_000)
+        if decode(r.payload).chat == chat
+    ]
+    replies = [t for p in players for t in await _lane_texts(bus, p.chat)]
+    kinds = {
+        "announcement": [t for t in room_texts if t.startswith("🎲 New round")],
+        "reminder": reminders,
+        "guess reply": [t for t in replies if "ADJACENT" in t],
+        "results": [t for t in room_texts if t.startswith("Round over") and "100%" in t],
+        "digest": [t for t in room_texts if t.startswith("🏆 Daily standings")],
+    }
+    for kind, texts in kinds.items():
+        assert texts, f"no {kind} was sent"
+        longest = max(texts, key=_utf16)
+        assert _utf16(longest) <= 4096, f"the {kind} is {_utf16(longest)} UTF-16 units"
+    for kind in ("results", "digest"):
+        (text,) = kinds[kind]
+        assert text.count(wide * game.MAX_NAME) == game.TOP_N  # ten standings, full names
+        assert tall * game.MAX_TITLE in text
