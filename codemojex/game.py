@@ -1,37 +1,54 @@
 """The game: rooms (``RMM``), players (``USR``) and rounds (``RND``) with a secret of six
 distinct emojis. State lives in the server, keys tagged per room (``cm:{<room>}:...``).
 
-``start_round`` announces the round and schedules its start reminder with ``enqueue_at`` (the
-reminder waits on the bus, so it survives restarts); ``guess`` validates, scores, keeps the
-player's best on the board and tells the player; ``end_round`` sends the results to the room.
+``start_round`` opens the round, announces it and schedules its start reminder with
+``enqueue_at`` (the reminder waits on the bus, so it survives restarts); ``guess`` validates,
+scores, keeps the player's best on the board and tells the player; ``end_round`` closes the
+round and sends the results to the room. A round is opened and closed by one script each
+(``round_start``, ``round_end``), the only writers of its state, so a failure between steps
+never leaves it half changed and of concurrent ``end_round`` calls exactly one sends results.
+Names and titles are limited (``MAX_NAME``, ``MAX_TITLE``) so every message fits Telegram.
 The daily standings digest is a recurring schedule on ``cm.game`` (``register_digest``), whose
-occurrences ``send_digest`` turns into one top-10 notice per room.
+occurrences ``send_digest`` turns into one top-10 notice per room. That fan-out is idempotent:
+each room's notice carries the idempotency key ``digest:<occurrence job id>:<room>``, so when
+the occurrence is retried the rooms already admitted answer duplicate and only the rest go.
+Rooms go independently: one that fails is logged and the others still go.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import random
+import unicodedata
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
 
 import attrs
 
-from codemojex import board, ids
+from codemojex import board, ids, notifier
 from codemojex.notice import Notice, check_notice, encode
 from codemojex.notifier import NOTIFY_QUEUE, notify
 from codemojex.scoring import ALPHABET, SIZE, Score, parse_emojis, score
-from echomq_trio import Bury, Bus, Job, jobs, repeat
+from echomq_trio import Bury, Bus, BusError, Job, jobs, repeat
 from echomq_trio.keys import as_text
 from echomq_trio.repeat import Registered
 
 __all__ = [
     "DIGEST_NAME",
     "GAME_QUEUE",
+    "MAX_NAME",
+    "MAX_START_DELAY_MS",
+    "MAX_TITLE",
+    "TOP_N",
+    "DigestIncomplete",
     "GameError",
     "GuessResult",
+    "Notify",
     "Player",
     "Room",
     "Round",
+    "check_label",
     "create_player",
     "create_room",
     "digest_text",
@@ -50,9 +67,41 @@ DAY_MS = 86_400_000
 ROOMS_KEY = "cm:rooms"
 PLAYERS_KEY = "cm:players"
 
+# Input limits, all in one place. Every message the game builds must fit Telegram's 4096
+# characters, counted as Telegram counts them (UTF-16 code units, so a character outside the
+# Basic Multilingual Plane counts 2). The worst cases, every character of a name or title
+# counting 2 and TOP_N standings of 100%: round results 1,670 (about 45 + 2·MAX_TITLE +
+# TOP_N·(10 + 2·MAX_NAME)); daily digest 1,647; round announcement 368; guess reply about 100
+# (with the rank's digits); start reminder 55. tests/codemojex/test_game.py builds each message
+# at these limits and checks it fits. Names and titles holding control or format characters
+# or line breaks (Unicode categories Cc, Cf, Cs, Zl, Zp; the zero-width joiner of emoji
+# sequences is allowed) are refused too, so no input can forge lines of a message.
+MAX_NAME = 64  # a player's name, in characters (Telegram allows 64 for a first name)
+MAX_TITLE = 128  # a room's title, in characters (Telegram's limit for a chat title)
+MAX_START_DELAY_MS = 7 * DAY_MS  # how far ahead a round may start
+TOP_N = 10  # standings in the round results and the daily digest
+_REFUSED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+_ZWJ = "\u200d"
+
+
+log = logging.getLogger("codemojex.game")
+
 
 class GameError(ValueError):
     """A move the game refuses (no open round, unknown room or player, bad guess)."""
+
+
+class DigestIncomplete(Exception):
+    """Some rooms' digest notices failed for a reason that may pass (the server, the network).
+    The other rooms went; raised so the occurrence is retried, which sends only the rest."""
+
+
+class Notify(Protocol):
+    """What the game sends notices with: ``codemojex.notifier.notify`` (a seam for tests)."""
+
+    async def __call__(
+        self, bus: Bus, chat: int, text: str, *, key: str | None = None
+    ) -> str | None: ...
 
 
 @attrs.frozen
@@ -89,9 +138,24 @@ def _k(room: str, suffix: str) -> str:
     return f"cm:{{{room}}}:{suffix}"
 
 
+def check_label(field: str, value: object, limit: int) -> str:
+    """``value`` without surrounding spaces, if it is 1-``limit`` characters with no control
+    or format characters and no line breaks; ``GameError`` naming the field and limit if not."""
+    raw = value if isinstance(value, str) else ""
+    text = raw.strip()
+    refused = any(unicodedata.category(c) in _REFUSED_CATEGORIES and c != _ZWJ for c in raw)
+    if refused or not 1 <= len(text) <= limit:
+        raise GameError(
+            f"{field} must be 1-{limit} characters without control characters or newlines"
+        )
+    return text
+
+
 async def create_room(bus: Bus, chat: int, title: str) -> Room:
-    """A room for a Telegram chat (usually a group: a negative id)."""
-    check_notice(chat, title or "-", None)
+    """A room for a Telegram chat (usually a group: a negative id). The title is 1-``MAX_TITLE``
+    characters without control characters or newlines (``GameError`` otherwise)."""
+    title = check_label("room title", title, MAX_TITLE)
+    check_notice(chat, title, None)
     room = Room(ids.new(ids.ROOM), chat, title)
     await bus.wire.command("HSET", _k(room.id, "room"), "chat", str(chat), "title", title)
     await bus.wire.command("SADD", ROOMS_KEY, room.id)
@@ -107,17 +171,21 @@ async def get_room(bus: Bus, room_id: str) -> Room:
     return Room(room_id, int(chat), as_text(title))
 
 
-async def list_rooms(bus: Bus) -> list[Room]:
+async def list_room_ids(bus: Bus) -> list[str]:
     members = await bus.wire.command("SMEMBERS", ROOMS_KEY)
-    return [await get_room(bus, as_text(m)) for m in sorted(members or [], key=as_text)]
+    return sorted(as_text(m) for m in members or [])
+
+
+async def list_rooms(bus: Bus) -> list[Room]:
+    return [await get_room(bus, room_id) for room_id in await list_room_ids(bus)]
 
 
 async def create_player(bus: Bus, name: str, chat: int) -> Player:
-    """A player, reachable in the private chat ``chat``."""
-    if not isinstance(name, str) or not name.strip() or len(name) > 64:
-        raise GameError("a player's name is 1-64 characters")
+    """A player, reachable in the private chat ``chat``. The name is 1-``MAX_NAME`` characters
+    without control characters or newlines (``GameError`` otherwise)."""
+    name = check_label("player name", name, MAX_NAME)
     check_notice(chat, name, None)
-    player = Player(ids.new(ids.USER), name.strip(), chat)
+    player = Player(ids.new(ids.USER), name, chat)
     await bus.wire.command("HSET", PLAYERS_KEY, player.id,
                            json.dumps({"name": player.name, "chat": chat}))  # fmt: skip
     return player
@@ -146,21 +214,34 @@ async def player_names(bus: Bus, player_ids: Sequence[str]) -> dict[str, str]:
 async def start_round(
     bus: Bus, room_id: str, *, starts_in_ms: int = 60_000, rng: random.Random | None = None
 ) -> Round:
-    """Draw a secret, announce the round now, and schedule its start reminder."""
+    """Draw a secret, open the round, announce it now, and schedule its start reminder.
+
+    Opening is one script (``round_start``): it checks the room exists and has no open round
+    (``GameError`` "a round is already open in <title>" otherwise), creates the round and points
+    the room at it, or changes nothing. The notices live in the notify queue's slot, so they
+    are enqueued after it."""
+    if (
+        isinstance(starts_in_ms, bool)
+        or not isinstance(starts_in_ms, int)
+        or not 0 <= starts_in_ms <= MAX_START_DELAY_MS
+    ):
+        raise GameError(f"starts_in_ms must be an int in 0..{MAX_START_DELAY_MS}")
     room = await get_room(bus, room_id)
-    if isinstance(starts_in_ms, bool) or not isinstance(starts_in_ms, int) or starts_in_ms < 0:
-        raise GameError("starts_in_ms must be a non-negative int")
     secret = tuple((rng or random.SystemRandom()).sample(ALPHABET, SIZE))
-    starts_at = await bus.wire.server_time_ms() + starts_in_ms
-    rnd = Round(ids.new(ids.ROUND), room.id, starts_at, secret)
-    await bus.wire.command(
-        "HSET", _k(room.id, f"round:{rnd.id}"), "secret", "".join(secret),
-        "starts_at_ms", str(starts_at), "status", "open",
-    )  # fmt: skip
-    await bus.wire.command("HSET", _k(room.id, "room"), "round", rnd.id)
+    round_id = ids.new(ids.ROUND)
+    code, value = await bus.wire.script(
+        "codemojex/round_start",
+        [_k(room.id, "room"), _k(room.id, f"round:{round_id}")],
+        [round_id, "".join(secret), str(starts_in_ms)],
+    )
+    if code == 0:
+        raise GameError(f"a round is already open in {room.title}")
+    if code < 0:
+        raise GameError(f"no room {room.id}")
+    rnd = Round(round_id, room.id, int(value), secret)
     reminder = Notice(room.chat, f"⏰ Round {rnd.id} has started: guess the 6 emojis!",
                       id=ids.new(ids.NOTICE))  # fmt: skip
-    await jobs.enqueue_at(bus, NOTIFY_QUEUE, ids.new(ids.JOB), encode(reminder), starts_at,
+    await jobs.enqueue_at(bus, NOTIFY_QUEUE, ids.new(ids.JOB), encode(reminder), rnd.starts_at_ms,
                           group=str(room.chat))  # fmt: skip
     await notify(bus, room.chat, f"🎲 New round {rnd.id} in {room.title}: it starts in "
                  f"{starts_in_ms // 1000} s. Emojis: {''.join(ALPHABET)}")  # fmt: skip
@@ -212,30 +293,61 @@ def standings_text(title: str, standings: Sequence[board.Standing], names: dict[
 
 
 async def end_round(bus: Bus, room_id: str) -> list[board.Standing]:
-    """Close the open round and send the room its secret and standings."""
-    rnd = await current_round(bus, room_id)
+    """Close the open round and send the room its secret and standings.
+
+    Closing is one script (``round_end``): it ends the round and clears the room's pointer
+    together. Of concurrent calls exactly one ends the round and sends the results; the others
+    raise ``GameError`` "no round is open in <title>", as a call with no round open does."""
     room = await get_room(bus, room_id)
-    await bus.wire.command("HSET", _k(room.id, f"round:{rnd.id}"), "status", "ended")
-    await bus.wire.command("HDEL", _k(room.id, "room"), "round")
-    standings = await board.top(bus, room.id, 10)
+    reply = await bus.wire.script("codemojex/round_end", [_k(room.id, "room")], [])
+    if reply[0] != 1:
+        raise GameError(f"no round is open in {room.title}")
+    secret = as_text(reply[2])
+    standings = await board.top(bus, room.id, TOP_N)
     names = await player_names(bus, [s.player for s in standings])
-    await notify(bus, room.chat, f"Round over, the secret was {''.join(rnd.secret)}\n"
+    await notify(bus, room.chat, f"Round over, the secret was {secret}\n"
                  + standings_text(room.title, standings, names))  # fmt: skip
     return standings
 
 
 async def digest_text(bus: Bus, room: Room) -> str:
-    standings = await board.top(bus, room.id, 10)
+    standings = await board.top(bus, room.id, TOP_N)
     names = await player_names(bus, [s.player for s in standings])
     return standings_text(f"Daily standings, {room.title}", standings, names)
 
 
-async def send_digest(bus: Bus) -> int:
-    """Send every room its top 10 through the notification pipeline; returns rooms notified."""
-    rooms = await list_rooms(bus)
-    for room in rooms:
-        await notify(bus, room.chat, await digest_text(bus, room))
-    return len(rooms)
+async def send_digest(bus: Bus, occurrence: str, *, notify: Notify = notifier.notify) -> int:
+    """Send every room its top 10 for the digest occurrence ``occurrence`` (its job id) through
+    the notification pipeline; returns how many rooms' notices are admitted (now or by an
+    earlier attempt of the occurrence, whose key makes this one a duplicate).
+
+    Each room goes on its own: a room whose notice is invalid (``ValueError``, which includes a
+    ``GameError``) is logged and skipped for good; any other failure is logged, the other rooms
+    still go, and ``DigestIncomplete`` is raised at the end so the occurrence is retried."""
+    room_ids = await list_room_ids(bus)
+    admitted = 0
+    failed: list[str] = []
+    for room_id in room_ids:
+        try:
+            room = await get_room(bus, room_id)
+            text = await digest_text(bus, room)
+            await notify(bus, room.chat, text, key=f"digest:{occurrence}:{room_id}")
+            admitted += 1
+        except ValueError as exc:
+            log.warning("digest %s: room %s skipped, its notice is invalid: %s",
+                        occurrence, room_id, exc)  # fmt: skip
+        except BusError as exc:
+            log.warning("digest %s: room %s failed, to be retried: %s", occurrence, room_id, exc)
+            failed.append(room_id)
+        except Exception:
+            log.exception("digest %s: room %s failed, to be retried", occurrence, room_id)
+            failed.append(room_id)
+    if failed:
+        raise DigestIncomplete(
+            f"digest {occurrence}: {len(failed)} of {len(room_ids)} rooms failed "
+            f"({', '.join(failed)}); the others were sent"
+        )
+    return admitted
 
 
 async def register_digest(
@@ -246,12 +358,15 @@ async def register_digest(
     return await repeat.register(bus, GAME_QUEUE, DIGEST_NAME, every_ms, "digest", first)
 
 
-def game_handler(bus: Bus) -> Callable[[Job], Awaitable[Bury | None]]:
-    """The handler of ``cm.game`` jobs: ``digest`` occurrences send the standings digest."""
+def game_handler(
+    bus: Bus, *, notify: Notify = notifier.notify
+) -> Callable[[Job], Awaitable[Bury | None]]:
+    """The handler of ``cm.game`` jobs: ``digest`` occurrences send the standings digest (a
+    ``DigestIncomplete`` raised for rooms that failed makes the consumer retry the job)."""
 
     async def handle(job: Job) -> Bury | None:
         if job.payload == b"digest":
-            await send_digest(bus)
+            await send_digest(bus, job.id, notify=notify)
             return None
         return Bury(f"unknown game job {job.payload[:40]!r}")
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from codemojex import ids
 from codemojex.notice import Notice, check_notice, encode
-from echomq_trio import Bus, lanes
+from echomq_trio import Bus, Outcome, lanes
 
 __all__ = ["NOTIFY_QUEUE", "notify"]
 
@@ -23,15 +23,21 @@ async def notify(
     opts: dict[str, Any] | None = None,
     *,
     queue: str = NOTIFY_QUEUE,
-) -> str:
+    key: str | None = None,
+) -> str | None:
     """Enqueue a notice to ``chat`` and return its ``NOT`` id. ``opts`` are extra Bot API fields
     (``parse_mode``, ``disable_notification``, ...). Empty text, text over 4096 characters, a
-    chat id that is not an int, or opts that are not JSON raise ``ValueError``."""
+    chat id that is not an int, or opts that are not JSON raise ``ValueError``.
+
+    ``key`` is an idempotency key (``lanes.enqueue``): when it was used within the last day the
+    notice is not enqueued again and the answer is ``None``."""
     check_notice(chat, text, opts)
     try:
         json.dumps(opts or {})
     except (TypeError, ValueError) as exc:
         raise ValueError(f"opts must be JSON-serializable: {exc}") from exc
     notice = Notice(chat=chat, text=text, opts=dict(opts or {}), id=ids.new(ids.NOTICE))
-    await lanes.enqueue(bus, queue, str(chat), ids.new(ids.JOB), encode(notice), limit=1)
-    return notice.id
+    out = await lanes.enqueue(
+        bus, queue, str(chat), ids.new(ids.JOB), encode(notice), limit=1, key=key
+    )
+    return notice.id if out is Outcome.ENQUEUED else None

@@ -21,10 +21,12 @@ from echomq_trio.keys import (
     check_int,
     check_job_id,
     check_ms,
+    check_name,
     check_payload,
 )
 
 __all__ = [
+    "DEFAULT_KEY_TTL_MS",
     "ENQUEUE_CHUNK",
     "Counts",
     "Extended",
@@ -56,6 +58,7 @@ __all__ = [
 ]
 
 ENQUEUE_CHUNK = 10_000  # jobs per script call, so one call never holds the server for long
+DEFAULT_KEY_TTL_MS = 86_400_000  # how long an idempotency key is remembered: one day
 
 
 class Outcome(enum.StrEnum):
@@ -153,10 +156,30 @@ class JobInfo:
     group: str | None = None
 
 
-async def enqueue(bus: Bus, queue: str, job_id: str, payload: str | bytes) -> Outcome:
-    """Admit one job to pending: ``ENQUEUED``, or ``DUPLICATE`` (a live job has this id)."""
-    (out,) = await enqueue_many(bus, queue, [(job_id, payload)])
-    return out
+async def enqueue(
+    bus: Bus,
+    queue: str,
+    job_id: str,
+    payload: str | bytes,
+    *,
+    key: str | None = None,
+    key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
+) -> Outcome:
+    """Admit one job to pending: ``ENQUEUED``, or ``DUPLICATE`` (a live job has this id).
+
+    ``key`` is an idempotency key: if it was used in the last ``key_ttl_ms`` (even by a job
+    that has since finished) the answer is ``DUPLICATE`` and nothing changes; otherwise the job
+    is admitted and the key remembered, in the same step. A retried fan-out uses it to admit
+    each of its jobs once."""
+    k = bus.keys(queue)
+    args = [k.prefix, *_guard(key, key_ttl_ms), *_pairs([(job_id, payload)], bus.max_payload_bytes)]
+    return _admitted(await bus.wire.script("enqueue", [k.pending], args))[0]
+
+
+def _guard(key: str | None, key_ttl_ms: int) -> list[str]:
+    """The script arguments of an optional idempotency key: ``[key, ttl]``, ``["", ""]``."""
+    ttl = str(check_int("key_ttl_ms", key_ttl_ms, 1))
+    return ["", ""] if key is None else [check_name("idempotency key", key), ttl]
 
 
 def _pairs(items: Iterable[tuple[str, str | bytes]], max_bytes: int) -> list[str | bytes]:
@@ -181,7 +204,7 @@ async def enqueue_many(
     step = 2 * ENQUEUE_CHUNK
     for start in range(0, len(flat), step):
         codes = await bus.wire.script(
-            "enqueue", [k.pending], [k.prefix, *flat[start : start + step]]
+            "enqueue", [k.pending], [k.prefix, "", "", *flat[start : start + step]]
         )
         out.extend(_admitted(codes))
     return out

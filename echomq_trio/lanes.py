@@ -14,7 +14,15 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 from echomq_trio.bus import Bus
-from echomq_trio.jobs import JobInfo, Outcome, _admitted, _inspect_set, _pairs
+from echomq_trio.jobs import (
+    DEFAULT_KEY_TTL_MS,
+    JobInfo,
+    Outcome,
+    _admitted,
+    _guard,
+    _inspect_set,
+    _pairs,
+)
 from echomq_trio.keys import as_text, check_group, check_int, check_ms
 
 __all__ = [
@@ -50,10 +58,14 @@ async def enqueue(
     payload: str | bytes,
     *,
     limit: int | None = None,
+    key: str | None = None,
+    key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
 ) -> Outcome:
     """Admit a job to ``group``'s lane: ``ENQUEUED`` or ``DUPLICATE``. ``limit`` also sets the
-    lane's concurrency limit in the same step (``limit=1``: strictly ordered)."""
-    (out,) = await enqueue_many(bus, queue, group, [(job_id, payload)], limit=limit)
+    lane's concurrency limit in the same step (``limit=1``: strictly ordered). ``key`` is an
+    idempotency key, as for ``jobs.enqueue``: used within ``key_ttl_ms`` → ``DUPLICATE``."""
+    guard = _guard(key, key_ttl_ms)
+    (out,) = await _enqueue(bus, queue, group, [(job_id, payload)], limit, guard)
     return out
 
 
@@ -66,11 +78,22 @@ async def enqueue_many(
     limit: int | None = None,
 ) -> list[Outcome]:
     """Admit several jobs to one lane in one round trip, in order."""
+    return await _enqueue(bus, queue, group, items, limit, ["", ""])
+
+
+async def _enqueue(
+    bus: Bus,
+    queue: str,
+    group: str,
+    items: Iterable[tuple[str, str | bytes]],
+    limit: int | None,
+    guard: list[str],
+) -> list[Outcome]:
     k = bus.keys(queue)
     lane = k.lane(group)
     flat = _pairs(items, bus.max_payload_bytes)
     lim = "" if limit is None else str(check_int("limit", limit, 1))
-    codes = await bus.wire.script("lane_enqueue", [lane], [k.prefix, group, lim, *flat])
+    codes = await bus.wire.script("lane_enqueue", [lane], [k.prefix, group, lim, *guard, *flat])
     return _admitted(codes)
 
 

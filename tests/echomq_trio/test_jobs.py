@@ -21,6 +21,43 @@ async def test_enqueue_is_idempotent_on_the_id(bus: Bus, queue: str) -> None:
     assert (await jobs.counts(bus, queue)).pending == 1
 
 
+async def test_an_idempotency_key_admits_once_even_after_the_job_finished(
+    bus: Bus, queue: str
+) -> None:
+    a, b = jid(), jid()
+    assert await jobs.enqueue(bus, queue, a, "one", key="fan:1") is Outcome.ENQUEUED
+    assert await bus.wire.command("GET", f"emq:{{{queue}}}:key:fan:1") == a.encode()
+    # While the job is pending, a retry under a fresh id is a duplicate and changes nothing.
+    assert await jobs.enqueue(bus, queue, b, "two", key="fan:1") is Outcome.DUPLICATE
+    assert await jobs.get_job(bus, queue, b) is None
+    assert (await jobs.counts(bus, queue)).pending == 1
+    (job,) = await jobs.claim(bus, queue, 5)
+    assert await jobs.ack(bus, queue, job.id, job.token) is Outcome.ACKED
+    # The row is gone (the id alone would be admitted again); the key still remembers it.
+    assert await jobs.enqueue(bus, queue, a, "one", key="fan:1") is Outcome.DUPLICATE
+    assert await jobs.enqueue(bus, queue, b, "two", key="fan:1") is Outcome.DUPLICATE
+    assert (await jobs.counts(bus, queue)).pending == 0
+    assert await jobs.enqueue(bus, queue, b, "two", key="fan:2") is Outcome.ENQUEUED
+    # A live id under a new key is a duplicate by id, and the new key is not taken.
+    assert await jobs.enqueue(bus, queue, b, "two", key="fan:3") is Outcome.DUPLICATE
+    assert await bus.wire.command("EXISTS", f"emq:{{{queue}}}:key:fan:3") == 0
+
+
+async def test_an_idempotency_key_is_forgotten_after_its_ttl(bus: Bus, queue: str) -> None:
+    a, b = jid(), jid()
+    assert await jobs.enqueue(bus, queue, a, "x", key="k", key_ttl_ms=1500) is Outcome.ENQUEUED
+    ttl = await bus.wire.command("PTTL", f"emq:{{{queue}}}:key:k")
+    assert 0 < ttl <= 1500
+    assert await jobs.enqueue(bus, queue, b, "y", key="k", key_ttl_ms=1500) is Outcome.DUPLICATE
+
+    async def admitted() -> bool:
+        out = await jobs.enqueue(bus, queue, b, "y", key="k", key_ttl_ms=1500)
+        return out is Outcome.ENQUEUED
+
+    await wait_for(admitted)
+    assert (await jobs.counts(bus, queue)).pending == 2
+
+
 async def test_enqueue_many_answers_in_order(bus: Bus, queue: str) -> None:
     a, b, c = jid(), jid(), jid()
     await jobs.enqueue(bus, queue, b, "b")
@@ -226,6 +263,10 @@ async def test_promote_respects_batch(bus: Bus, queue: str) -> None:
         (lambda b, q: jobs.enqueue(b, q, "NOT0KHTOWnGLuC", "p"), ValueError),
         (lambda b, q: jobs.enqueue(b, q, "nope", "p"), ValueError),
         (lambda b, q: jobs.enqueue(b, q, jid(), {"a": 1}), TypeError),
+        (lambda b, q: jobs.enqueue(b, q, jid(), "p", key="a b"), ValueError),
+        (lambda b, q: jobs.enqueue(b, q, jid(), "p", key=""), ValueError),
+        (lambda b, q: jobs.enqueue(b, q, jid(), "p", key="k" * 129), ValueError),
+        (lambda b, q: jobs.enqueue(b, q, jid(), "p", key="k", key_ttl_ms=0), ValueError),
         (lambda b, q: jobs.enqueue_at(b, q, jid(), "p", -1), ValueError),
         (lambda b, q: jobs.enqueue_in(b, q, jid(), "p", 1.5), TypeError),
         (lambda b, q: jobs.claim(b, q, 0), ValueError),

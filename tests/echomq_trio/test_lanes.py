@@ -38,6 +38,34 @@ async def test_round_robin_across_lanes_fifo_within(bus: Bus, queue: str) -> Non
     assert [j.group for j in claimed] == ["A", "B", "A"]
 
 
+async def test_an_idempotency_key_admits_a_lane_job_once_until_its_ttl(
+    bus: Bus, queue: str
+) -> None:
+    a, b, c = jid(), jid(), jid()
+    out = await lanes.enqueue(bus, queue, "A", a, "a", limit=1, key="d:1", key_ttl_ms=60_000)
+    assert out is Outcome.ENQUEUED
+    assert await lanes.enqueue(bus, queue, "A", b, "b", limit=1, key="d:1") is Outcome.DUPLICATE
+    assert [j.id for j in await lanes.jobs(bus, queue, "A")] == [a]
+    (job,) = await jobs.claim(bus, queue, 5)
+    assert await jobs.ack(bus, queue, job.id, job.token) is Outcome.ACKED
+    assert await lanes.enqueue(bus, queue, "A", b, "b", limit=1, key="d:1") is Outcome.DUPLICATE
+    assert await lanes.enqueue(bus, queue, "A", a, "a", limit=1, key="d:1") is Outcome.DUPLICATE
+    assert await lanes.jobs(bus, queue, "A") == []
+    # Keys belong to the queue, not the lane; a short TTL lets the key be used again.
+    assert await lanes.enqueue(bus, queue, "B", c, "c", key="d:2", key_ttl_ms=1000) is (
+        Outcome.ENQUEUED
+    )
+    assert await lanes.enqueue(bus, queue, "A", b, "b", key="d:2") is Outcome.DUPLICATE
+
+    async def admitted() -> bool:
+        return await lanes.enqueue(bus, queue, "A", b, "b", key="d:2") is Outcome.ENQUEUED
+
+    await wait_for(admitted)
+    assert [j.id for j in await lanes.jobs(bus, queue, "A")] == [b]
+    with pytest.raises(ValueError, match="idempotency key"):
+        await lanes.enqueue(bus, queue, "A", jid(), "x", key="has space")
+
+
 async def test_fairness_fifty_small_lanes_beside_a_flood(bus: Bus, queue: str) -> None:
     await lanes.enqueue_many(bus, queue, "flood", [(jid(), "f") for _ in range(1000)])
     small = [f"chat{i}" for i in range(50)]

@@ -1,0 +1,24 @@
+-- round_start: open a round in a room, atomically.  (no round open) -> open
+-- KEYS[1] cm:{<room>}:room (the room record), KEYS[2] cm:{<room>}:round:<round id> (the new
+-- round; same slot). A round already pointed at is read as cm:{<room>}:round:<id>, derived
+-- from KEYS[1]'s tag.
+-- ARGV[1] round id, ARGV[2] secret (six emojis), ARGV[3] ms from the server's now to the start
+-- Creates the round hash (secret, starts_at_ms, status open, opened_ms) and points the room at
+-- it, or changes nothing: this script is the only writer of a round's opening.
+-- Returns {1, starts_at_ms} opened; {0, open round id} refused: a round is open; {-1, ''} no
+-- such room.
+if string.sub(KEYS[1], -5) ~= ':room' then
+  return redis.error_reply('ERR round_start: KEYS[1] must be cm:{<room>}:room')
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {-1, ''} end
+local cur = redis.call('HGET', KEYS[1], 'round')
+if cur then
+  local open = redis.call('HGET', string.sub(KEYS[1], 1, -5) .. 'round:' .. cur, 'status')
+  if open == 'open' then return {0, cur} end
+end
+local now = now_ms()
+local at = now + tonumber(ARGV[3])
+redis.call('HSET', KEYS[2], 'secret', ARGV[2], 'starts_at_ms', at, 'status', 'open',
+  'opened_ms', now)
+redis.call('HSET', KEYS[1], 'round', ARGV[1])
+return {1, at}
