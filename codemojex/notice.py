@@ -8,9 +8,16 @@ from typing import Any
 import attrs
 from cattrs.preconf.json import make_converter
 
-__all__ = ["MAX_TEXT", "Notice", "check_notice", "decode", "encode"]
+__all__ = ["MAX_TEXT", "Notice", "check_notice", "decode", "encode", "telegram_length"]
 
-MAX_TEXT = 4096  # Telegram's limit on a message's text, in characters
+MAX_TEXT = 4096  # Telegram's limit on a message's text, in UTF-16 code units
+
+
+def telegram_length(text: str) -> int:
+    """A text's length as Telegram counts it: UTF-16 code units (an emoji outside the Basic
+    Multilingual Plane counts 2)."""
+    return len(text.encode("utf-16-le")) // 2
+
 
 _converter = make_converter(forbid_extra_keys=False)
 
@@ -30,8 +37,10 @@ def check_notice(chat: object, text: object, opts: object) -> None:
         raise ValueError(f"chat id must be an int, got {chat!r}")
     if not isinstance(text, str) or not text.strip():
         raise ValueError("notice text must be a non-empty string")
-    if len(text) > MAX_TEXT:
-        raise ValueError(f"notice text is {len(text)} characters; Telegram allows {MAX_TEXT}")
+    if telegram_length(text) > MAX_TEXT:
+        raise ValueError(
+            f"notice text is {telegram_length(text)} UTF-16 units long; Telegram allows {MAX_TEXT}"
+        )
     if opts is not None and not isinstance(opts, dict):
         raise ValueError(f"opts must be a dict of Bot API fields, got {type(opts).__name__}")
 

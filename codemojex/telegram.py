@@ -18,7 +18,6 @@ from codemojex.classify import Verdict, classify, classify_error
 __all__ = ["DEFAULT_API_URL", "TelegramBot", "open_bot"]
 
 DEFAULT_API_URL = "https://api.telegram.org"
-MAX_TEXT = 4096
 
 
 class _Redact(logging.Filter):

@@ -46,6 +46,7 @@ import trio
 
 from codemojex.asgi import answer_lifespan, serve_app
 from codemojex.limits import Limits, Window
+from codemojex.notice import telegram_length
 
 if TYPE_CHECKING:
     from hypercorn.typing import (
@@ -470,7 +471,7 @@ class TelegramStandIn:
         text = raw_text or ""
         if not text.strip():
             return answer(_error(400, "Bad Request: message text is empty"))
-        if len(text) > MAX_MESSAGE_LENGTH:
+        if telegram_length(text) > MAX_MESSAGE_LENGTH:
             return answer(_error(400, "Bad Request: message is too long"))
         parse_mode = params.get("parse_mode")
         if parse_mode in (None, ""):

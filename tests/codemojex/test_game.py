@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from codemojex import board, game, ids, notifier
-from codemojex.notice import decode
+from codemojex.notice import decode, telegram_length
 from codemojex.notifier import NOTIFY_QUEUE
 from codemojex.scoring import ALPHABET
 from echomq_trio import (
@@ -322,10 +322,6 @@ async def test_a_failure_at_any_step_leaves_every_round_whole(
     assert len(rounds) > 10
 
 
-def _utf16(text: str) -> int:
-    return len(text.encode("utf-16-le")) // 2
-
-
 @pytest.mark.parametrize(
     ("field", "value"),
     [
@@ -369,7 +365,7 @@ async def test_names_and_titles_at_the_limit_are_accepted(bus: Bus) -> None:
 async def test_every_message_fits_telegram_at_the_input_limits(bus: Bus) -> None:
     await _fresh(bus)
     wide, tall = "𝕎", "𝔗"  # outside the BMP: two UTF-16 units, the most a character counts
-    assert _utf16(wide) == _utf16(tall) == 2
+    assert telegram_length(wide) == telegram_length(tall) == 2
     chat = -4_000_000_000 - random.randrange(10**6)
     room = await game.create_room(bus, chat, tall * game.MAX_TITLE)
     players = [
@@ -404,8 +400,9 @@ async def test_every_message_fits_telegram_at_the_input_limits(bus: Bus) -> None
     }
     for kind, texts in kinds.items():
         assert texts, f"no {kind} was sent"
-        longest = max(texts, key=_utf16)
-        assert _utf16(longest) <= 4096, f"the {kind} is {_utf16(longest)} UTF-16 units"
+        longest = max(texts, key=telegram_length)
+        size = telegram_length(longest)
+        assert size <= 4096, f"the {kind} is {size} UTF-16 units"
     for kind in ("results", "digest"):
         (text,) = kinds[kind]
         assert text.count(wide * game.MAX_NAME) == game.TOP_N  # ten standings, full names

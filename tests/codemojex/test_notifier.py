@@ -46,6 +46,7 @@ async def test_bad_notices_are_refused(
 
 async def test_text_of_exactly_4096_characters_is_fine(bus: Bus, queue: str) -> None:
     await notify(bus, 5, "é" * 4096, queue=queue)
+
     assert (await jobs.counts(bus, queue)).pending == 1
 
 

@@ -213,15 +213,18 @@ async def test_validation_errors(
 
 
 async def test_longest_message_and_bad_json(tg: TelegramStandIn, client: httpx.AsyncClient) -> None:
-    longest = "😀" * MAX_MESSAGE_LENGTH
+    # Counted as Telegram counts: UTF-16 code units, so an emoji outside the BMP counts 2.
+    longest = "😀" * (MAX_MESSAGE_LENGTH // 2)
     assert (await send(client, tg, 5, longest)).status_code == 200
+    too_long = await send(client, tg, 5, longest + "x")
+    assert error_of(too_long)["description"] == "Bad Request: message is too long"
     r = await client.post(
         tg.method_url(), content=b"{not json", headers={"content-type": "application/json"}
     )
     assert r.status_code == 400
     assert error_of(r)["description"] == "Bad Request: can't parse JSON object"
     assert tg.by_chat() == {5: [longest]}
-    assert [(q.chat_id, q.status) for q in tg.requests] == [(5, 200), (None, 400)]
+    assert [(q.chat_id, q.status) for q in tg.requests] == [(5, 200), (5, 400), (None, 400)]
 
 
 # ---- rate limits --------------------------------------------------------------------------
