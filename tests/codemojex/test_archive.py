@@ -5,6 +5,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -358,3 +359,27 @@ def test_one_row_per_notice_and_the_latest_settlement_wins(tmp_path: Path) -> No
     assert [r.outcome for r in db.query()] == ["delivered"]
     assert db.rows_after(1, 10)[0][0] == 2  # a new sequence number: replicated again
     db.close()
+
+
+def test_archive_files_are_private(tmp_path: Path) -> None:
+    old_umask = os.umask(0o022)  # the usual umask: without care, files would be 0644, dirs 0755
+    try:
+        db = ArchiveDB(tmp_path / "new-dir" / "audit.sqlite")
+        row = AuditRow("NOT0ST3A7fpq01", "JOB0ST3A7fpq01", 1, "delivered", 5, 1, None, 1, 10, "t")
+        db.insert([row])  # the -wal and -shm files exist while it is open
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "new-dir").iterdir()}
+        db.close()
+        replica = DirectoryReplica(tmp_path / "replica-root")
+        replica.put_new(segment_name(1), b"x")
+        replica_mode = stat.S_IMODE(replica.root.stat().st_mode)
+        segment_mode = stat.S_IMODE((replica.root / segment_name(1)).stat().st_mode)
+        shared = tmp_path / "shared"  # an existing directory is not ours to tighten
+        shared.mkdir(mode=0o755)
+        ArchiveDB(shared / "audit.sqlite").close()
+    finally:
+        os.umask(old_umask)
+    assert stat.S_IMODE((tmp_path / "new-dir").stat().st_mode) == 0o700
+    assert modes == {"audit.sqlite": 0o600, "audit.sqlite-wal": 0o600, "audit.sqlite-shm": 0o600}
+    assert (replica_mode, segment_mode) == (0o700, 0o600)
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o755
+    assert stat.S_IMODE((shared / "audit.sqlite").stat().st_mode) == 0o600
