@@ -148,7 +148,7 @@ async def test_archiver_killed_mid_batch_and_restarted_loses_and_doubles_nothing
     await jobs.set_audit(bus, queue)  # the queue exists on the server, as the service's would
     async with open_stand_in(TOKEN, LIMITS) as tg, trio.open_nursery() as nursery:
         async with spawn(*args, module="codemojex.audit") as first:
-            assert (await read_line(first)).startswith("archiving")
+            assert (await read_line(first)).startswith(f"archiving {queue} ")
             await run_pipeline(bus, queue, tg, nursery)
             for n in range(300):
                 sent.append(await notify(bus, 100 + n % 40, f"m{n}", queue=queue))
@@ -156,7 +156,7 @@ async def test_archiver_killed_mid_batch_and_restarted_loses_and_doubles_nothing
             first.send_signal(signal.SIGKILL)  # whatever batch it was in the middle of
             await first.wait()
         async with spawn(*args, module="codemojex.audit") as second:
-            assert (await read_line(second)).startswith("archiving")
+            assert (await read_line(second)).startswith(f"archiving {queue} ")
             await wait_for(lambda: _settled(bus, queue), timeout=90)
 
             def archived() -> bool:
