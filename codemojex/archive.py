@@ -2,23 +2,41 @@
 one row per notice id, written idempotently. Blocking: call it through ``trio.to_thread`` with a
 limiter of one (``ArchiveStore`` below does).
 
+The database file is created mode 0600 (in a directory created 0700 when missing); SQLite gives
+its ``-wal`` and ``-shm`` files the same mode. ``read_archive`` reads an archive without writing
+anything, not even SQLite's side files.
+
 ``fold`` turns audit stream records into rows (pure).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+from urllib.parse import quote
 
 import attrs
 import trio
 
 from echomq_trio import ids
+from echomq_trio.datadir import PRIVATE_FILE_MODE, private_dir
 
-__all__ = ["OUTCOMES", "ArchiveDB", "ArchiveStore", "AuditRow", "fold"]
+__all__ = [
+    "OUTCOMES",
+    "ArchiveDB",
+    "ArchiveStore",
+    "AuditRow",
+    "NotAnArchive",
+    "fold",
+    "read_archive",
+]
+
+T = TypeVar("T")
 
 OUTCOMES = {"acked": "delivered", "dropped": "dropped", "dead": "dead"}
 
@@ -104,20 +122,54 @@ def fold(records: Iterable[Mapping[str, str]]) -> list[AuditRow]:
     return rows
 
 
+class NotAnArchive(ValueError):
+    """The file is not an audit archive (not SQLite, or without the archive's tables): check the
+    path."""
+
+
+def _create_private(path: Path) -> None:
+    # The file exists, 0600, before SQLite opens it; a missing parent is created 0700. An existing
+    # parent is left as it is (it may be shared, or not ours to tighten).
+    if not path.parent.exists():
+        private_dir(path.parent)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE))
+
+
 class ArchiveDB:
-    """Blocking SQLite access; one instance per thread of use (see ``ArchiveStore``)."""
+    """Blocking SQLite access; one instance per thread of use (see ``ArchiveStore``).
+
+    Opening creates the database (0600) and its tables if missing; ``read_archive`` opens one
+    read-only instead."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _create_private(self.path)
         self.conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=FULL")
         self.conn.execute("PRAGMA busy_timeout=10000")
         self.conn.executescript(SCHEMA)
 
+    @classmethod
+    def _over(cls, path: Path, conn: sqlite3.Connection) -> ArchiveDB:
+        db = cls.__new__(cls)
+        db.path, db.conn = path, conn
+        return db
+
     def close(self) -> None:
         self.conn.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Cursor]:
+        """One write transaction: committed when the block ends, rolled back if it raises."""
+        cur = self.conn.cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            yield cur
+            cur.execute("COMMIT")
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
 
     def insert(self, rows: Sequence[AuditRow], seqs: Sequence[int] | None = None) -> int:
         """Insert rows in one committed transaction, one row per notice: a record already
@@ -125,30 +177,30 @@ class ArchiveDB:
         from the dead set and settled again) replaces it under a new sequence number, so it is
         replicated again. Returns how many rows were written. ``seqs`` (restore) keeps the
         original sequence numbers."""
+        with self.transaction() as cur:
+            return self.insert_in(cur, rows, seqs)
+
+    def insert_in(
+        self, cur: sqlite3.Cursor, rows: Sequence[AuditRow], seqs: Sequence[int] | None = None
+    ) -> int:
+        """``insert`` inside the caller's ``transaction``."""
         marks = ", ".join("?" * len(COLUMNS))
         names = ", ".join(COLUMNS)
-        cur = self.conn.cursor()
-        cur.execute("BEGIN IMMEDIATE")
-        try:
-            written = 0
-            for n, row in enumerate(rows):
-                old = cur.execute(
-                    "SELECT settled_ms FROM notices WHERE notice_id = ?", (row.notice_id,)
-                ).fetchone()
-                if old is not None:
-                    if row.settled_ms <= old[0]:
-                        continue
-                    cur.execute("DELETE FROM notices WHERE notice_id = ?", (row.notice_id,))
-                if seqs is None:
-                    cur.execute(f"INSERT INTO notices ({names}) VALUES ({marks})", row.as_tuple())
-                else:
-                    cur.execute(f"INSERT INTO notices (seq, {names}) VALUES (?, {marks})",
-                                (seqs[n], *row.as_tuple()))  # fmt: skip
-                written += 1
-            cur.execute("COMMIT")
-        except BaseException:
-            cur.execute("ROLLBACK")
-            raise
+        written = 0
+        for n, row in enumerate(rows):
+            old = cur.execute(
+                "SELECT settled_ms FROM notices WHERE notice_id = ?", (row.notice_id,)
+            ).fetchone()
+            if old is not None:
+                if row.settled_ms <= old[0]:
+                    continue
+                cur.execute("DELETE FROM notices WHERE notice_id = ?", (row.notice_id,))
+            if seqs is None:
+                cur.execute(f"INSERT INTO notices ({names}) VALUES ({marks})", row.as_tuple())
+            else:
+                cur.execute(f"INSERT INTO notices (seq, {names}) VALUES (?, {marks})",
+                            (seqs[n], *row.as_tuple()))  # fmt: skip
+            written += 1
         return written
 
     def rows_after(self, seq: int, limit: int) -> list[tuple[int, AuditRow]]:
@@ -193,15 +245,57 @@ class ArchiveDB:
         return default if row is None else str(row[0])
 
     def set_meta(self, values: Mapping[str, str]) -> None:
-        cur = self.conn.cursor()
-        cur.execute("BEGIN IMMEDIATE")
-        try:
-            cur.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
-                            list(values.items()))  # fmt: skip
-            cur.execute("COMMIT")
-        except BaseException:
-            cur.execute("ROLLBACK")
+        with self.transaction() as cur:
+            self.set_meta_in(cur, values)
+
+    def set_meta_in(self, cur: sqlite3.Cursor, values: Mapping[str, str]) -> None:
+        """``set_meta`` inside the caller's ``transaction``."""
+        cur.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                        list(values.items()))  # fmt: skip
+
+
+def _open_read_only(path: Path, immutable: bool) -> ArchiveDB:
+    uri = f"file:{quote(str(path.absolute()))}?mode=ro" + ("&immutable=1" if immutable else "")
+    conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    except sqlite3.DatabaseError:  # not SQLite at all
+        tables = set()
+    if not {"notices", "meta"} <= tables:
+        conn.close()
+        raise NotAnArchive(f"{path} is not an audit archive")
+    return ArchiveDB._over(path, conn)
+
+
+def read_archive(path: str | Path, read: Callable[[ArchiveDB], T]) -> T:
+    """``read(db)`` on the archive at ``path`` opened read-only (blocking); creates nothing.
+
+    ``FileNotFoundError`` when there is no file, ``NotAnArchive`` when it is not an archive.
+    With no ``-wal`` file beside it (no archiver has it open) the database is read as immutable,
+    because a read-only SQLite connection would otherwise create the ``-wal`` and ``-shm`` files;
+    if a writer opened it meanwhile (a ``-wal`` appeared), the read is done again the usual
+    way, through the writer's files."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no archive at {path}")
+    wal = Path(f"{path}-wal")
+    quiet = not wal.exists()
+    db = _open_read_only(path, immutable=quiet)
+    try:
+        result = read(db)
+    except sqlite3.DatabaseError:
+        if not (quiet and wal.exists()):
             raise
+    else:
+        if not (quiet and wal.exists()):
+            return result
+    finally:
+        db.close()
+    db = _open_read_only(path, immutable=False)
+    try:
+        return read(db)
+    finally:
+        db.close()
 
 
 class ArchiveStore:

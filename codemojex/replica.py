@@ -4,6 +4,10 @@ S3-compatible storage. ``put_new`` never overwrites: if the name exists it raise
 learn that one of them must stop. S3's 409 (a concurrent conditional write) raises
 ``ReplicaBusy``: try again. Blocking; callers use ``trio.to_thread``.
 
+Every other failure (unreachable, refused credentials, a missing bucket: ``OSError`` or boto's
+errors) is the caller's to retry; an S3 client gives up on a call within seconds (short
+timeouts, one retry of its own) so the caller's backoff decides how often to try.
+
 Specs for ``open_replica``: a path or ``dir:PATH``; ``s3://BUCKET/PREFIX`` with credentials from
 the usual AWS environment variables and ``?endpoint=URL`` (or ``CODEMOJEX_S3_ENDPOINT``) for a
 non-AWS server.
@@ -16,6 +20,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
+
+from echomq_trio.datadir import private_dir
 
 __all__ = ["DirectoryReplica", "NameTaken", "Replica", "ReplicaBusy", "S3Replica", "open_replica"]
 
@@ -36,11 +42,15 @@ class Replica(Protocol):
 
 
 class DirectoryReplica:
-    """A directory; each object is a file published atomically and exclusively (``link``)."""
+    """A directory; each object is a file published atomically and exclusively (``link``).
 
-    def __init__(self, root: str | Path) -> None:
+    A missing root is created readable by its owner only (0700), unless ``create=False`` (a
+    reader: a missing root then just has no objects)."""
+
+    def __init__(self, root: str | Path, *, create: bool = True) -> None:
         self.root = Path(root).resolve()
-        self.root.mkdir(parents=True, exist_ok=True)
+        if create and not self.root.exists():
+            private_dir(self.root)
 
     def describe(self) -> str:
         return f"dir:{self.root}"
@@ -86,7 +96,14 @@ class S3Replica:
         self.bucket = bucket
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self.endpoint_url = endpoint_url
-        self.client = client or boto3.client("s3", endpoint_url=endpoint_url)
+        if client is None:
+            from botocore.config import Config
+
+            # Give up on a call within seconds: the archiver retries with its own backoff.
+            config = Config(connect_timeout=5, read_timeout=30,
+                            retries={"mode": "standard", "total_max_attempts": 2})  # fmt: skip
+            client = boto3.client("s3", endpoint_url=endpoint_url, config=config)
+        self.client = client
 
     def describe(self) -> str:
         where = f" at {self.endpoint_url}" if self.endpoint_url else ""
@@ -119,8 +136,9 @@ class S3Replica:
         return sorted(out)
 
 
-def open_replica(spec: str) -> Replica:
-    """A replica from a spec (see the module docstring); ``ValueError`` for a bad one."""
+def open_replica(spec: str, *, create: bool = True) -> Replica:
+    """A replica from a spec (see the module docstring); ``ValueError`` for a bad one.
+    ``create=False`` for a reader: a missing directory is not created."""
     if not spec:
         raise ValueError("replica spec is empty")
     if spec.startswith("s3://"):
@@ -132,4 +150,4 @@ def open_replica(spec: str) -> Replica:
         return S3Replica(parts.netloc, parts.path, endpoint_url=endpoint)
     if "://" in spec:
         raise ValueError(f"replica must be a directory or s3://bucket/prefix, got {spec!r}")
-    return DirectoryReplica(spec.removeprefix("dir:"))
+    return DirectoryReplica(spec.removeprefix("dir:"), create=create)

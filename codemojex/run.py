@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
@@ -75,6 +76,9 @@ async def _summary(
             a = archiver.stats
             audit = f" | archived {a.archived}, segments {a.segments}"
             audit += f" (FENCED: {a.fenced})" if a.fenced else ""
+            if a.replica_down_since is not None:
+                since = time.strftime("%H:%M:%S", time.localtime(a.replica_down_since))
+                audit += f" (replica down since {since}: {a.replica_error})"
         say(
             f"notices sent {s.delivered}, deferred {s.deferred}, retried {s.retried}, "
             f"dropped {s.dropped}, 429s {s.flood_waits} | pending {notify_counts.pending}, "
@@ -166,7 +170,7 @@ async def run(
                 nursery.start_soon(demo.play, bus)
             if archiver is not None:
                 say(f"  audit: {settings.archive_db_path}, replicated to "
-                    f"{archiver.replica.describe()} (epoch {archiver.stats.epoch})")  # fmt: skip
+                    f"{archiver.replica.describe()}")  # fmt: skip
             if settings.summary_every_s > 0:
                 nursery.start_soon(_summary, bus, worker, archiver, settings.summary_every_s)
             task_status.started(where)
@@ -219,14 +223,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return trio.run(_main, settings, data_dir)
         except BaseExceptionGroup as group:
-            known = group.subgroup((StopConsumer, BusError, OSError))
+            known = group.subgroup((StopConsumer, BusError, OSError, InUse))
             if known is None:
                 raise
-            print(f"codemojex: {_first(known)}", file=sys.stderr)
-            return 1
-        except (StopConsumer, BusError, OSError) as exc:
-            print(f"codemojex: {exc}", file=sys.stderr)
-            return 1
+            first = _first(known)
+        except (StopConsumer, BusError, OSError, InUse) as exc:
+            first = exc
+        print(f"codemojex: {first}", file=sys.stderr)
+        return 2 if isinstance(first, InUse) else 1  # an archive another process holds
 
 
 def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
