@@ -31,7 +31,7 @@ from codemojex.notice import Notice, check_notice, encode
 from codemojex.notifier import NOTIFY_QUEUE, notify
 from codemojex.scoring import ALPHABET, SIZE, Score, parse_emojis, score
 from echomq_trio import Bury, Bus, BusError, Job, jobs, repeat
-from echomq_trio.keys import as_text
+from echomq_trio.protocol import as_text
 from echomq_trio.repeat import Registered
 
 __all__ = [

@@ -14,7 +14,7 @@ import attrs
 
 from codemojex.limits import Limits
 from echomq_trio import Bus
-from echomq_trio.keys import check_queue
+from echomq_trio.checks import check_queue
 
 __all__ = ["DEFAULT_MARGIN_MS", "RateLimiter", "Take"]
 

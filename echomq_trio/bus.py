@@ -7,16 +7,14 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import lru_cache
+from typing import Any
 
 import attrs
 
+from echomq_trio.checks import DEFAULT_MAX_PAYLOAD_BYTES, check_max_payload_bytes
 from echomq_trio.datadir import DataDir
-from echomq_trio.keys import (
-    DEFAULT_MAX_PAYLOAD_BYTES,
-    QueueKeys,
-    check_max_payload_bytes,
-    queue_keys,
-)
+from echomq_trio.keys import QueueKeys, queue_keys
+from echomq_trio.protocol import Call
 from echomq_trio.server import EmbeddedServer, start_server
 from echomq_trio.wire import Wire, open_wire, parse_url
 
@@ -37,8 +35,13 @@ class Bus:
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES  # larger payloads raise before any I/O
 
     def keys(self, queue: str) -> QueueKeys:
-        """The keys of ``queue``; raises ``ValueError`` for a name that cannot be a hash tag."""
+        """The keys of ``queue`` (every key of its schema, and ``app(name)`` for an
+        application's own); raises ``ValueError`` for a name that cannot be a hash tag."""
         return _keys(queue)
+
+    async def run(self, call: Call) -> Any:
+        """Run one script call built by ``protocol`` and return the server's raw reply."""
+        return await self.wire.script(call.script, call.keys, call.args)
 
     @property
     def url(self) -> str:

@@ -35,9 +35,9 @@ import trio
 from echomq_trio import jobs
 from echomq_trio.backoff import Exponential, Jitter, Policy, delay_ms
 from echomq_trio.bus import Bus
+from echomq_trio.checks import MAX_DELAY_MS
 from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut
 from echomq_trio.jobs import Job, Outcome
-from echomq_trio.keys import MAX_DELAY_MS
 from echomq_trio.wire import Wire
 
 __all__ = [

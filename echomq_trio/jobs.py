@@ -1,28 +1,34 @@
 """Job transitions: one function per Lua script, each one round trip, each returning typed values.
 
 States: ``pending`` (ready), ``scheduled`` (waiting for a time), ``active`` (leased to a worker),
-``dead`` (out of attempts). An acked job's row is deleted, so a finished id may be used again.
-Names, ids, payloads (at most the bus's ``max_payload_bytes``) and numbers (times and delays at
-most what a sorted-set score holds exactly, see ``keys.check_ms``) are checked before any I/O;
-bad ones raise ``ValueError`` or ``TypeError`` and nothing is written.
+``dead`` (out of attempts); the transitions between them are the table in
+``echomq_trio/scripts/README.md``. An acked job's row is deleted, so a finished id may be used
+again. Each function builds its script's call with ``protocol`` (which checks names, ids,
+payloads of at most the bus's ``max_payload_bytes``, and times and delays of at most what a
+sorted-set score holds exactly, raising ``ValueError`` or ``TypeError`` before any I/O, so
+nothing is written), runs it, and parses the reply.
+
+Cancellation: a script is atomic, so a cancelled call has either happened in full or not at all
+on the server, and the caller cannot tell which; each function says how to find out or why
+calling again is safe.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Sequence
 
-import attrs
-
+from echomq_trio import protocol
 from echomq_trio.bus import Bus
-from echomq_trio.keys import (
-    as_text,
-    check_group,
-    check_int,
-    check_job_id,
-    check_ms,
-    check_name,
-    check_payload,
+from echomq_trio.protocol import DEFAULT_KEY_TTL_MS, ENQUEUE_CHUNK
+from echomq_trio.results import (
+    Counts,
+    Extended,
+    Job,
+    JobInfo,
+    Outcome,
+    Promoted,
+    Reaped,
+    Scheduled,
 )
 
 __all__ = [
@@ -57,104 +63,6 @@ __all__ = [
     "set_audit",
 ]
 
-ENQUEUE_CHUNK = 10_000  # jobs per script call, so one call never holds the server for long
-DEFAULT_KEY_TTL_MS = 86_400_000  # how long an idempotency key is remembered: one day
-
-
-class Outcome(enum.StrEnum):
-    """What a transition did. The vocabulary follows the original's return atoms."""
-
-    ENQUEUED = "enqueued"
-    SCHEDULED = "scheduled"
-    DUPLICATE = "duplicate"
-    ACKED = "acked"
-    DEFERRED = "deferred"
-    STALE = "stale"
-    GONE = "gone"
-    DEAD = "dead"
-    REPLAYED = "replayed"
-    NOT_DEAD = "not_dead"
-
-
-@attrs.frozen
-class Scheduled:
-    """Answer of ``enqueue_at``/``enqueue_in``: ``run_at_ms`` (server clock) unless a duplicate."""
-
-    outcome: Outcome
-    run_at_ms: int | None
-
-
-@attrs.frozen
-class Job:
-    """A claimed job. ``token`` (the lease number) is the fencing token: present it to settle
-    the job. ``attempts`` counts the attempts spent, this one included."""
-
-    queue: str
-    id: str
-    payload: bytes
-    attempts: int
-    token: int
-    lease_deadline_ms: int
-    group: str | None = None
-
-    @property
-    def text(self) -> str:
-        """The payload decoded as UTF-8."""
-        return self.payload.decode()
-
-
-@attrs.frozen
-class Promoted:
-    moved: int
-    lanes_resumed: int  # lanes whose wait ended
-    next_due_ms: int | None  # earliest run-at or lane wait still ahead
-    server_now_ms: int
-
-
-@attrs.frozen
-class Reaped:
-    reaped: int
-    server_now_ms: int
-
-
-@attrs.frozen
-class Extended:
-    lease_deadline_ms: int
-    lost: tuple[str, ...]  # ids whose lease this worker no longer holds
-
-
-@attrs.frozen
-class Counts:
-    """Jobs per state now (``pending`` includes lane jobs), lanes, and running totals."""
-
-    exists: bool  # the queue has been used
-    pending: int
-    scheduled: int
-    active: int
-    dead: int
-    lanes: int  # lanes holding pending jobs
-    paused_lanes: int
-    waiting_lanes: int
-    completed_total: int
-    retried_total: int
-    dead_total: int
-    deferred_total: int
-    repeats: int
-
-
-@attrs.frozen
-class JobInfo:
-    """A job row as stored. ``score_ms`` is the run-at (scheduled), lease deadline (active) or
-    time of death (dead)."""
-
-    id: str
-    state: str
-    attempts: int
-    payload: bytes
-    last_error: str | None
-    score_ms: int | None
-    group: str | None = None
-
 
 async def enqueue(
     bus: Bus,
@@ -170,63 +78,38 @@ async def enqueue(
     ``key`` is an idempotency key: if it was used in the last ``key_ttl_ms`` (even by a job
     that has since finished) the answer is ``DUPLICATE`` and nothing changes; otherwise the job
     is admitted and the key remembered, in the same step. A retried fan-out uses it to admit
-    each of its jobs once."""
-    k = bus.keys(queue)
-    args = [k.prefix, *_guard(key, key_ttl_ms), *_pairs([(job_id, payload)], bus.max_payload_bytes)]
-    return _admitted(await bus.wire.script("enqueue", [k.pending], args))[0]
+    each of its jobs once.
 
-
-def _guard(key: str | None, key_ttl_ms: int) -> list[str]:
-    """The script arguments of an optional idempotency key: ``[key, ttl]``, ``["", ""]``."""
-    ttl = str(check_int("key_ttl_ms", key_ttl_ms, 1))
-    return ["", ""] if key is None else [check_name("idempotency key", key), ttl]
-
-
-def _pairs(items: Iterable[tuple[str, str | bytes]], max_bytes: int) -> list[str | bytes]:
-    flat: list[str | bytes] = []
-    for job_id, payload in items:
-        flat.append(check_job_id(job_id))
-        flat.append(check_payload(payload, max_bytes))
-    return flat
-
-
-def _admitted(codes: Sequence[int]) -> list[Outcome]:
-    return [Outcome.ENQUEUED if c == 1 else Outcome.DUPLICATE for c in codes]
+    A cancelled call may or may not have admitted the job; call again with the same id (and
+    key): enqueue is idempotent, and ``DUPLICATE`` then means the first call went through."""
+    (call,) = protocol.enqueue_calls(
+        bus.keys(queue), [(job_id, payload)], bus.max_payload_bytes, key=key, key_ttl_ms=key_ttl_ms
+    )
+    (out,) = protocol.admitted_reply(await bus.run(call))
+    return out
 
 
 async def enqueue_many(
     bus: Bus, queue: str, items: Iterable[tuple[str, str | bytes]]
 ) -> list[Outcome]:
-    """Admit many jobs in one round trip (per ``ENQUEUE_CHUNK`` jobs); answers in input order."""
-    k = bus.keys(queue)
-    flat = _pairs(items, bus.max_payload_bytes)
+    """Admit many jobs in one round trip (per ``ENQUEUE_CHUNK`` jobs); answers in input order.
+
+    A cancelled call may have admitted some chunks of ``ENQUEUE_CHUNK`` jobs (each chunk all or
+    nothing); call again with the same ids: those admitted answer ``DUPLICATE``."""
     out: list[Outcome] = []
-    step = 2 * ENQUEUE_CHUNK
-    for start in range(0, len(flat), step):
-        codes = await bus.wire.script(
-            "enqueue", [k.pending], [k.prefix, "", "", *flat[start : start + step]]
-        )
-        out.extend(_admitted(codes))
+    for call in protocol.enqueue_calls(bus.keys(queue), items, bus.max_payload_bytes):
+        out.extend(protocol.admitted_reply(await bus.run(call)))
     return out
 
 
 async def _schedule(
-    bus: Bus,
-    queue: str,
-    mode: str,
-    items: Sequence[tuple[str, str | bytes, int]],
-    group: str | None,
-) -> list[Scheduled]:
-    k = bus.keys(queue)
-    flat: list[str | bytes] = []
-    for job_id, payload, when in items:
-        flat += [check_job_id(job_id), check_payload(payload, bus.max_payload_bytes), str(when)]
-    lane = "" if group is None else check_group(group)
-    codes = await bus.wire.script("schedule", [k.schedule], [k.prefix, mode, lane, *flat])
-    return [
-        Scheduled(Outcome.DUPLICATE, None) if c < 0 else Scheduled(Outcome.SCHEDULED, int(c))
-        for c in codes
-    ]
+    bus: Bus, queue: str, item: tuple[str, str | bytes, int], relative: bool, group: str | None
+) -> Scheduled:
+    call = protocol.schedule_call(
+        bus.keys(queue), [item], bus.max_payload_bytes, relative=relative, group=group
+    )
+    (out,) = protocol.schedule_reply(await bus.run(call))
+    return out
 
 
 async def enqueue_at(
@@ -239,10 +122,11 @@ async def enqueue_at(
     group: str | None = None,
 ) -> Scheduled:
     """Schedule a job for an absolute time (Unix ms). It is not claimable before then; a
-    metronome moves it to pending (or into lane ``group``) when the server clock reaches it."""
-    when = check_ms("run_at_ms", run_at_ms, absolute=True)
-    (out,) = await _schedule(bus, queue, "at", [(job_id, payload, when)], group)
-    return out
+    metronome moves it to pending (or into lane ``group``) when the server clock reaches it.
+
+    A cancelled call may or may not have scheduled the job; call again with the same id:
+    ``DUPLICATE`` then means the first call went through (``get_job`` shows its run-at)."""
+    return await _schedule(bus, queue, (job_id, payload, run_at_ms), False, group)
 
 
 async def enqueue_in(
@@ -254,68 +138,39 @@ async def enqueue_in(
     *,
     group: str | None = None,
 ) -> Scheduled:
-    """Schedule a job ``delay_ms`` from now, where now is the server's clock, not this host's."""
-    when = check_ms("delay_ms", delay_ms)
-    (out,) = await _schedule(bus, queue, "in", [(job_id, payload, when)], group)
-    return out
+    """Schedule a job ``delay_ms`` from now, where now is the server's clock, not this host's.
+
+    A cancelled call may or may not have scheduled the job; call again with the same id:
+    ``DUPLICATE`` then means the first call went through (``get_job`` shows its run-at)."""
+    return await _schedule(bus, queue, (job_id, payload, delay_ms), True, group)
 
 
 async def promote(bus: Bus, queue: str, batch: int = 1000) -> Promoted:
     """Move up to ``batch`` due scheduled jobs to pending (or their lanes), and put lanes whose
-    wait has ended back in rotation."""
-    k = bus.keys(queue)
-    moved, lanes, nxt, now = await bus.wire.script(
-        "promote", [k.schedule], [k.prefix, str(check_int("batch", batch, 1))]
-    )
-    return Promoted(int(moved), int(lanes), None if nxt < 0 else int(nxt), int(now))
+    wait has ended back in rotation.
+
+    A cancelled call may or may not have moved them; calling again is always safe (each job is
+    promoted exactly once)."""
+    return protocol.promote_reply(await bus.run(protocol.promote_call(bus.keys(queue), batch)))
 
 
 async def claim(bus: Bus, queue: str, batch: int = 1, lease_ms: int = 30_000) -> list[Job]:
     """Lease up to ``batch`` jobs for ``lease_ms`` in one round trip: lanes round-robin,
-    interleaved with the flat pending set, oldest first within each."""
-    k = bus.keys(queue)
-    raw = await bus.wire.script(
-        "claim",
-        [k.pending],
-        [k.prefix, str(check_int("batch", batch, 1)), str(check_ms("lease_ms", lease_ms, 1))],
+    interleaved with the flat pending set, oldest first within each.
+
+    A cancelled call may have leased jobs that the caller never sees; they are not lost: when
+    their lease expires the reaper returns them to pending, with that attempt counted."""
+    return protocol.claim_reply(
+        await bus.run(protocol.claim_call(bus.keys(queue), batch, lease_ms)), queue
     )
-    deadline = int(raw[0])
-    return [
-        Job(
-            queue,
-            as_text(raw[i]),
-            raw[i + 1],
-            int(raw[i + 2]),
-            int(raw[i + 3]),
-            deadline,
-            as_text(raw[i + 4]) or None,
-        )
-        for i in range(1, len(raw), 5)
-    ]
-
-
-_ACK = {1: Outcome.ACKED, 0: Outcome.STALE, -1: Outcome.GONE}
-
-
-def _noted(items: Sequence[tuple[str, int] | tuple[str, int, str]]) -> list[str]:
-    flat: list[str] = []
-    for item in items:
-        job_id, token = item[0], item[1]
-        note = item[2] if len(item) > 2 else ""
-        flat += [check_job_id(job_id), str(check_int("token", token, 0)), str(note)]
-    return flat
-
-
-def _tokens(items: Sequence[tuple[str, int]]) -> list[str]:
-    flat: list[str] = []
-    for job_id, token in items:
-        flat += [check_job_id(job_id), str(check_int("token", token, 0))]
-    return flat
 
 
 async def ack(bus: Bus, queue: str, job_id: str, token: int, note: str = "") -> Outcome:
     """Finish a job: ``ACKED``; ``STALE`` if another claim holds it now; ``GONE`` if no row.
-    ``note`` goes into the queue's audit record, when it keeps one."""
+    ``note`` goes into the queue's audit record, when it keeps one.
+
+    A cancelled call may or may not have acked the job; call again: ``GONE`` then means the
+    first call went through (the row is deleted on ack)."""
     (out,) = await ack_many(bus, queue, [(job_id, token, note)])
     return out
 
@@ -324,16 +179,13 @@ async def ack_many(
     bus: Bus, queue: str, items: Sequence[tuple[str, int] | tuple[str, int, str]]
 ) -> list[Outcome]:
     """Ack several jobs in one round trip: ``(id, token)`` or ``(id, token, note)`` each;
-    answers in input order."""
-    k = bus.keys(queue)
-    flat = _noted(items)
-    if not flat:
+    answers in input order.
+
+    A cancelled call acked all of them or none; call again: ``GONE`` then means acked."""
+    call = protocol.ack_call(bus.keys(queue), items)
+    if not items:
         return []
-    codes = await bus.wire.script("ack", [k.active], [k.prefix, *flat])
-    return [_ACK[c] for c in codes]
-
-
-_RETRY = {1: Outcome.SCHEDULED, 2: Outcome.DEAD, 0: Outcome.STALE, -1: Outcome.GONE}
+    return protocol.ack_reply(await bus.run(call))
 
 
 async def retry(
@@ -352,34 +204,25 @@ async def retry(
     ``buried=True`` marks a deliberate bury (a permanent error): audited as ``dropped``.
 
     A job of a lane with limit 1 goes back to the head of its lane, which waits out the delay.
+
+    A cancelled call may or may not have moved the job; call again with the same token: the
+    job is then either moved by this call, or ``STALE`` (the first call went through: the job
+    is no longer active under that lease).
     """
-    k = bus.keys(queue)
-    code = await bus.wire.script(
-        "retry",
-        [k.active],
-        [
-            k.prefix,
-            check_job_id(job_id),
-            str(check_int("token", token, 0)),
-            str(check_ms("delay_ms", delay_ms)),
-            str(check_int("max_attempts", max_attempts, 1)),
-            str(error),
-            "1" if buried else "0",
-        ],
+    call = protocol.retry_call(
+        bus.keys(queue), job_id, token, delay_ms, max_attempts, error, buried=buried
     )
-    return _RETRY[code]
+    return protocol.outcome_reply(await bus.run(call))
 
 
 async def set_audit(bus: Bus, queue: str, enabled: bool = True) -> None:
     """Make the queue keep an audit: every job settled from now on (acked, or buried dead)
-    appends its record to the stream ``emq:{q}:audit`` in the same script that settles it, so
-    no job is settled without its record. Read it with ``events`` functions, ``stream="audit"``.
-    The stream is never trimmed by the bus; its reader trims what it has stored."""
-    k = bus.keys(queue)
-    await bus.wire.script("audit_enable", [k.prefix + "meta"], ["1" if enabled else "0"])
+    appends its record to the queue's audit stream in the same script that settles it, so no
+    job is settled without its record. Read it with ``events`` functions, ``stream="audit"``.
+    The stream is never trimmed by the bus; its reader trims what it has stored.
 
-
-_DEFER = {1: Outcome.DEFERRED, 0: Outcome.STALE, -1: Outcome.GONE}
+    Idempotent: a cancelled call may or may not have set the flag; call again."""
+    await bus.run(protocol.audit_enable_call(bus.keys(queue), enabled))
 
 
 async def defer(
@@ -389,120 +232,76 @@ async def defer(
 
     A lane job keeps its place at the head of its lane and the lane waits (other lanes go on);
     a flat job waits on the schedule. ``STALE``/``GONE`` when the lease is not held.
+
+    A cancelled call may or may not have deferred the job; call again with the same token:
+    ``STALE`` then means the first call went through.
     """
-    k = bus.keys(queue)
-    code = await bus.wire.script(
-        "defer",
-        [k.active],
-        [
-            k.prefix,
-            check_job_id(job_id),
-            str(check_int("token", token, 0)),
-            str(check_ms("delay_ms", delay_ms)),
-            str(reason),
-        ],
-    )
-    return _DEFER[code]
+    call = protocol.defer_call(bus.keys(queue), job_id, token, delay_ms, reason)
+    return protocol.outcome_reply(await bus.run(call))
 
 
 async def extend(bus: Bus, queue: str, items: Sequence[tuple[str, int]], lease_ms: int) -> Extended:
-    """Renew the leases of held jobs to ``lease_ms`` from now; reports those no longer held."""
-    k = bus.keys(queue)
-    flat = _tokens(items)
-    raw = await bus.wire.script(
-        "extend", [k.active], [k.prefix, str(check_ms("lease_ms", lease_ms, 1)), *flat]
+    """Renew the leases of held jobs to ``lease_ms`` from now; reports those no longer held.
+
+    A cancelled call renewed all of them or none; calling again is always safe."""
+    return protocol.extend_reply(
+        await bus.run(protocol.extend_call(bus.keys(queue), items, lease_ms))
     )
-    return Extended(int(raw[0]), tuple(as_text(x) for x in raw[1:]))
 
 
 async def reap(bus: Bus, queue: str, batch: int = 1000) -> Reaped:
-    """Return up to ``batch`` jobs whose lease expired to pending (attempts unchanged)."""
-    k = bus.keys(queue)
-    n, now = await bus.wire.script(
-        "reap", [k.active], [k.prefix, str(check_int("batch", batch, 1))]
-    )
-    return Reaped(int(n), int(now))
+    """Return up to ``batch`` jobs whose lease expired to pending (attempts unchanged).
+
+    A cancelled call may or may not have returned them; calling again is always safe."""
+    return protocol.reap_reply(await bus.run(protocol.reap_call(bus.keys(queue), batch)))
 
 
 async def release(bus: Bus, queue: str, items: Sequence[tuple[str, int]]) -> int:
-    """Hand held jobs back to pending at once without counting the interrupted attempt."""
-    k = bus.keys(queue)
-    flat = _tokens(items)
-    if not flat:
+    """Hand held jobs back to pending at once without counting the interrupted attempt.
+
+    A cancelled call released all of them or none; call again: jobs already released are
+    left alone (their lease no longer holds), and the rest are released."""
+    call = protocol.release_call(bus.keys(queue), items)
+    if not items:
         return 0
-    return int(await bus.wire.script("release", [k.active], [k.prefix, *flat]))
-
-
-_REPLAY = {1: Outcome.REPLAYED, 0: Outcome.NOT_DEAD, -1: Outcome.GONE}
+    return protocol.release_reply(await bus.run(call))
 
 
 async def replay(bus: Bus, queue: str, job_id: str) -> Outcome:
-    """Move a dead job back to pending with its attempts reset (its last error is kept)."""
-    k = bus.keys(queue)
-    code = await bus.wire.script("replay", [k.dead], [k.prefix, check_job_id(job_id)])
-    return _REPLAY[code]
+    """Move a dead job back to pending with its attempts reset (its last error is kept).
+
+    A cancelled call may or may not have replayed the job; call again: ``NOT_DEAD`` then means
+    the first call went through."""
+    return protocol.outcome_reply(await bus.run(protocol.replay_call(bus.keys(queue), job_id)))
 
 
 async def counts(bus: Bus, queue: str) -> Counts:
-    """Jobs per state now, lanes, and running totals of completed, retried and dead jobs."""
-    k = bus.keys(queue)
-    raw = await bus.wire.script("counts", [k.pending], [k.prefix])
-    values = [int(x) for x in raw]
-    return Counts(bool(values[0]), *values[1:])
+    """Jobs per state now, lanes, and running totals of completed, retried and dead jobs.
 
-
-_SETS = {"pending": "pending", "scheduled": "schedule", "active": "active", "dead": "dead"}
-
-
-def _info(row: Sequence[object]) -> JobInfo:
-    job_id, state, attempts, payload, last_error, score, group = row
-    err = as_text(last_error)
-    sc = as_text(score)
-    return JobInfo(
-        id=as_text(job_id),
-        state=as_text(state),
-        attempts=int(as_text(attempts)),
-        payload=payload if isinstance(payload, bytes) else str(payload).encode(),
-        last_error=err or None,
-        score_ms=int(float(sc)) if sc else None,
-        group=as_text(group) or None,
-    )
-
-
-async def _inspect_set(bus: Bus, queue: str, suffix: str, offset: int, limit: int) -> list[JobInfo]:
-    k = bus.keys(queue)
-    rows = await bus.wire.script(
-        "inspect",
-        [k.pending],
-        [
-            k.prefix,
-            "set",
-            suffix,
-            str(check_int("offset", offset, 0)),
-            str(check_int("limit", limit, 1)),
-        ],
-    )
-    return [_info(r) for r in rows]
+    Read only: a cancelled call changed nothing."""
+    return protocol.counts_reply(await bus.run(protocol.counts_call(bus.keys(queue))))
 
 
 async def list_jobs(
     bus: Bus, queue: str, state: str, offset: int = 0, limit: int = 100
 ) -> list[JobInfo]:
     """Jobs in one state (``pending`` (the flat set; see ``lanes.jobs`` for a lane),
-    ``scheduled``, ``active``, ``dead``), in set order."""
-    if state not in _SETS:
-        raise ValueError(f"state must be one of {sorted(_SETS)}, got {state!r}")
-    return await _inspect_set(bus, queue, _SETS[state], offset, limit)
+    ``scheduled``, ``active``, ``dead``), in set order. Read only: a cancelled call changed
+    nothing."""
+    call = protocol.inspect_state_call(bus.keys(queue), state, offset, limit)
+    return protocol.inspect_reply(await bus.run(call))
 
 
 async def dead_jobs(bus: Bus, queue: str, offset: int = 0, limit: int = 100) -> list[JobInfo]:
-    """Dead jobs, oldest death first, each with its attempts and last error."""
+    """Dead jobs, oldest death first, each with its attempts and last error. Read only: a
+    cancelled call changed nothing."""
     return await list_jobs(bus, queue, "dead", offset, limit)
 
 
 async def get_job(bus: Bus, queue: str, job_id: str) -> JobInfo | None:
-    """One job's row, or ``None`` if there is none (never enqueued, or acked)."""
-    k = bus.keys(queue)
-    (row,) = await bus.wire.script("inspect", [k.pending], [k.prefix, "ids", check_job_id(job_id)])
-    info = _info(row)
+    """One job's row, or ``None`` if there is none (never enqueued, or acked). Read only: a
+    cancelled call changed nothing."""
+    (info,) = protocol.inspect_reply(
+        await bus.run(protocol.inspect_ids_call(bus.keys(queue), [job_id]))
+    )
     return None if info.state == "" else info

@@ -1,220 +1,161 @@
-"""Key names of one queue, and validation of what a caller gives us (pure): names, ids,
-payloads, times and stream ids, checked before any I/O.
+"""The key schema of a queue (pure): every key the bus keeps for queue ``q``, declared once.
 
-Every key of queue ``q`` is ``emq:{q}:<suffix>``: the braces are the cluster hash tag, so a
-queue lives in one slot and every script touches one slot, on a single server or a cluster.
+Every key of queue ``q`` is ``emq:{q}:<suffix>``: the braces are the cluster hash tag, so a queue
+lives in one slot and every script touches one slot, on a single server or a cluster. ``SCHEMA``
+names each suffix (or pattern, such as ``job:<id>``), its Redis type and what it holds;
+``QueueKeys`` gives every one of them by name, and ``QueueKeys.app(name)`` gives an application
+keys of its own in the queue's slot (``emq:{q}:app:<name>``), so nothing else spells a key.
+
+The Lua prelude (``scripts/_prelude.lua``) mirrors ``SCHEMA`` line for line in its table ``KEY``
+(the fixed part of each key, its type and pattern), and scripts spell every key as the queue
+prefix and a ``KEY`` entry (``qp .. KEY.pending``, ``qp .. KEY.job .. id``); a test fails when
+the two disagree or a script uses a key that is not declared.
 """
 
 from __future__ import annotations
 
-import re
-
 import attrs
 
-from echomq_trio import ids
+from echomq_trio.checks import check_group, check_job_id, check_name, check_queue
 
-__all__ = [
-    "DEFAULT_MAX_PAYLOAD_BYTES",
-    "JOB_NS",
-    "MAX_DELAY_MS",
-    "MAX_PAYLOAD_BYTES",
-    "MAX_TIME_MS",
-    "QueueKeys",
-    "as_text",
-    "check_group",
-    "check_int",
-    "check_job_id",
-    "check_max_payload_bytes",
-    "check_ms",
-    "check_name",
-    "check_payload",
-    "check_queue",
-    "check_stream_id",
-    "queue_keys",
-]
-
-JOB_NS = "JOB"
-MAX_QUEUE_BYTES = 128
-_BAD_QUEUE_CHARS = re.compile(r"[{}\s]")
-
-# Sorted-set scores are doubles: integers are exact up to 2**53, and a later time would be
-# rounded (or overflow the scripts' integer replies). A delay leaves room for the server's now,
-# which stays below 2**43 ms until the year 2248.
-MAX_TIME_MS = 2**53
-MAX_DELAY_MS = MAX_TIME_MS - 2**43
-
-DEFAULT_MAX_PAYLOAD_BYTES = 1_048_576  # 1 MiB, the bus's default
-MAX_PAYLOAD_BYTES = 512 * 1_048_576  # the server's largest string (proto-max-bulk-len)
-
-_STREAM_ID = re.compile(r"([0-9]{1,20})(?:-([0-9]{1,20}))?")
-_MAX_STREAM_PART = 2**64 - 1
+__all__ = ["SCHEMA", "KeySpec", "QueueKeys", "queue_keys"]
 
 
-def check_queue(queue: object) -> str:
-    """Return ``queue`` if it can sit inside a hash tag; raise ``ValueError`` otherwise."""
-    return check_name("queue name", queue)
+@attrs.frozen
+class KeySpec:
+    """One key of a queue: ``name`` (as ``QueueKeys`` and the Lua prelude call it), its
+    ``pattern`` after ``emq:{q}:`` (``<...>`` marks the variable part), Redis ``type`` and
+    ``meaning``."""
+
+    name: str
+    pattern: str
+    type: str
+    meaning: str
+
+    @property
+    def stem(self) -> str:
+        """The fixed part of the suffix: all of it, or what stands before ``<...>``."""
+        return self.pattern.split("<", 1)[0]
+
+    @property
+    def variable(self) -> bool:
+        """Whether the key has a variable part (one key per job, lane, name, ...)."""
+        return "<" in self.pattern
 
 
-def check_name(kind: str, value: object) -> str:
-    """Queue names, lane groups, repeat names: 1-128 bytes, printable, no whitespace or braces
-    (a queue name sits inside the ``{...}`` hash tag). Any such string works, so a Telegram
-    chat id such as ``-1001234567890`` is a valid group."""
-    if not isinstance(value, str):
-        raise ValueError(f"{kind} must be a str, got {type(value).__name__}")
-    if not value:
-        raise ValueError(f"{kind} must not be empty")
-    if len(value.encode()) > MAX_QUEUE_BYTES:
-        raise ValueError(f"{kind} is over {MAX_QUEUE_BYTES} bytes: {value[:40]!r}...")
-    if _BAD_QUEUE_CHARS.search(value) or not value.isprintable():
-        raise ValueError(
-            f"{kind} must not contain braces, whitespace or control characters: {value!r}"
-        )
-    return value
+SCHEMA: tuple[KeySpec, ...] = (
+    # jobs, by state
+    KeySpec("pending", "pending", "zset", "flat jobs ready to claim; score 0, so they pop in id (mint) order"),  # noqa: E501
+    KeySpec("schedule", "schedule", "zset", "scheduled jobs (and retries, flat deferrals); score: run-at ms"),  # noqa: E501
+    KeySpec("active", "active", "zset", "leased jobs; score: lease deadline ms"),
+    KeySpec("dead", "dead", "zset", "dead jobs; score: time of death ms"),
+    KeySpec("job", "job:<id>", "hash", "a job's row: state, attempts, lease, payload, group, last_error, failed_ms, repeat, occurrence_ms"),  # noqa: E501
+    KeySpec("idempotency", "key:<key>", "string", "an idempotency key: the id of the job it admitted, with a TTL"),  # noqa: E501
+    # fair lanes
+    KeySpec("lane", "g:<group>", "zset", "a lane's waiting jobs; score 0 (id order)"),
+    KeySpec("lane_groups", "groups", "set", "groups whose lane holds waiting jobs"),
+    KeySpec("ring", "ring", "list", "lanes being served, round-robin"),
+    KeySpec("on_ring", "inring", "set", "the groups on the ring (each at most once)"),
+    KeySpec("paused", "paused", "set", "lanes held until resumed"),
+    KeySpec("lane_waits", "gwait", "zset", "lanes held until a time; score: the wait's end ms"),
+    KeySpec("lane_limits", "glimit", "hash", "group -> most jobs in flight at once"),
+    KeySpec("lane_weights", "gweight", "hash", "group -> jobs per round-robin turn"),
+    KeySpec("lane_in_flight", "gactive", "hash", "group -> jobs of the lane leased now"),
+    # recurring schedules
+    KeySpec("repeats", "repeat", "zset", "registrations by name; score: next run ms"),
+    KeySpec("registration", "repeat:<name>", "hash", "a registration: every_ms, template, group, registered_ms, last_fired_ms, last_job"),  # noqa: E501
+    # signals, streams, bookkeeping
+    KeySpec("wake", "wake", "list", "wake tokens that parked consumers block on (at most 64)"),
+    KeySpec("tick", "tick", "list", "one token that wakes a sleeping metronome"),
+    KeySpec("events", "events", "stream", "every transition, capped at about 10,000 entries"),
+    KeySpec("audit", "audit", "stream", "settled jobs' records (meta.audit = 1); trimmed by its reader"),  # noqa: E501
+    KeySpec("meta", "meta", "hash", "created_ms, and audit = 1 when the queue keeps an audit"),
+    KeySpec("metrics", "metrics", "hash", "running totals: completed, retried, dead, deferred"),
+    # the application's own
+    KeySpec("app", "app:<name>", "any", "an application's keys in the queue's slot"),
+)  # fmt: skip
 
-
-def check_int(name: str, value: object, minimum: int) -> int:
-    """Return ``value`` if it is an int (not a bool) of at least ``minimum``; ``TypeError`` or
-    ``ValueError`` naming ``name`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
-def check_ms(name: str, value: object, minimum: int = 0, *, absolute: bool = False) -> int:
-    """Return ``value`` if it is an int in ms from ``minimum`` up to what a sorted-set score
-    holds exactly: ``MAX_TIME_MS`` (2**53) for an ``absolute`` time, ``MAX_DELAY_MS``
-    (2**53 - 2**43) for a delay, so now + delay stays exact. ``TypeError`` or ``ValueError``
-    naming ``name`` and the limit otherwise."""
-    ms = check_int(name, value, minimum)
-    if absolute and ms > MAX_TIME_MS:
-        raise ValueError(
-            f"{name} must be at most {MAX_TIME_MS} (2**53 ms, the latest time a sorted-set "
-            f"score holds exactly), got {ms}"
-        )
-    if not absolute and ms > MAX_DELAY_MS:
-        raise ValueError(
-            f"{name} must be at most {MAX_DELAY_MS} (2**53 - 2**43 ms, so that the server's now "
-            f"plus it stays exact in a sorted-set score), got {ms}"
-        )
-    return ms
-
-
-def as_text(value: object) -> str:
-    """A server reply (bytes or str) as str."""
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def check_group(group: object) -> str:
-    """Return ``group`` if it can name a lane; raise ``ValueError`` otherwise."""
-    return check_name("lane group", group)
-
-
-def check_job_id(job_id: object) -> str:
-    """Return ``job_id`` if it is a branded ``JOB`` id; raise ``ValueError`` otherwise."""
-    if not ids.is_valid(job_id, JOB_NS):
-        raise ValueError(
-            f"job id must be a branded JOB id such as ids.generate('JOB'), got {job_id!r}"
-        )
-    return job_id  # type: ignore[return-value]
-
-
-def check_payload(payload: object, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> bytes:
-    """Payloads are ``str`` (stored as UTF-8) or ``bytes`` of at most ``max_bytes``; another
-    type is a ``TypeError``, a longer payload a ``ValueError`` naming the limit."""
-    if isinstance(payload, bytes):
-        data = payload
-    elif isinstance(payload, str):
-        data = payload.encode()
-    else:
-        raise TypeError(
-            f"payload must be str or bytes, got {type(payload).__name__}; serialize it first "
-            "(for example with json.dumps)"
-        )
-    if len(data) > max_bytes:
-        raise ValueError(
-            f"payload is {len(data)} bytes, over the bus's limit of {max_bytes} bytes "
-            "(open_bus(max_payload_bytes=...) sets it)"
-        )
-    return data
-
-
-def check_max_payload_bytes(value: object) -> int:
-    """Return ``value`` if it can be a bus's payload limit: an int from 1 to
-    ``MAX_PAYLOAD_BYTES`` (512 MiB, the most the server takes in one string)."""
-    limit = check_int("max_payload_bytes", value, 1)
-    if limit > MAX_PAYLOAD_BYTES:
-        raise ValueError(
-            f"max_payload_bytes must be at most {MAX_PAYLOAD_BYTES} (512 MiB, the server's "
-            f"largest string), got {limit}"
-        )
-    return limit
-
-
-def check_stream_id(name: str, value: object, specials: tuple[str, ...] = ()) -> str:
-    """Return ``value`` if it is a stream id as the server takes it, ``<ms>`` or ``<ms>-<seq>``
-    (each part 0 to 2**64 - 1), or one of ``specials`` (such as ``"-"``, ``"$"``);
-    ``TypeError`` or ``ValueError`` naming ``name`` otherwise."""
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str stream id, got {type(value).__name__}")
-    if value in specials:
-        return value
-    match = _STREAM_ID.fullmatch(value)
-    if match is None or any(int(part) > _MAX_STREAM_PART for part in match.groups("0")):
-        also = "".join(f" or {s!r}" for s in specials)
-        raise ValueError(
-            f"{name} must be a stream id such as '1700000000000-0' or '0'{also}, got {value[:60]!r}"
-        )
-    return value
+_SPECS = {spec.name: spec for spec in SCHEMA}
 
 
 @attrs.frozen
 class QueueKeys:
-    """The keys of one queue. Scripts get ``prefix`` and derive the rest the same way."""
+    """The keys of one queue, every ``SCHEMA`` entry by name: a fixed key is an attribute, a key
+    with a variable part a method that checks that part. Built by ``queue_keys``."""
 
     name: str
-    prefix: str
-
-    @property
-    def pending(self) -> str:
-        return self.prefix + "pending"
-
-    @property
-    def schedule(self) -> str:
-        return self.prefix + "schedule"
-
-    @property
-    def active(self) -> str:
-        return self.prefix + "active"
-
-    @property
-    def dead(self) -> str:
-        return self.prefix + "dead"
-
-    @property
-    def wake(self) -> str:
-        return self.prefix + "wake"
-
-    @property
-    def tick(self) -> str:
-        return self.prefix + "tick"
-
-    @property
-    def events(self) -> str:
-        return self.prefix + "events"
-
-    @property
-    def repeat(self) -> str:
-        return self.prefix + "repeat"
-
-    def lane(self, group: str) -> str:
-        return self.prefix + "g:" + check_group(group)
+    prefix: str  # emq:{q}:
+    pending: str = attrs.field(repr=False)
+    schedule: str = attrs.field(repr=False)
+    active: str = attrs.field(repr=False)
+    dead: str = attrs.field(repr=False)
+    lane_groups: str = attrs.field(repr=False)
+    ring: str = attrs.field(repr=False)
+    on_ring: str = attrs.field(repr=False)
+    paused: str = attrs.field(repr=False)
+    lane_waits: str = attrs.field(repr=False)
+    lane_limits: str = attrs.field(repr=False)
+    lane_weights: str = attrs.field(repr=False)
+    lane_in_flight: str = attrs.field(repr=False)
+    repeats: str = attrs.field(repr=False)
+    wake: str = attrs.field(repr=False)
+    tick: str = attrs.field(repr=False)
+    events: str = attrs.field(repr=False)
+    audit: str = attrs.field(repr=False)
+    meta: str = attrs.field(repr=False)
+    metrics: str = attrs.field(repr=False)
 
     def job(self, job_id: str) -> str:
-        return self.prefix + "job:" + check_job_id(job_id)
+        """A job's row (checks that ``job_id`` is a branded ``JOB`` id)."""
+        return self._part("job", check_job_id(job_id))
+
+    def idempotency(self, key: str) -> str:
+        """Where an idempotency key is remembered (checks the key)."""
+        return self._part("idempotency", check_name("idempotency key", key))
+
+    def lane(self, group: str) -> str:
+        """A lane's waiting jobs (checks the group)."""
+        return self._part("lane", check_group(group))
+
+    def registration(self, name: str) -> str:
+        """A recurring schedule's record (checks the name)."""
+        return self._part("registration", check_name("repeat name", name))
+
+    def app(self, name: str) -> str:
+        """A key an application keeps in the queue's slot, ``emq:{q}:app:<name>``, so its scripts
+        can touch it together with the queue's keys. ``name`` is checked like a queue name
+        (1-128 bytes, no braces or whitespace); a name ending in ``:`` makes a prefix for several
+        keys (``app("rate:")``)."""
+        return self._part("app", check_name("app key name", name))
+
+    def stream(self, name: str) -> str:
+        """The stream ``name`` (``"events"`` or ``"audit"``); ``ValueError`` for any other."""
+        spec = _SPECS.get(name) if isinstance(name, str) else None
+        if spec is None or spec.type != "stream":
+            streams = sorted(s.name for s in SCHEMA if s.type == "stream")
+            raise ValueError(f"stream must be one of {streams}, got {name!r}")
+        return self.prefix + spec.pattern
+
+    def spec_of(self, key: str) -> KeySpec | None:
+        """The ``SCHEMA`` entry ``key`` belongs to, or ``None`` for a key that is not this
+        queue's (or not declared)."""
+        if not key.startswith(self.prefix):
+            return None
+        suffix = key[len(self.prefix) :]
+        for spec in SCHEMA:
+            if spec.variable:
+                if suffix.startswith(spec.stem) and len(suffix) > len(spec.stem):
+                    return spec
+            elif suffix == spec.pattern:
+                return spec
+        return None
+
+    def _part(self, name: str, part: str) -> str:
+        return self.prefix + _SPECS[name].stem + part
 
 
 def queue_keys(queue: str) -> QueueKeys:
-    """Validate ``queue`` and return its keys."""
-    return QueueKeys(name=check_queue(queue), prefix=f"emq:{{{queue}}}:")
+    """Check ``queue`` (it must fit inside a hash tag) and return its keys."""
+    prefix = f"emq:{{{check_queue(queue)}}}:"
+    fixed = {spec.name: prefix + spec.pattern for spec in SCHEMA if not spec.variable}
+    return QueueKeys(name=queue, prefix=prefix, **fixed)

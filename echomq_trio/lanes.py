@@ -5,27 +5,23 @@ ordered: a retried or deferred job returns to the head of its lane and the lane 
 other lanes go on), a weight (jobs per turn), a pause, and a wait until a time
 (``pause_until``: the primitive for rate-limit deferral and Telegram 429 pauses; the metronome
 brings the lane back by itself). Consumers claim lanes and the flat pending set together.
+
+Each function builds its script's call with ``protocol`` (input checked before any I/O), runs
+it and parses the reply. A script is atomic: a cancelled call has happened in full or not at
+all, and each function says how to find out or why calling again is safe.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-import attrs
-
+from echomq_trio import protocol
 from echomq_trio.bus import Bus
-from echomq_trio.jobs import (
-    DEFAULT_KEY_TTL_MS,
-    JobInfo,
-    Outcome,
-    _admitted,
-    _guard,
-    _inspect_set,
-    _pairs,
-)
-from echomq_trio.keys import as_text, check_group, check_int, check_ms
+from echomq_trio.protocol import DEFAULT_KEY_TTL_MS
+from echomq_trio.results import JobInfo, LaneStatus, Outcome
 
 __all__ = [
+    "DEFAULT_KEY_TTL_MS",
     "LaneStatus",
     "configure",
     "enqueue",
@@ -36,18 +32,6 @@ __all__ = [
     "resume",
     "status",
 ]
-
-
-@attrs.frozen
-class LaneStatus:
-    group: str
-    depth: int  # jobs waiting in the lane
-    in_flight: int
-    limit: int | None
-    weight: int
-    paused: bool
-    wait_until_ms: int | None
-    on_ring: bool  # being served now
 
 
 async def enqueue(
@@ -63,9 +47,15 @@ async def enqueue(
 ) -> Outcome:
     """Admit a job to ``group``'s lane: ``ENQUEUED`` or ``DUPLICATE``. ``limit`` also sets the
     lane's concurrency limit in the same step (``limit=1``: strictly ordered). ``key`` is an
-    idempotency key, as for ``jobs.enqueue``: used within ``key_ttl_ms`` → ``DUPLICATE``."""
-    guard = _guard(key, key_ttl_ms)
-    (out,) = await _enqueue(bus, queue, group, [(job_id, payload)], limit, guard)
+    idempotency key, as for ``jobs.enqueue``: used within ``key_ttl_ms`` → ``DUPLICATE``.
+
+    A cancelled call may or may not have admitted the job; call again with the same id (and
+    key): enqueue is idempotent, and ``DUPLICATE`` then means the first call went through."""
+    call = protocol.lane_enqueue_call(
+        bus.keys(queue), group, [(job_id, payload)], bus.max_payload_bytes,
+        limit=limit, key=key, key_ttl_ms=key_ttl_ms,
+    )  # fmt: skip
+    (out,) = protocol.admitted_reply(await bus.run(call))
     return out
 
 
@@ -77,89 +67,63 @@ async def enqueue_many(
     *,
     limit: int | None = None,
 ) -> list[Outcome]:
-    """Admit several jobs to one lane in one round trip, in order."""
-    return await _enqueue(bus, queue, group, items, limit, ["", ""])
+    """Admit several jobs to one lane in one round trip, in order.
 
-
-async def _enqueue(
-    bus: Bus,
-    queue: str,
-    group: str,
-    items: Iterable[tuple[str, str | bytes]],
-    limit: int | None,
-    guard: list[str],
-) -> list[Outcome]:
-    k = bus.keys(queue)
-    lane = k.lane(group)
-    flat = _pairs(items, bus.max_payload_bytes)
-    lim = "" if limit is None else str(check_int("limit", limit, 1))
-    codes = await bus.wire.script("lane_enqueue", [lane], [k.prefix, group, lim, *guard, *flat])
-    return _admitted(codes)
+    A cancelled call admitted all of them or none; call again with the same ids: they answer
+    ``DUPLICATE`` if the first call went through."""
+    call = protocol.lane_enqueue_call(
+        bus.keys(queue), group, items, bus.max_payload_bytes, limit=limit
+    )
+    return protocol.admitted_reply(await bus.run(call))
 
 
 async def pause(bus: Bus, queue: str, group: str) -> None:
-    """Hold a lane until ``resume``; its jobs stay in place, other lanes go on."""
-    k = bus.keys(queue)
-    await bus.wire.script(
-        "lane_pause", [k.prefix + "ring"], [k.prefix, check_group(group), "pause", ""]
-    )
+    """Hold a lane until ``resume``; its jobs stay in place, other lanes go on.
+
+    Idempotent: a cancelled call may or may not have paused the lane; call again."""
+    await bus.run(protocol.lane_pause_call(bus.keys(queue), group))
 
 
 async def pause_until(bus: Bus, queue: str, group: str, at_ms: int) -> int:
     """Hold a lane until ``at_ms`` (Unix ms, server clock); it comes back by itself then (a
-    metronome must run). A wait only ever extends; returns the wait's end in effect."""
-    k = bus.keys(queue)
-    at = str(check_ms("at_ms", at_ms, absolute=True))
-    return int(
-        await bus.wire.script(
-            "lane_pause", [k.prefix + "ring"], [k.prefix, check_group(group), "until", at]
-        )
-    )
+    metronome must run). A wait only ever extends; returns the wait's end in effect.
+
+    Idempotent: a cancelled call may or may not have set the wait; call again."""
+    call = protocol.lane_pause_until_call(bus.keys(queue), group, at_ms)
+    return protocol.lane_pause_reply(await bus.run(call))
 
 
 async def resume(bus: Bus, queue: str, group: str) -> bool:
-    """End a lane's pause and wait; ``True`` if it was held."""
-    k = bus.keys(queue)
-    code = await bus.wire.script("lane_resume", [k.prefix + "ring"], [k.prefix, check_group(group)])
-    return bool(code)
+    """End a lane's pause and wait; ``True`` if it was held.
+
+    A cancelled call may or may not have resumed the lane; call again (``False`` then means the
+    first call resumed it, or the lane was not held)."""
+    call = protocol.lane_resume_call(bus.keys(queue), group)
+    return protocol.lane_resume_reply(await bus.run(call))
 
 
 async def configure(
     bus: Bus, queue: str, group: str, *, limit: int | None = None, weight: int | None = None
 ) -> tuple[int | None, int]:
-    """Set a lane's concurrency ``limit`` (0 clears it) and ``weight`` (jobs per turn, >= 1);
-    ``None`` keeps the current value. Returns the ``(limit, weight)`` in effect."""
-    k = bus.keys(queue)
-    lim = "" if limit is None else str(check_int("limit", limit, 0))
-    wt = "" if weight is None else str(check_int("weight", weight, 1))
-    got_limit, got_weight = await bus.wire.script(
-        "lane_config", [k.prefix + "ring"], [k.prefix, check_group(group), lim, wt]
-    )
-    return (int(got_limit) or None, int(got_weight))
+    """Set a lane's concurrency ``limit`` (0 clears it) and weight (jobs per turn, >= 1);
+    ``None`` keeps the current value. Returns the ``(limit, weight)`` in effect.
+
+    Idempotent: a cancelled call may or may not have set them; call again."""
+    call = protocol.lane_config_call(bus.keys(queue), group, limit=limit, weight=weight)
+    return protocol.lane_config_reply(await bus.run(call))
 
 
 async def status(bus: Bus, queue: str, groups: Sequence[str] = ()) -> list[LaneStatus]:
-    """Lanes' depth, in-flight count, settings and holds (all known lanes when none named)."""
-    k = bus.keys(queue)
-    names = [check_group(g) for g in groups]
-    rows = await bus.wire.script("lane_status", [k.prefix + "ring"], [k.prefix, *names])
-    return [
-        LaneStatus(
-            group=as_text(r[0]),
-            depth=int(r[1]),
-            in_flight=int(r[2]),
-            limit=int(r[3]) or None,
-            weight=int(r[4]),
-            paused=bool(r[5]),
-            wait_until_ms=int(r[6]) or None,
-            on_ring=bool(r[7]),
-        )
-        for r in rows
-    ]
+    """Lanes' depth, in-flight count, settings and holds (all known lanes when none named).
+    Read only: a cancelled call changed nothing."""
+    call = protocol.lane_status_call(bus.keys(queue), groups)
+    return protocol.lane_status_reply(await bus.run(call))
 
 
 async def jobs(
     bus: Bus, queue: str, group: str, offset: int = 0, limit: int = 100
 ) -> list[JobInfo]:
-    """The jobs waiting in a lane, in the order they will be claimed."""
-    return await _inspect_set(bus, queue, "g:" + check_group(group), offset, limit)
+    """The jobs waiting in a lane, in the order they will be claimed. Read only: a cancelled
+    call changed nothing."""
+    call = protocol.inspect_lane_call(bus.keys(queue), group, offset, limit)
+    return protocol.inspect_reply(await bus.run(call))

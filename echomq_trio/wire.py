@@ -179,19 +179,28 @@ def _host_port(text: str, url: str) -> tuple[str, int]:
     return host, int(port)
 
 
-_COMMON = (resources.files("echomq_trio") / "scripts" / "_common.lua").read_text()
+_PRELUDE = (resources.files("echomq_trio") / "scripts" / "_prelude.lua").read_text()
+_BUS_HELPERS = (resources.files("echomq_trio") / "scripts" / "_bus.lua").read_text()
 
 
 @lru_cache(maxsize=256)
 def script_source(name: str) -> str:
     """The source of script ``name``: ``echomq_trio/scripts/<name>.lua``, or for
-    ``"package/name"`` the file ``<package>/scripts/<name>.lua`` (an application's own scripts,
-    such as codemojex's rate limiter). The bus's helpers (``_common.lua``) come first."""
+    ``"package/name"`` the file ``<package>/scripts/<name>.lua`` of any importable package,
+    dotted or not (an application's own scripts, such as ``"codemojex/rate_take"`` or
+    ``"codemojex.notify/rate_take"``). Every script starts with the public prelude
+    (``scripts/_prelude.lua``: the key schema, ``now_ms``, the id epoch); the bus's own scripts
+    also get the bus's helpers (``scripts/_bus.lua``), which an application's do not."""
     package, _, base = name.rpartition("/")
-    path = resources.files(package or "echomq_trio") / "scripts" / f"{base}.lua"
-    if not path.is_file():
+    package = package or "echomq_trio"
+    try:
+        path = resources.files(package) / "scripts" / f"{base}.lua"
+    except ModuleNotFoundError:
+        raise ValueError(f"no script {name!r} (no package {package!r})") from None
+    if not base or base.startswith("_") or not path.is_file():
         raise ValueError(f"no script {name!r} (looked for {path})")
-    return _COMMON + "\n" + path.read_text()
+    helpers = [_PRELUDE, _BUS_HELPERS] if package == "echomq_trio" else [_PRELUDE]
+    return "\n".join([*helpers, path.read_text()])
 
 
 def _configure_logging() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from echomq_trio import Bus
-from echomq_trio.keys import as_text
+from echomq_trio.protocol import as_text
 
 __all__ = ["drop_queue", "info", "server_version"]
 

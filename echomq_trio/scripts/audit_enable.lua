@@ -1,7 +1,11 @@
--- audit_enable: make the queue keep an audit. From now on every script that settles a job (ack,
--- and retry when it buries one) appends the job's record to emq:{q}:audit in the same step.
+-- audit_enable: make the queue keep an audit, or stop. From then on every script that settles a
+-- job (ack, and retry when it buries one) appends the job's record to emq:{q}:audit in the same
+-- step.
+-- transition: none (a queue setting)
 -- KEYS[1] emq:{q}:meta
--- ARGV[1] '1' to keep an audit, '0' to stop
--- Returns 1.
-redis.call('HSET', KEYS[1], 'audit', ARGV[1])
-return 1
+-- ARGV[1] queue prefix emq:{q}:, ARGV[2] '1' to keep an audit, '0' to stop
+-- Returns 'on' or 'off'.
+local qp = ARGV[1]
+redis.call('HSET', qp .. KEY.meta, 'audit', ARGV[2])
+if ARGV[2] == '1' then return 'on' end
+return 'off'

@@ -1,8 +1,9 @@
 -- claim: lease up to a batch of jobs: round-robin over the lanes on the ring (a lane's weight
 -- jobs per turn, within its concurrency limit), interleaved with the flat pending set, oldest id
--- first within each.  pending -> active
--- KEYS[1] emq:{q}:pending (other keys derive from ARGV[1], same slot)
--- ARGV[1] queue prefix, ARGV[2] batch, ARGV[3] lease ms
+-- first within each.
+-- transition: pending | pending (lane) -> active
+-- KEYS[1] emq:{q}:pending (the other keys are ARGV[1]'s, same slot)
+-- ARGV[1] queue prefix emq:{q}:, ARGV[2] batch, ARGV[3] lease ms
 -- Each claim raises the job's attempts by one, and its lease number by one: the lease number is
 -- the fencing token that ack, retry, defer, extend and release must present. It only ever
 -- grows (attempts go back down when a job is deferred or released), so a token is never handed
@@ -12,15 +13,14 @@ local qp = ARGV[1]
 local want = tonumber(ARGV[2])
 local now = now_ms()
 local deadline = now + tonumber(ARGV[3])
-local active_key = qp .. 'active'
 local out = {deadline}
 
 local function take(id, g)
-  local row = qp .. 'job:' .. id
+  local row = qp .. KEY.job .. id
   local attempts = redis.call('HINCRBY', row, 'attempts', 1)
   local token = redis.call('HINCRBY', row, 'lease', 1)
   redis.call('HSET', row, 'state', 'active')
-  redis.call('ZADD', active_key, deadline, id)
+  redis.call('ZADD', qp .. KEY.active, deadline, id)
   out[#out + 1] = id
   out[#out + 1] = redis.call('HGET', row, 'payload')
   out[#out + 1] = attempts
@@ -35,34 +35,34 @@ local function take_flat(n)
   return #popped / 2
 end
 
-local ring = qp .. 'ring'
 -- Each turn either claims from a lane or takes a lane off the ring, so this loop ends.
 while want > 0 do
-  if redis.call('LLEN', ring) == 0 then
+  if redis.call('LLEN', qp .. KEY.ring) == 0 then
     take_flat(want)
     break
   end
-  local g = redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
-  local lane = qp .. 'g:' .. g
+  local g = redis.call('LMOVE', qp .. KEY.ring, qp .. KEY.ring, 'LEFT', 'RIGHT')
+  local lane = qp .. KEY.lane .. g
   if lane_ready(qp, g, now) then
-    local k = tonumber(redis.call('HGET', qp .. 'gweight', g) or '1')
-    if k > want then k = want end
-    local limit = redis.call('HGET', qp .. 'glimit', g)
+    local n = tonumber(redis.call('HGET', qp .. KEY.lane_weights, g) or '1')
+    if n > want then n = want end
+    local limit = redis.call('HGET', qp .. KEY.lane_limits, g)
     if limit then
-      local room = tonumber(limit) - tonumber(redis.call('HGET', qp .. 'gactive', g) or '0')
-      if k > room then k = room end
+      local in_flight = redis.call('HGET', qp .. KEY.lane_in_flight, g) or '0'
+      local room = tonumber(limit) - tonumber(in_flight)
+      if n > room then n = room end
     end
-    local popped = redis.call('ZPOPMIN', lane, k)
+    local popped = redis.call('ZPOPMIN', lane, n)
     for i = 1, #popped, 2 do take(popped[i], g) end
     local got = #popped / 2
-    redis.call('HINCRBY', qp .. 'gactive', g, got)
+    redis.call('HINCRBY', qp .. KEY.lane_in_flight, g, got)
     want = want - got
-    if redis.call('ZCARD', lane) == 0 then redis.call('SREM', qp .. 'groups', g) end
+    if redis.call('ZCARD', lane) == 0 then redis.call('SREM', qp .. KEY.lane_groups, g) end
   end
   if not lane_ready(qp, g, now) then
     -- g was just rotated to the tail: take it off the ring until it can go on.
-    redis.call('RPOP', ring)
-    redis.call('SREM', qp .. 'inring', g)
+    redis.call('RPOP', qp .. KEY.ring)
+    redis.call('SREM', qp .. KEY.on_ring, g)
   end
   if want > 0 then want = want - take_flat(1) end
 end

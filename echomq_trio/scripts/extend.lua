@@ -1,7 +1,8 @@
--- extend: renew the leases of jobs still being worked on.  active -> active (new deadline)
--- KEYS[1] emq:{q}:active
--- ARGV[1] queue prefix, ARGV[2] lease ms, then pairs ARGV[2k+1] job id, ARGV[2k+2] token (lease
--- number)
+-- extend: renew the leases of jobs still being worked on.
+-- transition: active -> active
+-- KEYS[1] emq:{q}:active (the other keys are ARGV[1]'s, same slot)
+-- ARGV[1] queue prefix emq:{q}:, ARGV[2] lease ms, then pairs ARGV[2k+1] job id, ARGV[2k+2]
+-- token (lease number)
 -- Returns {new deadline in server ms, then the ids whose lease was lost (token mismatch, not
 -- active, or gone)}.
 local qp = ARGV[1]
@@ -9,8 +10,7 @@ local deadline = now_ms() + tonumber(ARGV[2])
 local out = {deadline}
 for i = 3, #ARGV, 2 do
   local id = ARGV[i]
-  local f = redis.call('HMGET', qp .. 'job:' .. id, 'state', 'lease')
-  if f[1] == 'active' and f[2] == ARGV[i + 1] then
+  if held(qp, id, ARGV[i + 1]) then
     redis.call('ZADD', KEYS[1], 'XX', deadline, id)
   else
     out[#out + 1] = id

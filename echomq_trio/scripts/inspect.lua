@@ -1,8 +1,9 @@
--- inspect: read job rows (read only; not a transition).
--- KEYS[1] emq:{q}:pending (other keys derive from ARGV[1], same slot)
--- ARGV[1] queue prefix, ARGV[2] 'set' or 'ids'.
---   'set': ARGV[3] set suffix (pending, schedule, active, dead, or g:<group>), ARGV[4] offset,
---          ARGV[5] limit
+-- inspect: read job rows (read only).
+-- transition: none (read only)
+-- KEYS[1] the set to read ('set': emq:{q}:pending, schedule, active, dead or g:<group>), or
+-- emq:{q}:pending ('ids': it only routes the call); the other keys are ARGV[1]'s, same slot
+-- ARGV[1] queue prefix emq:{q}:, ARGV[2] 'set' or 'ids'.
+--   'set': ARGV[3] offset, ARGV[4] limit
 --   'ids': ARGV[3..] job ids
 -- Returns per job {id, state, attempts, payload, last_error, score, group}; state is '' for a
 -- missing row; score is the run-at (scheduled), lease deadline (active) or time of death
@@ -10,18 +11,19 @@
 local qp = ARGV[1]
 local list = {}
 if ARGV[2] == 'set' then
-  local off = tonumber(ARGV[4])
-  list = redis.call('ZRANGE', qp .. ARGV[3], off, off + tonumber(ARGV[5]) - 1)
+  local off = tonumber(ARGV[3])
+  list = redis.call('ZRANGE', KEYS[1], off, off + tonumber(ARGV[4]) - 1)
 else
   for i = 3, #ARGV do list[#list + 1] = ARGV[i] end
 end
-local score_set = {scheduled = 'schedule', active = 'active', dead = 'dead'}
+local score_set = {scheduled = qp .. KEY.schedule, active = qp .. KEY.active, dead = qp .. KEY.dead}
 local out = {}
 for _, id in ipairs(list) do
-  local f = redis.call('HMGET', qp .. 'job:' .. id, 'state', 'attempts', 'payload', 'last_error', 'group')
-  local state = f[1] or ''
+  local job = fields(qp .. KEY.job .. id, 'state', 'attempts', 'payload', 'last_error', 'group')
+  local state = job.state or ''
   local score = ''
-  if score_set[state] then score = redis.call('ZSCORE', qp .. score_set[state], id) or '' end
-  out[#out + 1] = {id, state, f[2] or '0', f[3] or '', f[4] or '', score, f[5] or ''}
+  if score_set[state] then score = redis.call('ZSCORE', score_set[state], id) or '' end
+  out[#out + 1] = {id, state, job.attempts or '0', job.payload or '', job.last_error or '', score,
+    job.group or ''}
 end
 return out

@@ -1,24 +1,25 @@
 -- lane_config: set a lane's concurrency limit (jobs in flight at once; 0 clears it) and weight
 -- (jobs per round-robin turn), then take the lane off or put it on the ring to match.
--- KEYS[1] emq:{q}:ring (other keys derive from ARGV[1], same slot)
--- ARGV[1] queue prefix, ARGV[2] group, ARGV[3] limit ('' keeps it, '0' clears it),
+-- transition: lane any -> ready | idle
+-- KEYS[1] emq:{q}:ring (the other keys are ARGV[1]'s, same slot)
+-- ARGV[1] queue prefix emq:{q}:, ARGV[2] group, ARGV[3] limit ('' keeps it, '0' clears it),
 -- ARGV[4] weight ('' keeps it)
 -- Returns {limit or 0, weight}.
 local qp = ARGV[1]
 local g = ARGV[2]
 if ARGV[3] == '0' then
-  redis.call('HDEL', qp .. 'glimit', g)
+  redis.call('HDEL', qp .. KEY.lane_limits, g)
 elseif ARGV[3] ~= '' then
-  redis.call('HSET', qp .. 'glimit', g, ARGV[3])
+  redis.call('HSET', qp .. KEY.lane_limits, g, ARGV[3])
 end
-if ARGV[4] ~= '' then redis.call('HSET', qp .. 'gweight', g, ARGV[4]) end
+if ARGV[4] ~= '' then redis.call('HSET', qp .. KEY.lane_weights, g, ARGV[4]) end
 local now = now_ms()
 if not lane_ready(qp, g, now) then
-  if redis.call('SREM', qp .. 'inring', g) == 1 then redis.call('LREM', KEYS[1], 0, g) end
+  if redis.call('SREM', qp .. KEY.on_ring, g) == 1 then redis.call('LREM', KEYS[1], 0, g) end
 else
   ring_add(qp, g, now)
 end
 return {
-  tonumber(redis.call('HGET', qp .. 'glimit', g) or '0'),
-  tonumber(redis.call('HGET', qp .. 'gweight', g) or '1'),
+  tonumber(redis.call('HGET', qp .. KEY.lane_limits, g) or '0'),
+  tonumber(redis.call('HGET', qp .. KEY.lane_weights, g) or '1'),
 }

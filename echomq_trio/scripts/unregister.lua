@@ -1,13 +1,14 @@
 -- unregister: cancel a recurring schedule. Occurrences already fired are not touched.
--- registered -> (none)
--- KEYS[1] emq:{q}:repeat (other keys derive from ARGV[1], same slot)
--- ARGV[1] queue prefix, ARGV[2] name
--- Returns 1 cancelled, 0 absent.
+-- transition: registered -> (none)
+-- KEYS[1] emq:{q}:repeat (the other keys are ARGV[1]'s, same slot)
+-- ARGV[1] queue prefix emq:{q}:, ARGV[2] name
+-- Returns 'cancelled', or 'absent' (no such registration).
 local qp = ARGV[1]
 local name = ARGV[2]
-local existed = redis.call('DEL', qp .. 'repeat:' .. name) + redis.call('ZREM', KEYS[1], name)
+local existed = redis.call('DEL', qp .. KEY.registration .. name)
+  + redis.call('ZREM', KEYS[1], name)
 if existed > 0 then
   emit(qp, 'cancelled', name)
-  return 1
+  return 'cancelled'
 end
-return 0
+return 'absent'

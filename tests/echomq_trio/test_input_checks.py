@@ -13,7 +13,12 @@ import pytest
 import trio
 
 from echomq_trio import Bus, ConnectionLost, events, ids, jobs, lanes, open_bus, repeat
-from echomq_trio.keys import DEFAULT_MAX_PAYLOAD_BYTES, MAX_DELAY_MS, MAX_PAYLOAD_BYTES, MAX_TIME_MS
+from echomq_trio.checks import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    MAX_DELAY_MS,
+    MAX_PAYLOAD_BYTES,
+    MAX_TIME_MS,
+)
 from echomq_trio.server import free_port
 
 LIMIT = 1000  # the closed bus's payload limit

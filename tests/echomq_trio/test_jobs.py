@@ -26,7 +26,7 @@ async def test_an_idempotency_key_admits_once_even_after_the_job_finished(
 ) -> None:
     a, b = jid(), jid()
     assert await jobs.enqueue(bus, queue, a, "one", key="fan:1") is Outcome.ENQUEUED
-    assert await bus.wire.command("GET", f"emq:{{{queue}}}:key:fan:1") == a.encode()
+    assert await bus.wire.command("GET", bus.keys(queue).idempotency("fan:1")) == a.encode()
     # While the job is pending, a retry under a fresh id is a duplicate and changes nothing.
     assert await jobs.enqueue(bus, queue, b, "two", key="fan:1") is Outcome.DUPLICATE
     assert await jobs.get_job(bus, queue, b) is None
@@ -40,13 +40,13 @@ async def test_an_idempotency_key_admits_once_even_after_the_job_finished(
     assert await jobs.enqueue(bus, queue, b, "two", key="fan:2") is Outcome.ENQUEUED
     # A live id under a new key is a duplicate by id, and the new key is not taken.
     assert await jobs.enqueue(bus, queue, b, "two", key="fan:3") is Outcome.DUPLICATE
-    assert await bus.wire.command("EXISTS", f"emq:{{{queue}}}:key:fan:3") == 0
+    assert await bus.wire.command("EXISTS", bus.keys(queue).idempotency("fan:3")) == 0
 
 
 async def test_an_idempotency_key_is_forgotten_after_its_ttl(bus: Bus, queue: str) -> None:
     a, b = jid(), jid()
     assert await jobs.enqueue(bus, queue, a, "x", key="k", key_ttl_ms=1500) is Outcome.ENQUEUED
-    ttl = await bus.wire.command("PTTL", f"emq:{{{queue}}}:key:k")
+    ttl = await bus.wire.command("PTTL", bus.keys(queue).idempotency("k"))
     assert 0 < ttl <= 1500
     assert await jobs.enqueue(bus, queue, b, "y", key="k", key_ttl_ms=1500) is Outcome.DUPLICATE
 

@@ -1,6 +1,6 @@
 import pytest
 
-from echomq_trio.keys import (
+from echomq_trio.checks import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_DELAY_MS,
     MAX_PAYLOAD_BYTES,
@@ -11,8 +11,8 @@ from echomq_trio.keys import (
     check_payload,
     check_queue,
     check_stream_id,
-    queue_keys,
 )
+from echomq_trio.keys import queue_keys
 from echomq_trio.wire import parse_url
 
 

@@ -1,0 +1,733 @@
+"""The script protocol (pure, no I/O): for each of the bus's scripts, the call built from typed
+arguments, every input checked first, and the reply parsed into typed results.
+
+A ``Call`` is a script's name with its KEYS and ARGV, all keys from the queue's schema
+(``keys.QueueKeys``); ``Bus.run(call)`` runs it. For script ``x`` (``scripts/x.lua``, whose
+header documents its ARGV and reply), ``x_call(...)`` builds the call and ``x_reply(raw)`` parses
+what the server answered. Status answers are words (``'acked'``, ``'stale'``, ``'gone'``, ...)
+parsed by value into ``Outcome`` (or ``Registered``); an unknown word is a ``ValueError``.
+Counts and times are integers, ``-1`` meaning none. The stream commands of ``events`` and
+``audit`` are built and parsed here too. ``jobs``, ``lanes``, ``repeat``, ``events`` and ``audit``
+are thin wrappers around this module: build, run, parse.
+
+Nothing here does I/O, so all of it is tested without a server (tests/echomq_trio/
+test_protocol.py). Replies arrive as the client library gives them: bulk strings as ``bytes``
+(or ``str``), integers as ``int``, arrays as lists, a stream's entries as a map or pairs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from echomq_trio.checks import (
+    check_group,
+    check_int,
+    check_job_id,
+    check_ms,
+    check_name,
+    check_payload,
+    check_stream_id,
+)
+from echomq_trio.keys import QueueKeys
+from echomq_trio.results import (
+    Acknowledged,
+    AuditOutcome,
+    AuditRecord,
+    Counts,
+    Extended,
+    Fired,
+    Job,
+    JobInfo,
+    LaneStatus,
+    Outcome,
+    Promoted,
+    Reaped,
+    Registered,
+    Registration,
+    Scheduled,
+)
+
+__all__ = [
+    "DEFAULT_KEY_TTL_MS",
+    "ENQUEUE_CHUNK",
+    "STATE_SETS",
+    "Call",
+    "StreamEntry",
+    "ack_call",
+    "ack_reply",
+    "admitted_reply",
+    "advance_call",
+    "advance_reply",
+    "as_text",
+    "audit_ack_calls",
+    "audit_ack_reply",
+    "audit_enable_call",
+    "audit_records",
+    "autoclaim_command",
+    "autoclaim_entries",
+    "claim_call",
+    "claim_reply",
+    "counts_call",
+    "counts_reply",
+    "create_group_command",
+    "defer_call",
+    "enqueue_calls",
+    "extend_call",
+    "extend_reply",
+    "fire_call",
+    "fire_reply",
+    "inspect_ids_call",
+    "inspect_lane_call",
+    "inspect_reply",
+    "inspect_state_call",
+    "lane_config_call",
+    "lane_config_reply",
+    "lane_enqueue_call",
+    "lane_pause_call",
+    "lane_pause_reply",
+    "lane_pause_until_call",
+    "lane_resume_call",
+    "lane_resume_reply",
+    "lane_status_call",
+    "lane_status_reply",
+    "last_id_command",
+    "outcome_reply",
+    "promote_call",
+    "promote_reply",
+    "range_command",
+    "read_group_command",
+    "read_group_entries",
+    "reap_call",
+    "reap_reply",
+    "register_call",
+    "register_reply",
+    "release_call",
+    "release_reply",
+    "repeats_call",
+    "repeats_reply",
+    "replay_call",
+    "retry_call",
+    "schedule_call",
+    "schedule_reply",
+    "state_set",
+    "stream_ack_command",
+    "stream_entries",
+    "unregister_call",
+    "unregister_reply",
+]
+
+ENQUEUE_CHUNK = 10_000  # jobs per script call, so one call never holds the server for long
+DEFAULT_KEY_TTL_MS = 86_400_000  # how long an idempotency key is remembered: one day
+AUDIT_ACK_MAX = 10_000  # stream ids per audit_ack call
+
+Arg = str | bytes
+Payload = str | bytes
+
+
+# --- calls and stream entries -------------------------------------------------------------------
+
+
+@attrs.frozen
+class Call:
+    """One run of a packaged script: its name (see ``wire.script_source``), KEYS and ARGV."""
+
+    script: str
+    keys: tuple[str, ...]
+    args: tuple[Arg, ...]
+
+
+@attrs.frozen
+class StreamEntry:
+    """One stream entry as stored: its id and its fields, values as bytes."""
+
+    stream_id: str
+    fields: Mapping[str, bytes]
+
+
+# --- reply decoding ------------------------------------------------------------------------------
+
+
+def as_text(value: object) -> str:
+    """A server reply (bytes or str) as str."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _bytes(value: object) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+def _time(value: Any) -> int | None:
+    """A time reply: ``-1`` means none."""
+    ms = int(value)
+    return None if ms < 0 else ms
+
+
+def _outcomes(raw: Iterable[object]) -> list[Outcome]:
+    return [Outcome(as_text(word)) for word in raw]
+
+
+def outcome_reply(raw: object) -> Outcome:
+    """A script's one outcome word (``retry``, ``defer``, ``replay``)."""
+    return Outcome(as_text(raw))
+
+
+# --- argument building ---------------------------------------------------------------------------
+
+
+def _pairs(items: Iterable[tuple[str, Payload]], max_bytes: int) -> list[Arg]:
+    flat: list[Arg] = []
+    for job_id, payload in items:
+        flat.append(check_job_id(job_id))
+        flat.append(check_payload(payload, max_bytes))
+    return flat
+
+
+def _guard(key: str | None, key_ttl_ms: int) -> list[Arg]:
+    """The arguments of an optional idempotency key: ``[key, ttl]``, or ``["", ""]``."""
+    ttl = str(check_int("key_ttl_ms", key_ttl_ms, 1))
+    return ["", ""] if key is None else [check_name("idempotency key", key), ttl]
+
+
+def _tokens(items: Sequence[tuple[str, int]]) -> list[Arg]:
+    flat: list[Arg] = []
+    for job_id, token in items:
+        flat += [check_job_id(job_id), str(check_int("token", token, 0))]
+    return flat
+
+
+def _call(script: str, key: str, args: Iterable[Arg]) -> Call:
+    return Call(script, (key,), tuple(args))
+
+
+# --- enqueue, lane_enqueue, schedule -------------------------------------------------------------
+
+
+def enqueue_calls(
+    k: QueueKeys,
+    items: Iterable[tuple[str, Payload]],
+    max_bytes: int,
+    *,
+    key: str | None = None,
+    key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
+) -> list[Call]:
+    """``enqueue``: admit jobs to the flat pending set, one call per ``ENQUEUE_CHUNK`` jobs (none
+    for no jobs). An idempotency ``key`` guards exactly one job."""
+    guard = _guard(key, key_ttl_ms)
+    flat = _pairs(items, max_bytes)
+    if key is not None and len(flat) != 2:
+        raise ValueError("an idempotency key guards exactly one job")
+    step = 2 * ENQUEUE_CHUNK
+    return [
+        _call("enqueue", k.pending, [k.prefix, *guard, *flat[start : start + step]])
+        for start in range(0, len(flat), step)
+    ]
+
+
+def lane_enqueue_call(
+    k: QueueKeys,
+    group: str,
+    items: Iterable[tuple[str, Payload]],
+    max_bytes: int,
+    *,
+    limit: int | None = None,
+    key: str | None = None,
+    key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
+) -> Call:
+    """``lane_enqueue``: admit jobs to ``group``'s lane, setting its ``limit`` when given."""
+    guard = _guard(key, key_ttl_ms)
+    lane = k.lane(group)
+    flat = _pairs(items, max_bytes)
+    if key is not None and len(flat) != 2:
+        raise ValueError("an idempotency key guards exactly one job")
+    lim = "" if limit is None else str(check_int("limit", limit, 1))
+    return _call("lane_enqueue", lane, [k.prefix, group, lim, *guard, *flat])
+
+
+def admitted_reply(raw: Iterable[object]) -> list[Outcome]:
+    """``enqueue``/``lane_enqueue``: ``ENQUEUED`` or ``DUPLICATE`` per job, in order."""
+    return _outcomes(raw)
+
+
+def schedule_call(
+    k: QueueKeys,
+    items: Sequence[tuple[str, Payload, int]],
+    max_bytes: int,
+    *,
+    relative: bool,
+    group: str | None = None,
+) -> Call:
+    """``schedule``: ``(job id, payload, time)`` each, the time a run-at (Unix ms, checked as
+    ``run_at_ms``) or with ``relative`` a delay from the server's now (``delay_ms``)."""
+    flat: list[Arg] = []
+    for job_id, payload, when in items:
+        ms = check_ms("delay_ms", when) if relative else check_ms("run_at_ms", when, absolute=True)
+        flat += [check_job_id(job_id), check_payload(payload, max_bytes), str(ms)]
+    lane = "" if group is None else check_group(group)
+    mode = "in" if relative else "at"
+    return _call("schedule", k.schedule, [k.prefix, mode, lane, *flat])
+
+
+def schedule_reply(raw: Iterable[Sequence[Any]]) -> list[Scheduled]:
+    """``schedule``: ``{'scheduled', run-at}`` or ``{'duplicate'}`` per job."""
+    out = []
+    for answer in raw:
+        outcome = Outcome(as_text(answer[0]))
+        at = int(answer[1]) if outcome is Outcome.SCHEDULED else None
+        out.append(Scheduled(outcome, at))
+    return out
+
+
+# --- promote, claim, reap ------------------------------------------------------------------------
+
+
+def promote_call(k: QueueKeys, batch: int) -> Call:
+    return _call("promote", k.schedule, [k.prefix, str(check_int("batch", batch, 1))])
+
+
+def promote_reply(raw: Sequence[Any]) -> Promoted:
+    moved, lanes, nxt, now = raw
+    return Promoted(int(moved), int(lanes), _time(nxt), int(now))
+
+
+def claim_call(k: QueueKeys, batch: int, lease_ms: int) -> Call:
+    args = [k.prefix, str(check_int("batch", batch, 1)), str(check_ms("lease_ms", lease_ms, 1))]
+    return _call("claim", k.pending, args)
+
+
+def claim_reply(raw: Sequence[Any], queue: str) -> list[Job]:
+    """``{lease deadline, then per job: id, payload, attempts, token, group or ''}``."""
+    deadline = int(raw[0])
+    return [
+        Job(
+            queue,
+            as_text(raw[i]),
+            _bytes(raw[i + 1]),
+            int(raw[i + 2]),
+            int(raw[i + 3]),
+            deadline,
+            as_text(raw[i + 4]) or None,
+        )
+        for i in range(1, len(raw), 5)
+    ]
+
+
+def reap_call(k: QueueKeys, batch: int) -> Call:
+    return _call("reap", k.active, [k.prefix, str(check_int("batch", batch, 1))])
+
+
+def reap_reply(raw: Sequence[Any]) -> Reaped:
+    n, now = raw
+    return Reaped(int(n), int(now))
+
+
+# --- ack, retry, defer, extend, release, replay --------------------------------------------------
+
+
+def ack_call(k: QueueKeys, items: Sequence[tuple[str, int] | tuple[str, int, str]]) -> Call:
+    """``ack``: ``(id, token)`` or ``(id, token, note)`` each."""
+    flat: list[Arg] = [k.prefix]
+    for item in items:
+        job_id, token = item[0], item[1]
+        note = item[2] if len(item) > 2 else ""
+        flat += [check_job_id(job_id), str(check_int("token", token, 0)), str(note)]
+    return _call("ack", k.active, flat)
+
+
+def ack_reply(raw: Iterable[object]) -> list[Outcome]:
+    """``ACKED``, ``STALE`` or ``GONE`` per job, in order."""
+    return _outcomes(raw)
+
+
+def retry_call(
+    k: QueueKeys,
+    job_id: str,
+    token: int,
+    delay_ms: int,
+    max_attempts: int,
+    error: str = "",
+    *,
+    buried: bool = False,
+) -> Call:
+    args = [
+        k.prefix,
+        check_job_id(job_id),
+        str(check_int("token", token, 0)),
+        str(check_ms("delay_ms", delay_ms)),
+        str(check_int("max_attempts", max_attempts, 1)),
+        str(error),
+        "1" if buried else "0",
+    ]
+    return _call("retry", k.active, args)
+
+
+def defer_call(k: QueueKeys, job_id: str, token: int, delay_ms: int, reason: str = "") -> Call:
+    args = [
+        k.prefix,
+        check_job_id(job_id),
+        str(check_int("token", token, 0)),
+        str(check_ms("delay_ms", delay_ms)),
+        str(reason),
+    ]
+    return _call("defer", k.active, args)
+
+
+def extend_call(k: QueueKeys, items: Sequence[tuple[str, int]], lease_ms: int) -> Call:
+    lease = str(check_ms("lease_ms", lease_ms, 1))
+    return _call("extend", k.active, [k.prefix, lease, *_tokens(items)])
+
+
+def extend_reply(raw: Sequence[Any]) -> Extended:
+    return Extended(int(raw[0]), tuple(as_text(x) for x in raw[1:]))
+
+
+def release_call(k: QueueKeys, items: Sequence[tuple[str, int]]) -> Call:
+    return _call("release", k.active, [k.prefix, *_tokens(items)])
+
+
+def release_reply(raw: Any) -> int:
+    return int(raw)
+
+
+def replay_call(k: QueueKeys, job_id: str) -> Call:
+    return _call("replay", k.dead, [k.prefix, check_job_id(job_id)])
+
+
+def audit_enable_call(k: QueueKeys, on: bool) -> Call:
+    return _call("audit_enable", k.meta, [k.prefix, "1" if on else "0"])
+
+
+# --- counts, inspect -----------------------------------------------------------------------------
+
+
+def counts_call(k: QueueKeys) -> Call:
+    return _call("counts", k.pending, [k.prefix])
+
+
+def counts_reply(raw: Sequence[Any]) -> Counts:
+    values = [int(x) for x in raw]
+    return Counts(bool(values[0]), *values[1:])
+
+
+# Where a job in each state waits, by ``SCHEMA`` name (a pending lane job waits in its lane
+# instead); the table of states in scripts/README.md says the same, and a test checks it.
+STATE_SETS = {"pending": "pending", "scheduled": "schedule", "active": "active", "dead": "dead"}
+
+
+def state_set(k: QueueKeys, state: str) -> str:
+    """The key of the sorted set that holds the jobs in ``state`` (``pending``: the flat set)."""
+    if state not in STATE_SETS:
+        raise ValueError(f"state must be one of {sorted(STATE_SETS)}, got {state!r}")
+    key: str = getattr(k, STATE_SETS[state])
+    return key
+
+
+def _inspect_set(key: str, k: QueueKeys, offset: int, limit: int) -> Call:
+    off = str(check_int("offset", offset, 0))
+    return _call("inspect", key, [k.prefix, "set", off, str(check_int("limit", limit, 1))])
+
+
+def inspect_state_call(k: QueueKeys, state: str, offset: int, limit: int) -> Call:
+    """``inspect`` the jobs in one state's set (``pending``: the flat set)."""
+    return _inspect_set(state_set(k, state), k, offset, limit)
+
+
+def inspect_lane_call(k: QueueKeys, group: str, offset: int, limit: int) -> Call:
+    """``inspect`` the jobs waiting in a lane."""
+    return _inspect_set(k.lane(group), k, offset, limit)
+
+
+def inspect_ids_call(k: QueueKeys, job_ids: Sequence[str]) -> Call:
+    return _call("inspect", k.pending, [k.prefix, "ids", *(check_job_id(i) for i in job_ids)])
+
+
+def inspect_reply(raw: Iterable[Sequence[object]]) -> list[JobInfo]:
+    """Per job ``{id, state, attempts, payload, last_error, score, group}``; state ``''`` for a
+    missing row."""
+    out = []
+    for job_id, state, attempts, payload, last_error, score, group in raw:
+        sc = as_text(score)
+        out.append(
+            JobInfo(
+                id=as_text(job_id),
+                state=as_text(state),
+                attempts=int(as_text(attempts)),
+                payload=_bytes(payload),
+                last_error=as_text(last_error) or None,
+                score_ms=int(float(sc)) if sc else None,
+                group=as_text(group) or None,
+            )
+        )
+    return out
+
+
+# --- lanes ---------------------------------------------------------------------------------------
+
+
+def lane_pause_call(k: QueueKeys, group: str) -> Call:
+    return _call("lane_pause", k.ring, [k.prefix, check_group(group), "pause", ""])
+
+
+def lane_pause_until_call(k: QueueKeys, group: str, at_ms: int) -> Call:
+    at = str(check_ms("at_ms", at_ms, absolute=True))
+    return _call("lane_pause", k.ring, [k.prefix, check_group(group), "until", at])
+
+
+def lane_pause_reply(raw: Any) -> int:
+    """The lane's wait end (server ms) for ``until``; 0 for ``pause``."""
+    return int(raw)
+
+
+def lane_resume_call(k: QueueKeys, group: str) -> Call:
+    return _call("lane_resume", k.ring, [k.prefix, check_group(group)])
+
+
+def lane_resume_reply(raw: object) -> bool:
+    """``'resumed'`` (it was held) or ``'not_held'``."""
+    word = as_text(raw)
+    if word not in ("resumed", "not_held"):
+        raise ValueError(f"lane_resume answered {word!r}")
+    return word == "resumed"
+
+
+def lane_config_call(
+    k: QueueKeys, group: str, *, limit: int | None = None, weight: int | None = None
+) -> Call:
+    lim = "" if limit is None else str(check_int("limit", limit, 0))
+    wt = "" if weight is None else str(check_int("weight", weight, 1))
+    return _call("lane_config", k.ring, [k.prefix, check_group(group), lim, wt])
+
+
+def lane_config_reply(raw: Sequence[Any]) -> tuple[int | None, int]:
+    limit, weight = raw
+    return (int(limit) or None, int(weight))
+
+
+def lane_status_call(k: QueueKeys, groups: Sequence[str] = ()) -> Call:
+    return _call("lane_status", k.ring, [k.prefix, *(check_group(g) for g in groups)])
+
+
+def lane_status_reply(raw: Iterable[Sequence[Any]]) -> list[LaneStatus]:
+    return [
+        LaneStatus(
+            group=as_text(r[0]),
+            depth=int(r[1]),
+            in_flight=int(r[2]),
+            limit=int(r[3]) or None,
+            weight=int(r[4]),
+            paused=bool(r[5]),
+            wait_until_ms=int(r[6]) or None,
+            on_ring=bool(r[7]),
+        )
+        for r in raw
+    ]
+
+
+# --- recurring schedules -------------------------------------------------------------------------
+
+
+def register_call(
+    k: QueueKeys,
+    name: str,
+    every_ms: int,
+    template: Payload,
+    max_bytes: int,
+    *,
+    first_in_ms: int = 0,
+    group: str | None = None,
+) -> Call:
+    args: list[Arg] = [
+        k.prefix,
+        check_name("repeat name", name),
+        str(check_ms("every_ms", every_ms, 1)),
+        check_payload(template, max_bytes),
+        str(check_ms("first_in_ms", first_in_ms)),
+        "" if group is None else check_group(group),
+    ]
+    return _call("register", k.repeats, args)
+
+
+def register_reply(raw: Sequence[Any]) -> tuple[Registered, int]:
+    word, at = raw
+    return (Registered(as_text(word)), int(at))
+
+
+def unregister_call(k: QueueKeys, name: str) -> Call:
+    return _call("unregister", k.repeats, [k.prefix, check_name("repeat name", name)])
+
+
+def unregister_reply(raw: object) -> bool:
+    """``'cancelled'`` or ``'absent'``."""
+    word = as_text(raw)
+    if word not in ("cancelled", "absent"):
+        raise ValueError(f"unregister answered {word!r}")
+    return word == "cancelled"
+
+
+def fire_call(k: QueueKeys, fresh_ids: Sequence[str]) -> Call:
+    """``fire``: up to ``len(fresh_ids)`` occurrences, each becoming a job with one of the ids
+    (freshly minted by the caller: minting reads the clock)."""
+    if not fresh_ids:
+        raise ValueError("fire needs at least one fresh job id")
+    return _call("fire", k.repeats, [k.prefix, *(check_job_id(i) for i in fresh_ids)])
+
+
+def fire_reply(raw: Sequence[Any]) -> Fired:
+    n, nxt, now = raw
+    return Fired(int(n), _time(nxt), int(now))
+
+
+def repeats_call(k: QueueKeys, which: str, limit: int) -> Call:
+    """``repeats``: ``which`` is ``"all"`` or ``"due"``."""
+    if which not in ("all", "due"):
+        raise ValueError(f"which must be 'all' or 'due', got {which!r}")
+    return _call("repeats", k.repeats, [k.prefix, which, str(check_int("limit", limit, 1))])
+
+
+def repeats_reply(raw: Iterable[Sequence[object]]) -> list[Registration]:
+    """Per registration ``{name, next run, every ms, template, group or '', last fired or ''}``."""
+    out = []
+    for name, next_run, every, template, group, last in raw:
+        last_text = as_text(last)
+        out.append(
+            Registration(
+                name=as_text(name),
+                next_run_ms=int(float(as_text(next_run))),
+                every_ms=int(as_text(every)),
+                template=_bytes(template),
+                group=as_text(group) or None,
+                last_fired_ms=int(last_text) if last_text else None,
+            )
+        )
+    return out
+
+
+def advance_call(k: QueueKeys, name: str) -> Call:
+    return _call("advance", k.repeats, [k.prefix, check_name("repeat name", name)])
+
+
+def advance_reply(raw: Any) -> int | None:
+    """The next run (server ms), or ``None`` for a name not registered."""
+    return _time(raw)
+
+
+# --- streams (events, audit) ---------------------------------------------------------------------
+
+
+def range_command(key: str, after: str, count: int) -> list[str]:
+    """``XRANGE`` of up to ``count`` entries after ``after`` (exclusive; ``"-"``: the start)."""
+    check_stream_id("after", after, ("-",))
+    start = after if after == "-" else "(" + after
+    return ["XRANGE", key, start, "+", "COUNT", str(check_int("count", count, 1))]
+
+
+def last_id_command(key: str) -> list[str]:
+    return ["XREVRANGE", key, "+", "-", "COUNT", "1"]
+
+
+def create_group_command(key: str, group: str, start: str) -> list[str]:
+    """``XGROUP CREATE ... MKSTREAM``, ``start`` a stream id or ``"$"`` (new entries only)."""
+    name = check_name("group", group)
+    check_stream_id("start", start, ("$",))
+    return ["XGROUP", "CREATE", key, name, start, "MKSTREAM"]
+
+
+def read_group_command(
+    key: str, group: str, consumer: str, count: int, *, pending: bool = False
+) -> list[str]:
+    """``XREADGROUP``: new entries, or with ``pending`` the consumer's unacknowledged ones."""
+    return [
+        "XREADGROUP", "GROUP", check_name("group", group), check_name("consumer", consumer),
+        "COUNT", str(check_int("count", count, 1)), "STREAMS", key, "0" if pending else ">",
+    ]  # fmt: skip
+
+
+def stream_ack_command(key: str, group: str, stream_ids: Sequence[str]) -> list[str]:
+    """``XACK``; an empty list of ids makes no command (``[]``)."""
+    name = check_name("group", group)
+    checked = _stream_ids(stream_ids)
+    return ["XACK", key, name, *checked] if checked else []
+
+
+def autoclaim_command(
+    key: str, group: str, consumer: str, min_idle_ms: int, count: int
+) -> list[str]:
+    """``XAUTOCLAIM`` of entries idle for ``min_idle_ms``, from the start."""
+    return [
+        "XAUTOCLAIM", key, check_name("group", group), check_name("consumer", consumer),
+        str(check_ms("min_idle_ms", min_idle_ms)), "0-0",
+        "COUNT", str(check_int("count", count, 1)),
+    ]  # fmt: skip
+
+
+def _stream_ids(stream_ids: Sequence[str]) -> list[str]:
+    if isinstance(stream_ids, str):
+        raise TypeError("stream_ids must be a sequence of stream ids, not one str")
+    return [check_stream_id("stream id", i) for i in stream_ids]
+
+
+def stream_entries(raw: Any) -> list[StreamEntry]:
+    """Entries of ``XRANGE``/``XREVRANGE``/``XAUTOCLAIM``: a map ``{id: [[field, value], ...]}``
+    or a list of ``[id, fields]`` pairs (fields flat or paired). An entry trimmed away while
+    pending comes as ``None`` and is left out."""
+    out: list[StreamEntry] = []
+    if not raw:
+        return out
+    items = raw.items() if isinstance(raw, dict) else raw
+    for stream_id, pairs in items:
+        if pairs is None:
+            continue
+        flat = pairs if pairs and not isinstance(pairs[0], list) else [x for p in pairs for x in p]
+        fields = {as_text(flat[i]): _bytes(flat[i + 1]) for i in range(0, len(flat), 2)}
+        out.append(StreamEntry(as_text(stream_id), fields))
+    return out
+
+
+def read_group_entries(raw: Any) -> list[StreamEntry]:
+    """Entries of an ``XREADGROUP`` of one stream (``None`` when there were none)."""
+    if not raw:
+        return []
+    (entries,) = raw.values() if isinstance(raw, dict) else [raw[0][1]]
+    return stream_entries(entries)
+
+
+def autoclaim_entries(raw: Sequence[Any]) -> list[StreamEntry]:
+    """Entries of ``XAUTOCLAIM``: ``[next cursor, entries, (deleted ids)]``."""
+    return stream_entries(raw[1])
+
+
+def audit_records(entries: Iterable[StreamEntry]) -> list[AuditRecord]:
+    """Audit records from audit stream entries (fields as the settling scripts write them)."""
+    return [
+        AuditRecord(
+            stream_id=e.stream_id,
+            job_id=as_text(e.fields["id"]),
+            outcome=AuditOutcome(as_text(e.fields["outcome"])),
+            attempts=int(e.fields["attempts"]),
+            settled_ms=int(e.fields["settled_ms"]),
+            payload=e.fields.get("payload", b""),
+            note=as_text(e.fields.get("note", b"")),
+            error=as_text(e.fields.get("error", b"")),
+        )
+        for e in entries
+    ]
+
+
+def audit_ack_calls(k: QueueKeys, group: str, stream_ids: Sequence[str]) -> list[Call]:
+    """``audit_ack``: acknowledge ``stream_ids`` for ``group`` and trim the audit stream below
+    what the group has acknowledged; one call per ``AUDIT_ACK_MAX`` ids (one with none: it
+    trims alone)."""
+    name = check_name("group", group)
+    checked = _stream_ids(stream_ids)
+    return [
+        _call("audit_ack", k.audit, [name, *checked[start : start + AUDIT_ACK_MAX]])
+        for start in range(0, max(len(checked), 1), AUDIT_ACK_MAX)
+    ]
+
+
+def audit_ack_reply(raw: Sequence[Any]) -> Acknowledged:
+    """``{acknowledged, removed}``."""
+    acked, trimmed = raw
+    return Acknowledged(int(acked), int(trimmed))

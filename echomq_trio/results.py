@@ -1,0 +1,194 @@
+"""What the bus answers (pure data): the typed results of its transitions and reads.
+
+Scripts answer outcomes as words, and each enum's values are those words (``Outcome.ACKED`` is
+``'acked'``), so ``protocol`` parses a reply by value. ``jobs``, ``lanes``, ``repeat`` and
+``audit`` re-export the results they return.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+__all__ = [
+    "Acknowledged",
+    "AuditOutcome",
+    "AuditRecord",
+    "Counts",
+    "Extended",
+    "Fired",
+    "Job",
+    "JobInfo",
+    "LaneStatus",
+    "Outcome",
+    "Promoted",
+    "Reaped",
+    "Registered",
+    "Registration",
+    "Scheduled",
+]
+
+
+class Outcome(enum.StrEnum):
+    """What a transition did: the word its script answers. The vocabulary follows the original's
+    return atoms."""
+
+    ENQUEUED = "enqueued"
+    SCHEDULED = "scheduled"
+    DUPLICATE = "duplicate"
+    ACKED = "acked"
+    DEFERRED = "deferred"
+    STALE = "stale"
+    GONE = "gone"
+    DEAD = "dead"
+    REPLAYED = "replayed"
+    NOT_DEAD = "not_dead"
+
+
+class Registered(enum.StrEnum):
+    """What ``register`` did."""
+
+    REGISTERED = "registered"
+    EXISTS = "exists"
+
+
+class AuditOutcome(enum.StrEnum):
+    """How an audited job was settled: acked, buried on purpose (``dropped``), or out of
+    attempts (``dead``)."""
+
+    ACKED = "acked"
+    DROPPED = "dropped"
+    DEAD = "dead"
+
+
+@attrs.frozen
+class Scheduled:
+    """Answer of ``enqueue_at``/``enqueue_in``: ``run_at_ms`` (server clock) unless a duplicate."""
+
+    outcome: Outcome
+    run_at_ms: int | None
+
+
+@attrs.frozen
+class Job:
+    """A claimed job. ``token`` (the lease number) is the fencing token: present it to settle
+    the job. ``attempts`` counts the attempts spent, this one included."""
+
+    queue: str
+    id: str
+    payload: bytes
+    attempts: int
+    token: int
+    lease_deadline_ms: int
+    group: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The payload decoded as UTF-8."""
+        return self.payload.decode()
+
+
+@attrs.frozen
+class Promoted:
+    moved: int
+    lanes_resumed: int  # lanes whose wait ended
+    next_due_ms: int | None  # earliest run-at or lane wait still ahead
+    server_now_ms: int
+
+
+@attrs.frozen
+class Reaped:
+    reaped: int
+    server_now_ms: int
+
+
+@attrs.frozen
+class Extended:
+    lease_deadline_ms: int
+    lost: tuple[str, ...]  # ids whose lease this worker no longer holds
+
+
+@attrs.frozen
+class Counts:
+    """Jobs per state now (``pending`` includes lane jobs), lanes, and running totals."""
+
+    exists: bool  # the queue has been used
+    pending: int
+    scheduled: int
+    active: int
+    dead: int
+    lanes: int  # lanes holding pending jobs
+    paused_lanes: int
+    waiting_lanes: int
+    completed_total: int
+    retried_total: int
+    dead_total: int
+    deferred_total: int
+    repeats: int
+
+
+@attrs.frozen
+class JobInfo:
+    """A job row as stored. ``score_ms`` is the run-at (scheduled), lease deadline (active) or
+    time of death (dead)."""
+
+    id: str
+    state: str
+    attempts: int
+    payload: bytes
+    last_error: str | None
+    score_ms: int | None
+    group: str | None = None
+
+
+@attrs.frozen
+class LaneStatus:
+    group: str
+    depth: int  # jobs waiting in the lane
+    in_flight: int
+    limit: int | None
+    weight: int
+    paused: bool
+    wait_until_ms: int | None
+    on_ring: bool  # being served now
+
+
+@attrs.frozen
+class Registration:
+    name: str
+    next_run_ms: int
+    every_ms: int
+    template: bytes
+    group: str | None
+    last_fired_ms: int | None
+
+
+@attrs.frozen
+class Fired:
+    fired: int
+    next_due_ms: int | None
+    server_now_ms: int
+
+
+@attrs.frozen
+class AuditRecord:
+    """A settled job's audit record, written by the script that settled it."""
+
+    stream_id: str
+    job_id: str
+    outcome: AuditOutcome
+    attempts: int  # attempts spent, the settling one included
+    settled_ms: int  # server clock
+    payload: bytes
+    note: str  # what the handler left (``Ack(note)``), for an acked job
+    error: str  # the reason, for a dropped or dead job
+
+
+@attrs.frozen
+class Acknowledged:
+    """Answer of ``audit.ack_and_trim``: entries acknowledged, and entries removed from the
+    stream (below what every reader of the group has acknowledged)."""
+
+    acked: int
+    trimmed: int

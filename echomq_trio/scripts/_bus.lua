@@ -1,0 +1,151 @@
+-- The bus's own helpers, after the public prelude, for the bus's scripts only (an application's
+-- scripts do not get them). Not a transition itself. Every bus script opens with
+-- `local qp = ARGV[1]` (the queue prefix `emq:{q}:`) and spells every key as qp and a KEY entry,
+-- so every key it touches shares the `{q}` hash tag: one slot. The job states and the
+-- transitions between them are the table in scripts/README.md.
+--   wake(qp, n)                push up to n (<= 64) wake tokens for parked consumers
+--   tick(qp)                   nudge a sleeping metronome (an earlier due time exists)
+--   emit(qp, event, id, ...)   append to the queue's capped events stream
+--   held(qp, id, token, or_pending)
+--                              the row of a job whose lease `token` holds (state active, or with
+--                              or_pending also pending: reaped, not claimed again) as a table
+--                              {state, lease, attempts, group}; else nil and 'gone' (no row) or
+--                              'stale' (another lease, or not held)
+--   to_waiting(qp, id, g, now, at, ...)
+--                              put a job where it waits, its state to match: until `at` on the
+--                              schedule ('scheduled'); else in its lane g, or the flat pending
+--                              set ('pending')
+--   lane_hold(qp, g, id, now, at)
+--                              a strict lane keeps its head and waits until `at`
+--   lane_ready(qp, g, now)     is lane g serviceable: non-empty, not paused, not waiting, below
+--                              its limit
+--   ring_add(qp, g, now)       put a serviceable lane on the ring once, and wake a consumer
+--   lane_push(qp, g, id, now)  put a job into its lane (at its id's place: mint order)
+--   lane_done(qp, g, now)      one fewer job of lane g in flight; re-ring it if it can go on
+--   lane_wait(qp, g, until_ms) hold lane g until a time; a wait only ever extends
+--   schedule_at(qp, id, at)    put a job on the schedule (and tell the metronome if it is first)
+--   next_run(at, every, now)   a repeat's next run: the first at + n*every after now
+--   audit(qp, id, outcome, attempts, now, note, err)
+--                              when the queue keeps an audit (meta.audit = 1), append the settled
+--                              job's record to the audit stream in the same step that settles it
+local EVENTS_MAXLEN = 10000
+
+local function wake(qp, n)
+  if n < 1 then return end
+  if n > 64 then n = 64 end
+  local tokens = {}
+  for i = 1, n do tokens[i] = '1' end
+  redis.call('LPUSH', qp .. KEY.wake, unpack(tokens))
+  redis.call('LTRIM', qp .. KEY.wake, 0, 63)
+end
+
+local function tick(qp)
+  redis.call('LPUSH', qp .. KEY.tick, '1')
+  redis.call('LTRIM', qp .. KEY.tick, 0, 0)
+end
+
+local function emit(qp, event, id, ...)
+  redis.call('XADD', qp .. KEY.events, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'e', event, 'id', id, ...)
+end
+
+local function held(qp, id, token, or_pending)
+  local job = fields(qp .. KEY.job .. id, 'state', 'lease', 'attempts', 'group')
+  if not job.state then return nil, 'gone' end
+  local holds = job.state == 'active' or (or_pending and job.state == 'pending')
+  if job.lease ~= token or not holds then return nil, 'stale' end
+  return job
+end
+
+local function lane_ready(qp, g, now)
+  if redis.call('ZCARD', qp .. KEY.lane .. g) == 0 then return false end
+  if redis.call('SISMEMBER', qp .. KEY.paused, g) == 1 then return false end
+  local until_ms = redis.call('ZSCORE', qp .. KEY.lane_waits, g)
+  if until_ms and tonumber(until_ms) > now then return false end
+  local limit = redis.call('HGET', qp .. KEY.lane_limits, g)
+  if limit then
+    local in_flight = tonumber(redis.call('HGET', qp .. KEY.lane_in_flight, g) or '0')
+    if in_flight >= tonumber(limit) then return false end
+  end
+  return true
+end
+
+local function ring_add(qp, g, now)
+  if lane_ready(qp, g, now) and redis.call('SADD', qp .. KEY.on_ring, g) == 1 then
+    redis.call('RPUSH', qp .. KEY.ring, g)
+    wake(qp, 1)
+  end
+end
+
+local function lane_push(qp, g, id, now)
+  redis.call('ZADD', qp .. KEY.lane .. g, 0, id)
+  redis.call('SADD', qp .. KEY.lane_groups, g)
+  ring_add(qp, g, now)
+end
+
+local function lane_done(qp, g, now)
+  if redis.call('HINCRBY', qp .. KEY.lane_in_flight, g, -1) <= 0 then
+    redis.call('HDEL', qp .. KEY.lane_in_flight, g)
+  end
+  ring_add(qp, g, now)
+end
+
+local function lane_wait(qp, g, until_ms)
+  -- Tell the metronome when this is now the earliest wait.
+  local cur = redis.call('ZSCORE', qp .. KEY.lane_waits, g)
+  if cur and tonumber(cur) >= until_ms then return end
+  redis.call('ZADD', qp .. KEY.lane_waits, until_ms, g)
+  local head = redis.call('ZRANGE', qp .. KEY.lane_waits, 0, 0)
+  if head[1] == g then tick(qp) end
+end
+
+local function schedule_at(qp, id, at)
+  redis.call('ZADD', qp .. KEY.schedule, at, id)
+  local head = redis.call('ZRANGE', qp .. KEY.schedule, 0, 0)
+  if head[1] == id then tick(qp) end
+end
+
+-- Any further field/value pairs (...) go into the job's row in the same write; a lane job's row
+-- names its group. Returns 1 when the job joined the flat pending set (the caller wakes that
+-- many consumers once, at its end), else 0.
+local function to_waiting(qp, id, g, now, at, ...)
+  local state = 'pending'
+  if at then state = 'scheduled' end
+  if g then
+    redis.call('HSET', qp .. KEY.job .. id, 'state', state, 'group', g, ...)
+  else
+    redis.call('HSET', qp .. KEY.job .. id, 'state', state, ...)
+  end
+  if at then
+    schedule_at(qp, id, at)
+    return 0
+  end
+  if g then
+    lane_push(qp, g, id, now)
+    return 0
+  end
+  redis.call('ZADD', qp .. KEY.pending, 0, id)
+  return 1
+end
+
+-- The job goes back to the head of its lane (its id's place) and the whole lane waits until
+-- `at`, so nothing behind it overtakes it; other lanes go on. The caller frees its lane slot.
+local function lane_hold(qp, g, id, now, at)
+  if at > now then lane_wait(qp, g, at) end
+  to_waiting(qp, id, g, now)
+end
+
+-- Anchored to the schedule: lateness does not drift it, and runs missed while nothing ran
+-- collapse into one. Always after `at`.
+local function next_run(at, every, now)
+  local nxt = at + every * (math.floor((now - at) / every) + 1)
+  if nxt <= at then nxt = at + every end
+  return nxt
+end
+
+local function audit(qp, id, outcome, attempts, now, note, err)
+  if redis.call('HGET', qp .. KEY.meta, 'audit') ~= '1' then return end
+  -- Never trimmed by a cap: its reader trims below what it has stored (audit_ack).
+  redis.call('XADD', qp .. KEY.audit, '*', 'id', id, 'outcome', outcome, 'attempts', attempts,
+    'settled_ms', now, 'payload', redis.call('HGET', qp .. KEY.job .. id, 'payload') or '',
+    'note', note or '', 'error', err or '')
+end
