@@ -69,7 +69,7 @@ class NotificationWorker:
         self.queue = queue
         self.stats = WorkerStats()
         self._rng = rng or random.Random()
-        self._migrations = f"emq:{{{queue}}}:migrated"
+        self._migrations = bus.keys(queue).app("migrated")  # old chat id -> new chat id
         self.consumer = Consumer(
             bus,
             queue,

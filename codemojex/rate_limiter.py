@@ -5,7 +5,8 @@ the chat's window together or from neither, and answers ok or how long to wait.
 Defaults (``codemojex.limits.Limits``): 30 sends per second for the bot, a private chat 3 per
 3 s (1/s with a burst of 3), a group chat 20 per minute. ``pause`` honours a 429: only its chat,
 or everything when the global limit tripped; a pause only ever extends. Keys live under the
-notification queue's hash tag, in the same slot as the queue.
+notification queue's hash tag, in the same slot as the queue: under the queue's app key
+``rate:`` (``bus.keys(tag).app("rate:")``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import attrs
 
 from codemojex.limits import Limits
 from echomq_trio import Bus
-from echomq_trio.checks import check_queue
 
 __all__ = ["DEFAULT_MARGIN_MS", "RateLimiter", "Take"]
 
@@ -44,7 +44,8 @@ class RateLimiter:
         self.bus = bus
         self.limits = limits
         self.margin_ms = margin_ms
-        self.prefix = f"emq:{{{check_queue(tag)}}}:rate:"
+        self.prefix = bus.keys(tag).app("rate:")  # checks the tag
+        self.global_window = self.prefix + "global"  # the bot's send log (the scripts' KEYS[1])
 
     async def take(self, chat: int) -> Take:
         """Take one send for ``chat`` now, or learn how long to wait."""
@@ -52,7 +53,7 @@ class RateLimiter:
         window = self.limits.for_chat(chat)
         ok, wait, why = await self.bus.wire.script(
             "codemojex/rate_take",
-            [self.prefix + "global"],
+            [self.global_window],
             [
                 self.prefix,
                 str(chat),
@@ -74,7 +75,7 @@ class RateLimiter:
             raise ValueError(f"ms must be a positive int, got {ms!r}")
         got_scope, until = await self.bus.wire.script(
             "codemojex/rate_pause",
-            [self.prefix + "global"],
+            [self.global_window],
             [
                 self.prefix,
                 scope,

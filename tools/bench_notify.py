@@ -394,14 +394,14 @@ class _Sample:
 async def _sample_limiter(bus: Bus, queue: str, margin_ms: int, out: list[_Sample]) -> None:
     """Every ``SAMPLE_S``: free slots in the global window (entries newer than the window plus
     margin, on the server clock; reserved ones count as used), lanes waiting, slots reserved."""
-    prefix = RateLimiter(bus, LIMITS, tag=queue).prefix
-    waits = bus.keys(queue).prefix + "gwait"
+    window = RateLimiter(bus, LIMITS, tag=queue).global_window
+    waits = bus.keys(queue).lane_waits
     span = LIMITS.global_.window_ms + margin_ms
     while True:
         now = await bus.wire.server_time_ms()
-        used = await bus.wire.command("ZCOUNT", prefix + "global", f"({now - span}", "+inf")
+        used = await bus.wire.command("ZCOUNT", window, f"({now - span}", "+inf")
         waiting = await bus.wire.command("ZCARD", waits)
-        ahead = await bus.wire.command("ZCOUNT", prefix + "global", f"({now}", "+inf")
+        ahead = await bus.wire.command("ZCOUNT", window, f"({now}", "+inf")
         free = max(0, LIMITS.global_.limit - int(used))
         out.append(_Sample(free, int(waiting), int(ahead)))
         await trio.sleep(SAMPLE_S)

@@ -2,8 +2,9 @@
 -- ever extends. With scope 'auto' the pause is global when the bot's own window is (nearly)
 -- full, since then the global limit is the likely cause, and the chat's otherwise.
 -- KEYS[1] <prefix>global (other keys derive from ARGV[1], same slot)
--- ARGV[1] key prefix, ARGV[2] 'chat' | 'global' | 'auto', ARGV[3] chat id, ARGV[4] ms,
--- ARGV[5] global limit, ARGV[6] global window ms, ARGV[7] safety margin ms
+-- ARGV[1] key prefix (the queue's app key `rate:`, as for rate_take), ARGV[2] 'chat' | 'global'
+-- | 'auto', ARGV[3] chat id, ARGV[4] ms, ARGV[5] global limit, ARGV[6] global window ms,
+-- ARGV[7] safety margin ms
 -- Returns {scope paused ('chat' | 'global'), pause end in server ms}.
 local p = ARGV[1]
 local now = now_ms()

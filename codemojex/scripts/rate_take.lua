@@ -1,8 +1,9 @@
 -- rate_take: take one send from the bot's global window and a chat's window together, or from
 -- neither, on the server clock, so every worker process shares one budget.
 -- KEYS[1] <prefix>global (other keys derive from ARGV[1], same slot)
--- ARGV[1] key prefix (emq:{cm.notify}:rate:), ARGV[2] chat id, ARGV[3] global limit,
--- ARGV[4] global window ms, ARGV[5] chat limit, ARGV[6] chat window ms, ARGV[7] safety margin ms
+-- ARGV[1] key prefix: the queue's app key `rate:` (emq:{cm.notify}:app:rate:), ARGV[2] chat id,
+-- ARGV[3] global limit, ARGV[4] global window ms, ARGV[5] chat limit, ARGV[6] chat window ms,
+-- ARGV[7] safety margin ms
 --
 -- Windows are sliding logs (sorted sets of send times), each window lengthened by the margin:
 -- arrival at Telegram jitters by a few ms, and a send up to a margin early or late still keeps
