@@ -2,13 +2,17 @@
 
 How the parts fit: ``open_bus`` gives a ``Bus`` (a connection, plus an embedded server when no
 URL is given). ``jobs`` holds one function per job transition, each one atomic Lua script timed by
-the server clock. A ``Consumer`` claims jobs in batches and runs a handler on N tasks; a
-``Metronome`` promotes scheduled jobs when they come due and reaps expired leases. Both are trio
-tasks for your nursery; cancelling the nursery shuts them down cleanly. ``ids`` mints the branded
-job ids, ``backoff`` computes retry delays. Only ``wire`` talks to the client library.
+the server clock; ``lanes`` and ``repeat`` the same for fair lanes and recurring schedules,
+``events`` and ``audit`` read what the scripts record. Under them, all pure: ``keys`` declares
+every key of a queue once (``Bus.keys(q)``), ``checks`` checks input before any I/O,
+``protocol`` builds each script's KEYS and ARGV and parses its reply into ``results``. A
+``Consumer`` claims jobs in batches and runs a handler on N tasks; a ``Metronome`` promotes
+scheduled jobs when they come due and reaps expired leases. Both are trio tasks for your nursery;
+cancelling the nursery shuts them down cleanly. ``ids`` mints the branded job ids, ``backoff``
+computes retry delays. Only ``wire`` talks to the client library.
 """
 
-from echomq_trio import backoff, events, ids, jobs, lanes, repeat
+from echomq_trio import audit, backoff, events, ids, jobs, lanes, repeat
 from echomq_trio.backoff import Exponential, Fixed, Jitter
 from echomq_trio.bus import Bus, open_bus
 from echomq_trio.consumer import (
@@ -54,6 +58,7 @@ __all__ = [
     "ServerError",
     "ServerNotFound",
     "StopConsumer",
+    "audit",
     "backoff",
     "events",
     "ids",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from echomq_trio import protocol
+from echomq_trio import audit, protocol
 from echomq_trio.bus import Bus
 from echomq_trio.protocol import DEFAULT_KEY_TTL_MS, ENQUEUE_CHUNK
 from echomq_trio.results import (
@@ -216,13 +216,9 @@ async def retry(
 
 
 async def set_audit(bus: Bus, queue: str, enabled: bool = True) -> None:
-    """Make the queue keep an audit: every job settled from now on (acked, or buried dead)
-    appends its record to the queue's audit stream in the same script that settles it, so no
-    job is settled without its record. Read it with ``events`` functions, ``stream="audit"``.
-    The stream is never trimmed by the bus; its reader trims what it has stored.
-
-    Idempotent: a cancelled call may or may not have set the flag; call again."""
-    await bus.run(protocol.audit_enable_call(bus.keys(queue), enabled))
+    """The same as ``audit.enable(bus, queue, enabled)``: make the queue keep an audit (or
+    stop). Kept for callers of the first API."""
+    await audit.enable(bus, queue, enabled)
 
 
 async def defer(
