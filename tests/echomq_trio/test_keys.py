@@ -1,0 +1,137 @@
+"""The key schema: one declaration of every key of a queue, and nothing else spells one.
+
+On a real server, every key the bus leaves behind after every kind of transition is a declared
+one, of its declared Redis type, and every declared key is used.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from codemojex.rate_limiter import RateLimiter
+from echomq_trio import Bus, audit, ids, jobs, lanes, open_bus, repeat
+from echomq_trio.keys import SCHEMA, queue_keys
+from echomq_trio.protocol import as_text
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY_PREFIX_LITERAL = "emq:" + "{"  # spelled in two parts so this file is no hit of its own
+
+
+def test_app_keys_live_in_the_queue_s_slot_and_are_checked() -> None:
+    k = queue_keys("cm.notify")
+    assert k.app("rate:") == "emq:{cm.notify}:app:rate:"
+    assert k.app("migrated") == "emq:{cm.notify}:app:migrated"
+    for bad in ("", "a b", "x{y}", "x" * 129, "line\n", 5):
+        with pytest.raises(ValueError, match="app key name"):
+            k.app(bad)  # type: ignore[arg-type]
+
+
+def test_variable_parts_are_checked() -> None:
+    k = queue_keys("q")
+    with pytest.raises(ValueError, match="JOB"):
+        k.job("NOT0KHTOWnGLuC")
+    with pytest.raises(ValueError, match="lane group"):
+        k.lane("a b")
+    with pytest.raises(ValueError, match="idempotency key"):
+        k.idempotency("")
+    with pytest.raises(ValueError, match="repeat name"):
+        k.registration("{x}")
+    assert k.stream("events") == k.events and k.stream("audit") == k.audit
+    for bad in ("pending", "nope", ""):
+        with pytest.raises(ValueError, match="stream must be one of"):
+            k.stream(bad)
+
+
+def test_spec_of_tells_a_queue_s_keys_from_others() -> None:
+    k = queue_keys("q")
+    for key, name in [("emq:{q}:repeat", "repeats"), ("emq:{q}:repeat:digest", "registration"),
+                      ("emq:{q}:groups", "lane_groups"), ("emq:{q}:g:x", "lane")]:  # fmt: skip
+        spec = k.spec_of(key)
+        assert spec is not None and spec.name == name, key
+    for other in ("emq:{q}:nope", "emq:{q}:job:", "emq:{r}:pending", "cm:{q}:pending"):
+        assert k.spec_of(other) is None, other
+
+
+def _python_files() -> list[Path]:
+    return [p for top in ("echomq_trio", "codemojex", "tools") for p in (ROOT / top).rglob("*.py")]
+
+
+def test_no_module_but_the_schema_spells_a_queue_key() -> None:
+    hits = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in _python_files()
+        if path != ROOT / "echomq_trio" / "keys.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if KEY_PREFIX_LITERAL in line
+    ]
+    assert hits == []
+    assert len(_python_files()) > 40
+
+
+def test_no_private_imports_across_the_bus_s_modules() -> None:
+    for path in (ROOT / "echomq_trio").rglob("*.py"):
+        text = path.read_text()
+        assert not re.search(r"import _|from \S+ import .*\b_[a-z]", text), path
+
+
+async def test_every_key_left_on_the_server_is_declared_with_its_type(
+    standalone_only: str, queue: str
+) -> None:
+    # SCAN needs one server holding every key: the standalone one.
+    async with open_bus(standalone_only) as bus:
+        await _every_kind_of_transition(bus, queue)
+        seen = await _declared_keys_of(bus, queue)
+    assert set(seen) == {s.name for s in SCHEMA}, sorted({s.name for s in SCHEMA} - set(seen))
+
+
+async def _every_kind_of_transition(bus: Bus, queue: str) -> None:
+    k = bus.keys(queue)
+    # Every kind of transition, so that every declared key exists at the end.
+    await audit.enable(bus, queue)
+    await jobs.enqueue(bus, queue, ids.generate("JOB"), "flat", key="once")
+    await jobs.enqueue_in(bus, queue, ids.generate("JOB"), "later", 60_000)
+    await lanes.enqueue(bus, queue, "chat", ids.generate("JOB"), "a", limit=1)
+    await lanes.enqueue(bus, queue, "chat", ids.generate("JOB"), "b")
+    await lanes.configure(bus, queue, "chat", weight=2)
+    await lanes.enqueue(bus, queue, "paused", ids.generate("JOB"), "p")
+    await lanes.pause(bus, queue, "paused")
+    await lanes.enqueue(bus, queue, "waits", ids.generate("JOB"), "w")
+    await lanes.pause_until(bus, queue, "waits", await bus.wire.server_time_ms() + 60_000)
+    await repeat.register(bus, queue, "digest", 60_000, "t", first_in_ms=60_000)
+    claimed = await jobs.claim(bus, queue, 2)
+    flat = next(j for j in claimed if j.group is None)
+    await jobs.retry(bus, queue, flat.id, flat.token, 0, 1, "boom")  # dead, audited
+    await audit.create_group(bus, queue, "reader")
+    await audit.ack_and_trim(bus, queue, "reader", [])
+    await RateLimiter(bus, tag=queue).take(42)
+    await bus.wire.command("HSET", k.app("migrated"), "1", "2")  # as NotificationWorker does
+    await jobs.enqueue(
+        bus, queue, ids.generate("JOB"), "flat again"
+    )  # the claim emptied the flat set
+    await lanes.enqueue(
+        bus, queue, "other", ids.generate("JOB"), "o"
+    )  # "chat" at its limit left the ring
+
+
+async def _declared_keys_of(bus: Bus, queue: str) -> dict[str, str]:
+    """Every key of ``queue`` by its schema name; fails on an undeclared key or a wrong type."""
+    k = bus.keys(queue)
+    seen: dict[str, str] = {}
+    cursor = "0"
+    while True:
+        cursor_raw, found = await bus.wire.command(
+            "SCAN", cursor, "MATCH", k.prefix + "*", "COUNT", "1000"
+        )
+        for raw in found:
+            key = as_text(raw)
+            spec = k.spec_of(key)
+            assert spec is not None, f"undeclared key {key}"
+            kind = as_text(await bus.wire.command("TYPE", key))
+            assert spec.type in (kind, "any"), f"{key} is a {kind}, declared {spec.type}"
+            seen[spec.name] = key
+        cursor = as_text(cursor_raw)
+        if cursor == "0":
+            return seen

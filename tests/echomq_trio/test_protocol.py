@@ -1,0 +1,455 @@
+"""The script protocol without a server: calls built from typed arguments carry them in the places
+each script's header names, every key is a declared key of the queue, bad input is refused, and
+replies in each script's documented shape parse back into the typed results (round trips)."""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from echomq_trio import ids, protocol
+from echomq_trio.checks import MAX_DELAY_MS, MAX_TIME_MS
+from echomq_trio.keys import QueueKeys, queue_keys
+from echomq_trio.protocol import Call
+from echomq_trio.results import (
+    Acknowledged,
+    AuditOutcome,
+    AuditRecord,
+    Counts,
+    Job,
+    JobInfo,
+    LaneStatus,
+    Outcome,
+    Reaped,
+    Registered,
+    Registration,
+    Scheduled,
+)
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "echomq_trio" / "scripts"
+MAX = 1000  # payload limit in these tests
+
+# Names as the checks admit them: printable, no whitespace or braces (some beyond ASCII).
+names = st.text(st.sampled_from("abcXYZ09-_.:+=é€😀"), min_size=1, max_size=20)
+job_ids = st.integers(0, 2**63 - 1).map(lambda n: "JOB" + _base62(n))
+payloads = st.one_of(st.binary(max_size=64), st.text(max_size=16))
+texts = st.text(max_size=50)
+tokens = st.integers(0, 2**40)
+delays = st.integers(0, MAX_DELAY_MS)
+times = st.integers(0, MAX_TIME_MS)
+keys_of = names.map(queue_keys)
+words_as_server_sends = st.sampled_from([bytes, str])
+
+
+def _base62(n: int) -> str:
+    out = ""
+    for _ in range(11):
+        n, digit = divmod(n, 62)
+        out = ids.ALPHABET[digit] + out
+    return out
+
+
+def _bytes(p: str | bytes) -> bytes:
+    return p.encode() if isinstance(p, str) else p
+
+
+@functools.cache
+def _header_key(script: str) -> str | None:
+    """The pattern after ``emq:{q}:`` that a script's header names as KEYS[1]."""
+    found = re.search(
+        r"^-- KEYS\[1\] emq:\{q\}:(\S+)", (SCRIPTS / f"{script}.lua").read_text(), re.M
+    )
+    return found.group(1) if found else None
+
+
+def _check_call(call: Call, k: QueueKeys) -> None:
+    """Every call: a packaged script, one key of this queue, the one its header names."""
+    assert (SCRIPTS / f"{call.script}.lua").is_file()
+    (key,) = call.keys
+    spec = k.spec_of(key)
+    assert spec is not None, key
+    if call.script != "inspect":
+        assert spec.pattern == _header_key(call.script), call.script
+    if call.script != "audit_ack":
+        assert call.args[0] == k.prefix
+
+
+# --- admissions ----------------------------------------------------------------------------------
+
+
+@given(keys_of, st.lists(st.tuples(job_ids, payloads), max_size=20), st.data())
+def test_enqueue_round_trip(k: QueueKeys, items: list[tuple[str, str | bytes]], data: Any) -> None:
+    calls = protocol.enqueue_calls(k, items, MAX)
+    assert len(calls) == (1 if items else 0)
+    for call in calls:
+        _check_call(call, k)
+        assert call.script == "enqueue" and call.args[1:3] == ("", "")
+        assert list(zip(call.args[3::2], call.args[4::2], strict=True)) == [
+            (i, _bytes(p)) for i, p in items
+        ]
+    words = data.draw(st.lists(st.sampled_from(["enqueued", "duplicate"]), min_size=len(items),
+                               max_size=len(items)))  # fmt: skip
+    assert protocol.admitted_reply([w.encode() for w in words]) == [Outcome(w) for w in words]
+
+
+def test_enqueue_goes_in_chunks() -> None:
+    k = queue_keys("q")
+    items = [(ids.generate("JOB"), b"") for _ in range(2 * protocol.ENQUEUE_CHUNK + 1)]
+    calls = protocol.enqueue_calls(k, items, MAX)
+    assert [len(c.args) for c in calls] == [3 + 2 * protocol.ENQUEUE_CHUNK] * 2 + [5]
+    assert [a for c in calls for a in c.args[3::2]] == [i for i, _ in items]
+
+
+@given(keys_of, job_ids, payloads, names, st.integers(1, 2**40))
+def test_an_idempotency_key_guards_exactly_one_job(
+    k: QueueKeys, job_id: str, payload: str | bytes, key: str, ttl: int
+) -> None:
+    (call,) = protocol.enqueue_calls(k, [(job_id, payload)], MAX, key=key, key_ttl_ms=ttl)
+    assert call.args == (k.prefix, key, str(ttl), job_id, _bytes(payload))
+    with pytest.raises(ValueError, match="exactly one job"):
+        protocol.enqueue_calls(k, [(job_id, payload)] * 2, MAX, key=key)
+    with pytest.raises(ValueError, match="exactly one job"):
+        protocol.lane_enqueue_call(k, "g", [], MAX, key=key)
+
+
+@given(keys_of, names, st.lists(st.tuples(job_ids, payloads), min_size=1, max_size=5),
+       st.none() | st.integers(1, 100))  # fmt: skip
+def test_lane_enqueue_call(
+    k: QueueKeys, group: str, items: list[tuple[str, str | bytes]], limit: int | None
+) -> None:
+    call = protocol.lane_enqueue_call(k, group, items, MAX, limit=limit)
+    _check_call(call, k)
+    assert call.keys == (k.lane(group),)
+    assert call.args[1:5] == (group, "" if limit is None else str(limit), "", "")
+    assert list(call.args[5::2]) == [i for i, _ in items]
+
+
+@given(keys_of, st.lists(st.tuples(job_ids, payloads, delays), max_size=5), st.booleans(),
+       st.none() | names, st.data())  # fmt: skip
+def test_schedule_round_trip(
+    k: QueueKeys, items: list[tuple[str, str | bytes, int]], relative: bool, group: Any, data: Any
+) -> None:
+    call = protocol.schedule_call(k, items, MAX, relative=relative, group=group)
+    _check_call(call, k)
+    assert call.args[1:3] == ("in" if relative else "at", group or "")
+    assert list(call.args[5::3]) == [str(t) for _, _, t in items]
+    answers = data.draw(st.lists(st.one_of(st.tuples(st.just("scheduled"), times),
+                                           st.tuples(st.just("duplicate"))),
+                                 min_size=len(items), max_size=len(items)))  # fmt: skip
+    raw = [[a[0].encode(), *a[1:]] for a in answers]
+    assert protocol.schedule_reply(raw) == [
+        Scheduled(Outcome.SCHEDULED, a[1]) if len(a) > 1 else Scheduled(Outcome.DUPLICATE, None)
+        for a in answers
+    ]
+
+
+def test_times_and_delays_are_checked_by_their_names() -> None:
+    k = queue_keys("q")
+    j = ids.generate("JOB")
+    with pytest.raises(ValueError, match="run_at_ms must be at most"):
+        protocol.schedule_call(k, [(j, "", MAX_TIME_MS + 1)], MAX, relative=False)
+    with pytest.raises(ValueError, match="delay_ms must be at most"):
+        protocol.schedule_call(k, [(j, "", MAX_DELAY_MS + 1)], MAX, relative=True)
+    assert protocol.schedule_call(k, [(j, "", MAX_TIME_MS)], MAX, relative=False)
+    with pytest.raises(ValueError, match="lease_ms must be >= 1"):
+        protocol.claim_call(k, 1, 0)
+    with pytest.raises(ValueError, match="at_ms must be at most"):
+        protocol.lane_pause_until_call(k, "g", MAX_TIME_MS + 1)
+    with pytest.raises(ValueError, match="payload is 1001 bytes"):
+        protocol.enqueue_calls(k, [(j, b"x" * (MAX + 1))], MAX)
+    with pytest.raises(TypeError, match="payload must be str or bytes"):
+        protocol.register_call(k, "n", 1, {"a": 1}, MAX)  # type: ignore[arg-type]
+
+
+@given(keys_of, st.text(max_size=20).filter(lambda s: not ids.is_valid(s, "JOB")))
+def test_only_job_ids_are_admitted(k: QueueKeys, bad: str) -> None:
+    for build in (
+        lambda: protocol.enqueue_calls(k, [(bad, "")], MAX),
+        lambda: protocol.ack_call(k, [(bad, 1)]),
+        lambda: protocol.retry_call(k, bad, 1, 0, 1),
+        lambda: protocol.defer_call(k, bad, 1, 0),
+        lambda: protocol.replay_call(k, bad),
+        lambda: protocol.inspect_ids_call(k, [bad]),
+        lambda: protocol.fire_call(k, [bad]),
+    ):
+        with pytest.raises(ValueError, match="JOB"):
+            build()
+
+
+# --- claim and settling --------------------------------------------------------------------------
+
+jobs_st = st.builds(
+    Job, st.just("q"), job_ids, st.binary(max_size=50), st.integers(1, 100), tokens,
+    st.just(0), st.none() | names,
+)  # fmt: skip
+
+
+@given(keys_of, st.integers(1, 1000), st.integers(1, MAX_DELAY_MS), st.lists(jobs_st, max_size=8),
+       times, words_as_server_sends)  # fmt: skip
+def test_claim_round_trip(
+    k: QueueKeys, batch: int, lease: int, claimed: list[Job], deadline: int, kind: type
+) -> None:
+    call = protocol.claim_call(k, batch, lease)
+    _check_call(call, k)
+    assert call.args[1:] == (str(batch), str(lease))
+    raw: list[Any] = [deadline]
+    for j in claimed:
+        raw += [kind(j.id.encode()) if kind is bytes else j.id, j.payload, j.attempts, j.token,
+                (j.group or "").encode()]  # fmt: skip
+    expected = [attrs.evolve(j, queue=k.name, lease_deadline_ms=deadline) for j in claimed]
+    assert protocol.claim_reply(raw, k.name) == expected
+
+
+@given(keys_of, st.lists(st.one_of(st.tuples(job_ids, tokens), st.tuples(job_ids, tokens, texts)),
+                         max_size=6), st.data())  # fmt: skip
+def test_ack_round_trip(k: QueueKeys, items: list[Any], data: Any) -> None:
+    call = protocol.ack_call(k, items)
+    _check_call(call, k)
+    assert list(zip(*[iter(call.args[1:])] * 3, strict=True)) == [
+        (i[0], str(i[1]), i[2] if len(i) > 2 else "") for i in items
+    ]
+    words = data.draw(st.lists(st.sampled_from(["acked", "stale", "gone"]), min_size=len(items),
+                               max_size=len(items)))  # fmt: skip
+    assert protocol.ack_reply([w.encode() for w in words]) == [Outcome(w) for w in words]
+
+
+@given(keys_of, job_ids, tokens, delays, st.integers(1, 100), texts, st.booleans())
+def test_retry_and_defer_calls(
+    k: QueueKeys, job_id: str, token: int, delay: int, most: int, error: str, buried: bool
+) -> None:
+    call = protocol.retry_call(k, job_id, token, delay, most, error, buried=buried)
+    _check_call(call, k)
+    assert call.args[1:] == (
+        job_id,
+        str(token),
+        str(delay),
+        str(most),
+        error,
+        "1" if buried else "0",
+    )
+    call = protocol.defer_call(k, job_id, token, delay, error)
+    _check_call(call, k)
+    assert call.args[1:] == (job_id, str(token), str(delay), error)
+    _check_call(protocol.replay_call(k, job_id), k)
+
+
+@pytest.mark.parametrize("word", [o.value for o in Outcome])
+def test_outcome_words_parse_by_value(word: str) -> None:
+    assert protocol.outcome_reply(word.encode()) is Outcome(word)
+    assert protocol.outcome_reply(word) is Outcome(word)
+
+
+@given(st.text(max_size=12).filter(lambda w: w not in {o.value for o in Outcome}))
+def test_an_unknown_word_is_refused(word: str) -> None:
+    with pytest.raises(ValueError):
+        protocol.outcome_reply(word.encode())
+
+
+@given(keys_of, st.lists(st.tuples(job_ids, tokens), max_size=6), st.integers(1, MAX_DELAY_MS),
+       times, st.lists(job_ids, max_size=6))  # fmt: skip
+def test_extend_and_release(
+    k: QueueKeys, items: list[tuple[str, int]], lease: int, deadline: int, lost: list[str]
+) -> None:
+    call = protocol.extend_call(k, items, lease)
+    _check_call(call, k)
+    assert call.args[1] == str(lease) and list(call.args[2::2]) == [i for i, _ in items]
+    got = protocol.extend_reply([deadline, *(x.encode() for x in lost)])
+    assert (got.lease_deadline_ms, got.lost) == (deadline, tuple(lost))
+    call = protocol.release_call(k, items)
+    _check_call(call, k)
+    assert list(call.args[1::2]) == [i for i, _ in items]
+    assert protocol.release_reply(len(items)) == len(items)
+
+
+@given(keys_of, st.integers(1, 10**6), st.integers(0, 10**6), st.integers(0, 10**6),
+       st.integers(-1, MAX_TIME_MS), times)  # fmt: skip
+def test_promote_reap_and_fire_replies(
+    k: QueueKeys, batch: int, moved: int, lanes: int, nxt: int, now: int
+) -> None:
+    for call in (protocol.promote_call(k, batch), protocol.reap_call(k, batch)):
+        _check_call(call, k)
+        assert call.args[1:] == (str(batch),)
+    due = None if nxt < 0 else nxt
+    got = protocol.promote_reply([moved, lanes, nxt, now])
+    assert (got.moved, got.lanes_resumed, got.next_due_ms, got.server_now_ms) == (
+        moved, lanes, due, now,
+    )  # fmt: skip
+    assert protocol.reap_reply([moved, now]) == Reaped(moved, now)
+    fired = protocol.fire_reply([moved, nxt, now])
+    assert (fired.fired, fired.next_due_ms, fired.server_now_ms) == (moved, due, now)
+    assert protocol.advance_reply(nxt) == due
+
+
+# --- reads ---------------------------------------------------------------------------------------
+
+
+@given(st.lists(st.integers(0, 2**40), min_size=13, max_size=13))
+def test_counts_reply(values: list[int]) -> None:
+    got = protocol.counts_reply(values)
+    assert attrs.astuple(got) == (bool(values[0]), *values[1:])
+    assert len(attrs.fields(Counts)) == 13
+
+
+infos = st.builds(
+    JobInfo, job_ids, st.sampled_from(["pending", "scheduled", "active", "dead", ""]),
+    st.integers(0, 100), st.binary(max_size=30), st.none() | st.text(min_size=1, max_size=20),
+    st.none() | times, st.none() | names,
+)  # fmt: skip
+
+
+@given(keys_of, st.lists(infos, max_size=6), st.sampled_from(sorted(protocol.STATE_SETS)),
+       st.integers(0, 100), st.integers(1, 100), names)  # fmt: skip
+def test_inspect_round_trip(
+    k: QueueKeys, rows: list[JobInfo], state: str, offset: int, limit: int, group: str
+) -> None:
+    call = protocol.inspect_state_call(k, state, offset, limit)
+    _check_call(call, k)
+    assert call.keys == (protocol.state_set(k, state),)
+    assert call.args[1:] == ("set", str(offset), str(limit))
+    lane = protocol.inspect_lane_call(k, group, offset, limit)
+    assert lane.keys == (k.lane(group),)
+    _check_call(protocol.inspect_ids_call(k, [r.id for r in rows]), k)
+    raw = [[r.id.encode(), r.state.encode(), str(r.attempts).encode(), r.payload,
+            (r.last_error or "").encode(), "" if r.score_ms is None else f"{r.score_ms}",
+            (r.group or "").encode()] for r in rows]  # fmt: skip
+    assert protocol.inspect_reply(raw) == rows
+    with pytest.raises(ValueError, match="state must be one of"):
+        protocol.inspect_state_call(k, "waiting", 0, 1)
+
+
+statuses = st.builds(
+    LaneStatus, names, st.integers(0, 99), st.integers(0, 99), st.none() | st.integers(1, 99),
+    st.integers(1, 99), st.booleans(), st.none() | st.integers(1, MAX_TIME_MS), st.booleans(),
+)  # fmt: skip
+
+
+@given(keys_of, st.lists(statuses, max_size=5))
+def test_lane_status_round_trip(k: QueueKeys, lanes: list[LaneStatus]) -> None:
+    call = protocol.lane_status_call(k, [s.group for s in lanes])
+    _check_call(call, k)
+    raw = [[s.group.encode(), s.depth, s.in_flight, s.limit or 0, s.weight, int(s.paused),
+            s.wait_until_ms or 0, int(s.on_ring)] for s in lanes]  # fmt: skip
+    assert protocol.lane_status_reply(raw) == lanes
+
+
+@given(keys_of, names, st.none() | st.integers(0, 99), st.none() | st.integers(1, 99), times)
+def test_lane_settings(
+    k: QueueKeys, group: str, limit: int | None, weight: int | None, at: int
+) -> None:
+    for call in (
+        protocol.lane_pause_call(k, group),
+        protocol.lane_pause_until_call(k, group, at),
+        protocol.lane_resume_call(k, group),
+        protocol.lane_config_call(k, group, limit=limit, weight=weight),
+    ):
+        _check_call(call, k)
+        assert call.args[1] == group
+    assert protocol.lane_pause_until_call(k, group, at).args[2:] == ("until", str(at))
+    call = protocol.lane_config_call(k, group, limit=limit, weight=weight)
+    assert call.args[2:] == (
+        "" if limit is None else str(limit),
+        "" if weight is None else str(weight),
+    )
+    assert protocol.lane_config_reply([limit or 0, weight or 1]) == (limit or None, weight or 1)
+    assert protocol.lane_resume_reply(b"resumed") is True
+    assert protocol.lane_resume_reply(b"not_held") is False
+    with pytest.raises(ValueError):
+        protocol.lane_resume_reply(1)
+
+
+registrations = st.builds(
+    Registration, names, times, st.integers(1, MAX_DELAY_MS), st.binary(max_size=30),
+    st.none() | names, st.none() | times,
+)  # fmt: skip
+
+
+@given(keys_of, registrations, st.sampled_from(list(Registered)), times)
+def test_repeat_round_trips(k: QueueKeys, reg: Registration, answer: Registered, at: int) -> None:
+    call = protocol.register_call(k, reg.name, reg.every_ms, reg.template, MAX, group=reg.group)
+    _check_call(call, k)
+    assert call.args[1:] == (reg.name, str(reg.every_ms), reg.template, "0", reg.group or "")
+    assert protocol.register_reply([answer.value.encode(), at]) == (answer, at)
+    for call in (
+        protocol.unregister_call(k, reg.name),
+        protocol.advance_call(k, reg.name),
+        protocol.repeats_call(k, "due", 5),
+        protocol.fire_call(k, [ids.generate("JOB")]),
+    ):
+        _check_call(call, k)
+    last = "" if reg.last_fired_ms is None else str(reg.last_fired_ms)
+    raw = [[reg.name.encode(), f"{reg.next_run_ms}", str(reg.every_ms).encode(), reg.template,
+            (reg.group or "").encode(), last]]  # fmt: skip
+    assert protocol.repeats_reply(raw) == [reg]
+    assert protocol.unregister_reply(b"cancelled") is True
+    assert protocol.unregister_reply(b"absent") is False
+    with pytest.raises(ValueError):
+        protocol.repeats_call(k, "some", 5)
+
+
+# --- streams and the audit -----------------------------------------------------------------------
+
+stream_ids = st.builds(lambda ms, seq: f"{ms}-{seq}", st.integers(0, 2**50), st.integers(0, 99))
+records = st.builds(
+    AuditRecord, stream_ids, job_ids, st.sampled_from(list(AuditOutcome)), st.integers(0, 99),
+    times, st.binary(max_size=40), texts, texts,
+)  # fmt: skip
+
+
+def _fields(r: AuditRecord) -> list[Any]:
+    return [b"id", r.job_id.encode(), b"outcome", r.outcome.value.encode(), b"attempts",
+            str(r.attempts).encode(), b"settled_ms", str(r.settled_ms).encode(), b"payload",
+            r.payload, b"note", r.note.encode(), b"error", r.error.encode()]  # fmt: skip
+
+
+@given(st.lists(records, max_size=6))
+def test_audit_records_round_trip_in_every_reply_shape(recs: list[AuditRecord]) -> None:
+    as_map = {r.stream_id.encode(): [list(p) for p in zip(_fields(r)[::2], _fields(r)[1::2],
+                                                           strict=True)] for r in recs}  # fmt: skip
+    as_list = [[r.stream_id.encode(), _fields(r)] for r in recs]
+    unique = list({r.stream_id: r for r in recs}.values())
+    assert protocol.audit_records(protocol.stream_entries(as_map)) == unique
+    assert protocol.audit_records(protocol.stream_entries(as_list)) == recs
+    group_reply = {b"emq:{q}:audit": as_map}
+    assert protocol.audit_records(protocol.read_group_entries(group_reply)) == unique
+    assert protocol.audit_records(protocol.autoclaim_entries([b"0-0", as_list, []])) == recs
+    assert protocol.read_group_entries(None) == []
+
+
+@given(keys_of, names, st.lists(stream_ids, max_size=5))
+def test_audit_ack_calls(k: QueueKeys, group: str, acked: list[str]) -> None:
+    (call,) = protocol.audit_ack_calls(k, group, acked)
+    _check_call(call, k)
+    assert call.keys == (k.audit,) and call.args == (group, *acked)
+    assert protocol.audit_ack_reply([len(acked), 7]) == Acknowledged(len(acked), 7)
+    with pytest.raises(TypeError, match="not one str"):
+        protocol.audit_ack_calls(k, group, "1-1")
+    with pytest.raises(ValueError, match="stream id"):
+        protocol.audit_ack_calls(k, group, ["1-x"])
+
+
+def test_audit_ack_goes_in_chunks() -> None:
+    k = queue_keys("q")
+    many = [f"{i}-0" for i in range(protocol.AUDIT_ACK_MAX + 1)]
+    calls = protocol.audit_ack_calls(k, "g", many)
+    assert [len(c.args) for c in calls] == [1 + protocol.AUDIT_ACK_MAX, 2]
+
+
+@given(names, names, st.integers(1, 10**6), st.booleans(), st.integers(0, MAX_DELAY_MS))
+def test_stream_commands(group: str, consumer: str, count: int, pending: bool, idle: int) -> None:
+    key = queue_keys("q").events
+    assert protocol.read_group_command(key, group, consumer, count, pending=pending) == [
+        "XREADGROUP", "GROUP", group, consumer, "COUNT", str(count), "STREAMS", key,
+        "0" if pending else ">",
+    ]  # fmt: skip
+    assert protocol.autoclaim_command(key, group, consumer, idle, count)[4] == str(idle)
+    assert protocol.create_group_command(key, group, "$")[-2:] == ["$", "MKSTREAM"]
+    assert protocol.stream_ack_command(key, group, []) == []
+    assert protocol.range_command(key, "-", count)[2] == "-"
+    assert protocol.range_command(key, "5-1", count)[2] == "(5-1"

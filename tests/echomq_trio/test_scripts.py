@@ -1,0 +1,270 @@
+"""The scripts against the written rules: the Lua prelude's key schema is ``keys.SCHEMA`` line for
+line, scripts reach only declared keys, each header's transition arrow is the one in the table of
+``echomq_trio/scripts/README.md``, scripts answer the words Python parses, and application
+scripts get the public prelude alone (by a plain or a dotted package name)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from echomq_trio import Bus, ids, protocol
+from echomq_trio.errors import ServerError
+from echomq_trio.keys import SCHEMA, queue_keys
+from echomq_trio.results import Outcome, Registered
+from echomq_trio.wire import script_source
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "echomq_trio" / "scripts"
+PRELUDE = (SCRIPTS / "_prelude.lua").read_text()
+BUS_HELPERS = (SCRIPTS / "_bus.lua").read_text()
+BUS_SCRIPTS = sorted(p.stem for p in SCRIPTS.glob("[a-z]*.lua"))
+APP_SCRIPTS = sorted(
+    p for p in (SCRIPTS.parents[1] / "codemojex").rglob("scripts/*.lua") if p.is_file()
+)
+
+
+def _code(text: str) -> str:
+    """Lua text without its comments."""
+    return re.sub(r"--[^\n]*", "", text)
+
+
+# --- the key schema ------------------------------------------------------------------------------
+
+
+def _lua_schema() -> list[tuple[str, str, str, str]]:
+    body = PRELUDE.split("local KEY = {", 1)[1].split("\n}", 1)[0]
+    rows = re.findall(r"^  (\w+) = '([^']*)',\s*-- (\w+) (\S+)$", body, re.M)
+    assert len(rows) == len([line for line in body.splitlines() if line.strip()]), body
+    return rows
+
+
+def test_the_prelude_mirrors_the_schema_line_for_line() -> None:
+    assert _lua_schema() == [(s.name, s.stem, s.type, s.pattern) for s in SCHEMA]
+
+
+def test_every_schema_entry_is_a_member_of_queue_keys() -> None:
+    k = queue_keys("q")
+    job = ids.generate("JOB")
+    for spec in SCHEMA:
+        if spec.variable:
+            key = getattr(k, spec.name)({"job": job}.get(spec.name, "x:1"))
+        else:
+            key = getattr(k, spec.name)
+        assert key.startswith("emq:{q}:" + spec.stem), spec
+        assert k.spec_of(key) == spec
+    assert len({s.name for s in SCHEMA}) == len({s.pattern for s in SCHEMA}) == len(SCHEMA)
+
+
+@pytest.mark.parametrize("name", [*BUS_SCRIPTS, "_bus"])
+def test_bus_scripts_reach_only_declared_keys(name: str) -> None:
+    code = _code((SCRIPTS / f"{name}.lua").read_text())
+    declared = {s.name for s in SCHEMA}
+    used = set(re.findall(r"\bKEY\.([A-Za-z_]\w*)", code))
+    assert used <= declared, f"{name}.lua uses undeclared keys {sorted(used - declared)}"
+    # Every key is the queue prefix and a KEY entry: nothing else is joined to the prefix, no
+    # key is derived from KEYS[n], and no suffix or key is spelled as a literal.
+    assert not re.search(r"\bqp\s*\.\.(?!\s*KEY\.)", code), f"{name}.lua builds a key by hand"
+    assert not re.search(r"\.\.\s*'[a-z_]+:?'", code), f"{name}.lua builds a key by hand"
+    assert not re.search(r"(ARGV\[1\]|KEYS\[\d\])\s*\.\.", code), f"{name}.lua derives a key"
+    assert "emq:" not in code
+    if name not in ("_bus", "audit_ack"):
+        # ARGV[1] is the queue prefix, named qp once at the top.
+        assert code.lstrip().startswith("local qp = ARGV[1]\n"), name
+        assert code.count("ARGV[1]") == 1, name
+
+
+async def test_an_undeclared_key_is_an_error_on_the_server(bus: Bus) -> None:
+    use = "\nlocal qp = 'emq:{t}:'\n"
+    use += "return {qp .. KEY.pending, qp .. KEY.job .. 'x', qp .. KEY.app .. 'y'}"
+    assert await bus.wire.command("EVAL", PRELUDE + use, "0") == [
+        b"emq:{t}:pending", b"emq:{t}:job:x", b"emq:{t}:app:y",
+    ]  # fmt: skip
+    bad = PRELUDE + "\nlocal qp = 'emq:{t}:'\nreturn qp .. KEY.gactive"
+    with pytest.raises(ServerError, match="attempt to concatenate"):
+        await bus.wire.command("EVAL", bad, "0")
+
+
+# --- the state machine ---------------------------------------------------------------------------
+
+JOB_STATES = {"(none)", "pending", "pending (lane)", "pending (lane, waiting)", "scheduled",
+              "active", "dead", "registered"}  # fmt: skip
+LANE_STATES = {"any", "ready", "idle", "paused", "waiting"}
+
+
+def _alternatives(text: str) -> frozenset[str]:
+    """``a | b (c | d)`` → {``a``, ``b (c | d)``}: split at ``|`` outside parentheses."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "|" and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur.strip())
+    return frozenset(parts)
+
+
+def _states_of(alternative: str, lane: bool) -> set[str]:
+    main, _, side = alternative.partition(" (+ ")
+    states = {main}
+    if side:
+        states |= set(_alternatives(side.removesuffix(")")))
+    return states
+
+
+Arrow = tuple[str, frozenset[str], frozenset[str]]
+
+
+def _arrow(text: str) -> Arrow:
+    text = " ".join(text.replace("`", "").replace("\\|", "|").split())
+    if text.startswith("none"):
+        return ("none", frozenset([text]), frozenset())
+    source, _, target = text.partition(" -> ")
+    kind = "lane" if source.startswith("lane ") else "job"
+    return (kind, _alternatives(source.removeprefix("lane ")), _alternatives(target))
+
+
+def _header_arrow(name: str) -> Arrow:
+    lines = re.findall(r"^-- transition: (.*)$", (SCRIPTS / f"{name}.lua").read_text(), re.M)
+    assert len(lines) == 1, f"{name}.lua needs exactly one '-- transition:' header line"
+    return _arrow(lines[0])
+
+
+def _table(title: str) -> list[list[str]]:
+    text = (SCRIPTS / "README.md").read_text().split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    cells = [[c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]] for row in rows[1:]]
+    return [row for row in cells if not set(row[0]) <= {"-"}]
+
+
+def _transitions() -> dict[str, tuple[Arrow, set[str]]]:
+    out = {}
+    for script, source, target, answers in _table("Transitions"):
+        name = script.strip("`")
+        arrow = _arrow(source if source.startswith("none") else f"{source} -> {target}")
+        out[name] = (arrow, set(re.findall(r"`([a-z_]+)`", answers)))
+    return out
+
+
+def test_the_table_lists_every_script_once() -> None:
+    assert sorted(_transitions()) == BUS_SCRIPTS
+    assert len(_table("Transitions")) == len(BUS_SCRIPTS)
+
+
+@pytest.mark.parametrize("name", BUS_SCRIPTS)
+def test_each_header_arrow_is_the_table_s(name: str) -> None:
+    arrow, _ = _transitions()[name]
+    assert _header_arrow(name) == arrow
+    kind, source, target = arrow
+    if kind != "none":
+        vocabulary = LANE_STATES if kind == "lane" else JOB_STATES
+        for alternative in source | target:
+            assert _states_of(alternative, kind == "lane") <= vocabulary, alternative
+
+
+def test_the_states_table_names_declared_keys_and_agrees_with_the_protocol() -> None:
+    rows = {row[0].strip("`"): row[1] for row in _table("Job states")}
+    assert set(rows) == JOB_STATES - {"registered"}
+    patterns = {s.pattern for s in SCHEMA}
+    for where in rows.values():
+        for key in re.findall(r"`([^`]+)`", where):
+            assert key in patterns, key
+    k = queue_keys("q")
+    for state in protocol.STATE_SETS:
+        suffix = protocol.state_set(k, state).removeprefix(k.prefix)
+        assert f"`{suffix}`" in rows[state], state
+
+
+def _answered(name: str) -> str:
+    # The words a script can return: its own text, and for scripts that check a lease, held().
+    text = (SCRIPTS / f"{name}.lua").read_text()
+    return text + BUS_HELPERS if "held(" in text else text
+
+
+@pytest.mark.parametrize("name", BUS_SCRIPTS)
+def test_scripts_answer_the_words_python_parses(name: str) -> None:
+    _, words = _transitions()[name]
+    code = _code(_answered(name))
+    for word in words:
+        assert f"'{word}'" in code, f"{name}.lua never answers {word!r}"
+    if name in ("enqueue", "lane_enqueue", "schedule", "ack", "retry", "defer", "replay"):
+        assert words and all(Outcome(w) for w in words)
+    parsers = {
+        "register": lambda w: protocol.register_reply([w, 1])[0],
+        "unregister": protocol.unregister_reply,
+        "lane_resume": protocol.lane_resume_reply,
+    }
+    if name in parsers:
+        assert {str(parsers[name](w.encode())) for w in words} == (
+            {"registered", "exists"} if name == "register" else {"True", "False"}
+        )
+
+
+def test_every_outcome_is_some_script_s_answer() -> None:
+    answered = set().union(*(words for _, words in _transitions().values()))
+    assert {o.value for o in Outcome} <= answered
+    assert {r.value for r in Registered} <= answered
+
+
+# --- preludes and names --------------------------------------------------------------------------
+
+
+def test_the_id_epoch_is_one_fact() -> None:
+    (epoch,) = re.findall(r"^local ID_EPOCH_MS = (\d+)$", PRELUDE, re.M)
+    assert int(epoch) == ids.EPOCH_MS
+    board = (SCRIPTS.parents[1] / "codemojex" / "scripts" / "board_record.lua").read_text()
+    assert "ID_EPOCH_MS" in board and "1704067200000" not in board and "'TIME'" not in board
+
+
+def test_bus_scripts_get_the_bus_helpers_and_app_scripts_only_the_public_prelude() -> None:
+    ack = script_source("ack")
+    assert ack.startswith(PRELUDE) and BUS_HELPERS in ack
+    for path in APP_SCRIPTS:
+        name = f"codemojex/{path.stem}"
+        if path.parent.parent.name != "codemojex":  # moved into a sub-package
+            name = f"codemojex.{path.parent.parent.name}/{path.stem}"
+        source = script_source(name)
+        assert source.startswith(PRELUDE) and BUS_HELPERS not in source, name
+        assert "local function now_ms" not in path.read_text(), f"{name} re-implements now_ms"
+    assert APP_SCRIPTS
+
+
+def test_a_dotted_package_names_its_scripts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "emqapp" / "notify" / "scripts"
+    folder.mkdir(parents=True)
+    (tmp_path / "emqapp" / "__init__.py").write_text("")
+    (tmp_path / "emqapp" / "notify" / "__init__.py").write_text("")
+    (folder / "take.lua").write_text("return now_ms()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        source = script_source("emqapp.notify/take")
+        assert source.startswith(PRELUDE) and source.endswith("return now_ms()\n")
+        for missing in ("emqapp.notify/none", "emqapp.nothing/take", "emqapp.notify/_prelude"):
+            with pytest.raises(ValueError, match="no script"):
+                script_source(missing)
+    finally:
+        script_source.cache_clear()
+        for mod in [m for m in sys.modules if m.startswith("emqapp")]:
+            del sys.modules[mod]
+
+
+async def test_an_app_script_runs_with_the_public_prelude(bus: Bus) -> None:
+    # board_record packs the time since the id epoch (now_ms() - ID_EPOCH_MS) into the score.
+    from codemojex import board
+
+    room = ids.generate("RMM")
+    before = await bus.wire.server_time_ms()
+    assert (await board.record(bus, room, ids.generate("USR"), 70)).best == 70
+    after = await bus.wire.server_time_ms()
+    (_, score), *_ = (await bus.wire.command("ZRANGE", board.board_key(room), "0", "0",
+                                             "WITHSCORES")).items()  # fmt: skip
+    reached = ids.EPOCH_MS + 10**13 - 1 - round(float(score)) % 10**13
+    assert before <= reached <= after
+    await bus.wire.command("DEL", board.board_key(room))
