@@ -165,13 +165,31 @@ def _time(value: Any) -> int | None:
     return None if ms < 0 else ms
 
 
+# Outcomes by their words, as the server sends them (bytes) or as text: parsing by value, one
+# dict lookup per job on the hot path (ack_many, claim's enqueues).
+_OUTCOMES: dict[object, Outcome] = {
+    **{o.value: o for o in Outcome},
+    **{o.value.encode(): o for o in Outcome},
+}
+
+
+def _outcome(word: object) -> Outcome:
+    try:
+        return _OUTCOMES[word]
+    except (KeyError, TypeError):
+        raise ValueError(f"{word!r} is not an outcome word") from None
+
+
 def _outcomes(raw: Iterable[object]) -> list[Outcome]:
-    return [Outcome(as_text(word)) for word in raw]
+    try:
+        return [_OUTCOMES[word] for word in raw]
+    except (KeyError, TypeError):
+        return [_outcome(word) for word in raw]  # names the word that is not one
 
 
 def outcome_reply(raw: object) -> Outcome:
     """A script's one outcome word (``retry``, ``defer``, ``replay``)."""
-    return Outcome(as_text(raw))
+    return _outcome(raw)
 
 
 # --- argument building ---------------------------------------------------------------------------
@@ -274,7 +292,7 @@ def schedule_reply(raw: Iterable[Sequence[Any]]) -> list[Scheduled]:
     """``schedule``: ``{'scheduled', run-at}`` or ``{'duplicate'}`` per job."""
     out = []
     for answer in raw:
-        outcome = Outcome(as_text(answer[0]))
+        outcome = _outcome(answer[0])
         at = int(answer[1]) if outcome is Outcome.SCHEDULED else None
         out.append(Scheduled(outcome, at))
     return out
@@ -300,18 +318,17 @@ def claim_call(k: QueueKeys, batch: int, lease_ms: int) -> Call:
 def claim_reply(raw: Sequence[Any], queue: str) -> list[Job]:
     """``{lease deadline, then per job: id, payload, attempts, token, group or ''}``."""
     deadline = int(raw[0])
-    return [
-        Job(
-            queue,
-            as_text(raw[i]),
-            _bytes(raw[i + 1]),
-            int(raw[i + 2]),
-            int(raw[i + 3]),
-            deadline,
-            as_text(raw[i + 4]) or None,
-        )
-        for i in range(1, len(raw), 5)
-    ]
+    jobs = []
+    for i in range(1, len(raw), 5):
+        payload = raw[i + 1]
+        if not isinstance(payload, bytes):
+            payload = str(payload).encode()
+        group = raw[i + 4]
+        jobs.append(
+            Job(queue, as_text(raw[i]), payload, int(raw[i + 2]), int(raw[i + 3]), deadline,
+                as_text(group) if group else None)
+        )  # fmt: skip
+    return jobs
 
 
 def reap_call(k: QueueKeys, batch: int) -> Call:

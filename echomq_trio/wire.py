@@ -25,8 +25,6 @@ import socket
 import ssl
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from functools import lru_cache
-from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -56,6 +54,7 @@ from echomq_trio.errors import (
     RequestTimedOut,
     ServerError,
 )
+from echomq_trio.lua import script_source
 
 __all__ = [
     "ConnectionSpec",
@@ -177,30 +176,6 @@ def _host_port(text: str, url: str) -> tuple[str, int]:
         shown = f" got {port}" if port.isdigit() else ""  # a non-number may be a stray secret
         raise ValueError(f"server URL port must be 1-65535,{shown} in {_redact(url)!r}")
     return host, int(port)
-
-
-_PRELUDE = (resources.files("echomq_trio") / "scripts" / "_prelude.lua").read_text()
-_BUS_HELPERS = (resources.files("echomq_trio") / "scripts" / "_bus.lua").read_text()
-
-
-@lru_cache(maxsize=256)
-def script_source(name: str) -> str:
-    """The source of script ``name``: ``echomq_trio/scripts/<name>.lua``, or for
-    ``"package/name"`` the file ``<package>/scripts/<name>.lua`` of any importable package,
-    dotted or not (an application's own scripts, such as ``"codemojex/rate_take"`` or
-    ``"codemojex.notify/rate_take"``). Every script starts with the public prelude
-    (``scripts/_prelude.lua``: the key schema, ``now_ms``, the id epoch); the bus's own scripts
-    also get the bus's helpers (``scripts/_bus.lua``), which an application's do not."""
-    package, _, base = name.rpartition("/")
-    package = package or "echomq_trio"
-    try:
-        path = resources.files(package) / "scripts" / f"{base}.lua"
-    except ModuleNotFoundError:
-        raise ValueError(f"no script {name!r} (no package {package!r})") from None
-    if not base or base.startswith("_") or not path.is_file():
-        raise ValueError(f"no script {name!r} (looked for {path})")
-    helpers = [_PRELUDE, _BUS_HELPERS] if package == "echomq_trio" else [_PRELUDE]
-    return "\n".join([*helpers, path.read_text()])
 
 
 def _configure_logging() -> None:

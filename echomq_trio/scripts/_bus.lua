@@ -49,11 +49,12 @@ local function emit(qp, event, id, ...)
 end
 
 local function held(qp, id, token, or_pending)
-  local job = fields(qp .. KEY.job .. id, 'state', 'lease', 'attempts', 'group')
-  if not job.state then return nil, 'gone' end
-  local holds = job.state == 'active' or (or_pending and job.state == 'pending')
-  if job.lease ~= token or not holds then return nil, 'stale' end
-  return job
+  -- On the hot path (ack, extend): one HMGET, its fields named here and nowhere else.
+  local f = redis.call('HMGET', qp .. KEY.job .. id, 'state', 'lease', 'attempts', 'group')
+  if not f[1] then return nil, 'gone' end
+  local holds = f[1] == 'active' or (or_pending and f[1] == 'pending')
+  if f[2] ~= token or not holds then return nil, 'stale' end
+  return {state = f[1], lease = f[2], attempts = f[3], group = f[4] or nil}
 end
 
 local function lane_ready(qp, g, now)
@@ -142,8 +143,11 @@ local function next_run(at, every, now)
   return nxt
 end
 
+local audit_on = nil  -- the queue's audit flag, read once per script run
+
 local function audit(qp, id, outcome, attempts, now, note, err)
-  if redis.call('HGET', qp .. KEY.meta, 'audit') ~= '1' then return end
+  if audit_on == nil then audit_on = redis.call('HGET', qp .. KEY.meta, 'audit') == '1' end
+  if not audit_on then return end
   -- Never trimmed by a cap: its reader trims below what it has stored (audit_ack).
   redis.call('XADD', qp .. KEY.audit, '*', 'id', id, 'outcome', outcome, 'attempts', attempts,
     'settled_ms', now, 'payload', redis.call('HGET', qp .. KEY.job .. id, 'payload') or '',

@@ -1,10 +1,12 @@
 -- The public prelude, prepended to every script (the bus's and an application's; an application's
 -- scripts get this alone). Not a transition itself.
---   KEY             the keys of a queue: the mirror of echomq_trio/keys.py SCHEMA, line for line.
---                   A key of queue q is its prefix `emq:{q}:` (qp) and a KEY entry:
---                   `qp .. KEY.pending`; a key with a variable part is the entry and that part:
---                   `qp .. KEY.job .. id`, `qp .. KEY.app .. name`. An undeclared name is nil, so
---                   using it is an error ("attempt to concatenate ... a nil value").
+--   KEY             the keys of a queue: the mirror of echomq_trio/keys.py SCHEMA, line for line
+--                   (name = 'fixed part', -- type pattern). A key of queue q is its prefix
+--                   `emq:{q}:` (qp) and a KEY entry: `qp .. KEY.pending`; a key with a variable
+--                   part is the entry and that part: `qp .. KEY.job .. id`. KEY.<name> is folded
+--                   into the code as the literal suffix when a script is loaded
+--                   (echomq_trio/lua.py), so it costs nothing per call, and a name KEY does not
+--                   declare fails the load; KEY is not a table at run time.
 --   fields(key, ...)  the named fields of a hash, as a table by name (a missing field is nil)
 --   now_ms()        the server clock, Unix ms
 --   ID_EPOCH_MS     the epoch of branded ids (2024-01-01 UTC), echomq_trio.ids.EPOCH_MS

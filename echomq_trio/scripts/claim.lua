@@ -13,6 +13,7 @@ local qp = ARGV[1]
 local want = tonumber(ARGV[2])
 local now = now_ms()
 local deadline = now + tonumber(ARGV[3])
+local active = qp .. KEY.active
 local out = {deadline}
 
 local function take(id, g)
@@ -20,7 +21,7 @@ local function take(id, g)
   local attempts = redis.call('HINCRBY', row, 'attempts', 1)
   local token = redis.call('HINCRBY', row, 'lease', 1)
   redis.call('HSET', row, 'state', 'active')
-  redis.call('ZADD', qp .. KEY.active, deadline, id)
+  redis.call('ZADD', active, deadline, id)
   out[#out + 1] = id
   out[#out + 1] = redis.call('HGET', row, 'payload')
   out[#out + 1] = attempts

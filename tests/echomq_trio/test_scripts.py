@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from echomq_trio import Bus, ids, protocol
-from echomq_trio.errors import ServerError
+from echomq_trio import Bus, ids, lua, protocol
 from echomq_trio.keys import SCHEMA, queue_keys
 from echomq_trio.results import Outcome, Registered
 from echomq_trio.wire import script_source
@@ -43,6 +43,7 @@ def _lua_schema() -> list[tuple[str, str, str, str]]:
 
 def test_the_prelude_mirrors_the_schema_line_for_line() -> None:
     assert _lua_schema() == [(s.name, s.stem, s.type, s.pattern) for s in SCHEMA]
+    assert {s.name: s.stem for s in SCHEMA} == lua.KEY  # what the loader folds in
 
 
 def test_every_schema_entry_is_a_member_of_queue_keys() -> None:
@@ -76,15 +77,48 @@ def test_bus_scripts_reach_only_declared_keys(name: str) -> None:
         assert code.count("ARGV[1]") == 1, name
 
 
-async def test_an_undeclared_key_is_an_error_on_the_server(bus: Bus) -> None:
-    use = "\nlocal qp = 'emq:{t}:'\n"
-    use += "return {qp .. KEY.pending, qp .. KEY.job .. 'x', qp .. KEY.app .. 'y'}"
-    assert await bus.wire.command("EVAL", PRELUDE + use, "0") == [
+def test_keys_are_folded_in_as_literals_when_a_script_is_loaded() -> None:
+    for name in BUS_SCRIPTS:
+        source = script_source(name)
+        code = _code(source)
+        # Neither the table nor a use of it is left to run.
+        assert not re.search(r"\bKEY\b", code), name
+        for spec in SCHEMA:
+            if re.search(rf"\bKEY\.{spec.name}\b", _code((SCRIPTS / f"{name}.lua").read_text())):
+                assert f"qp .. '{spec.stem}'" in code, (name, spec.name)
+
+
+@pytest.fixture
+def app_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An importable package ``emqapp.notify`` whose ``scripts/`` folder a test fills."""
+    folder = tmp_path / "emqapp" / "notify" / "scripts"
+    folder.mkdir(parents=True)
+    (tmp_path / "emqapp" / "__init__.py").write_text("")
+    (tmp_path / "emqapp" / "notify" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        yield folder
+    finally:
+        script_source.cache_clear()
+        for mod in [m for m in sys.modules if m.startswith("emqapp")]:
+            del sys.modules[mod]
+
+
+def test_an_undeclared_key_fails_the_load(app_package: Path) -> None:
+    (app_package / "bad.lua").write_text("-- KEY.nope in a comment is fine\nreturn KEY.gactive\n")
+    with pytest.raises(ValueError, match=r"uses KEY\.gactive, which the key schema does not"):
+        script_source("emqapp.notify/bad")
+
+
+async def test_an_app_script_addresses_the_queue_s_keys(bus: Bus, app_package: Path) -> None:
+    (app_package / "keys.lua").write_text(
+        "local qp = ARGV[1]\n"
+        "return {qp .. KEY.pending, qp .. KEY.job .. 'x', qp .. KEY.app .. 'y'}\n"
+    )
+    source = script_source("emqapp.notify/keys")
+    assert await bus.wire.command("EVAL", source, "0", "emq:{t}:") == [
         b"emq:{t}:pending", b"emq:{t}:job:x", b"emq:{t}:app:y",
     ]  # fmt: skip
-    bad = PRELUDE + "\nlocal qp = 'emq:{t}:'\nreturn qp .. KEY.gactive"
-    with pytest.raises(ServerError, match="attempt to concatenate"):
-        await bus.wire.command("EVAL", bad, "0")
 
 
 # --- the state machine ---------------------------------------------------------------------------
@@ -222,37 +256,26 @@ def test_the_id_epoch_is_one_fact() -> None:
 
 
 def test_bus_scripts_get_the_bus_helpers_and_app_scripts_only_the_public_prelude() -> None:
-    ack = script_source("ack")
-    assert ack.startswith(PRELUDE) and BUS_HELPERS in ack
+    assert "local function held(" in script_source("ack")
+    assert "local function now_ms(" in script_source("ack")
     for path in APP_SCRIPTS:
         name = f"codemojex/{path.stem}"
         if path.parent.parent.name != "codemojex":  # moved into a sub-package
             name = f"codemojex.{path.parent.parent.name}/{path.stem}"
         source = script_source(name)
-        assert source.startswith(PRELUDE) and BUS_HELPERS not in source, name
+        assert "local function now_ms(" in source and "local function held(" not in source, name
         assert "local function now_ms" not in path.read_text(), f"{name} re-implements now_ms"
     assert APP_SCRIPTS
 
 
-def test_a_dotted_package_names_its_scripts(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    folder = tmp_path / "emqapp" / "notify" / "scripts"
-    folder.mkdir(parents=True)
-    (tmp_path / "emqapp" / "__init__.py").write_text("")
-    (tmp_path / "emqapp" / "notify" / "__init__.py").write_text("")
-    (folder / "take.lua").write_text("return now_ms()\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    try:
-        source = script_source("emqapp.notify/take")
-        assert source.startswith(PRELUDE) and source.endswith("return now_ms()\n")
-        for missing in ("emqapp.notify/none", "emqapp.nothing/take", "emqapp.notify/_prelude"):
-            with pytest.raises(ValueError, match="no script"):
-                script_source(missing)
-    finally:
-        script_source.cache_clear()
-        for mod in [m for m in sys.modules if m.startswith("emqapp")]:
-            del sys.modules[mod]
+def test_a_dotted_package_names_its_scripts(app_package: Path) -> None:
+    (app_package / "take.lua").write_text("return now_ms()\n")
+    source = script_source("emqapp.notify/take")
+    assert "local function now_ms(" in source and source.endswith("return now_ms()\n")
+    assert "local function held(" not in source
+    for missing in ("emqapp.notify/none", "emqapp.nothing/take", "emqapp.notify/_prelude"):
+        with pytest.raises(ValueError, match="no script"):
+            script_source(missing)
 
 
 async def test_an_app_script_runs_with_the_public_prelude(bus: Bus) -> None:

@@ -1,0 +1,76 @@
+"""The source of each packaged Lua script, as it is loaded (pure: it reads package files only).
+
+A script's source is the public prelude (``scripts/_prelude.lua``), for the bus's own scripts
+the bus's helpers (``scripts/_bus.lua``), then the script's file. ``"name"`` is
+``echomq_trio/scripts/<name>.lua``; ``"package/name"`` is ``<package>/scripts/<name>.lua`` of any
+importable package, dotted or not (``"codemojex/rate_take"``, ``"codemojex.notify/rate_take"``),
+and gets the public prelude alone.
+
+Key names are folded as the source is assembled: the prelude's table ``KEY`` (the mirror of
+``keys.SCHEMA``) is read here, and every ``KEY.<name>`` in code becomes its suffix as a literal
+(``qp .. KEY.job .. id`` runs as ``qp .. 'job:' .. id``), so naming keys costs nothing per call
+(building the table on every call cost a few microseconds, the price of a small script's other
+work). A name the table does not declare is a ``ValueError`` when the script is loaded, before
+it ever runs. ``KEY`` is not a table at run time.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from importlib import resources
+
+__all__ = ["KEY", "script_source"]
+
+_SCRIPTS = resources.files("echomq_trio") / "scripts"
+_KEY_TABLE = re.compile(r"^local KEY = \{\n(.*?)\n\}\n", re.S | re.M)
+_KEY_ROW = re.compile(r"^\s*(\w+) = '([^']*)',", re.M)
+_KEY_USE = re.compile(r"\bKEY\.([A-Za-z_]\w*)")
+
+
+def _prelude() -> tuple[str, dict[str, str]]:
+    text = (_SCRIPTS / "_prelude.lua").read_text()
+    table = _KEY_TABLE.search(text)
+    if table is None:
+        raise RuntimeError("scripts/_prelude.lua has no `local KEY = {...}` table")
+    keys = dict(_KEY_ROW.findall(table.group(1)))
+    folded = "-- KEY: folded into the code of every script as it is loaded (echomq_trio.lua)\n"
+    return text[: table.start()] + folded + text[table.end() :], keys
+
+
+_PRELUDE, KEY = _prelude()  # KEY: the prelude's table, name -> the key's fixed part
+_BUS_HELPERS = (_SCRIPTS / "_bus.lua").read_text()
+
+
+def _fold(text: str, name: str) -> str:
+    """``KEY.<name>`` in code (not in comments) → the quoted suffix."""
+
+    def literal(use: re.Match[str]) -> str:
+        suffix = KEY.get(use.group(1))
+        if suffix is None:
+            raise ValueError(
+                f"script {name!r} uses KEY.{use.group(1)}, which the key schema does not declare"
+            )
+        return f"'{suffix}'"
+
+    lines = []
+    for line in text.splitlines(keepends=True):
+        code, dashes, comment = line.partition("--")
+        lines.append(_KEY_USE.sub(literal, code) + dashes + comment)
+    return "".join(lines)
+
+
+@lru_cache(maxsize=256)
+def script_source(name: str) -> str:
+    """The source of script ``name`` as it is loaded (see the module's docstring); ``ValueError``
+    for a script that does not exist or names an undeclared key."""
+    package, _, base = name.rpartition("/")
+    package = package or "echomq_trio"
+    try:
+        path = resources.files(package) / "scripts" / f"{base}.lua"
+    except ModuleNotFoundError:
+        raise ValueError(f"no script {name!r} (no package {package!r})") from None
+    if not base or base.startswith("_") or not path.is_file():
+        raise ValueError(f"no script {name!r} (looked for {path})")
+    helpers = [_PRELUDE, _BUS_HELPERS] if package == "echomq_trio" else [_PRELUDE]
+    return _fold("\n".join([*helpers, path.read_text()]), name)
