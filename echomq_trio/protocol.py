@@ -51,6 +51,7 @@ from echomq_trio.results import (
 )
 
 __all__ = [
+    "AUDIT_ACK_MAX",
     "DEFAULT_KEY_TTL_MS",
     "ENQUEUE_CHUNK",
     "STATE_SETS",
@@ -132,7 +133,7 @@ Payload = str | bytes
 
 @attrs.frozen
 class Call:
-    """One run of a packaged script: its name (see ``wire.script_source``), KEYS and ARGV."""
+    """One run of a packaged script: its name (see ``lua.script_source``), KEYS and ARGV."""
 
     script: str
     keys: tuple[str, ...]
