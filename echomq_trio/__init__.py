@@ -4,11 +4,14 @@ How the parts fit: ``open_bus`` gives a ``Bus`` (a connection, plus an embedded 
 URL is given). ``jobs`` holds one function per job transition, each one atomic Lua script timed by
 the server clock. A ``Consumer`` claims jobs in batches and runs a handler on N tasks; a
 ``Metronome`` promotes scheduled jobs when they come due and reaps expired leases. Both are trio
-tasks for your nursery; cancelling the nursery shuts them down cleanly. ``ids`` mints the branded
-job ids, ``backoff`` computes retry delays. Only ``wire`` talks to the client library.
+tasks for your nursery; cancelling the nursery shuts them down cleanly; what a handler's result
+does to its job is decided by ``settlement``, pure. ``ids`` mints the branded job ids, ``backoff``
+computes retry delays. Everything talks to the server through a ``Transport``: only ``wire``
+(the one ``open_bus`` gives) talks to the client library, and ``testing.FaultyTransport`` wraps
+one to fail or cancel chosen calls in tests.
 """
 
-from echomq_trio import backoff, events, ids, jobs, lanes, repeat
+from echomq_trio import backoff, events, ids, jobs, lanes, repeat, settlement
 from echomq_trio.backoff import Exponential, Fixed, Jitter
 from echomq_trio.bus import Bus, open_bus
 from echomq_trio.consumer import (
@@ -31,6 +34,7 @@ from echomq_trio.errors import (
 )
 from echomq_trio.jobs import Job, Outcome
 from echomq_trio.metronome import Metronome
+from echomq_trio.transport import Transport
 
 __all__ = [
     "Ack",
@@ -54,6 +58,7 @@ __all__ = [
     "ServerError",
     "ServerNotFound",
     "StopConsumer",
+    "Transport",
     "backoff",
     "events",
     "ids",
@@ -61,4 +66,5 @@ __all__ = [
     "lanes",
     "open_bus",
     "repeat",
+    "settlement",
 ]
