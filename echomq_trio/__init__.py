@@ -33,7 +33,7 @@ from echomq_trio.errors import (
     ServerNotFound,
 )
 from echomq_trio.jobs import Job, Outcome
-from echomq_trio.metronome import Metronome
+from echomq_trio.metronome import Metronome, MetronomeStats
 from echomq_trio.transport import Transport
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "Jitter",
     "Job",
     "Metronome",
+    "MetronomeStats",
     "Outcome",
     "RequestTimedOut",
     "RetryIn",
