@@ -105,8 +105,8 @@ class Fault:
     action: Raise | Cancel
     nth: int = 1
     times: int = 1
-    seen: int = 0  # matching calls so far
-    hits: list[Call] = attrs.Factory(list)  # the calls it acted on, in order
+    seen: int = attrs.field(default=0, init=False)  # matching calls so far
+    hits: list[Call] = attrs.field(factory=list, init=False)  # the calls it acted on, in order
 
     @property
     def fired(self) -> bool:

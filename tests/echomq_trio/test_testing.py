@@ -5,7 +5,15 @@ import pytest
 import trio
 
 from echomq_trio import Bus, ConnectionLost, RequestTimedOut, ids, jobs
-from echomq_trio.testing import Call, FaultyTransport, any_call, commands, scripts
+from echomq_trio.testing import (
+    Call,
+    Fault,
+    FaultyTransport,
+    Raise,
+    any_call,
+    commands,
+    scripts,
+)
 
 
 def counter(queue: str) -> str:
@@ -85,6 +93,17 @@ async def test_times_fails_several_calls_in_a_row_with_fresh_errors(bus: Bus, qu
     assert results == [1, 2]
     assert len(seen) == 2 and seen[0] is not seen[1]
     assert all(type(e) is ConnectionLost and str(e) == "down" for e in seen)
+
+
+async def test_a_fault_can_be_planned_as_a_value(bus: Bus, queue: str) -> None:
+    faulty = FaultyTransport(bus.wire)
+    key = counter(queue)
+    fault = faulty.inject(Fault(commands("incr"), Raise(ConnectionLost("x"), after=True), nth=2))
+    assert faulty.faults == [fault] and not fault.fired
+    assert await faulty.command("INCR", key) == 1
+    with pytest.raises(ConnectionLost):
+        await faulty.command("INCR", key)
+    assert await value(bus, key) == 2 and fault.seen == 2 and fault.fired
 
 
 @pytest.mark.parametrize("after", [False, True])
