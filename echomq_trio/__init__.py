@@ -8,11 +8,14 @@ every key of a queue once (``Bus.keys(q)``), ``checks`` checks input before any 
 ``protocol`` builds each script's KEYS and ARGV and parses its reply into ``results``. A
 ``Consumer`` claims jobs in batches and runs a handler on N tasks; a ``Metronome`` promotes
 scheduled jobs when they come due and reaps expired leases. Both are trio tasks for your nursery;
-cancelling the nursery shuts them down cleanly. ``ids`` mints the branded job ids, ``backoff``
-computes retry delays. Only ``wire`` talks to the client library.
+cancelling the nursery shuts them down cleanly; what a handler's result does to its job is
+decided by ``settlement``, pure. ``ids`` mints the branded job ids, ``backoff`` computes retry
+delays. Everything talks to the server through a ``Transport``: only ``wire`` (the one
+``open_bus`` gives) talks to the client library, and ``testing.FaultyTransport`` wraps one to
+fail or cancel chosen calls in tests.
 """
 
-from echomq_trio import audit, backoff, events, ids, jobs, lanes, repeat
+from echomq_trio import audit, backoff, events, ids, jobs, lanes, repeat, settlement
 from echomq_trio.backoff import Exponential, Fixed, Jitter
 from echomq_trio.bus import Bus, open_bus
 from echomq_trio.consumer import (
@@ -34,7 +37,8 @@ from echomq_trio.errors import (
     ServerNotFound,
 )
 from echomq_trio.jobs import Job, Outcome
-from echomq_trio.metronome import Metronome
+from echomq_trio.metronome import Metronome, MetronomeStats
+from echomq_trio.transport import Transport
 
 __all__ = [
     "Ack",
@@ -51,6 +55,7 @@ __all__ = [
     "Jitter",
     "Job",
     "Metronome",
+    "MetronomeStats",
     "Outcome",
     "RequestTimedOut",
     "RetryIn",
@@ -58,6 +63,7 @@ __all__ = [
     "ServerError",
     "ServerNotFound",
     "StopConsumer",
+    "Transport",
     "audit",
     "backoff",
     "events",
@@ -66,4 +72,5 @@ __all__ = [
     "lanes",
     "open_bus",
     "repeat",
+    "settlement",
 ]

@@ -2,6 +2,7 @@
 
 Pure: the caller passes ``attempts`` (the attempt that just failed, from 1) and may pass its own
 ``random.Random`` so tests are deterministic. The bus stores only the literal delay it is given.
+``RECONNECT`` is the bus's own policy for trying the server again after a failed call.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import random
 
 import attrs
 
-__all__ = ["Exponential", "Fixed", "Jitter", "Policy", "delay_ms"]
+__all__ = ["RECONNECT", "Exponential", "Fixed", "Jitter", "Policy", "delay_ms", "reconnect_delay_s"]
 
 
 def _non_negative(_inst: object, attr: attrs.Attribute[int], value: int) -> None:
@@ -61,3 +62,14 @@ def delay_ms(policy: Policy, attempts: int, rng: random.Random | None = None) ->
             return 0
         return (rng or random).randint(0, bound)
     raise TypeError(f"not a backoff policy: {policy!r}")
+
+
+RECONNECT: Policy = Exponential(100, 1_000)
+"""The bus's own pause between tries when the server does not answer (a claim, a settlement or a
+metronome beat failing with ``ConnectionLost`` or ``RequestTimedOut``): 0.1 s after the first
+failure in a row, doubling to at most 1 s."""
+
+
+def reconnect_delay_s(failures: int) -> float:
+    """Seconds to wait after ``failures`` (>= 1) failed tries in a row, by ``RECONNECT``."""
+    return delay_ms(RECONNECT, failures) / 1000

@@ -16,7 +16,8 @@ from echomq_trio.datadir import DataDir
 from echomq_trio.keys import QueueKeys, queue_keys
 from echomq_trio.protocol import Call
 from echomq_trio.server import EmbeddedServer, start_server
-from echomq_trio.wire import Wire, open_wire, parse_url
+from echomq_trio.transport import Transport
+from echomq_trio.wire import open_wire, parse_url
 
 __all__ = ["Bus", "open_bus"]
 
@@ -28,9 +29,12 @@ def _keys(queue: str) -> QueueKeys:
 
 @attrs.define(eq=False)
 class Bus:
-    """A connection to one server (or cluster). Cheap to share between tasks."""
+    """A connection to one server (or cluster). Cheap to share between tasks.
 
-    wire: Wire
+    ``wire`` is any ``Transport``: ``open_bus`` gives the client library's ``wire.Wire``; a test
+    may wrap it (``Bus(testing.FaultyTransport(bus.wire))``) to fail or cancel chosen calls."""
+
+    wire: Transport
     server: EmbeddedServer | None = None
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES  # larger payloads raise before any I/O
 

@@ -11,20 +11,27 @@ Theory of operation:
   attempt (a lane job keeps its place and its lane waits); returning ``Bury`` sends it to the
   dead set at once with a reason; raising retries with the consumer's
   backoff policy, and after ``max_attempts`` the job is dead with the exception's text.
-  Raising ``StopConsumer`` stops the whole consumer (the job goes back to pending).
-* A settler folds finished jobs into one ack round trip per burst; a renewer extends the leases of
-  every held job each third of a lease, so a long handler is not reaped from under itself.
+  Raising ``StopConsumer`` stops the whole consumer (the job goes back to pending). The mapping
+  from result to transition is ``settlement.decide``, pure; this module only runs what it says.
+* A settler folds finished jobs into one ack round trip per burst (retries, deferrals and burials
+  one round trip each); a renewer extends the leases of every held job each third of a lease, so
+  a long handler is not reaped from under itself. A claim or a settlement that meets connection
+  trouble is tried again (``backoff.reconnect_delay_s``); a second try of a settlement the
+  server did run is refused by the lease token, so no job is settled twice.
 * Cancellation (shutdown): claiming stops at once; running handlers get ``grace_s`` to finish and
   are then cancelled; their outcomes are settled; then every job still held (running, cancelled
   or never started) goes back to pending in one round trip, without spending an attempt. A claim
-  in flight is shielded (with a deadline) so the consumer always knows what it holds. A crash
-  (kill -9) returns held jobs through lease expiry and the metronome's reaper instead.
+  in flight is shielded (with a deadline) so the consumer always knows what it holds, and a
+  handler that finished is always settled (its result is queued without a checkpoint). A crash
+  (kill -9), or a release the server never answers, returns held jobs through lease expiry and
+  the metronome's reaper instead. ``tests/echomq_trio/test_cancellations.py`` cancels and fails
+  every call to the server in turn and checks that no job is lost or settled twice.
 """
 
 from __future__ import annotations
 
 import logging
-import math
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TypeVar
@@ -33,12 +40,25 @@ import attrs
 import trio
 
 from echomq_trio import jobs
-from echomq_trio.backoff import Exponential, Jitter, Policy, delay_ms
+from echomq_trio.backoff import Exponential, Jitter, Policy, reconnect_delay_s
 from echomq_trio.bus import Bus
-from echomq_trio.checks import MAX_DELAY_MS
 from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut
 from echomq_trio.jobs import Job, Outcome
-from echomq_trio.wire import Wire
+from echomq_trio.settlement import (
+    Ack,
+    AckJob,
+    Bury,
+    BuryJob,
+    DeferIn,
+    DeferJob,
+    HandlerResult,
+    RetryIn,
+    RetryJob,
+    SettlePolicy,
+    Transition,
+    decide,
+)
+from echomq_trio.transport import Transport
 
 __all__ = [
     "Ack",
@@ -59,77 +79,44 @@ DEFAULT_BACKOFF: Policy = Jitter(Exponential(1_000, 60_000))
 SETTLE_TIME_S = 5.0  # after the grace period, the longest we spend settling and releasing
 
 
-def _delay_ms(value: object) -> int:
-    """A handler's delay: a number of ms, rounded up (never early) and kept within what the
-    server's scores hold (0 to ``MAX_DELAY_MS``). Anything else is a ``TypeError`` where the
-    handler builds it, so it counts as the handler's own error."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise TypeError(f"delay_ms must be a number of ms, got {value!r}")
-    return int(min(max(0, math.ceil(value)), MAX_DELAY_MS))
-
-
-@attrs.frozen
-class RetryIn:
-    """Returned by a handler: fail this attempt and try again after ``delay_ms``."""
-
-    delay_ms: int = attrs.field(converter=_delay_ms)
-    reason: str = "retry requested by handler"
-
-
-@attrs.frozen
-class Ack:
-    """Returned by a handler: done, like returning ``None``, with a ``note`` for the queue's
-    audit record (for example what the far side answered)."""
-
-    note: str
-
-
-@attrs.frozen
-class Bury:
-    """Returned by a handler: this job can never succeed (a permanent error). It goes to the dead
-    set at once with ``reason``, where it can be listed and replayed."""
-
-    reason: str
-
-
-@attrs.frozen
-class DeferIn:
-    """Returned by a handler: not now, and not a failure. The job waits ``delay_ms`` without
-    spending an attempt; a lane job keeps its place and its lane waits with it."""
-
-    delay_ms: int = attrs.field(converter=_delay_ms)
-    reason: str = "deferred by handler"
-
-
 class StopConsumer(Exception):
     """Raised by a handler to stop its consumer (for a fatal condition such as a revoked
     credential). The job is handed back to pending; ``Consumer.run`` re-raises this."""
 
 
-Handler = Callable[[Job], Awaitable[Ack | RetryIn | DeferIn | Bury | None]]
+Handler = Callable[[Job], Awaitable[HandlerResult]]
 
 
-@attrs.define
+@attrs.frozen
 class ConsumerStats:
-    """Counters since the consumer started (a snapshot from ``Consumer.statistics``)."""
+    """Counters since the consumer started: a frozen snapshot from ``Consumer.statistics``."""
 
     claimed: int = 0
     acked: int = 0
     retried: int = 0
     deferred: int = 0
     dead: int = 0
-    stale: int = 0
+    stale: int = 0  # settlements the server refused: the lease was no longer this consumer's
     released: int = 0
     lost_leases: int = 0
     held: int = 0
 
 
+# Which counter an answer of the server adds to.
+_COUNTER = {
+    Outcome.ACKED: "acked",
+    Outcome.SCHEDULED: "retried",
+    Outcome.DEFERRED: "deferred",
+    Outcome.DEAD: "dead",
+    Outcome.STALE: "stale",
+    Outcome.GONE: "stale",
+}
+
+
 @attrs.frozen
-class _Done:
+class _Settle:
     job: Job
-    kind: str = "ack"  # ack | retry | defer | bury
-    delay_ms: int = 0
-    error: str = ""  # the error of a retry, the reason of a bury, or the note of an ack
+    transition: Transition
 
 
 def _check_positive(name: str, value: float) -> None:
@@ -177,23 +164,35 @@ class Consumer:
         self.claim_batch = claim_batch or concurrency + self.prefetch
         self.lease_ms = lease_ms
         self.beat_ms = beat_ms
-        self.max_attempts = max_attempts
-        self.backoff = backoff
+        self.policy = SettlePolicy(max_attempts, backoff)
         self.grace_s = grace_s
         self._max_held = concurrency + self.prefetch
         self._held: dict[str, Job] = {}
         self._stats = ConsumerStats()
         self._stopping = False
 
+    @property
+    def max_attempts(self) -> int:
+        return self.policy.max_attempts
+
+    @property
+    def backoff(self) -> Policy:
+        return self.policy.backoff
+
     def statistics(self) -> ConsumerStats:
+        """A snapshot of the counters, and how many jobs are held now."""
         return attrs.evolve(self._stats, held=len(self._held))
+
+    def _count(self, **more: int) -> None:
+        s = self._stats
+        self._stats = attrs.evolve(s, **{name: getattr(s, name) + n for name, n in more.items()})
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Claim and handle jobs until cancelled; then shut down as described above."""
         self._stopping = False
         slots = trio.Semaphore(self._max_held)
         work_send, work_recv = trio.open_memory_channel[Job](self._max_held)
-        done_send, done_recv = trio.open_memory_channel[_Done](self._max_held)
+        done_send, done_recv = trio.open_memory_channel[_Settle](self._max_held)
         handler_scope = trio.CancelScope()
         shield = trio.CancelScope(shield=True)
 
@@ -244,10 +243,10 @@ class Consumer:
         raise RequestTimedOut("shielded request passed its deadline")
 
     async def _claim_loop(
-        self, work_send: trio.MemorySendChannel[Job], parker: Wire, slots: trio.Semaphore
+        self, work_send: trio.MemorySendChannel[Job], parker: Transport, slots: trio.Semaphore
     ) -> None:
         wake = self.bus.keys(self.queue).wake
-        errors = 0
+        failures = 0
         async with work_send:
             while True:
                 await slots.acquire()
@@ -262,16 +261,19 @@ class Consumer:
                 except (ConnectionLost, RequestTimedOut) as exc:
                     for _ in range(want):
                         slots.release()
-                    errors += 1
+                    failures += 1
                     log.warning("claim on %s failed (%s); retrying", self.queue, exc)
-                    await trio.sleep(min(0.05 * 2**errors, 1.0))
+                    await trio.sleep(reconnect_delay_s(failures))
                     continue
-                errors = 0
+                failures = 0
                 for _ in range(want - len(claimed)):
                     slots.release()
-                self._stats.claimed += len(claimed)
+                self._count(claimed=len(claimed))
                 for job in claimed:
                     self._held[job.id] = job
+                if self._stopping:
+                    return  # the handlers may be gone; what we hold is released at the end
+                for job in claimed:
                     work_send.send_nowait(job)
                 if len(claimed) < want:
                     try:
@@ -280,46 +282,38 @@ class Consumer:
                         await trio.sleep(min(self.beat_ms / 1000, 0.5))
 
     async def _handler_loop(
-        self, work: trio.MemoryReceiveChannel[Job], done: trio.MemorySendChannel[_Done]
+        self, work: trio.MemoryReceiveChannel[Job], done: trio.MemorySendChannel[_Settle]
     ) -> None:
         async with work, done:
             async for job in work:
                 if self._stopping:
                     continue  # never start a job while stopping; it is released at the end
+                result: HandlerResult | Exception
                 try:
                     result = await self.handler(job)
                 except StopConsumer:
                     raise
                 except Exception as exc:
-                    text = f"{type(exc).__name__}: {exc}"
-                    wait = delay_ms(self.backoff, max(job.attempts, 1))
-                    await done.send(_Done(job, "retry", wait, text))
-                else:
-                    if result is None:
-                        await done.send(_Done(job))
-                    elif isinstance(result, Ack):
-                        await done.send(_Done(job, "ack", 0, result.note))
-                    elif isinstance(result, Bury):
-                        await done.send(_Done(job, "bury", 0, result.reason))
-                    elif isinstance(result, DeferIn):
-                        await done.send(_Done(job, "defer", max(0, result.delay_ms), result.reason))
-                    else:
-                        await done.send(_Done(job, "retry", max(0, result.delay_ms), result.reason))
+                    result = exc
+                # Never blocks (room for every held job), so no cancellation can come between a
+                # finished handler and its settlement.
+                done.send_nowait(_Settle(job, decide(result, job, self.policy)))
 
     async def _persist(self, call: Callable[[], Awaitable[T]]) -> T:
         # Settling must not be lost to a blip: retry through connection trouble until it goes
         # through or the shutdown deadline cancels us (then the job is released or reaped).
-        errors = 0
+        # Settling twice is harmless: the lease token fences a second try of a settled job.
+        failures = 0
         while True:
             try:
                 return await call()
             except (ConnectionLost, RequestTimedOut) as exc:
-                errors += 1
+                failures += 1
                 log.warning("settling on %s failed (%s); retrying", self.queue, exc)
-                await trio.sleep(min(0.05 * 2**errors, 1.0))
+                await trio.sleep(reconnect_delay_s(failures))
 
     async def _settle_loop(
-        self, done: trio.MemoryReceiveChannel[_Done], slots: trio.Semaphore
+        self, done: trio.MemoryReceiveChannel[_Settle], slots: trio.Semaphore
     ) -> None:
         async with done:
             async for first in done:
@@ -329,61 +323,55 @@ class Consumer:
                         batch.append(done.receive_nowait())
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
-                if any(d.kind == "ack" for d in batch):
-                    items = [(d.job.id, d.job.token, d.error) for d in batch if d.kind == "ack"]
-                    outcomes = await self._persist(
-                        partial(jobs.ack_many, self.bus, self.queue, items)
-                    )
-                    for o in outcomes:
-                        if o is Outcome.ACKED:
-                            self._stats.acked += 1
-                        else:
-                            self._stats.stale += 1
-                for d in batch:
-                    if d.kind in ("retry", "bury"):
-                        await self._settle_retry(d)
-                    elif d.kind == "defer":
-                        await self._settle_defer(d)
+                await self._settle(batch)
                 for d in batch:
                     if self._held.pop(d.job.id, None) is not None:
                         slots.release()
 
-    async def _settle_defer(self, d: _Done) -> None:
-        outcome = await self._persist(
-            partial(jobs.defer, self.bus, self.queue, d.job.id, d.job.token, d.delay_ms, d.error)
-        )
-        if outcome is Outcome.DEFERRED:
-            self._stats.deferred += 1
-        else:
-            self._stats.stale += 1
-
-    async def _settle_retry(self, d: _Done) -> None:
-        outcome = await self._persist(
-            partial(
-                jobs.retry,
-                self.bus,
-                self.queue,
-                d.job.id,
-                d.job.token,
-                d.delay_ms,
-                1 if d.kind == "bury" else self.max_attempts,
-                d.error,
-                buried=d.kind == "bury",
-            )
-        )
-        if outcome is Outcome.SCHEDULED:
-            self._stats.retried += 1
-        elif outcome is Outcome.DEAD:
-            self._stats.dead += 1
-            log.warning(
-                "job %s on %s is dead after %d attempts: %s",
-                d.job.id,
-                self.queue,
-                d.job.attempts,
-                d.error,
-            )
-        else:
-            self._stats.stale += 1
+    async def _settle(self, batch: list[_Settle]) -> None:
+        """Run a batch's transitions: every ack in one round trip, then the rest in order (their
+        scripts take one job each)."""
+        acks = [
+            (d.job.id, d.job.token, d.transition.note)
+            for d in batch
+            if isinstance(d.transition, AckJob)
+        ]
+        if acks:
+            outcomes = await self._persist(partial(jobs.ack_many, self.bus, self.queue, acks))
+            self._count(**Counter(_COUNTER[o] for o in outcomes))
+        for d in batch:
+            job = d.job
+            match d.transition:
+                case AckJob():
+                    continue
+                case RetryJob(delay_ms=wait, error=error, max_attempts=most):
+                    call = partial(
+                        jobs.retry, self.bus, self.queue, job.id, job.token, wait, most, error
+                    )
+                case DeferJob(delay_ms=wait, reason=error):
+                    call = partial(jobs.defer, self.bus, self.queue, job.id, job.token, wait, error)
+                case BuryJob(reason=error):
+                    call = partial(
+                        jobs.retry,
+                        self.bus,
+                        self.queue,
+                        job.id,
+                        job.token,
+                        0,
+                        1,
+                        error,
+                        buried=True,
+                    )
+            outcome = await self._persist(call)
+            self._count(**{_COUNTER[outcome]: 1})
+            if outcome is Outcome.DEAD:
+                log.warning(
+                    "job %s on %s is dead after %d attempts: %s",
+                    job.id,
+                    self.queue,
+                    job.attempts,
+                    error,
+                )
 
     async def _renew_loop(self, scope: trio.CancelScope) -> None:
         with scope:
@@ -397,7 +385,7 @@ class Consumer:
                 except BusError as exc:
                     log.warning("lease renewal on %s failed: %s", self.queue, exc)
                     continue
-                self._stats.lost_leases += len(result.lost)
+                self._count(lost_leases=len(result.lost))
 
     async def _release_held(self) -> None:
         if not self._held:
@@ -405,7 +393,7 @@ class Consumer:
         items = [(j.id, j.token) for j in self._held.values()]
         with trio.CancelScope(shield=True, deadline=trio.current_time() + SETTLE_TIME_S):
             try:
-                self._stats.released += await jobs.release(self.bus, self.queue, items)
+                self._count(released=await jobs.release(self.bus, self.queue, items))
                 self._held.clear()
             except BusError as exc:
                 log.warning(

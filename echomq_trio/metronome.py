@@ -6,26 +6,42 @@ job runs close to its time rather than up to a beat late. A long wait is spent p
 queue's tick list (a newly scheduled job that becomes the earliest pushes a tick and wakes it);
 the server's blocking timeout is coarse (about 100 ms), so the last stretch before a due job is
 slept locally in short steps. Promote and reap are atomic scripts on the server clock, so any
-number of metronomes on one queue move each job exactly once.
+number of metronomes on one queue move each job exactly once. A beat that fails (the server
+unreachable) is tried again after ``backoff.reconnect_delay_s``; ``statistics()`` counts beats,
+what they moved and the failures.
 """
 
 from __future__ import annotations
 
 import logging
 
+import attrs
 import trio
 
 from echomq_trio import jobs, repeat
+from echomq_trio.backoff import reconnect_delay_s
 from echomq_trio.bus import Bus
 from echomq_trio.errors import BusError
 
-__all__ = ["Metronome"]
+__all__ = ["Metronome", "MetronomeStats"]
 
 log = logging.getLogger("echomq_trio.metronome")
 
 PARK_MARGIN_S = 0.15  # the server may wake a blocked pop this late; park only this far ahead
 SHORT_STEP_S = 0.02  # re-check step in the last stretch, to notice an even earlier job
 FIRE_BATCH = 16  # occurrences per fire call (ids are minted ahead for them)
+
+
+@attrs.frozen
+class MetronomeStats:
+    """Counters since the metronome was made: a frozen snapshot from ``Metronome.statistics``."""
+
+    beats: int = 0  # sweeps that went through
+    promoted: int = 0  # scheduled jobs moved to pending (or their lanes)
+    lanes_resumed: int = 0  # lanes whose wait ended
+    fired: int = 0  # occurrences of recurring schedules
+    reaped: int = 0  # expired leases returned to pending
+    errors: int = 0  # sweeps that failed (each is tried again)
 
 
 class Metronome:
@@ -41,21 +57,31 @@ class Metronome:
         self.queue = queue
         self.beat_s = beat_ms / 1000
         self.batch = batch
-        self.promoted = 0
-        self.fired = 0
-        self.reaped = 0
+        self._stats = MetronomeStats()
+
+    def statistics(self) -> MetronomeStats:
+        """A snapshot of the counters."""
+        return self._stats
+
+    def _count(self, **more: int) -> None:
+        s = self._stats
+        self._stats = attrs.evolve(s, **{name: getattr(s, name) + n for name, n in more.items()})
 
     async def beat(self, *, reap: bool = True) -> float:
-        """One sweep: promote, fire repeats (and reap); returns the wait before the next (s)."""
+        """One sweep: promote, fire repeats (and reap); returns the wait before the next (s).
+
+        Each step is one atomic script, counted as soon as it answers; cancelled (or failing)
+        between steps, the steps done stay done and the next sweep does the rest."""
         p = await jobs.promote(self.bus, self.queue, self.batch)
+        self._count(promoted=p.moved, lanes_resumed=p.lanes_resumed)
         f = await repeat.fire(self.bus, self.queue, FIRE_BATCH)
-        self.promoted += p.moved
-        self.fired += f.fired
+        self._count(fired=f.fired)
         more = p.moved >= self.batch or p.lanes_resumed >= self.batch or f.fired >= FIRE_BATCH
         if reap:
             r = await jobs.reap(self.bus, self.queue, self.batch)
-            self.reaped += r.reaped
+            self._count(reaped=r.reaped)
             more = more or r.reaped >= self.batch
+        self._count(beats=1)
         if more:
             return 0.0
         wait = self.beat_s
@@ -69,18 +95,19 @@ class Metronome:
         async with self.bus.wire.blocking() as parker:
             task_status.started()
             next_reap = trio.current_time()
-            errors = 0
+            failures = 0
             while True:
                 now = trio.current_time()
                 reap = now >= next_reap
                 try:
                     wait = await self.beat(reap=reap)
                 except BusError as exc:
-                    errors += 1
+                    failures += 1
+                    self._count(errors=1)
                     log.warning("metronome on %s: %s", self.queue, exc)
-                    await trio.sleep(min(0.05 * 2**errors, 1.0))
+                    await trio.sleep(reconnect_delay_s(failures))
                     continue
-                errors = 0
+                failures = 0
                 if reap:
                     next_reap = now + self.beat_s
                 wait = min(wait, max(0.0, next_reap - trio.current_time()))

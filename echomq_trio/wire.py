@@ -1,9 +1,9 @@
 """The one module that talks to the client library (valkey-glide); nothing else imports it.
 
-It turns a URL into a connected client (standalone or cluster), runs the package's Lua scripts by
-EVALSHA (the client loads a script on NOSCRIPT by itself), and maps the library's exceptions to
-``echomq_trio.errors``. A blocking pop holds its connection, so callers that park open a second
-client with ``Wire.blocking()``.
+``Wire`` is the ``transport.Transport`` the bus runs on. It turns a URL into a connected client
+(standalone or cluster), runs the package's Lua scripts by EVALSHA (the client loads a script on
+NOSCRIPT by itself), and maps the library's exceptions to ``echomq_trio.errors``. A blocking pop
+holds its connection, so callers that park open a second client with ``Wire.blocking()``.
 
 URL forms: ``redis://[user:password@]host[:port][/db]``, ``rediss://`` for TLS, ``valkey://`` and
 ``valkeys://`` as synonyms; ``host1:port1,host2:port2`` seeds a cluster; query parameters
@@ -55,6 +55,7 @@ from echomq_trio.errors import (
     ServerError,
 )
 from echomq_trio.lua import script_source
+from echomq_trio.transport import Message
 
 __all__ = [
     "ConnectionSpec",
@@ -199,7 +200,8 @@ def _translate(exc: GlideError) -> BusError:
 
 
 class Wire:
-    """A connected client with the package's scripts; use ``open_wire`` to get one."""
+    """A connected client with the package's scripts (a ``transport.Transport``); use
+    ``open_wire`` to get one."""
 
     def __init__(self, spec: ConnectionSpec, client: GlideClient | GlideClusterClient) -> None:
         self.spec = spec
@@ -287,17 +289,10 @@ async def _close(client: GlideClient | GlideClusterClient) -> None:
         await client.close()
 
 
-@attrs.frozen
-class Message:
-    channel: str
-    data: bytes
-    pattern: str | None = None
-
-
 class Subscription:
-    """Messages of a subscription, in order. Receive them from one long-lived task: cancelling
-    ``receive`` loses the message that was on its way (the client library keeps the cancelled
-    waiter), so cancel only to stop for good."""
+    """Messages of a subscription, in order (a ``transport.Subscription``). Receive them from one
+    long-lived task: cancelling ``receive`` loses the message that was on its way (the client
+    library keeps the cancelled waiter), so cancel only to stop for good."""
 
     def __init__(self, client: GlideClient | GlideClusterClient) -> None:
         self._client = client

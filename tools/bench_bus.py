@@ -277,7 +277,7 @@ async def bench_lateness(
             "clock_offset_rtt_ms": _round(rtt_ms, 3),
             "scheduling_took_ms": _round(scheduling_ms, 1),
             "scheduled_after_run_at": scheduled_late,
-            "promoted": metronome.promoted,
+            "promoted": metronome.statistics().promoted,
             "over_10ms": sum(1 for x in ordered if x > GOAL_LATENESS_P99_MS),
         },
     }

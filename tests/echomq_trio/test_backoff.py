@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from echomq_trio.backoff import Exponential, Fixed, Jitter, delay_ms
+from echomq_trio.backoff import Exponential, Fixed, Jitter, delay_ms, reconnect_delay_s
 
 
 def test_fixed() -> None:
@@ -53,3 +53,10 @@ def test_negative_settings_are_refused() -> None:
         Fixed(-1)
     with pytest.raises(ValueError):
         Exponential(100, -5)
+
+
+def test_the_bus_waits_a_tenth_of_a_second_doubling_to_one_between_tries() -> None:
+    assert [reconnect_delay_s(n) for n in range(1, 7)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    assert reconnect_delay_s(10**6) == 1.0
+    with pytest.raises(ValueError):
+        reconnect_delay_s(0)

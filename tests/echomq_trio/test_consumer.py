@@ -1,5 +1,6 @@
 """Consumer: handler outcomes, concurrency, lease renewal, fatal stop."""
 
+import attrs
 import pytest
 import trio
 
@@ -7,6 +8,7 @@ from echomq_trio import (
     Bury,
     Bus,
     Consumer,
+    ConsumerStats,
     DeferIn,
     Fixed,
     Job,
@@ -33,11 +35,17 @@ async def test_returns_ack_and_every_job_is_handled_once(bus: Bus, queue: str) -
         seen.append(job.id)
 
     consumer = Consumer(bus, queue, handler, concurrency=8, claim_batch=16)
+    before = consumer.statistics()
     async with trio.open_nursery() as nursery:
         await nursery.start(consumer.run)
         await wait_for(lambda: consumer.statistics().acked == 300)
         nursery.cancel_scope.cancel()
     assert sorted(seen) == sorted(all_ids)
+    stats = consumer.statistics()
+    assert (stats.claimed, stats.acked, stats.held) == (300, 300, 0)
+    assert before == ConsumerStats()  # a snapshot: it never changes afterwards
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        stats.acked = 0  # type: ignore[misc]
     c = await jobs.counts(bus, queue)
     assert (c.pending, c.active, c.completed_total) == (0, 0, 300)
 

@@ -1,9 +1,11 @@
 """Scheduled jobs: never claimed before their time, claimed soon after it with a metronome."""
 
+import attrs
 import pytest
 import trio
 
-from echomq_trio import Bus, Consumer, Job, Metronome, ids, jobs
+from echomq_trio import Bus, ConnectionLost, Consumer, Job, Metronome, MetronomeStats, ids, jobs
+from echomq_trio.testing import FaultyTransport, scripts
 from tests.conftest import wait_for
 
 
@@ -55,7 +57,7 @@ async def test_metronome_reaps_expired_leases(bus: Bus, queue: str) -> None:
     metronome = Metronome(bus, queue, beat_ms=50)
     async with trio.open_nursery() as nursery:
         await nursery.start(metronome.run)
-        await wait_for(lambda: metronome.reaped == 1)
+        await wait_for(lambda: metronome.statistics().reaped == 1)
         nursery.cancel_scope.cancel()
     (again,) = await jobs.claim(bus, queue)
     assert again.id == a and again.attempts == job.attempts + 1
@@ -71,9 +73,9 @@ async def test_two_metronomes_promote_each_job_once(bus: Bus, queue: str) -> Non
     async with trio.open_nursery() as nursery:
         await nursery.start(m1.run)
         await nursery.start(m2.run)
-        await wait_for(lambda: m1.promoted + m2.promoted >= 200)
+        await wait_for(lambda: m1.statistics().promoted + m2.statistics().promoted >= 200)
         nursery.cancel_scope.cancel()
-    assert m1.promoted + m2.promoted == 200
+    assert m1.statistics().promoted + m2.statistics().promoted == 200
     assert (await jobs.counts(bus, queue)).pending == 200
 
 
@@ -81,3 +83,25 @@ async def test_two_metronomes_promote_each_job_once(bus: Bus, queue: str) -> Non
 async def test_bad_settings(bus: Bus, kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         Metronome(bus, "q", **kwargs)  # type: ignore[arg-type]
+
+
+async def test_statistics_are_frozen_snapshots_of_what_the_beats_did(bus: Bus, queue: str) -> None:
+    now = await bus.wire.server_time_ms()
+    for i in range(3):
+        await jobs.enqueue_at(bus, queue, ids.generate("JOB"), "x", now + i)
+    await jobs.enqueue(bus, queue, ids.generate("JOB"), "y")
+    await jobs.claim(bus, queue, lease_ms=1)  # y: its lease ends at once
+    faulty = FaultyTransport(bus.wire)
+    down = faulty.fail(scripts("promote"), ConnectionLost("injected"), times=2)
+    metronome = Metronome(Bus(faulty), queue, beat_ms=50)
+    before = metronome.statistics()
+    assert before == MetronomeStats()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(metronome.run)
+        await wait_for(lambda: metronome.statistics().beats >= 2)
+        nursery.cancel_scope.cancel()
+    s = metronome.statistics()
+    assert (s.promoted, s.reaped, s.errors, s.fired) == (3, 1, 2, 0)
+    assert len(down.hits) == 2 and before == MetronomeStats()  # an old snapshot never changes
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        s.promoted = 0  # type: ignore[misc]

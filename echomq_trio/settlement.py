@@ -1,0 +1,171 @@
+"""The consumer's settlement decision: what a handler's result means for its job. Pure.
+
+A handler returns ``None``, ``Ack``, ``RetryIn``, ``DeferIn`` or ``Bury``, or raises. ``decide``
+turns that, the job and the consumer's ``SettlePolicy`` into the one transition to run:
+
+=====================  =========================================================  ===========
+handler                transition                                                 script
+=====================  =========================================================  ===========
+``None``               ``AckJob("")``                                             ack
+``Ack(note)``          ``AckJob(note)``                                           ack
+``RetryIn(ms, why)``   ``RetryJob(ms, why, max_attempts)``                        retry
+raises ``exc``         ``RetryJob(backoff delay, "Type: message", max_attempts)``  retry
+``DeferIn(ms, why)``   ``DeferJob(ms, why)``                                      defer
+``Bury(why)``          ``BuryJob(why)``                                           retry, buried
+anything else          as if the handler raised a ``TypeError`` saying so         retry
+=====================  =========================================================  ===========
+
+A retry that has used ``max_attempts`` is buried by the server (the job is dead with the error).
+``StopConsumer`` is not a result: the consumer stops and hands the job back, it never gets here.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import TYPE_CHECKING
+
+import attrs
+
+from echomq_trio.backoff import Policy, delay_ms
+from echomq_trio.checks import MAX_DELAY_MS
+
+if TYPE_CHECKING:
+    from echomq_trio.jobs import Job
+
+__all__ = [
+    "Ack",
+    "AckJob",
+    "Bury",
+    "BuryJob",
+    "DeferIn",
+    "DeferJob",
+    "HandlerResult",
+    "RetryIn",
+    "RetryJob",
+    "SettlePolicy",
+    "Transition",
+    "decide",
+    "error_text",
+]
+
+
+def _delay_ms(value: object) -> int:
+    """A handler's delay: a number of ms, rounded up (never early) and kept within what the
+    server's scores hold (0 to ``MAX_DELAY_MS``). Anything else is a ``TypeError`` where the
+    handler builds it, so it counts as the handler's own error."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise TypeError(f"delay_ms must be a number of ms, got {value!r}")
+    return int(min(max(0, math.ceil(value)), MAX_DELAY_MS))
+
+
+# --- what a handler returns ------------------------------------------------------------------
+
+
+@attrs.frozen
+class Ack:
+    """Returned by a handler: done, like returning ``None``, with a ``note`` for the queue's
+    audit record (for example what the far side answered)."""
+
+    note: str
+
+
+@attrs.frozen
+class RetryIn:
+    """Returned by a handler: fail this attempt and try again after ``delay_ms``."""
+
+    delay_ms: int = attrs.field(converter=_delay_ms)
+    reason: str = "retry requested by handler"
+
+
+@attrs.frozen
+class DeferIn:
+    """Returned by a handler: not now, and not a failure. The job waits ``delay_ms`` without
+    spending an attempt; a lane job keeps its place and its lane waits with it."""
+
+    delay_ms: int = attrs.field(converter=_delay_ms)
+    reason: str = "deferred by handler"
+
+
+@attrs.frozen
+class Bury:
+    """Returned by a handler: this job can never succeed (a permanent error). It goes to the dead
+    set at once with ``reason``, where it can be listed and replayed."""
+
+    reason: str
+
+
+HandlerResult = Ack | RetryIn | DeferIn | Bury | None
+
+
+# --- what the consumer runs --------------------------------------------------------------------
+
+
+@attrs.frozen
+class AckJob:
+    """Finish the job (script ``ack``); ``note`` goes into the audit record."""
+
+    note: str = ""
+
+
+@attrs.frozen
+class RetryJob:
+    """Fail the attempt (script ``retry``): scheduled again after ``delay_ms``, or dead with
+    ``error`` once the job has used ``max_attempts``."""
+
+    delay_ms: int
+    error: str
+    max_attempts: int
+
+
+@attrs.frozen
+class DeferJob:
+    """Put the job back to wait ``delay_ms`` without spending an attempt (script ``defer``)."""
+
+    delay_ms: int
+    reason: str
+
+
+@attrs.frozen
+class BuryJob:
+    """Dead at once with ``reason`` (script ``retry``, buried: audited as dropped)."""
+
+    reason: str
+
+
+Transition = AckJob | RetryJob | DeferJob | BuryJob
+
+
+@attrs.frozen
+class SettlePolicy:
+    """The consumer's settings that shape a decision. ``rng`` draws the jitter of ``backoff``
+    (the ``random`` module's own when ``None``); pass a seeded one for repeatable delays."""
+
+    max_attempts: int
+    backoff: Policy
+    rng: random.Random | None = attrs.field(default=None, eq=False)
+
+
+def error_text(exc: BaseException) -> str:
+    """How a raised exception is kept as a job's error: ``"Type: message"``."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+def decide(result: HandlerResult | Exception, job: Job, policy: SettlePolicy) -> Transition:
+    """The transition for ``job`` after its handler returned (or raised) ``result``."""
+    if result is None:
+        return AckJob()
+    if isinstance(result, Ack):
+        return AckJob(result.note)
+    if isinstance(result, RetryIn):
+        return RetryJob(result.delay_ms, result.reason, policy.max_attempts)
+    if isinstance(result, DeferIn):
+        return DeferJob(result.delay_ms, result.reason)
+    if isinstance(result, Bury):
+        return BuryJob(result.reason)
+    if not isinstance(result, Exception):
+        result = TypeError(
+            f"handler returned {result!r}; expected None, Ack, RetryIn, DeferIn or Bury"
+        )
+    wait = delay_ms(policy.backoff, max(job.attempts, 1), policy.rng)
+    return RetryJob(wait, error_text(result), policy.max_attempts)

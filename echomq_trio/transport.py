@@ -1,0 +1,86 @@
+"""``Transport``: what the bus needs from a connection to its server, as a protocol.
+
+``wire.Wire`` (valkey-glide) is the transport ``open_bus`` gives; ``testing.FaultyTransport``
+wraps any transport to fail or cancel chosen calls. ``Bus.wire`` is a ``Transport``: the
+transitions (``jobs``, ``lanes``, ``repeat``, ``events``), the ``Consumer``, the ``Metronome``
+and the application talk to one, never to the client library.
+
+Contract of every implementation:
+
+* Failures raise ``echomq_trio.errors.BusError`` subclasses only: ``ConnectionLost`` (retrying
+  later may work), ``RequestTimedOut`` (the request may still have run), ``ServerError`` (the
+  server refused it).
+* Every call is a checkpoint and may be cancelled; a call cancelled while on its way may or may
+  not have run on the server. Callers that must see the answer shield the call, with a deadline.
+* ``blocking()`` and ``subscribe()`` open a client of their own (a blocking pop or a
+  subscription holds its connection); both are closed when their block ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any, Protocol
+
+import attrs
+
+if TYPE_CHECKING:
+    from echomq_trio.wire import ConnectionSpec
+
+__all__ = ["Message", "Subscription", "Transport"]
+
+
+@attrs.frozen
+class Message:
+    """One pub/sub message: its ``channel``, its ``data``, and the ``pattern`` it matched."""
+
+    channel: str
+    data: bytes
+    pattern: str | None = None
+
+
+class Subscription(Protocol):
+    """Messages of a subscription, in order (``async for message in subscription``)."""
+
+    async def receive(self) -> Message: ...
+
+    def __aiter__(self) -> Subscription: ...
+
+    async def __anext__(self) -> Message: ...
+
+
+class Transport(Protocol):
+    """A connection to one server or cluster that runs the package's scripts and raw commands."""
+
+    @property
+    def spec(self) -> ConnectionSpec:
+        """Where it connects, and its request timeout (``spec.timeout_ms``)."""
+        ...
+
+    async def script(self, name: str, keys: Sequence[str], args: Sequence[str | bytes]) -> Any:
+        """Run the named Lua script (see ``wire.script_source`` for names) on ``keys`` with
+        ``args``; the script's reply as the client decodes it."""
+        ...
+
+    async def command(self, *args: str | bytes) -> Any:
+        """Run one raw command (routed by its key on a cluster)."""
+        ...
+
+    async def blpop(self, key: str, timeout_s: float) -> bytes | None:
+        """Pop the head of list ``key``, waiting up to ``timeout_s``; ``None`` if none came.
+        It holds the connection while it waits: call it on a ``blocking()`` transport."""
+        ...
+
+    def blocking(self) -> AbstractAsyncContextManager[Transport]:
+        """A transport of its own to the same server, for blocking pops."""
+        ...
+
+    def subscribe(
+        self, *, channels: Sequence[str] = (), patterns: Sequence[str] = ()
+    ) -> AbstractAsyncContextManager[Subscription]:
+        """A client of its own subscribed to ``channels`` and ``patterns`` (pub/sub)."""
+        ...
+
+    async def server_time_ms(self) -> int:
+        """The server's clock, in Unix ms."""
+        ...
