@@ -21,17 +21,12 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from codemojex import board, demo, game
-from codemojex.archiver import Archiver
-from codemojex.feed import Feed
-from codemojex.notification_worker import NotificationWorker
-from codemojex.notifier import NOTIFY_QUEUE
-from codemojex.rate_limiter import RateLimiter
-from codemojex.replica import open_replica
+from codemojex import game
+from codemojex.audit import Archiver, open_replica
+from codemojex.game import Feed, PageServer, board, demo
+from codemojex.notify import NOTIFY_QUEUE, NotificationWorker, RateLimiter, open_bot
 from codemojex.settings import Settings, SettingsError, parse_settings
-from codemojex.telegram import open_bot
-from codemojex.testing.telegram import TelegramStandIn, open_stand_in
-from codemojex.web import PageServer
+from codemojex.standin import TelegramStandIn, open_stand_in
 from echomq_trio import Bus, BusError, Consumer, Metronome, StopConsumer, jobs, open_bus
 from echomq_trio.datadir import DataDir, InUse
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import attrs
 
-from codemojex.limits import Limits, Window
+from codemojex.notify import Limits, Window
 
 __all__ = ["Settings", "SettingsError", "parse_settings"]
 

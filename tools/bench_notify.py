@@ -5,7 +5,7 @@ Run ``python tools/bench_notify.py [--url URL] [--quick] [--workers N]`` with th
 one, it deletes its own queues' keys afterwards. Notices go through the real pipeline:
 ``notify`` -> the bus (one lane per chat, limit 1) -> ``NotificationWorker`` with the shared
 ``RateLimiter(bus, Limits(), tag=queue)`` (default margin) -> real HTTP on loopback -> the Bot API
-stand-in (``codemojex.testing.telegram``), which enforces the REAL default limits
+stand-in (``codemojex.standin.bot_api``), which enforces the REAL default limits
 (``Limits()``: the bot 30 per 1000 ms, a private chat 3 per 3000 ms, a group 20 per 60 s) and
 answers 429 when one is exceeded. Every time below is the stand-in's arrival time of a message
 (``Delivery.at``, ``time.monotonic`` seconds). This is a benchmark, not a test: it reports, and
@@ -14,9 +14,10 @@ each phase has a deadline, and a hard limit (110 s, ``--quick`` 60 s) cancels th
 
 Workers: by default one ``NotificationWorker`` (concurrency 16) and one ``Metronome``
 (``beat_ms=100``) run in this process, like ``in_process_worker`` in
-``tests/codemojex/test_pipeline.py``; the limiter is wrapped to log every ``take`` (time, chat,
-answer) for the diagnostics. With ``--workers N`` they are N processes of
-``python -m tests.codemojex.proc URL QUEUE API_URL TOKEN 1`` instead (SCALE 1: the real limits);
+``tests/codemojex/notify/test_pipeline.py``; the limiter is wrapped to log every ``take`` (time,
+chat, answer) for the diagnostics. With ``--workers N`` they are N processes of
+``python -m tests.codemojex.notify.proc URL QUEUE API_URL TOKEN 1`` instead (SCALE 1: the real
+limits);
 with the default margin too (``--margin-ms``), stated in the JSON as ``limiter_margin_ms``.
 Each phase has a queue of its own and its own workers.
 
@@ -107,14 +108,14 @@ import trio
 from _bench import drop_queue, server_version
 
 import codemojex
-from codemojex.archiver import Archiver
-from codemojex.limits import Limits
-from codemojex.notification_worker import NotificationWorker
-from codemojex.notifier import notify
-from codemojex.rate_limiter import DEFAULT_MARGIN_MS, RateLimiter, Take
-from codemojex.replica import DirectoryReplica
-from codemojex.telegram import open_bot
-from codemojex.testing.telegram import Delivery, RequestRecord, TelegramStandIn, open_stand_in
+from codemojex.audit.archiver import Archiver
+from codemojex.audit.replica import DirectoryReplica
+from codemojex.notify.limits import Limits
+from codemojex.notify.notifier import notify
+from codemojex.notify.rate_limiter import DEFAULT_MARGIN_MS, RateLimiter, Take
+from codemojex.notify.telegram import open_bot
+from codemojex.notify.worker import NotificationWorker
+from codemojex.standin.bot_api import Delivery, RequestRecord, TelegramStandIn, open_stand_in
 from echomq_trio import Bus, Metronome, events, jobs, open_bus
 
 TOKEN = "123456:BENCH"
@@ -129,7 +130,7 @@ SMALL_CHATS = 100
 FIRST_SMALL_CHAT = 20_000
 FLOWING_AFTER = 3  # flood arrivals before the small notices are sent
 METRONOME_BEAT_MS = 100  # as in tests/codemojex (test_pipeline.py and proc.py)
-PROC_MODULE = "tests.codemojex.proc"
+PROC_MODULE = "tests.codemojex.notify.proc"
 HARD_LIMIT_S = 110.0  # the whole run is cancelled after this (--quick: QUICK_HARD_LIMIT_S)
 QUICK_HARD_LIMIT_S = 60.0
 SATURATION_LIMIT_S = 45.0  # the saturation phase stops here even if notices are left
