@@ -11,6 +11,7 @@ from __future__ import annotations
 import attrs
 
 from codemojex import ids
+from codemojex.game.rooms import room_key
 from echomq_trio import Bus
 
 __all__ = [
@@ -31,7 +32,7 @@ _SCALE = 10**13
 def board_key(room: str) -> str:
     if not ids.is_valid(room, ids.ROOM):
         raise ValueError(f"room must be an RMM id, got {room!r}")
-    return f"cm:{{{room}}}:board"
+    return room_key(room, "board")
 
 
 def feed_channel(room: str) -> str:

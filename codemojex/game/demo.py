@@ -14,7 +14,9 @@ import random
 
 import trio
 
-from codemojex.game import game
+from codemojex.game.rooms import Player, Room, create_player, create_room, get_player, get_room
+from codemojex.game.rounds import end_round, guess, start_round
+from codemojex.game.rules import GameError
 from codemojex.game.scoring import ALPHABET, SIZE
 from echomq_trio import Bus, BusError
 
@@ -27,26 +29,26 @@ NAMES = ["Alice", "Bob", "Chen", "Dana", "Eve", "Farid", "Gita", "Hugo", "Ines",
 DEMO_KEY = "cm:demo"
 
 
-async def _setup(bus: Bus) -> tuple[list[game.Room], list[game.Player]]:
+async def _setup(bus: Bus) -> tuple[list[Room], list[Player]]:
     saved = await bus.wire.command("GET", DEMO_KEY)
     if saved is not None:
         data = json.loads(saved)
-        rooms = [await game.get_room(bus, r) for r in data["rooms"]]
-        players = [await game.get_player(bus, p) for p in data["players"]]
+        rooms = [await get_room(bus, r) for r in data["rooms"]]
+        players = [await get_player(bus, p) for p in data["players"]]
         return rooms, players
-    rooms = [await game.create_room(bus, chat, title) for chat, title in ROOMS]
-    players = [await game.create_player(bus, name, 5_000_000 + i) for i, name in enumerate(NAMES)]
+    rooms = [await create_room(bus, chat, title) for chat, title in ROOMS]
+    players = [await create_player(bus, name, 5_000_000 + i) for i, name in enumerate(NAMES)]
     await bus.wire.command("SET", DEMO_KEY, json.dumps(
         {"rooms": [r.id for r in rooms], "players": [p.id for p in players]}))  # fmt: skip
     return rooms, players
 
 
-async def _room(bus: Bus, room: game.Room, players: list[game.Player], round_s: float,
+async def _room(bus: Bus, room: Room, players: list[Player], round_s: float,
                 rng: random.Random) -> None:  # fmt: skip
     while True:
-        with contextlib.suppress(game.GameError):
-            await game.end_round(bus, room.id)  # one left open by a previous run
-        await game.start_round(bus, room.id, starts_in_ms=2_000, rng=rng)
+        with contextlib.suppress(GameError):
+            await end_round(bus, room.id)  # one left open by a previous run
+        await start_round(bus, room.id, starts_in_ms=2_000, rng=rng)
         await trio.sleep(2.1)
         deadline = trio.current_time() + round_s
         guesses = {p.id: rng.sample(ALPHABET, SIZE) for p in players}
@@ -60,9 +62,9 @@ async def _room(bus: Bus, room: game.Room, players: list[game.Player], round_s: 
                 attempt[i], attempt[j] = attempt[j], attempt[i]
             else:
                 attempt[rng.randrange(SIZE)] = rng.choice([e for e in ALPHABET if e not in attempt])
-            with contextlib.suppress(game.GameError):
-                await game.guess(bus, room.id, player.id, attempt)
-        await game.end_round(bus, room.id)
+            with contextlib.suppress(GameError):
+                await guess(bus, room.id, player.id, attempt)
+        await end_round(bus, room.id)
 
 
 async def play(bus: Bus, *, round_s: float = 30.0, seed: int | None = None) -> None:
@@ -82,7 +84,7 @@ async def play(bus: Bus, *, round_s: float = 30.0, seed: int | None = None) -> N
                                random.Random(rng.random()))  # fmt: skip
 
 
-async def _keep_playing(bus: Bus, room: game.Room, players: list[game.Player], round_s: float,
+async def _keep_playing(bus: Bus, room: Room, players: list[Player], round_s: float,
                         rng: random.Random) -> None:  # fmt: skip
     while True:
         try:

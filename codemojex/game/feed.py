@@ -32,8 +32,9 @@ from trio_websocket import (
 
 from codemojex import ids
 from codemojex.game import board
-from codemojex.game.game import GameError, get_room, player_names
 from codemojex.game.latest import Latest
+from codemojex.game.rooms import get_room, player_names
+from codemojex.game.rules import GameError
 from echomq_trio import Bus, BusError
 
 __all__ = ["Feed"]

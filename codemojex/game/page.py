@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from codemojex.asgi import answer_lifespan, serve_app
-from codemojex.game.game import list_rooms
+from codemojex.game.rooms import list_rooms
 from echomq_trio import Bus, BusError
 
 if TYPE_CHECKING:
