@@ -10,7 +10,7 @@ import trio
 
 from echomq_trio import Bus, ids, jobs, open_bus, repeat
 from echomq_trio.server import free_port
-from tests.echomq_trio.processes import ROOT
+from tests.support import ROOT
 
 
 async def echomq(*args: str, url: str | None = None) -> subprocess.CompletedProcess[bytes]:

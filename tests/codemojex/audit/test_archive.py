@@ -33,7 +33,7 @@ from echomq_trio import Bus, Exponential, Jitter, Metronome, jobs
 from echomq_trio.datadir import InUse
 from echomq_trio.server import free_port
 from tests.conftest import wait_for
-from tests.echomq_trio.processes import ROOT, read_line, spawn
+from tests.support import ROOT, read_line, spawn
 
 TOKEN = "123456:TEST"
 LIMITS = Limits().scaled(20)

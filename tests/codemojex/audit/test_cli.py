@@ -18,7 +18,7 @@ from codemojex.audit.archive import ArchiveDB, AuditRow
 from codemojex.audit.archiver import segment_name
 from codemojex.audit.replica import DirectoryReplica
 from echomq_trio import Bus, jobs
-from tests.echomq_trio.processes import ROOT, read_line, spawn
+from tests.support import ROOT, read_line, spawn
 
 ENV = {k: v for k, v in os.environ.items() if k != "ECHOMQ_URL"} | {"PYTHONPATH": str(ROOT)}
 

@@ -18,7 +18,7 @@ from codemojex.standin.bot_api import Scripted, TelegramStandIn, open_stand_in
 from echomq_trio import Bus, Metronome, events, jobs
 from tests.codemojex.notify.proc import MARGIN_MS
 from tests.conftest import wait_for
-from tests.echomq_trio.processes import read_line, spawn
+from tests.support import read_line, spawn
 
 SCALE = 10
 LIMITS = Limits().scaled(SCALE)
