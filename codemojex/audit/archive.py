@@ -23,6 +23,7 @@ from urllib.parse import quote
 import attrs
 import trio
 
+from codemojex.notify.notice import DeliveryNote, decode_note
 from echomq_trio import ids
 from echomq_trio.datadir import PRIVATE_FILE_MODE, private_dir
 
@@ -93,18 +94,26 @@ def _json(text: str) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+def _note(text: str) -> DeliveryNote | None:
+    try:
+        return decode_note(text)
+    except ValueError:  # a drop's or a dead notice's record has no note
+        return None
+
+
 def fold(records: Iterable[Mapping[str, str]]) -> list[AuditRow]:
     """Audit stream records (fields ``id``, ``outcome``, ``attempts``, ``settled_ms``,
-    ``payload``, ``note``, ``error``) to rows. A payload that is not a notice still gets a row,
-    keyed by its job id."""
+    ``payload``, ``note``, ``error``) to rows. A delivered notice's note is its
+    ``DeliveryNote`` (the chat it reached, Telegram's message id). A payload that is not a
+    notice still gets a row, keyed by its job id."""
     rows = []
     for rec in records:
         payload = _json(rec.get("payload", ""))
-        note = _json(rec.get("note", ""))
+        note = _note(rec.get("note", ""))
         job_id = rec.get("id", "")
         notice_id = str(payload.get("id") or job_id)
-        chat = note.get("chat", payload.get("chat"))
-        message_id = note.get("message_id")
+        chat = payload.get("chat") if note is None else note.chat
+        message_id = None if note is None else note.message_id
         rows.append(
             AuditRow(
                 notice_id=notice_id,

@@ -12,7 +12,13 @@ ack with a ``DeliveryNote`` for the audit, retry, defer, follow a migration, dro
 
 from codemojex.notify.classify import Delivered, Drop, Fatal, Migrate, RetryLater, Verdict
 from codemojex.notify.limits import Limits, Window, is_group_chat
-from codemojex.notify.notice import MAX_TEXT, Notice, check_notice, telegram_length
+from codemojex.notify.notice import (
+    MAX_TEXT,
+    DeliveryNote,
+    Notice,
+    check_notice,
+    telegram_length,
+)
 from codemojex.notify.notifier import NOTIFY_QUEUE, notify
 from codemojex.notify.rate_limiter import DEFAULT_MARGIN_MS, RateLimiter, Take
 from codemojex.notify.telegram import DEFAULT_API_URL, TelegramBot, open_bot
@@ -24,6 +30,7 @@ __all__ = [
     "MAX_TEXT",
     "NOTIFY_QUEUE",
     "Delivered",
+    "DeliveryNote",
     "Drop",
     "Fatal",
     "Limits",

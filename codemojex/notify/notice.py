@@ -1,5 +1,6 @@
-"""The notice payload, ``{chat, text, opts, id, attempt}`` as JSON, (de)serialized with cattrs
-(pure)."""
+"""What travels with a notice, as JSON (de)serialized with cattrs (pure): the payload
+``{chat, text, opts, id, attempt}`` the notifier enqueues, and the ``DeliveryNote``
+``{chat, message_id}`` the worker acks a delivered notice with, which the audit's fold reads."""
 
 from __future__ import annotations
 
@@ -8,7 +9,17 @@ from typing import Any
 import attrs
 from cattrs.preconf.json import make_converter
 
-__all__ = ["MAX_TEXT", "Notice", "check_notice", "decode", "encode", "telegram_length"]
+__all__ = [
+    "MAX_TEXT",
+    "DeliveryNote",
+    "Notice",
+    "check_notice",
+    "decode",
+    "decode_note",
+    "encode",
+    "encode_note",
+    "telegram_length",
+]
 
 MAX_TEXT = 4096  # Telegram's limit on a message's text, in UTF-16 code units
 
@@ -57,3 +68,25 @@ def decode(payload: bytes | str) -> Notice:
         raise ValueError(f"not a notice payload: {exc}") from exc
     check_notice(notice.chat, notice.text, notice.opts)
     return notice
+
+
+@attrs.frozen
+class DeliveryNote:
+    """What the audit keeps of a delivery, beside the notice itself (which is in the payload):
+    the chat it reached (after a migration, the new one) and Telegram's id for the message."""
+
+    chat: int
+    message_id: int | None
+
+
+def encode_note(note: DeliveryNote) -> str:
+    return _converter.dumps(note)
+
+
+def decode_note(text: bytes | str) -> DeliveryNote:
+    """Parse an ack's note; ``ValueError`` when it is not a delivery note (empty, as a drop's
+    or a dead notice's record has, or anything else)."""
+    try:
+        return _converter.loads(text, DeliveryNote)
+    except Exception as exc:  # cattrs raises several kinds; all mean "not a note"
+        raise ValueError(f"not a delivery note: {exc}") from exc

@@ -15,7 +15,6 @@ it. With one, send and act on the verdict:
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 
@@ -23,7 +22,7 @@ import attrs
 import trio
 
 from codemojex.notify.classify import Delivered, Drop, Fatal, Migrate, RetryLater, Verdict
-from codemojex.notify.notice import Notice, decode
+from codemojex.notify.notice import DeliveryNote, Notice, decode, encode_note
 from codemojex.notify.notifier import NOTIFY_QUEUE
 from codemojex.notify.rate_limiter import RateLimiter
 from codemojex.notify.telegram import TelegramBot
@@ -114,8 +113,7 @@ class NotificationWorker:
     ) -> Ack | RetryIn | DeferIn | Bury | None:
         if isinstance(verdict, Delivered):
             self.stats.delivered += 1
-            # What the audit keeps of a delivery (the notice itself is in the payload).
-            return Ack(json.dumps({"chat": chat, "message_id": verdict.message_id}))
+            return Ack(encode_note(DeliveryNote(chat, verdict.message_id)))
         if isinstance(verdict, RetryLater):
             if verdict.flood:
                 self.stats.flood_waits += 1
