@@ -68,12 +68,13 @@ async def _summary(
         s = worker.stats
         audit = ""
         if archiver is not None:
-            a = archiver.stats
-            audit = f" | archived {a.archived}, segments {a.segments}"
-            audit += f" (FENCED: {a.fenced})" if a.fenced else ""
-            if a.replica_down_since is not None:
-                since = time.strftime("%H:%M:%S", time.localtime(a.replica_down_since))
-                audit += f" (replica down since {since}: {a.replica_error})"
+            a = archiver.statistics()
+            r = a.replicator
+            audit = f" | archived {a.folder.archived}, segments {r.segments}"
+            audit += f" (FENCED: {r.fenced})" if r.fenced else ""
+            if r.replica_down_since is not None:
+                since = time.strftime("%H:%M:%S", time.localtime(r.replica_down_since))
+                audit += f" (replica down since {since}: {r.replica_error})"
         say(
             f"notices sent {s.delivered}, deferred {s.deferred}, retried {s.retried}, "
             f"dropped {s.dropped}, 429s {s.flood_waits} | pending {notify_counts.pending}, "

@@ -483,10 +483,11 @@ async def bench_saturation(
         archived = None
         if archiver is not None:
             with trio.move_on_after(20):
-                while archiver.stats.archived < total:  # noqa: ASYNC110 - polled stats
+                while archiver.statistics().folder.archived < total:  # noqa: ASYNC110
                     await trio.sleep(0.05)
-            archived = {"rows": archiver.stats.archived, "segments": archiver.stats.segments,
-                        "fenced": archiver.stats.fenced}  # fmt: skip
+            stats = archiver.statistics()
+            archived = {"rows": stats.folder.archived, "segments": stats.replicator.segments,
+                        "fenced": stats.replicator.fenced}  # fmt: skip
         archive_nursery.cancel_scope.cancel()
     times = [d.at for d in deliveries]
     if len(times) <= limit:

@@ -24,7 +24,6 @@ import argparse
 import json
 import logging
 import os
-import signal
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -33,21 +32,22 @@ from typing import Any
 
 import trio
 
+from codemojex.audit import segments
 from codemojex.audit.archive import NotAnArchive, read_archive
-from codemojex.audit.archiver import Archiver, restore
+from codemojex.audit.archiver import (
+    DEFAULT_MIN_IDLE_MS,
+    DEFAULT_SEGMENT_EVERY_S,
+    DEFAULT_SEGMENT_ROWS,
+    Archiver,
+)
 from codemojex.audit.replica import open_replica
+from codemojex.audit.replicator import restore
+from codemojex.notify.notifier import NOTIFY_QUEUE
 from echomq_trio import BusError
+from echomq_trio.cli import CliError, cancel_on_signal, first_error, silence_stdout
 from echomq_trio.datadir import InUse, hold, private_dir
 
 __all__ = ["main"]
-
-
-class CliError(Exception):
-    """One line for the user; ``status`` is the exit status."""
-
-    def __init__(self, message: str, status: int = 1) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def _time(text: str | None) -> int | None:
@@ -93,13 +93,13 @@ def cmd_status(args: argparse.Namespace) -> None:
         args.db, lambda db: (db.max_seq(), int(db.get_meta("replicated_seq", "0") or 0))
     )
     replica = open_replica(args.replica, create=False)
-    segments = replica.names("segments/")
-    epochs = replica.names("epochs/")
+    names = replica.names(segments.SEGMENTS)
+    epochs = replica.names(segments.EPOCHS)
     status = {
         "replica": replica.describe(),
-        "last_segment": segments[-1] if segments else None,
-        "segments": len(segments),
-        "epoch": len(epochs) and int(Path(epochs[-1]).name),
+        "last_segment": names[-1] if names else None,
+        "segments": len(names),
+        "epoch": len(epochs) and segments.number(epochs[-1]),
         "local_rows": local_rows,
         "replicated_seq": replicated,
         "lag_rows": local_rows - replicated,
@@ -113,7 +113,7 @@ def cmd_restore(args: argparse.Namespace) -> None:
     if existed and not args.force:
         raise CliError(f"{path} exists; restore rebuilds a missing database (or pass --force)")
     replica = open_replica(args.replica, create=False)
-    if not replica.names("segments/"):
+    if not replica.names(segments.SEGMENTS):
         raise CliError(f"no segments in {replica.describe()}")
     if not path.parent.exists():
         private_dir(path.parent)
@@ -141,33 +141,29 @@ def cmd_archive(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(name)s: %(message)s")  # fmt: skip
     logging.getLogger("codemojex").setLevel(logging.INFO)
-    trio.run(_archive, args)
+    trio.run(cancel_on_signal, _archive, args)  # a signal is a clean stop: it drains first
 
 
 async def _archive(args: argparse.Namespace) -> None:
     from echomq_trio import jobs, open_bus
 
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with open_bus(args.url) as bus:
-            # Only on the server that holds the queue: else no epoch is claimed, nothing made.
-            if not (await jobs.counts(bus, args.queue)).exists:
-                raise CliError(f"no queue {args.queue!r} on {bus.url}: the wrong server or "
-                               "database? (nothing archived)")  # fmt: skip
-            replica = open_replica(args.replica)
-            archiver = Archiver(bus, args.db, replica, queue=args.queue,
-                                segment_rows=args.segment_rows,
-                                segment_every_s=args.segment_every,
-                                min_idle_ms=args.min_idle_ms)  # fmt: skip
-            async with trio.open_nursery() as nursery:
-                await nursery.start(archiver.run)
-                start = {"archiving": args.queue, "server": bus.url, "db": str(args.db),
-                         "replica": replica.describe()}  # fmt: skip
-                text = (f"archiving {args.queue} from {bus.url} into {args.db}, replicating to "
-                        f"{replica.describe()} (Ctrl-C to stop)")  # fmt: skip
-                print(json.dumps(start) if args.json else text, flush=True)
-                async for _ in signals:
-                    nursery.cancel_scope.cancel()  # a clean stop: the archiver drains first
-                    break
+    async with open_bus(args.url) as bus:
+        # Only on the server that holds the queue: else no epoch is claimed, nothing made.
+        if not (await jobs.counts(bus, args.queue)).exists:
+            raise CliError(f"no queue {args.queue!r} on {bus.url}: the wrong server or "
+                           "database? (nothing archived)")  # fmt: skip
+        replica = open_replica(args.replica)
+        archiver = Archiver(bus, args.db, replica, queue=args.queue,
+                            segment_rows=args.segment_rows,
+                            segment_every_s=args.segment_every,
+                            min_idle_ms=args.min_idle_ms)  # fmt: skip
+        async with trio.open_nursery() as nursery:
+            await nursery.start(archiver.run)
+            start = {"archiving": args.queue, "server": bus.url, "db": str(args.db),
+                     "replica": replica.describe()}  # fmt: skip
+            text = (f"archiving {args.queue} from {bus.url} into {args.db}, replicating to "
+                    f"{replica.describe()} (Ctrl-C to stop)")  # fmt: skip
+            print(json.dumps(start) if args.json else text, flush=True)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -194,14 +190,16 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--url", default=os.environ.get("ECHOMQ_URL"),
                    help="the server that holds the audit stream (default: ECHOMQ_URL); "
                    "required: no server is started")  # fmt: skip
-    a.add_argument("--queue", default="cm.notify", help="the audited queue (default: cm.notify)")
-    a.add_argument("--segment-rows", type=int, default=1000,
-                   help="rows per segment (default: 1000)")  # fmt: skip
-    a.add_argument("--segment-every", type=float, default=5.0,
-                   help="seconds before fewer rows make a segment (default: 5)")  # fmt: skip
-    a.add_argument("--min-idle-ms", type=int, default=30_000,
+    a.add_argument("--queue", default=NOTIFY_QUEUE,
+                   help="the audited queue (default: %(default)s)")  # fmt: skip
+    a.add_argument("--segment-rows", type=int, default=DEFAULT_SEGMENT_ROWS,
+                   help="rows per segment (default: %(default)s)")  # fmt: skip
+    a.add_argument("--segment-every", type=float, default=DEFAULT_SEGMENT_EVERY_S,
+                   help="seconds before fewer rows make a segment "
+                   "(default: %(default)s)")  # fmt: skip
+    a.add_argument("--min-idle-ms", type=int, default=DEFAULT_MIN_IDLE_MS,
                    help="take over records a crashed archiver left idle this many ms "
-                   "(default: 30000)")  # fmt: skip
+                   "(default: %(default)s)")  # fmt: skip
     a.add_argument("--json", action="store_true", help="print the start line as JSON")
     for sp in (q, c, s, r, a):
         sp.add_argument("--db", required=True, help="path of the SQLite archive")
@@ -215,29 +213,16 @@ COMMANDS = {"query": cmd_query, "counts": cmd_counts, "status": cmd_status,
 KNOWN = (CliError, InUse, NotAnArchive, ValueError, OSError, BusError)
 
 
-def _known(exc: BaseException) -> BaseException | None:
-    # trio.run may hand an error back inside exception groups: the first one we can name.
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            if (found := _known(inner)) is not None:
-                return found
-        return None
-    return exc if isinstance(exc, KNOWN) else None
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         COMMANDS[args.command](args)
         sys.stdout.flush()
     except BrokenPipeError:
-        # The reader went away (``| head``): the Python documentation's recipe. Point stdout
-        # at devnull so the flush at exit does not fail again, and end quietly.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        silence_stdout()  # the reader went away (``| head``): end quietly
         return 1
     except (Exception, BaseExceptionGroup) as exc:
-        known = _known(exc)
+        known = first_error(exc, KNOWN)
         if known is None:
             raise
         print(f"codemojex.audit: {known}", file=sys.stderr)

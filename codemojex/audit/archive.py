@@ -5,41 +5,26 @@ limiter of one (``ArchiveStore`` below does).
 The database file is created mode 0600 (in a directory created 0700 when missing); SQLite gives
 its ``-wal`` and ``-shm`` files the same mode. ``read_archive`` reads an archive without writing
 anything, not even SQLite's side files.
-
-``fold`` turns audit stream records into rows (pure).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 from urllib.parse import quote
 
-import attrs
 import trio
 
-from codemojex.notify.notice import DeliveryNote, decode_note
-from echomq_trio import ids
+from codemojex.audit.rows import COLUMNS, AuditRow
 from echomq_trio.datadir import PRIVATE_FILE_MODE, private_dir
 
-__all__ = [
-    "OUTCOMES",
-    "ArchiveDB",
-    "ArchiveStore",
-    "AuditRow",
-    "NotAnArchive",
-    "fold",
-    "read_archive",
-]
+__all__ = ["ArchiveDB", "ArchiveStore", "NotAnArchive", "read_archive"]
 
 T = TypeVar("T")
-
-OUTCOMES = {"acked": "delivered", "dropped": "dropped", "dead": "dead"}
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS notices (
@@ -59,76 +44,6 @@ CREATE INDEX IF NOT EXISTS notices_by_chat ON notices (chat, settled_ms);
 CREATE INDEX IF NOT EXISTS notices_by_time ON notices (settled_ms);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
-COLUMNS = ("notice_id", "job_id", "chat", "outcome", "message_id", "attempts", "reason",
-           "enqueued_ms", "settled_ms", "text")  # fmt: skip
-
-
-@attrs.frozen
-class AuditRow:
-    """One settled notice: ``delivered`` (with Telegram's message id), ``dropped`` (a permanent
-    error: ``reason``) or ``dead`` (out of attempts: the last error in ``reason``)."""
-
-    notice_id: str
-    job_id: str
-    chat: int | None
-    outcome: str
-    message_id: int | None
-    attempts: int
-    reason: str | None
-    enqueued_ms: int | None
-    settled_ms: int
-    text: str | None
-
-    def as_tuple(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, c) for c in COLUMNS)
-
-    def as_dict(self) -> dict[str, Any]:
-        return attrs.asdict(self)
-
-
-def _json(text: str) -> Mapping[str, Any]:
-    try:
-        value = json.loads(text) if text else {}
-    except ValueError:
-        return {}
-    return value if isinstance(value, Mapping) else {}
-
-
-def _note(text: str) -> DeliveryNote | None:
-    try:
-        return decode_note(text)
-    except ValueError:  # a drop's or a dead notice's record has no note
-        return None
-
-
-def fold(records: Iterable[Mapping[str, str]]) -> list[AuditRow]:
-    """Audit stream records (fields ``id``, ``outcome``, ``attempts``, ``settled_ms``,
-    ``payload``, ``note``, ``error``) to rows. A delivered notice's note is its
-    ``DeliveryNote`` (the chat it reached, Telegram's message id). A payload that is not a
-    notice still gets a row, keyed by its job id."""
-    rows = []
-    for rec in records:
-        payload = _json(rec.get("payload", ""))
-        note = _note(rec.get("note", ""))
-        job_id = rec.get("id", "")
-        notice_id = str(payload.get("id") or job_id)
-        chat = payload.get("chat") if note is None else note.chat
-        message_id = None if note is None else note.message_id
-        rows.append(
-            AuditRow(
-                notice_id=notice_id,
-                job_id=job_id,
-                chat=chat if isinstance(chat, int) else None,
-                outcome=OUTCOMES.get(rec.get("outcome", ""), rec.get("outcome", "")),
-                message_id=message_id if isinstance(message_id, int) else None,
-                attempts=int(rec.get("attempts") or 0),
-                reason=rec.get("error") or None,
-                enqueued_ms=ids.timestamp_ms(notice_id) if ids.is_valid(notice_id) else None,
-                settled_ms=int(rec.get("settled_ms") or 0),
-                text=payload.get("text") if isinstance(payload.get("text"), str) else None,
-            )
-        )
-    return rows
 
 
 class NotAnArchive(ValueError):

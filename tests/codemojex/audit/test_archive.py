@@ -20,9 +20,9 @@ import httpx
 import pytest
 import trio
 
-from codemojex.audit.archive import ArchiveDB, AuditRow, fold, read_archive
-from codemojex.audit.archiver import Archiver, restore, segment_name
+from codemojex.audit import ArchiveDB, Archiver, AuditRow, fold, read_archive, restore
 from codemojex.audit.replica import DirectoryReplica, NameTaken, S3Replica, open_replica
+from codemojex.audit.segments import segment_name
 from codemojex.notify.limits import Limits
 from codemojex.notify.notifier import notify
 from codemojex.notify.rate_limiter import RateLimiter
@@ -117,8 +117,8 @@ async def test_every_settled_notice_has_one_row_and_the_stream_is_trimmed(
         sent = [await notify(bus, chat, f"n{chat}", queue=queue) for chat in range(1, 60)]
         await run_pipeline(bus, queue, tg, nursery)
         await wait_for(lambda: _settled(bus, queue), timeout=60)
-        await wait_for(lambda: archiver.stats.archived == len(sent), timeout=30)
-        await wait_for(lambda: archiver.stats.segments >= 3, timeout=30)
+        await wait_for(lambda: archiver.statistics().folder.archived == len(sent), timeout=30)
+        await wait_for(lambda: archiver.statistics().replicator.segments >= 3, timeout=30)
         await archiver.replicate(force=True)
         nursery.cancel_scope.cancel()
     rows = rows_of(tmp_path / "audit.sqlite")
@@ -181,21 +181,23 @@ async def test_two_archivers_on_one_replica_the_older_is_fenced(
     new = Archiver(bus, tmp_path / "b.sqlite", replica, consumer="new", **kw)  # type: ignore[arg-type]
     async with open_stand_in(TOKEN, LIMITS) as tg, trio.open_nursery() as nursery:
         await nursery.start(old.run)
-        await wait_for(lambda: old.stats.replicating)
+        await wait_for(lambda: old.statistics().replicator.replicating)
         await nursery.start(new.run)  # claims a newer epoch
-        await wait_for(lambda: new.stats.replicating)
-        assert (old.stats.epoch, new.stats.epoch) == (1, 2)
-        await wait_for(lambda: old.stats.fenced is not None, timeout=30)
+        await wait_for(lambda: new.statistics().replicator.replicating)
+        assert (old.statistics().replicator.epoch, new.statistics().replicator.epoch) == (1, 2)
+        await wait_for(lambda: old.statistics().replicator.fenced is not None, timeout=30)
         sent = [await notify(bus, 500 + n, f"x{n}", queue=queue) for n in range(80)]
         await run_pipeline(bus, queue, tg, nursery)
         await wait_for(lambda: _settled(bus, queue), timeout=60)
-        await wait_for(lambda: new.stats.archived == len(sent), timeout=30)
+        await wait_for(lambda: new.statistics().folder.archived == len(sent), timeout=30)
         while await new.replicate(force=True):
             pass
         nursery.cancel_scope.cancel()
-    assert "newer archiver" in (old.stats.fenced or "")
-    assert old.stats.archived == old.stats.segments == 0, "a fenced archiver stops reading"
-    assert new.stats.fenced is None and new.stats.segments >= 1
+    assert "newer archiver" in (old.statistics().replicator.fenced or "")
+    assert old.statistics().folder.archived == old.statistics().replicator.segments == 0, (
+        "a fenced archiver stops reading"
+    )
+    assert new.statistics().replicator.fenced is None and new.statistics().replicator.segments >= 1
     names = replica.names("segments/")
     replicated = [json.loads(line)["notice_id"] for name in names
                   for line in replica.get(name).decode().splitlines()[1:]]  # fmt: skip
@@ -215,7 +217,7 @@ async def test_two_archivers_never_fold_into_one_database(
         with pytest.raises(InUse, match=f"a.sqlite is in use by process {os.getpid()}"):
             await second.run()
         nursery.cancel_scope.cancel()
-    assert second.stats.epoch == 0, "refused before it touched the replica"
+    assert second.statistics().replicator.epoch == 0, "refused before it touched the replica"
     async with trio.open_nursery() as nursery:  # once the first has stopped, it may
         await nursery.start(second.run)
         nursery.cancel_scope.cancel()
@@ -228,16 +230,17 @@ async def test_a_taken_segment_number_fences_its_writer(
     archiver = Archiver(bus, tmp_path / "db.sqlite", replica, queue=queue, segment_rows=1)
     async with trio.open_nursery() as nursery:
         await nursery.start(archiver.run)
-        await wait_for(lambda: archiver.stats.replicating)  # epoch claimed, replica reconciled
+        # The epoch is claimed and the replica reconciled:
+        await wait_for(lambda: archiver.statistics().replicator.replicating)
         replica.put_new(segment_name(1), b'{"segment": 1, "last_seq": 0}\n')  # another writer
         await jobs.enqueue(
             bus, queue, "JOB0ST3A7fpq0Q", '{"chat": 1, "text": "t", "id": "NOT0ST3A7fpq0Q"}'
         )
         (job,) = await jobs.claim(bus, queue)
         await jobs.ack(bus, queue, job.id, job.token)
-        await wait_for(lambda: archiver.stats.fenced is not None, timeout=20)
+        await wait_for(lambda: archiver.statistics().replicator.fenced is not None, timeout=20)
         nursery.cancel_scope.cancel()
-    assert "segment 1 is owned by another writer" in (archiver.stats.fenced or "")
+    assert "segment 1 is owned by another writer" in (archiver.statistics().replicator.fenced or "")
     assert replica.get(segment_name(1)) == b'{"segment": 1, "last_seq": 0}\n'  # untouched
 
 
@@ -250,7 +253,7 @@ async def test_restore_rebuilds_the_same_rows(bus: Bus, queue: str, tmp_path: Pa
         await nursery.start(archiver.run)
         sent = [await notify(bus, 900 + n, f"r{n}", queue=queue) for n in range(30)]
         await run_pipeline(bus, queue, tg, nursery)
-        await wait_for(lambda: archiver.stats.archived == len(sent), timeout=60)
+        await wait_for(lambda: archiver.statistics().folder.archived == len(sent), timeout=60)
         while await archiver.replicate(force=True):
             pass
         nursery.cancel_scope.cancel()
@@ -317,11 +320,11 @@ async def test_archiver_replicates_to_s3_and_restores_from_it(
         await nursery.start(archiver.run)
         sent = [await notify(bus, 700 + n, f"s{n}", queue=queue) for n in range(12)]
         await run_pipeline(bus, queue, tg, nursery)
-        await wait_for(lambda: archiver.stats.archived == len(sent), timeout=60)
+        await wait_for(lambda: archiver.statistics().folder.archived == len(sent), timeout=60)
         while await archiver.replicate(force=True):
             pass
         # A second writer of the next number is refused by the store itself.
-        taken = archiver.stats.segments
+        taken = archiver.statistics().replicator.segments
         with pytest.raises(NameTaken):
             await trio.to_thread.run_sync(s3_replica.put_new, segment_name(taken), b"x")
         del rival
@@ -353,12 +356,12 @@ async def test_a_failing_replica_does_not_stop_archiving(
         await nursery.start(archiver.run)
         sent = [await notify(bus, 300 + n, f"f{n}", queue=queue) for n in range(6)]
         await run_pipeline(bus, queue, tg, nursery)
-        await wait_for(lambda: archiver.stats.archived == len(sent), timeout=60)
-        await wait_for(lambda: archiver.stats.replica_errors > 0)
+        await wait_for(lambda: archiver.statistics().folder.archived == len(sent), timeout=60)
+        await wait_for(lambda: archiver.statistics().replicator.replica_errors > 0)
         replica.down = False  # it comes back: replication catches up
-        await wait_for(lambda: archiver.stats.segments == 3, timeout=30)
+        await wait_for(lambda: archiver.statistics().replicator.segments == 3, timeout=30)
         nursery.cancel_scope.cancel()
-    assert archiver.stats.fenced is None
+    assert archiver.statistics().replicator.fenced is None
 
 
 async def test_a_new_database_beside_a_replica_starts_from_the_replica(
@@ -371,7 +374,7 @@ async def test_a_new_database_beside_a_replica_starts_from_the_replica(
         await nursery.start(first.run)
         sent = [await notify(bus, 400 + n, f"g{n}", queue=queue) for n in range(6)]
         await run_pipeline(bus, queue, tg, nursery)
-        await wait_for(lambda: first.stats.archived == len(sent), timeout=60)
+        await wait_for(lambda: first.statistics().folder.archived == len(sent), timeout=60)
         while await first.replicate(force=True):
             pass
         nursery.cancel_scope.cancel()
@@ -379,7 +382,7 @@ async def test_a_new_database_beside_a_replica_starts_from_the_replica(
     second = Archiver(bus, tmp_path / "new.sqlite", replica, queue=queue, poll_s=0.02)
     async with trio.open_nursery() as nursery:
         await nursery.start(second.run)
-        await wait_for(lambda: second.stats.folding)  # after the restore
+        await wait_for(lambda: second.statistics().folder.folding)  # after the restore
         nursery.cancel_scope.cancel()
     assert sorted(r["notice_id"] for r in rows_of(tmp_path / "new.sqlite")) == sorted(sent)
 
@@ -446,7 +449,9 @@ async def test_a_clean_stop_folds_what_the_workers_settle_while_stopping(
         await nursery.start(Metronome(bus, queue, beat_ms=100).run)
         await wait_for(lambda: len(tg.deliveries) == len(sent) - len(slow), timeout=30)
         await wait_for(lambda: all(tg.pending_scripts(c) == 0 for c in slow))  # in flight
-        await wait_for(lambda: archiver.stats.archived == len(sent) - len(slow), timeout=30)
+        await wait_for(
+            lambda: archiver.statistics().folder.archived == len(sent) - len(slow), timeout=30
+        )
         nursery.cancel_scope.cancel()  # a clean stop, while three sends are in flight
     # The workers finished those sends in their grace period and acked them; the archiver
     # folded their records before it stopped.
@@ -521,7 +526,7 @@ def _fully_replicated(db: Path, rows: int) -> bool:
 
 def _replica_lines(caplog: pytest.LogCaptureFixture) -> tuple[int, int]:
     """How many times the archiver said the replica went down, and came back."""
-    said = [r.getMessage() for r in caplog.records if r.name == "codemojex.audit.archiver"]
+    said = [r.getMessage() for r in caplog.records if r.name == "codemojex.audit.replicator"]
     return sum("is failing" in m for m in said), sum("is back after" in m for m in said)
 
 
@@ -543,7 +548,7 @@ ARCHIVER_KW: dict[str, Any] = {"segment_rows": 5, "segment_every_s": 0.1, "poll_
 async def test_a_replica_down_at_start_up_gets_every_segment_when_it_is_back(
     bus: Bus, queue: str, tmp_path: Path, durable_s3: DurableS3, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="codemojex.audit.archiver")
+    caplog.set_level(logging.INFO, logger="codemojex.audit.replicator")
     db = tmp_path / "audit.sqlite"
     await durable_s3.start()
     await durable_s3.create_bucket("audit-down")
@@ -561,16 +566,24 @@ async def test_a_replica_down_at_start_up_gets_every_segment_when_it_is_back(
         async with trio.open_nursery() as archiving:
             await archiving.start(second.run)  # it starts all the same, and archives locally
             sent += await _notify_many(bus, queue, 1100, 16)
-            await wait_for(lambda: second.stats.archived == 16, timeout=60)
-            await wait_for(lambda: second.stats.replica_errors >= 3)
-            assert second.stats.replica_down_since is not None
-            assert (second.stats.epoch, second.stats.segments) == (0, 0)
+            await wait_for(lambda: second.statistics().folder.archived == 16, timeout=60)
+            await wait_for(lambda: second.statistics().replicator.replica_errors >= 3)
+            assert second.statistics().replicator.replica_down_since is not None
+            assert (
+                second.statistics().replicator.epoch,
+                second.statistics().replicator.segments,
+            ) == (0, 0)
             await durable_s3.start()  # back on the same port, with what it held
             await wait_for(lambda: off_thread(_fully_replicated, db, len(sent)), timeout=30)
             archiving.cancel_scope.cancel()
         nursery.cancel_scope.cancel()
-    assert second.stats.epoch == 2 and second.stats.segments >= 3
-    assert second.stats.replica_down_since is None and second.stats.fenced is None
+    assert (
+        second.statistics().replicator.epoch == 2 and second.statistics().replicator.segments >= 3
+    )
+    assert (
+        second.statistics().replicator.replica_down_since is None
+        and second.statistics().replicator.fenced is None
+    )
     assert sorted(r["notice_id"] for r in await off_thread(rows_of, db)) == sorted(sent)
     await _same_rows_after_restore(replica, db, tmp_path)
     assert _replica_lines(caplog) == (1, 1), "one line down, one line back"
@@ -599,12 +612,14 @@ async def test_a_new_database_waits_for_the_replica_before_folding(
             await archiving.start(second.run)
             later = await _notify_many(bus, queue, 2100, 8)
             await wait_for(lambda: _settled(bus, queue), timeout=60)
-            await wait_for(lambda: second.stats.replica_errors >= 3)
-            assert second.stats.archived == 0 and not second.stats.folding, "folded too early"
+            await wait_for(lambda: second.statistics().replicator.replica_errors >= 3)
+            assert (
+                second.statistics().folder.archived == 0 and not second.statistics().folder.folding
+            ), "folded too early"
             audit_len = await bus.wire.command("XLEN", bus.keys(queue).prefix + "audit")
             assert int(audit_len) == len(later), "the records wait in the stream"
             await durable_s3.start()
-            await wait_for(lambda: second.stats.archived == len(later), timeout=30)
+            await wait_for(lambda: second.statistics().folder.archived == len(later), timeout=30)
             total = len(sent) + len(later)
             await wait_for(lambda: off_thread(_fully_replicated, new_db, total), timeout=30)
             archiving.cancel_scope.cancel()
@@ -620,7 +635,7 @@ async def test_a_new_database_waits_for_the_replica_before_folding(
 async def test_a_replica_outage_mid_run_is_caught_up_in_order(
     bus: Bus, queue: str, tmp_path: Path, durable_s3: DurableS3, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="codemojex.audit.archiver")
+    caplog.set_level(logging.INFO, logger="codemojex.audit.replicator")
     db = tmp_path / "audit.sqlite"
     await durable_s3.start()
     await durable_s3.create_bucket("audit-mid")
@@ -630,17 +645,20 @@ async def test_a_replica_outage_mid_run_is_caught_up_in_order(
         await nursery.start(archiver.run)
         await run_pipeline(bus, queue, tg, nursery)
         sent = await _notify_many(bus, queue, 3000, 60)
-        await wait_for(lambda: archiver.stats.segments >= 2, timeout=60)
+        await wait_for(lambda: archiver.statistics().replicator.segments >= 2, timeout=60)
         await durable_s3.stop()  # while notices are being settled and archived
         sent += await _notify_many(bus, queue, 3100, 40)
         await wait_for(lambda: _settled(bus, queue), timeout=60)
-        await wait_for(lambda: archiver.stats.archived == len(sent), timeout=30)
-        await wait_for(lambda: archiver.stats.replica_errors >= 3)
-        during = archiver.stats.segments
+        await wait_for(lambda: archiver.statistics().folder.archived == len(sent), timeout=30)
+        await wait_for(lambda: archiver.statistics().replicator.replica_errors >= 3)
+        during = archiver.statistics().replicator.segments
         await durable_s3.start()
         await wait_for(lambda: off_thread(_fully_replicated, db, len(sent)), timeout=30)
         nursery.cancel_scope.cancel()
-    assert archiver.stats.segments > during and archiver.stats.fenced is None
+    assert (
+        archiver.statistics().replicator.segments > during
+        and archiver.statistics().replicator.fenced is None
+    )
     names = await off_thread(replica.names, "segments/")
     assert [int(Path(n).name.split(".")[0]) for n in names] == list(range(1, len(names) + 1))
     assert sorted(r["notice_id"] for r in await off_thread(rows_of, db)) == sorted(sent)
@@ -652,7 +670,7 @@ async def test_a_replica_outage_mid_run_is_caught_up_in_order(
 async def test_refused_credentials_keep_archiving_locally_with_one_line(
     bus: Bus, queue: str, tmp_path: Path, durable_s3: DurableS3, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="codemojex.audit.archiver")
+    caplog.set_level(logging.INFO, logger="codemojex.audit.replicator")
     db = tmp_path / "audit.sqlite"
     await durable_s3.start()
     await durable_s3.create_bucket("audit-auth")
@@ -665,13 +683,13 @@ async def test_refused_credentials_keep_archiving_locally_with_one_line(
         await wait_for(lambda: off_thread(_fully_replicated, db, len(sent)), timeout=60)
         await durable_s3.require_auth(True)  # our key is now refused (a revoked key): 403
         sent += await _notify_many(bus, queue, 4100, 20)
-        await wait_for(lambda: archiver.stats.archived == len(sent), timeout=60)
-        await wait_for(lambda: archiver.stats.replica_errors >= 5)
-        assert "InvalidAccessKeyId" in (archiver.stats.replica_error or "")
+        await wait_for(lambda: archiver.statistics().folder.archived == len(sent), timeout=60)
+        await wait_for(lambda: archiver.statistics().replicator.replica_errors >= 5)
+        assert "InvalidAccessKeyId" in (archiver.statistics().replicator.replica_error or "")
         assert _replica_lines(caplog) == (1, 0), "one line, not one per retry"
         await durable_s3.require_auth(False)
         await wait_for(lambda: off_thread(_fully_replicated, db, len(sent)), timeout=30)
         nursery.cancel_scope.cancel()
     assert _replica_lines(caplog) == (1, 1)
-    assert archiver.stats.fenced is None
+    assert archiver.statistics().replicator.fenced is None
     await _same_rows_after_restore(replica, db, tmp_path)

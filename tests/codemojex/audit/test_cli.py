@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from codemojex.audit.archive import ArchiveDB, AuditRow
-from codemojex.audit.archiver import segment_name
+from codemojex.audit import ArchiveDB, AuditRow, segments
 from codemojex.audit.replica import DirectoryReplica
 from echomq_trio import Bus, jobs
 from tests.support import ROOT, read_line, spawn
@@ -66,10 +65,8 @@ def make_archive(tmp_path: Path) -> tuple[Path, Path]:
     db.set_meta({"segment": "1", "replicated_seq": "3"})
     db.close()
     replica = DirectoryReplica(replica_path)
-    lines = [json.dumps({"segment": 1, "epoch": 1, "first_seq": 1, "last_seq": 3, "rows": 3})]
-    lines += [json.dumps({"seq": i + 1, **r.as_dict()}) for i, r in enumerate(rows[:3])]
-    replica.put_new(segment_name(1), ("\n".join(lines) + "\n").encode())
-    replica.put_new("epochs/00000000000000000001", b"{}")
+    replica.put_new(segments.segment_name(1), segments.encode(1, 1, list(enumerate(rows[:3], 1))))
+    replica.put_new(segments.epoch_name(1), segments.encode_epoch(1, "test"))
     return db_path, replica_path
 
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from codemojex.audit.archive import fold
+from codemojex.audit import fold
 from codemojex.notify.notice import DeliveryNote, Notice, decode, decode_note, encode, encode_note
 
 
