@@ -65,7 +65,7 @@ async def _summary(
         except BusError as exc:
             say(f"summary: server unavailable: {exc}")
             continue
-        s = worker.stats
+        s = worker.statistics()
         audit = ""
         if archiver is not None:
             a = archiver.statistics()

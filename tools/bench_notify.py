@@ -523,7 +523,7 @@ async def bench_saturation(
         "dead": counts.dead,
     }
     if workers.in_process is not None:
-        stats = workers.in_process.stats
+        stats = workers.in_process.statistics()
         details["worker"] = attrs.asdict(stats)
     if workers.limiter is not None:
         details["takes"] = _take_report(workers.limiter.log, requests)
@@ -570,7 +570,8 @@ async def bench_flood(bus: Bus, server_url: str, queue: str, processes: int) -> 
                 while sum(1 for d in tg.deliveries if d.chat_id in sent_at) < SMALL_CHATS:
                     await tg.wait_deliveries(len(tg.deliveries) + 1)
             ready_at = workers.ready_at
-            stats = None if workers.in_process is None else attrs.asdict(workers.in_process.stats)
+            worker = workers.in_process
+            stats = None if worker is None else attrs.asdict(worker.statistics())
             take_log = [] if workers.limiter is None else list(workers.limiter.log)
         # The flood is cancelled here, with most of it still queued.
         deliveries = sorted(tg.deliveries, key=lambda d: d.at)

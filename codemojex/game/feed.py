@@ -22,6 +22,7 @@ import logging
 from functools import partial
 from typing import Any
 
+import attrs
 import trio
 from trio_websocket import (
     ConnectionClosed,
@@ -35,11 +36,22 @@ from codemojex.game import board
 from codemojex.game.latest import Latest
 from codemojex.game.rooms import get_room, player_names
 from codemojex.game.rules import GameError
+from codemojex.stats import added
 from echomq_trio import Bus, BusError
 
-__all__ = ["Feed"]
+__all__ = ["Feed", "FeedStats"]
 
 log = logging.getLogger("codemojex.game.feed")
+
+
+@attrs.frozen
+class FeedStats:
+    """A snapshot from ``Feed.statistics()``."""
+
+    viewers: int = 0  # connected now
+    rooms: int = 0  # rooms watched now
+    updates_sent: int = 0  # boards sent to viewers, first ones included
+    boards_skipped: int = 0  # boards a slow viewer never saw: a newer one replaced them
 
 
 class Feed:
@@ -63,11 +75,11 @@ class Feed:
         self._pushed: dict[str, str] = {}  # the last board pushed per watched room
         self._dirty: set[str] = set()
         self._wake = trio.Event()
-        self.updates_sent = 0
+        self._stats = FeedStats()
 
-    @property
-    def viewers(self) -> int:
-        return sum(len(v) for v in self._viewers.values())
+    def statistics(self) -> FeedStats:
+        viewers = sum(len(v) for v in self._viewers.values())
+        return attrs.evolve(self._stats, viewers=viewers, rooms=len(self._viewers))
 
     async def snapshot(self, room_id: str) -> dict[str, Any]:
         room = await get_room(self.bus, room_id)
@@ -138,8 +150,8 @@ class Feed:
                 if self._pushed.get(room) == text:
                     continue  # a resync that found nothing new
                 self._pushed[room] = text
-                for latest in viewers:
-                    latest.put(text)
+                skipped = sum(latest.put(text) for latest in viewers)
+                self._stats = added(self._stats, boards_skipped=skipped)
 
     async def _handle(self, request: WebSocketRequest) -> None:
         parts = request.path.strip("/").split("/")
@@ -182,7 +194,7 @@ class Feed:
         try:
             while True:
                 await ws.send_message(await latest.get())
-                self.updates_sent += 1
+                self._stats = added(self._stats, updates_sent=1)
         except (ConnectionClosed, trio.BrokenResourceError):
             scope.cancel()
 

@@ -20,15 +20,15 @@ class Latest(Generic[T]):
         self._value: T | None = None
         self._has = False
         self._event = trio.Event()
-        self.replaced = 0  # values overwritten before they were taken
 
-    def put(self, value: T) -> None:
-        """Store ``value``, replacing one not yet taken; never blocks."""
-        if self._has:
-            self.replaced += 1
+    def put(self, value: T) -> bool:
+        """Store ``value``, replacing one not yet taken; never blocks. True when it replaced
+        one."""
+        replacing = self._has
         self._value = value
         self._has = True
         self._event.set()
+        return replacing
 
     async def get(self) -> T:
         """Wait for a value and take it."""

@@ -5,7 +5,8 @@ the chat's window together or from neither, and answers ok or how long to wait.
 Defaults (``codemojex.notify.limits.Limits``): 30 sends per second for the bot, a private chat 3 per
 3 s (1/s with a burst of 3), a group chat 20 per minute. ``pause`` honours a 429: only its chat,
 or everything when the global limit tripped; a pause only ever extends. Keys live under the
-notification queue's hash tag, in the same slot as the queue.
+notification queue's hash tag, in the same slot as the queue. ``statistics()`` counts what this
+limiter answered (each process counts its own; the budget is shared).
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from __future__ import annotations
 import attrs
 
 from codemojex.notify.limits import Limits
+from codemojex.notify.notifier import NOTIFY_QUEUE
+from codemojex.stats import added
 from echomq_trio import Bus
-from echomq_trio.keys import check_queue
+from echomq_trio.keys import as_text, check_queue
 
-__all__ = ["DEFAULT_MARGIN_MS", "RateLimiter", "Take"]
+__all__ = ["DEFAULT_MARGIN_MS", "LimiterStats", "RateLimiter", "Take"]
 
 DEFAULT_MARGIN_MS = 30
 
@@ -28,6 +31,24 @@ class Take:
     blocked_by: str = ""  # 'global', 'chat' or 'paused' when not ok
 
 
+@attrs.frozen
+class LimiterStats:
+    """What this limiter has answered since it was made: sends taken, denials by reason (with
+    the waits they handed out), and pauses by the scope paused."""
+
+    taken: int = 0
+    denied_global: int = 0  # the bot's window was full (the chat got a reserved slot)
+    denied_chat: int = 0  # the chat's own window was full
+    denied_paused: int = 0  # a pause after a 429 was on
+    denied_wait_ms: int = 0  # the waits handed out with the denials, summed
+    paused_global: int = 0
+    paused_chat: int = 0
+
+
+_DENIED = {"global": "denied_global", "chat": "denied_chat", "paused": "denied_paused"}
+_PAUSED = {"global": "paused_global", "chat": "paused_chat"}
+
+
 class RateLimiter:
     """One budget for every process using the same server and ``tag``."""
 
@@ -36,7 +57,7 @@ class RateLimiter:
         bus: Bus,
         limits: Limits = Limits(),
         *,
-        tag: str = "cm.notify",
+        tag: str = NOTIFY_QUEUE,
         margin_ms: int = DEFAULT_MARGIN_MS,
     ) -> None:
         if margin_ms < 0:
@@ -45,6 +66,10 @@ class RateLimiter:
         self.limits = limits
         self.margin_ms = margin_ms
         self.prefix = f"emq:{{{check_queue(tag)}}}:rate:"
+        self._stats = LimiterStats()
+
+    def statistics(self) -> LimiterStats:
+        return self._stats
 
     async def take(self, chat: int) -> Take:
         """Take one send for ``chat`` now, or learn how long to wait."""
@@ -63,7 +88,13 @@ class RateLimiter:
                 str(self.margin_ms),
             ],
         )
-        return Take(bool(ok), int(wait), why.decode() if isinstance(why, bytes) else str(why))
+        take = Take(bool(ok), int(wait), as_text(why))
+        if take.ok:
+            self._stats = added(self._stats, taken=1)
+        elif take.blocked_by in _DENIED:
+            self._stats = added(self._stats, **{_DENIED[take.blocked_by]: 1},
+                                denied_wait_ms=take.wait_ms)  # fmt: skip
+        return take
 
     async def pause(self, scope: str, chat: int, ms: int) -> tuple[str, int]:
         """Pause ``scope`` (``'chat'``, ``'global'`` or ``'auto'``) for ``ms``; returns the scope
@@ -85,8 +116,10 @@ class RateLimiter:
                 str(self.margin_ms),
             ],
         )
-        text = got_scope.decode() if isinstance(got_scope, bytes) else str(got_scope)
-        return text, int(until)
+        paused = as_text(got_scope)
+        if paused in _PAUSED:
+            self._stats = added(self._stats, **{_PAUSED[paused]: 1})
+        return paused, int(until)
 
 
 def _chat(chat: object) -> int:

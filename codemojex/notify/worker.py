@@ -26,6 +26,7 @@ from codemojex.notify.notice import DeliveryNote, Notice, decode, encode_note
 from codemojex.notify.notifier import NOTIFY_QUEUE
 from codemojex.notify.rate_limiter import RateLimiter
 from codemojex.notify.telegram import TelegramBot
+from codemojex.stats import added
 from echomq_trio import Ack, Bury, Bus, Consumer, DeferIn, Job, RetryIn, StopConsumer
 from echomq_trio.backoff import Exponential, Jitter, delay_ms
 
@@ -37,8 +38,10 @@ MAX_ATTEMPTS = 6
 BACKOFF = Jitter(Exponential(500, 30_000))
 
 
-@attrs.define
+@attrs.frozen
 class WorkerStats:
+    """What this worker did with the notices it handled (a snapshot from ``statistics()``)."""
+
     delivered: int = 0
     deferred: int = 0  # no rate-limit token yet
     flood_waits: int = 0  # 429s from Telegram
@@ -66,7 +69,7 @@ class NotificationWorker:
         self.bot = bot
         self.limiter = limiter
         self.queue = queue
-        self.stats = WorkerStats()
+        self._stats = WorkerStats()
         self._rng = rng or random.Random()
         self._migrations = f"emq:{{{queue}}}:migrated"
         self.consumer = Consumer(
@@ -79,6 +82,9 @@ class NotificationWorker:
             beat_ms=1000,
         )
 
+    def statistics(self) -> WorkerStats:
+        return self._stats
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await self.consumer.run(task_status=task_status)
 
@@ -90,18 +96,18 @@ class NotificationWorker:
         try:
             notice = decode(job.payload)
         except ValueError as exc:
-            self.stats.dropped += 1
+            self._stats = added(self._stats, dropped=1)
             return Bury(str(exc))
         chat = await self._chat_for(notice.chat)
         for _ in range(2):  # a second pass only after a migration
             take = await self.limiter.take(chat)
             if not take.ok:
-                self.stats.deferred += 1
+                self._stats = added(self._stats, deferred=1)
                 return DeferIn(take.wait_ms, f"rate limit ({take.blocked_by})")
             verdict = await self.bot.send_message(chat, notice.text, **notice.opts)
             if not isinstance(verdict, Migrate):
                 return await self._act(job, notice, chat, verdict)
-            self.stats.migrated += 1
+            self._stats = added(self._stats, migrated=1)
             await self.bus.wire.command("HSET", self._migrations, str(notice.chat),
                                         str(verdict.new_chat_id))  # fmt: skip
             log.info("chat %s migrated to %s", chat, verdict.new_chat_id)
@@ -112,22 +118,22 @@ class NotificationWorker:
         self, job: Job, notice: Notice, chat: int, verdict: Verdict
     ) -> Ack | RetryIn | DeferIn | Bury | None:
         if isinstance(verdict, Delivered):
-            self.stats.delivered += 1
+            self._stats = added(self._stats, delivered=1)
             return Ack(encode_note(DeliveryNote(chat, verdict.message_id)))
         if isinstance(verdict, RetryLater):
             if verdict.flood:
-                self.stats.flood_waits += 1
+                self._stats = added(self._stats, flood_waits=1)
                 wait = verdict.delay_ms or 1000
                 scope, _ = await self.limiter.pause("auto", chat, wait)
                 return DeferIn(wait, f"429 ({scope}): {verdict.reason}")
-            self.stats.retried += 1
+            self._stats = added(self._stats, retried=1)
             wait = max(delay_ms(BACKOFF, max(job.attempts, 1), self._rng), verdict.delay_ms or 0)
             return RetryIn(wait, verdict.reason)
         if isinstance(verdict, Drop):
-            self.stats.dropped += 1
+            self._stats = added(self._stats, dropped=1)
             log.info("notice %s to %s dropped: %s", notice.id, chat, verdict.reason)
             return Bury(verdict.reason)
         if isinstance(verdict, Fatal):
-            self.stats.fatal = verdict.reason
+            self._stats = attrs.evolve(self._stats, fatal=verdict.reason)
             raise StopConsumer(f"Telegram refused the bot, stopping: {verdict.reason}")
         raise AssertionError(f"unhandled verdict {verdict!r}")  # pragma: no cover

@@ -60,7 +60,7 @@ async def test_a_slow_viewer_gets_the_latest_not_a_backlog_and_never_slows_a_fas
 ) -> None:
     players = [await game.create_player(bus, f"P{n:03d}" + "x" * 40, n) for n in range(150)]
     async with trio.open_nursery() as nursery:
-        _, base = await start_feed(nursery, bus, top_n=150, ping_interval_s=60)
+        feed, base = await start_feed(nursery, bus, top_n=150, ping_interval_s=60)
         url = f"{base}/rooms/{room.id}"
         async with open_websocket_url(url) as slow, open_websocket_url(url) as fast:
             await slow.get_message()  # the snapshot; then the slow viewer stops reading
@@ -84,6 +84,9 @@ async def test_a_slow_viewer_gets_the_latest_not_a_backlog_and_never_slows_a_fas
                     if msg["top"][0]["percentage"] == final:
                         break
             assert received < updates / 2, f"slow viewer replayed {received} boards"
+            stats = feed.statistics()
+            assert (stats.viewers, stats.rooms) == (2, 1)
+            assert stats.boards_skipped >= updates / 2 - received  # what the slow one never saw
         nursery.cancel_scope.cancel()
 
 
@@ -97,8 +100,8 @@ async def test_pings_drop_a_viewer_that_stopped_answering(bus: Bus, room: game.R
             "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
             "Sec-WebSocket-Version: 13\r\n\r\n".encode()
         )
-        await wait_for(lambda: feed.viewers == 1)
-        await wait_for(lambda: feed.viewers == 0, timeout=10)
+        await wait_for(lambda: feed.statistics().viewers == 1)
+        await wait_for(lambda: feed.statistics().viewers == 0, timeout=10)
         await stream.aclose()
         nursery.cancel_scope.cancel()
 
@@ -130,12 +133,12 @@ async def test_viewers_vanishing_mid_update_never_take_the_feed_down(
         nursery.start_soon(churn_the_board)
         for _ in range(40):
             stream = await _raw_viewer(port, room.id)
-            await wait_for(lambda: feed.viewers >= 1)
+            await wait_for(lambda: feed.statistics().viewers >= 1)
             # Reset the connection (RST) while updates are being sent to it.
             stream.socket.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_LINGER,
                                      struct.pack("ii", 1, 0))  # fmt: skip
             stream.socket.close()
-        await wait_for(lambda: feed.viewers == 0)
+        await wait_for(lambda: feed.statistics().viewers == 0)
         async with open_websocket_url(f"{base}/rooms/{room.id}") as ws:  # still serving
             assert json.loads(await ws.get_message())["room"] == room.id
         nursery.cancel_scope.cancel()
@@ -147,10 +150,10 @@ async def test_pings_drop_a_viewer_whose_window_is_full(bus: Bus, room: game.Roo
         feed, base = await start_feed(nursery, bus, top_n=150, ping_interval_s=0.2,
                                       ping_timeout_s=0.5)  # fmt: skip
         stream = await _raw_viewer(int(base.rsplit(":", 1)[1]), room.id, rcvbuf=4096)
-        await wait_for(lambda: feed.viewers == 1)
+        await wait_for(lambda: feed.statistics().viewers == 1)
         for n in range(1500):  # far more than its socket buffers hold; it never reads
             await board.record(bus, room.id, players[n % 150].id, 1 + n * 99 // 1500)
-        await wait_for(lambda: feed.viewers == 0, timeout=30)
+        await wait_for(lambda: feed.statistics().viewers == 0, timeout=30)
         await stream.aclose()
         nursery.cancel_scope.cancel()
 
@@ -170,7 +173,7 @@ async def test_a_change_whose_message_was_lost_reaches_viewers_by_resync(
             with trio.fail_after(10):
                 update = json.loads(await ws.get_message())
             assert [(s["name"], s["percentage"]) for s in update["top"]] == [("Alice", 70)]
-            sent = feed.updates_sent
+            sent = feed.statistics().updates_sent
             await trio.sleep(1.0)  # five resyncs with nothing new
-            assert feed.updates_sent == sent, "a resync pushed an unchanged board"
+            assert feed.statistics().updates_sent == sent, "a resync pushed an unchanged board"
         nursery.cancel_scope.cancel()

@@ -111,7 +111,7 @@ async def test_429_is_honoured_and_costs_no_attempt(bus: Bus, queue: str) -> Non
         assert first_try.status == 429
         assert delivery.at - first_try.at >= 2.0
         assert set(await _claimed_attempts(bus, queue)) == {1}
-        assert worker.stats.flood_waits == 1 and worker.stats.retried == 0
+        assert worker.statistics().flood_waits == 1 and worker.statistics().retried == 0
 
 
 @pytest.mark.timeout_s(60)
@@ -124,7 +124,7 @@ async def test_three_server_errors_then_delivered_on_attempt_four(bus: Bus, queu
             await tg.wait_deliveries(1)
             await wait_for(lambda: worker.consumer.statistics().acked == 1)
         assert await _claimed_attempts(bus, queue) == [1, 2, 3, 4]
-        assert worker.stats.retried == 3
+        assert worker.statistics().retried == 3
 
 
 @pytest.mark.timeout_s(60)
@@ -153,7 +153,7 @@ async def test_migrated_chat_gets_its_notices_at_the_new_id_in_order(bus: Bus, q
         async with in_process_worker(bus, queue, tg) as worker:
             await tg.wait_deliveries(4, -1009)
         assert tg.by_chat() == {-1009: ["m0", "m1", "m2", "m3"]}
-        assert worker.stats.migrated == 1
+        assert worker.statistics().migrated == 1
 
 
 @pytest.mark.timeout_s(120)

@@ -3,6 +3,7 @@ limiter instances (as across processes)."""
 
 import itertools
 
+import attrs
 import pytest
 import trio
 
@@ -117,6 +118,24 @@ async def test_auto_pause_picks_global_when_the_bot_window_is_full(bus: Bus, que
     for chat in range(10, 15):
         await rl.take(chat)
     assert (await rl.pause("auto", 2, 1000))[0] == "global"
+
+
+async def test_statistics_count_what_this_limiter_answered(bus: Bus, queue: str) -> None:
+    rl = limiter(bus, queue)
+    for chat in (1, 1, 1, 2, 3, 4, 5):  # 5 sends, then the chat's window, then the bot's
+        await rl.take(chat)
+    await rl.pause("chat", 7, 5_000)
+    denied = await rl.take(7)
+    snapshot = rl.statistics()
+    assert attrs.asdict(snapshot) == {
+        "taken": 5, "denied_global": 1, "denied_chat": 1, "denied_paused": 1,
+        "denied_wait_ms": snapshot.denied_wait_ms, "paused_global": 0, "paused_chat": 1,
+    }  # fmt: skip
+    assert snapshot.denied_wait_ms >= denied.wait_ms > 4_000
+    assert not (await rl.take(8)).ok  # the bot's window is still full
+    assert rl.statistics().denied_global == 2 and snapshot.denied_global == 1  # it stays put
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        snapshot.taken = 0  # type: ignore[misc]
 
 
 async def test_bad_input(bus: Bus) -> None:
