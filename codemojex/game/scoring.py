@@ -47,10 +47,6 @@ class Score:
     def percentage(self) -> int:
         return round(self.total * 100 / MAX_TOTAL)
 
-    @property
-    def tier(self) -> int:
-        return self.total // 20
-
 
 def status_word(distance: int | None) -> str:
     """EXACT (0), ADJACENT (1), NEAR (2-3), FAR (4), MAX (5), MISS (not in the secret)."""

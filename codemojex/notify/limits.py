@@ -31,6 +31,24 @@ class Window:
     def per_second(self) -> float:
         return self.limit * 1000 / self.window_ms
 
+    def __str__(self) -> str:
+        return f"{self.limit}/{self.window_ms}"
+
+    @classmethod
+    def parse(cls, text: str, what: str = "a window") -> Window:
+        """A window written ``LIMIT/WINDOW_MS`` (``30/1000``), as ``str`` writes it;
+        ``ValueError`` naming ``what`` for anything else."""
+        limit, slash, ms = text.partition("/")
+        try:
+            if not slash:
+                raise ValueError("no '/'")
+            return cls(int(limit), int(ms))
+        except ValueError:
+            raise ValueError(
+                f"{what} must look like LIMIT/WINDOW_MS with positive integers (e.g. 30/1000), "
+                f"got {text!r}"
+            ) from None
+
 
 def is_group_chat(chat_id: int) -> bool:
     """Groups and channels have negative ids; private chats positive ones."""
