@@ -1,7 +1,10 @@
 """The notification pipeline end to end: the bus, the shared rate limiter, real HTTP to the Bot
-API stand-in. Rates are the defaults made faster (the stand-in enforces the same limits)."""
+API stand-in, in this process and in worker processes (``python -m codemojex.notify``). Rates
+are the defaults made faster (the stand-in enforces the same limits)."""
 
+import os
 import signal
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -16,13 +19,13 @@ from codemojex.notify.telegram import open_bot
 from codemojex.notify.worker import NotificationWorker
 from codemojex.standin.bot_api import Scripted, TelegramStandIn, open_stand_in
 from echomq_trio import Bus, Metronome, events, jobs
-from tests.codemojex.notify.proc import MARGIN_MS
 from tests.conftest import wait_for
-from tests.support import read_line, spawn
+from tests.support import ROOT, read_line, spawn
 
 SCALE = 10
 LIMITS = Limits().scaled(SCALE)
 TOKEN = "123456:TEST"
+MARGIN_MS = 200  # covers arrival jitter on a loaded 2-core machine (windows are 100-300 ms)
 
 
 @asynccontextmanager
@@ -39,9 +42,13 @@ async def in_process_worker(
 
 
 def worker_process(url: str, queue: str, tg: TelegramStandIn, *extra: str):  # type: ignore[no-untyped-def]
+    limits = ["--global-limit", str(LIMITS.global_), "--private-limit", str(LIMITS.private),
+              "--group-limit", str(LIMITS.group)]  # fmt: skip
     return spawn(
-        url, queue, tg.api_url, TOKEN, str(SCALE), *extra, module="tests.codemojex.notify.proc"
-    )
+        "--queue", queue, "--telegram-api-url", tg.api_url, *limits, "--margin-ms",
+        str(MARGIN_MS), "--beat-ms", "100", *extra, module="codemojex.notify",
+        env={"ECHOMQ_URL": url, "CODEMOJEX_TELEGRAM_TOKEN": TOKEN},
+    )  # fmt: skip
 
 
 @pytest.mark.timeout_s(240)
@@ -182,3 +189,24 @@ async def test_kill_9_of_a_worker_loses_nothing(bus: Bus, queue: str, server_url
         assert set(texts) == expected, "a notice was lost"
         assert len(texts) - len(set(texts)) <= 16  # only those in flight at the kill
         assert (await jobs.counts(bus, queue)).dead == 0
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        ({"CODEMOJEX_TELEGRAM_TOKEN": TOKEN}, "needs --url (or ECHOMQ_URL)"),
+        ({"ECHOMQ_URL": "redis://127.0.0.1:1"}, "needs the bot token in"),
+    ],
+)
+async def test_a_worker_process_without_a_server_or_token_says_so_in_one_line(
+    env: dict[str, str], words: str
+) -> None:
+    unset = ("ECHOMQ_URL", "CODEMOJEX_TELEGRAM_TOKEN")
+    base = {k: v for k, v in os.environ.items() if k not in unset}
+    done = await trio.run_process(
+        [sys.executable, "-m", "codemojex.notify"], cwd=ROOT, capture_stdout=True,
+        capture_stderr=True, check=False, env=base | env | {"PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    err = done.stderr.decode()
+    assert done.returncode == 2 and words in err and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1 and done.stdout == b""
