@@ -15,6 +15,7 @@ from codemojex.standin.bot_api import (
     RequestRecord,
     Scripted,
     TelegramStandIn,
+    most_in_span,
     open_stand_in,
 )
 
@@ -25,5 +26,6 @@ __all__ = [
     "RequestRecord",
     "Scripted",
     "TelegramStandIn",
+    "most_in_span",
     "open_stand_in",
 ]

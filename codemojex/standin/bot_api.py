@@ -43,7 +43,7 @@ import trio
 
 from codemojex.asgi import answer_lifespan, serve_app
 from codemojex.notify.limits import Limits, Window
-from codemojex.notify.notice import telegram_length
+from codemojex.notify.notice import MAX_TEXT, telegram_length
 
 if TYPE_CHECKING:
     from hypercorn.typing import (
@@ -64,13 +64,14 @@ __all__ = [
     "Scripted",
     "TelegramStandIn",
     "Window",
+    "most_in_span",
     "open_stand_in",
 ]
 
 log = logging.getLogger("codemojex.standin.bot_api")
 
-MAX_MESSAGE_LENGTH = 4096
-"""Longest accepted ``text``, in characters (code points), as Telegram documents it."""
+MAX_MESSAGE_LENGTH = MAX_TEXT
+"""Longest accepted ``text``, counted as Telegram counts it (UTF-16 code units)."""
 
 MAX_BODY_BYTES = 1 << 20
 PARSE_MODES = frozenset({"html", "markdown", "markdownv2"})
@@ -324,15 +325,7 @@ class TelegramStandIn:
         A span is half-open, ``[t, t + window)``, matching how the limits are enforced.
         """
         times = [d.at for d in self.deliveries if chat_id is None or d.chat_id == chat_id]
-        times.sort()
-        window_s = window_ms / 1000
-        best = 0
-        start = 0
-        for end, t in enumerate(times):
-            while t - times[start] >= window_s:
-                start += 1
-            best = max(best, end - start + 1)
-        return best
+        return most_in_span(sorted(times), window_ms / 1000)
 
     async def wait_deliveries(self, count: int, chat_id: int | None = None) -> list[Delivery]:
         """Wait until at least ``count`` deliveries (to ``chat_id``, if given) were accepted.
@@ -529,6 +522,17 @@ class TelegramStandIn:
             "date": int(wall),
             "text": text,
         }
+
+
+def most_in_span(times: Sequence[float], span_s: float) -> int:
+    """The most of ``times`` (ascending) inside any half-open span ``[t, t + span_s)``."""
+    best = 0
+    start = 0
+    for end, t in enumerate(times):
+        while t - times[start] >= span_s:
+            start += 1
+        best = max(best, end - start + 1)
+    return best
 
 
 def _wait_for_slot(times: Sequence[float], window: Window, now: float) -> float:
