@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TypeVar, TypeVarTuple
 
 import attrs
 import trio
@@ -23,6 +23,7 @@ import trio
 __all__ = ["CliError", "Stopped", "cancel_on_signal", "first_error", "silence_stdout"]
 
 T = TypeVar("T")
+Args = TypeVarTuple("Args")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -47,8 +48,8 @@ class Stopped:
 
 
 async def cancel_on_signal(
-    fn: Callable[..., Awaitable[T]],
-    *args: object,
+    fn: Callable[[*Args], Awaitable[T]],
+    *args: *Args,
     announce: Callable[[signal.Signals], None] | None = None,
 ) -> T | Stopped:
     """``await fn(*args)`` until it returns (its answer) or SIGINT/SIGTERM cancels it
