@@ -10,16 +10,21 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from codemojex.asgi import answer_lifespan, serve_app
+from codemojex.asgi import Response, answer, serve_app
 from codemojex.game.rooms import list_rooms
 from echomq_trio import Bus, BusError
 
 if TYPE_CHECKING:
-    from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope
+    from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope
 
 __all__ = ["PageServer"]
 
 PAGE = (resources.files("codemojex.game") / "web" / "index.html").read_bytes()
+
+
+def _fresh(status: int, content_type: bytes, body: bytes) -> Response:
+    """An answer the browser must not cache (the rooms change; the page is the service's)."""
+    return Response(status, content_type, body, [(b"cache-control", b"no-store")])
 
 
 class PageServer:
@@ -30,30 +35,23 @@ class PageServer:
         self.feed_port = feed_port
 
     async def app(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
-        if scope["type"] == "lifespan":
-            await answer_lifespan(receive, send)
-            return
-        if scope["type"] != "http":
-            return
+        await answer(scope, receive, send, self._answer)
+
+    async def _answer(self, scope: HTTPScope, _receive: ASGIReceiveCallable) -> Response:
+        json_type = b"application/json"
         path = scope["path"]
         if path in ("/", "/index.html"):
-            status, kind, body = 200, b"text/html; charset=utf-8", PAGE
-        elif path == "/config.json":
-            status, kind = 200, b"application/json"
-            body = json.dumps({"ws_port": self.feed_port}).encode()
-        elif path == "/rooms.json":
-            status, kind = 200, b"application/json"
+            return _fresh(200, b"text/html; charset=utf-8", PAGE)
+        if path == "/config.json":
+            return _fresh(200, json_type, json.dumps({"ws_port": self.feed_port}).encode())
+        if path == "/rooms.json":
             try:
                 rooms = await list_rooms(self.bus)
             except BusError:  # the server is restarting: the page retries
-                status, body = 503, json.dumps({"error": "the server is unavailable"}).encode()
-            else:
-                body = json.dumps([{"id": r.id, "title": r.title} for r in rooms]).encode()
-        else:
-            status, kind, body = 404, b"text/plain", b"not found"
-        headers = [(b"content-type", kind), (b"cache-control", b"no-store")]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body, "more_body": False})
+                return _fresh(503, json_type, b'{"error": "the server is unavailable"}')
+            body = json.dumps([{"id": r.id, "title": r.title} for r in rooms]).encode()
+            return _fresh(200, json_type, body)
+        return _fresh(404, b"text/plain", b"not found")
 
     async def serve(
         self,

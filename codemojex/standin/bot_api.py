@@ -41,7 +41,7 @@ from urllib.parse import parse_qsl
 import attrs
 import trio
 
-from codemojex.asgi import answer_lifespan, serve_app
+from codemojex.asgi import Response, answer, serve_app
 from codemojex.notify.limits import Limits, Window
 from codemojex.notify.notice import MAX_TEXT, telegram_length
 
@@ -49,8 +49,6 @@ if TYPE_CHECKING:
     from hypercorn.typing import (
         ASGIReceiveCallable,
         ASGISendCallable,
-        HTTPResponseBodyEvent,
-        HTTPResponseStartEvent,
         HTTPScope,
         Scope,
     )
@@ -341,28 +339,13 @@ class TelegramStandIn:
     # ---- the ASGI app ----------------------------------------------------------------------
 
     async def app(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
-        if scope["type"] == "lifespan":
-            await answer_lifespan(receive, send)
-            return
-        if scope["type"] != "http":
-            return
+        await answer(scope, receive, send, self._answer)
+
+    async def _answer(self, scope: HTTPScope, receive: ASGIReceiveCallable) -> Response:
         reply = await self._http(scope, receive)
         payload = json.dumps(reply.body, ensure_ascii=False).encode()
-        start: HTTPResponseStartEvent = {
-            "type": "http.response.start",
-            "status": reply.status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(payload)).encode()),
-            ],
-        }
-        await send(start)
-        body: HTTPResponseBodyEvent = {
-            "type": "http.response.body",
-            "body": payload,
-            "more_body": False,
-        }
-        await send(body)
+        length = (b"content-length", str(len(payload)).encode())
+        return Response(reply.status, b"application/json", payload, [length])
 
     async def _http(self, scope: HTTPScope, receive: ASGIReceiveCallable) -> _Reply:
         raw = bytearray()
