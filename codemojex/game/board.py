@@ -13,6 +13,7 @@ import attrs
 from codemojex import ids
 from codemojex.game.rooms import room_key
 from echomq_trio import Bus
+from echomq_trio.keys import as_text
 
 __all__ = [
     "FEED_PATTERN",
@@ -53,7 +54,7 @@ class Standing:
 
 
 def _pct(score: object) -> int:
-    return int(float(score.decode() if isinstance(score, bytes) else str(score)) // _SCALE)
+    return int(float(as_text(score)) // _SCALE)
 
 
 def _check_player(player: str) -> str:
@@ -85,10 +86,7 @@ def _standings(raw: object, first_rank: int) -> list[Standing]:
     else:
         items = list(raw) if isinstance(raw, list) else []
         pairs = list(zip(items[::2], items[1::2], strict=True))
-    return [
-        Standing(first_rank + i, m.decode() if isinstance(m, bytes) else str(m), _pct(s))
-        for i, (m, s) in enumerate(pairs)
-    ]
+    return [Standing(first_rank + i, as_text(m), _pct(s)) for i, (m, s) in enumerate(pairs)]
 
 
 async def top(bus: Bus, room: str, n: int = 10) -> list[Standing]:
