@@ -1,4 +1,16 @@
-"""codemojex: the notification pipeline of a Telegram emoji-guessing game, on echomq_trio.
+"""codemojex: the notification pipeline, game and audit archive of a Telegram emoji-guessing
+game, on echomq_trio.
 
-(Being built; see the README for what exists so far.)
+How the parts fit, by capability:
+
+* ``codemojex.notify``: notices enqueued on a fair lane per chat, delivered to Telegram by the
+  ``NotificationWorker`` within a rate limit shared by every process.
+* ``codemojex.game``: rooms, rounds, scoring and leaderboards, the daily digest, and the live
+  feed and page; it sends its messages through ``codemojex.notify``.
+* ``codemojex.audit``: every settled notice folded into SQLite off the hot path and replicated
+  off-box; ``python -m codemojex.audit`` reads and restores it.
+* ``codemojex.standin``: the Telegram Bot API stand-in the service sends to without a token.
+
+``codemojex.run`` (``python -m codemojex.run``) starts all of it with ``codemojex.settings``;
+``ids``, ``asgi`` and ``stats`` are the small pieces the capabilities share.
 """

@@ -1,16 +1,49 @@
 """Serve a small ASGI app on trio with hypercorn, quietly (no access log, warnings only), for
-the page server and the Bot API stand-in."""
+the page server and the Bot API stand-in; ``answer`` is the plumbing both apps share: lifespan
+events answered, other non-HTTP scopes ignored, and an HTTP request answered with the
+``Response`` a handler returns."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
+import attrs
 import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
-__all__ = ["answer_lifespan", "serve_app"]
+if TYPE_CHECKING:
+    from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope
+
+__all__ = ["Response", "answer", "answer_lifespan", "serve_app"]
+
+
+@attrs.frozen
+class Response:
+    status: int
+    content_type: bytes
+    body: bytes
+    headers: Sequence[tuple[bytes, bytes]] = ()  # more than the content type
+
+
+async def answer(
+    scope: Scope,
+    receive: ASGIReceiveCallable,
+    send: ASGISendCallable,
+    handle: Callable[[HTTPScope, ASGIReceiveCallable], Awaitable[Response]],
+) -> None:
+    """Answer one ASGI call: an HTTP request with what ``handle`` returns for it."""
+    if scope["type"] == "lifespan":
+        await answer_lifespan(receive, send)
+        return
+    if scope["type"] != "http":
+        return
+    response = await handle(scope, receive)
+    headers = [(b"content-type", response.content_type), *response.headers]
+    await send({"type": "http.response.start", "status": response.status, "headers": headers})
+    await send({"type": "http.response.body", "body": response.body, "more_body": False})
 
 
 async def answer_lifespan(receive: Any, send: Any) -> None:

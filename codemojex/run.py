@@ -11,28 +11,24 @@ resumes. ``--help`` lists the settings.
 from __future__ import annotations
 
 import errno
-import os
 import signal
 import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 
 import trio
 
-from codemojex import board, demo, game
-from codemojex.archiver import Archiver
-from codemojex.feed import Feed
-from codemojex.notification_worker import NotificationWorker
-from codemojex.notifier import NOTIFY_QUEUE
-from codemojex.rate_limiter import RateLimiter
-from codemojex.replica import open_replica
+from codemojex import game
+from codemojex.audit import Archiver, open_replica
+from codemojex.game import Feed, PageServer, board, demo
+from codemojex.notify import NOTIFY_QUEUE, NotificationWorker, RateLimiter, open_bot
 from codemojex.settings import Settings, SettingsError, parse_settings
-from codemojex.telegram import open_bot
-from codemojex.testing.telegram import TelegramStandIn, open_stand_in
-from codemojex.web import PageServer
+from codemojex.standin import TelegramStandIn, open_stand_in
 from echomq_trio import Bus, BusError, Consumer, Metronome, StopConsumer, jobs, open_bus
+from echomq_trio.cli import cancel_on_signal, first_error
 from echomq_trio.datadir import DataDir, InUse
 
 __all__ = ["main", "run"]
@@ -70,15 +66,16 @@ async def _summary(
         except BusError as exc:
             say(f"summary: server unavailable: {exc}")
             continue
-        s = worker.stats
+        s = worker.statistics()
         audit = ""
         if archiver is not None:
-            a = archiver.stats
-            audit = f" | archived {a.archived}, segments {a.segments}"
-            audit += f" (FENCED: {a.fenced})" if a.fenced else ""
-            if a.replica_down_since is not None:
-                since = time.strftime("%H:%M:%S", time.localtime(a.replica_down_since))
-                audit += f" (replica down since {since}: {a.replica_error})"
+            a = archiver.statistics()
+            r = a.replicator
+            audit = f" | archived {a.folder.archived}, segments {r.segments}"
+            audit += f" (FENCED: {r.fenced})" if r.fenced else ""
+            if r.replica_down_since is not None:
+                since = time.strftime("%H:%M:%S", time.localtime(r.replica_down_since))
+                audit += f" (replica down since {since}: {r.replica_error})"
         say(
             f"notices sent {s.delivered}, deferred {s.deferred}, retried {s.retried}, "
             f"dropped {s.dropped}, 429s {s.flood_waits} | pending {notify_counts.pending}, "
@@ -177,27 +174,15 @@ async def run(
 
 
 async def _main(settings: Settings, data_dir: DataDir) -> int:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
-            service = trio.CancelScope()
-
-            async def on_signals() -> None:
-                async for signum in signals:
-                    name = signal.Signals(signum).name
-                    if service.cancel_called:
-                        # The operator insists: leave now. The kernel drops the data-directory
-                        # lock and the embedded server goes with us (parent-death signal).
-                        print(f"{name} again: exiting at once", file=sys.stderr, flush=True)
-                        os._exit(128 + signum)
-                    say(f"{name}: shutting down (again to exit at once)")
-                    service.cancel()
-
-            nursery.start_soon(on_signals)
-            with service:
-                await run(settings, data_dir=data_dir)
-            nursery.cancel_scope.cancel()
+    # A second signal exits at once: the kernel drops the data-directory lock and the embedded
+    # server goes with us (parent-death signal).
+    await cancel_on_signal(partial(run, settings, data_dir=data_dir), announce=_shutting_down)
     say("stopped")
     return 0
+
+
+def _shutting_down(signum: signal.Signals) -> None:
+    say(f"{signum.name}: shutting down (again to exit at once)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -222,20 +207,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         try:
             return trio.run(_main, settings, data_dir)
-        except BaseExceptionGroup as group:
-            known = group.subgroup((StopConsumer, BusError, OSError, InUse))
-            if known is None:
+        except (Exception, BaseExceptionGroup) as exc:
+            first = first_error(exc, (StopConsumer, BusError, OSError, InUse))
+            if first is None:
                 raise
-            first = _first(known)
-        except (StopConsumer, BusError, OSError, InUse) as exc:
-            first = exc
         print(f"codemojex: {first}", file=sys.stderr)
         return 2 if isinstance(first, InUse) else 1  # an archive another process holds
-
-
-def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    first = group.exceptions[0]
-    return _first(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import attrs
 
-from codemojex.limits import Limits, Window
+from codemojex.notify import DEFAULT_API_URL, Limits, Window
 
 __all__ = ["Settings", "SettingsError", "parse_settings"]
 
@@ -21,13 +21,9 @@ class SettingsError(ValueError):
 
 def _window(name: str, text: str) -> Window:
     try:
-        limit, _, ms = text.partition("/")
-        return Window(int(limit), int(ms))
-    except ValueError:
-        raise SettingsError(
-            f"{name} must look like LIMIT/WINDOW_MS with positive integers (e.g. 30/1000), "
-            f"got {text!r}"
-        ) from None
+        return Window.parse(text, name)
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
 
 
 def _port(name: str, value: int) -> int:
@@ -41,7 +37,7 @@ class Settings:
     url: str | None = None
     data_dir: Path = Path("codemojex-data")
     telegram_token: str | None = None
-    telegram_api_url: str = "https://api.telegram.org"
+    telegram_api_url: str = DEFAULT_API_URL
     limits: Limits = Limits()
     host: str = "127.0.0.1"
     page_port: int = 8080
@@ -59,10 +55,6 @@ class Settings:
     @property
     def replica_spec(self) -> str:
         return self.replica or str(self.data_dir / "replica")
-
-    @property
-    def uses_stand_in(self) -> bool:
-        return self.telegram_token is None
 
 
 # (flag, environment variable, help)
@@ -99,11 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     d = Settings()
     defaults = {
         "url": None, "data_dir": str(d.data_dir), "telegram_token": None,
-        "telegram_api_url": d.telegram_api_url, "global_limit": "30/1000",
-        "private_limit": "3/3000", "group_limit": "20/60000", "host": d.host,
-        "page_port": str(d.page_port), "feed_port": str(d.feed_port), "demo": "on",
-        "summary_every_s": str(d.summary_every_s), "archive": "on",
-        "archive_db": None, "replica": None,
+        "telegram_api_url": d.telegram_api_url, "global_limit": str(d.limits.global_),
+        "private_limit": str(d.limits.private), "group_limit": str(d.limits.group),
+        "host": d.host, "page_port": str(d.page_port), "feed_port": str(d.feed_port),
+        "demo": _on_off(d.demo), "summary_every_s": str(d.summary_every_s),
+        "archive": _on_off(d.archive), "archive_db": None, "replica": None,
     }  # fmt: skip
     parser = argparse.ArgumentParser(
         prog="python -m codemojex.run",
@@ -163,6 +155,10 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
         archive_db=Path(ns.archive_db) if ns.archive_db else None,
         replica=_replica(ns.replica),
     )
+
+
+def _on_off(value: bool) -> str:
+    return "on" if value else "off"
 
 
 def _switch(name: str, value: str) -> bool:

@@ -10,7 +10,8 @@
 The server is ``--url``, else ``ECHOMQ_URL``, else ``redis://127.0.0.1:6379``. Errors are one
 line on stderr and exit status 1 (2 for bad usage). A reader that stops early
 (``echomq tail q | head``) ends the command quietly with exit status 141, as for a command
-killed by SIGPIPE: no traceback, and no error message.
+killed by SIGPIPE: no traceback, and no error message. SIGINT (Ctrl-C) or SIGTERM stops a
+command cleanly with exit status 128 + N (130 for Ctrl-C).
 """
 
 from __future__ import annotations
@@ -28,13 +29,10 @@ import trio
 
 from echomq_trio import events, jobs, lanes, repeat
 from echomq_trio.bus import Bus, open_bus
+from echomq_trio.cli import CliError, Stopped, cancel_on_signal, silence_stdout
 from echomq_trio.errors import BusError
 
 DEFAULT_URL = "redis://127.0.0.1:6379"
-
-
-class CliError(Exception):
-    """A problem to report in one line."""
 
 
 def _when(ms: int | None) -> str:
@@ -199,15 +197,21 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+async def _command(args: argparse.Namespace) -> Any:
+    async with open_bus(args.url) as bus:
+        return await COMMANDS[args.command](bus, args)
+
+
 async def run(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
     args = _parser().parse_args(argv)
     try:
-        async with open_bus(args.url) as bus:
-            result = await COMMANDS[args.command](bus, args)
+        result = await cancel_on_signal(_command, args)
     except (CliError, ValueError, BusError) as exc:
         print(f"echomq: {exc}", file=sys.stderr)
-        return 1
+        return exc.status if isinstance(exc, CliError) else 1
+    if isinstance(result, Stopped):
+        return result.exit_status
     if result is not None:
         print(json.dumps(_jsonable(result), indent=2) if args.json else result)
     return 0
@@ -220,13 +224,10 @@ def main() -> None:
     try:
         status = trio.run(run)
         sys.stdout.flush()  # output still buffered meets a closed pipe here, not at exit
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # before the signals were handled: at start-up
         sys.exit(130)
     except BrokenPipeError:
-        # The reader is gone. Python flushes stdout once more at exit, which would fail and
-        # print a warning: point stdout at devnull first (the recipe of Python's signal docs).
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        silence_stdout()  # the reader is gone
         sys.exit(EXIT_BROKEN_PIPE)
     sys.exit(status)
 

@@ -1,18 +1,56 @@
-"""Helpers shared by tests of both packages: processes of a data directory, and running
-``python -m codemojex.run`` as a user does, reading its output line by line."""
+"""Helpers shared by tests of both packages: helper processes started from a test (and ended
+with it), processes of a data directory, and running ``python -m codemojex.run`` as a user
+does, reading its output line by line."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import trio
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@asynccontextmanager
+async def spawn(
+    *args: str, module: str = "tests.echomq_trio.proc", env: Mapping[str, str] | None = None
+) -> AsyncIterator[trio.Process]:
+    """Run ``python -m module *args`` (stdout piped, ``env`` added to the environment); SIGKILL
+    it on exit if it is still running."""
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGKILL)
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + 10):
+            await proc.wait()
+
+
+async def read_line(proc: trio.Process) -> str:
+    """The next line ``proc`` writes to its stdout, without the line end."""
+    assert proc.stdout is not None
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = await proc.stdout.receive_some(1)
+        if not chunk:
+            raise AssertionError(f"process ended before a line (code {proc.returncode})")
+        buf += chunk
+    return buf.decode().strip()
 
 
 def processes_in(folder: Path) -> list[int]:

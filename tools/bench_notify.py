@@ -5,7 +5,7 @@ Run ``python tools/bench_notify.py [--url URL] [--quick] [--workers N]`` with th
 one, it deletes its own queues' keys afterwards. Notices go through the real pipeline:
 ``notify`` -> the bus (one lane per chat, limit 1) -> ``NotificationWorker`` with the shared
 ``RateLimiter(bus, Limits(), tag=queue)`` (default margin) -> real HTTP on loopback -> the Bot API
-stand-in (``codemojex.testing.telegram``), which enforces the REAL default limits
+stand-in (``codemojex.standin``), which enforces the REAL default limits
 (``Limits()``: the bot 30 per 1000 ms, a private chat 3 per 3000 ms, a group 20 per 60 s) and
 answers 429 when one is exceeded. Every time below is the stand-in's arrival time of a message
 (``Delivery.at``, ``time.monotonic`` seconds). This is a benchmark, not a test: it reports, and
@@ -14,11 +14,11 @@ each phase has a deadline, and a hard limit (110 s, ``--quick`` 60 s) cancels th
 
 Workers: by default one ``NotificationWorker`` (concurrency 16) and one ``Metronome``
 (``beat_ms=100``) run in this process, like ``in_process_worker`` in
-``tests/codemojex/test_pipeline.py``; the limiter is wrapped to log every ``take`` (time, chat,
-answer) for the diagnostics. With ``--workers N`` they are N processes of
-``python -m tests.codemojex.proc URL QUEUE API_URL TOKEN 1`` instead (SCALE 1: the real limits);
-with the default margin too (``--margin-ms``), stated in the JSON as ``limiter_margin_ms``.
-Each phase has a queue of its own and its own workers.
+``tests/codemojex/notify/test_pipeline.py``; their ``statistics()`` go into the diagnostics.
+With ``--workers N`` they are N processes of ``python -m codemojex.notify --queue QUEUE
+--telegram-api-url API_URL --beat-ms 100`` instead (the real limits and the default margin, as
+in this process; the server and the token through the environment), stated in the JSON as
+``limiter_margin_ms``. Each phase has a queue of its own and its own workers.
 
 1. Saturation (``saturation_*``): ``CHATS`` private chats x 4 notices (150 x 4 = 600; ``--quick``
    60 x 4 = 240), all enqueued with ``notify`` before the workers start. One chat may send 1/s
@@ -58,13 +58,15 @@ Each phase has a queue of its own and its own workers.
      (budget left unused although work was ready), the mean free slots then, the most lanes
      waiting, and the most slots reserved ahead (global-window entries in the future: a chat
      blocked only by the global window gets the next free slot reserved and comes back for it).
-   * ``details.saturation.takes`` (in-process only): limiter answers by outcome; the waits it
-     handed out; for each deferral the lateness of its return (when the chat's next ``take``
-     came minus when the limiter said to come back: the lane wait, the metronome, the claim,
-     the handler); how many returns were deferred again; and ``take_to_arrival_ms``, from a
-     granted take to the request's arrival (the jitter the margin has to cover).
-     ``deferrals`` (by reason, from the events stream) and ``deferred_total`` (the queue's
-     metrics) come from the server in all modes. ``worker`` is ``NotificationWorker.stats``.
+   * ``details.saturation.returns`` (all modes, from the queue's events stream, on the server
+     clock): the waits the deferrals handed out, by kind (``rate limit (global)``, ``rate limit
+     (chat)``, ``429 (...)``); for each deferral the lateness of its return (when the notice was
+     claimed again minus when the deferral said to come back: the lane wait, the metronome, the
+     claim); and how many returns were deferred again. ``deferrals`` (by reason, from the same
+     stream) and ``deferred_total`` (the queue's metrics) also come from the server.
+   * In process only: ``limiter`` is ``RateLimiter.statistics()`` (sends taken, denials by
+     reason and the waits they handed out, pauses) and ``worker`` is
+     ``NotificationWorker.statistics()``.
 
 2. Flood fairness (``flood_*``): 1,000 notices to one chat are enqueued, the workers start, and
    once 3 of them have arrived (the flood is flowing), 100 single notices go to 100 other chats,
@@ -107,14 +109,16 @@ import trio
 from _bench import drop_queue, server_version
 
 import codemojex
-from codemojex.archiver import Archiver
-from codemojex.limits import Limits
-from codemojex.notification_worker import NotificationWorker
-from codemojex.notifier import notify
-from codemojex.rate_limiter import DEFAULT_MARGIN_MS, RateLimiter, Take
-from codemojex.replica import DirectoryReplica
-from codemojex.telegram import open_bot
-from codemojex.testing.telegram import Delivery, RequestRecord, TelegramStandIn, open_stand_in
+from codemojex.audit import Archiver, DirectoryReplica
+from codemojex.notify import (
+    DEFAULT_MARGIN_MS,
+    Limits,
+    NotificationWorker,
+    RateLimiter,
+    notify,
+    open_bot,
+)
+from codemojex.standin import Delivery, TelegramStandIn, most_in_span, open_stand_in
 from echomq_trio import Bus, Metronome, events, jobs, open_bus
 
 TOKEN = "123456:BENCH"
@@ -128,8 +132,8 @@ FLOOD_NOTICES = 1_000
 SMALL_CHATS = 100
 FIRST_SMALL_CHAT = 20_000
 FLOWING_AFTER = 3  # flood arrivals before the small notices are sent
-METRONOME_BEAT_MS = 100  # as in tests/codemojex (test_pipeline.py and proc.py)
-PROC_MODULE = "tests.codemojex.proc"
+METRONOME_BEAT_MS = 100  # as in tests/codemojex/notify/test_pipeline.py
+WORKER_MODULE = "codemojex.notify"  # a worker process, with the real limits by default
 HARD_LIMIT_S = 110.0  # the whole run is cancelled after this (--quick: QUICK_HARD_LIMIT_S)
 QUICK_HARD_LIMIT_S = 60.0
 SATURATION_LIMIT_S = 45.0  # the saturation phase stops here even if notices are left
@@ -184,30 +188,49 @@ def _summary(values: Sequence[float], digits: int = 1) -> dict[str, Any]:
     }
 
 
-def _max_in_span(times: Sequence[float], span_s: float) -> int:
-    """The most of ``times`` (ascending) inside any half-open span ``[t, t + span_s)``."""
-    best = 0
-    start = 0
-    for end, t in enumerate(times):
-        while t - times[start] >= span_s:
-            start += 1
-        best = max(best, end - start + 1)
-    return best
-
-
-async def _deferral_reasons(bus: Bus, queue: str) -> dict[str, int]:
-    """``deferred`` events of ``queue`` by reason (the stream keeps about the last 10,000)."""
-    reasons: Counter[str] = Counter()
+async def _events(bus: Bus, queue: str) -> list[events.Event]:
+    """The events of ``queue``, oldest first (the stream keeps about the last 10,000)."""
+    out: list[events.Event] = []
     after = "-"
-    while True:
-        page = await events.read(bus, queue, after, count=1000)
-        if not page:
-            break
-        for event in page:
-            if event.kind == "deferred":
-                reasons[str(event.fields.get("reason", "?"))] += 1
+    while page := await events.read(bus, queue, after, count=1000):
+        out += page
         after = page[-1].stream_id
-    return dict(reasons)
+    return out
+
+
+def _deferrals(log: Sequence[events.Event]) -> dict[str, int]:
+    """``deferred`` events by reason."""
+    return dict(Counter(str(e.fields.get("reason", "?")) for e in log if e.kind == "deferred"))
+
+
+def _returns(log: Sequence[events.Event]) -> dict[str, Any]:
+    """From the events (server clock): the waits deferrals handed out, by kind (the reason up
+    to its first colon), how late each deferred notice was claimed again after its wait, and
+    how many of those returns were deferred again at once."""
+    waits: dict[str, list[float]] = {}
+    late: dict[str, list[float]] = {}
+    due: dict[str, tuple[str, int]] = {}  # job -> (kind, when its deferral ends)
+    back: set[str] = set()  # jobs claimed again after a deferral, not settled since
+    again = 0
+    for e in log:
+        if e.kind == "deferred":
+            kind = str(e.fields.get("reason", "?")).split(":")[0]
+            at = int(e.fields.get("at", e.time_ms))
+            waits.setdefault(kind, []).append(at - e.time_ms)
+            again += e.subject in back
+            back.discard(e.subject)
+            due[e.subject] = (kind, at)
+        elif e.kind == "claimed" and e.subject in due:
+            kind, at = due.pop(e.subject)
+            late.setdefault(kind, []).append(e.time_ms - at)
+            back.add(e.subject)
+        else:
+            back.discard(e.subject)
+    return {
+        "deferred_wait_ms": {k: _summary(v, 0) for k, v in waits.items()},
+        "return_lateness_ms": {k: _summary(v, 0) for k, v in late.items()},
+        "deferred_again_on_return": again,
+    }
 
 
 def _clock_sample() -> dict[str, float]:
@@ -219,72 +242,6 @@ def _clock_sample() -> dict[str, float]:
     return {"trio_minus_monotonic_s": trio_now - mono, "perf_minus_monotonic_s": perf - mono}
 
 
-# --- the limiter, instrumented -------------------------------------------------------------
-
-
-@attrs.frozen
-class _TakeRecord:
-    at: float  # time.monotonic() when the answer came
-    chat: int
-    ok: bool
-    wait_ms: int
-    blocked_by: str
-
-
-class _LoggingLimiter(RateLimiter):
-    """The real limiter, logging each ``take`` answer (in-process runs only)."""
-
-    def __init__(self, bus: Bus, limits: Limits, *, tag: str) -> None:
-        super().__init__(bus, limits, tag=tag)
-        self.log: list[_TakeRecord] = []
-
-    async def take(self, chat: int) -> Take:
-        got = await super().take(chat)
-        self.log.append(_TakeRecord(time.monotonic(), chat, got.ok, got.wait_ms, got.blocked_by))
-        return got
-
-
-def _take_report(log: Sequence[_TakeRecord], requests: Sequence[RequestRecord]) -> dict[str, Any]:
-    """Answers by outcome, how late each deferred chat came back for its next take, and how
-    long after a granted take its request reached the stand-in (the k-th granted take of a chat
-    is its k-th request: a lane has one notice in flight)."""
-    outcomes = Counter("ok" if r.ok else r.blocked_by for r in log)
-    last: dict[int, _TakeRecord] = {}
-    late_ms: dict[str, list[float]] = {"global": [], "chat": []}
-    waits: dict[str, list[float]] = {"global": [], "chat": []}
-    redeferred = 0
-    for r in log:
-        prev = last.get(r.chat)
-        if prev is not None and not prev.ok and prev.blocked_by in late_ms:
-            due = prev.at + prev.wait_ms / 1000
-            late_ms[prev.blocked_by].append((r.at - due) * 1000)
-            if not r.ok:
-                redeferred += 1
-        if not r.ok and r.blocked_by in waits:
-            waits[r.blocked_by].append(r.wait_ms)
-        last[r.chat] = r
-    granted: dict[int, list[float]] = {}
-    for r in log:
-        if r.ok:
-            granted.setdefault(r.chat, []).append(r.at)
-    seen: Counter[int] = Counter()
-    to_arrival_ms: list[float] = []
-    for q in requests:
-        if q.chat_id is None:
-            continue
-        takes = granted.get(q.chat_id, [])
-        if seen[q.chat_id] < len(takes):
-            to_arrival_ms.append((q.at - takes[seen[q.chat_id]]) * 1000)
-        seen[q.chat_id] += 1
-    return {
-        "by_outcome": dict(outcomes),
-        "deferred_wait_ms": {k: _summary(v, 0) for k, v in waits.items() if v},
-        "return_lateness_ms": {k: _summary(v, 1) for k, v in late_ms.items() if v},
-        "deferred_again_on_return": redeferred,
-        "take_to_arrival_ms": _summary(to_arrival_ms, 2),
-    }
-
-
 # --- workers -------------------------------------------------------------------------------
 
 
@@ -292,13 +249,13 @@ def _take_report(log: Sequence[_TakeRecord], requests: Sequence[RequestRecord]) 
 class _Workers:
     ready_at: float = 0.0  # time.monotonic() when consuming began (the first worker ready)
     in_process: NotificationWorker | None = None
-    limiter: _LoggingLimiter | None = None
+    limiter: RateLimiter | None = None
 
 
 @asynccontextmanager
 async def _in_process_workers(bus: Bus, queue: str, tg: TelegramStandIn) -> AsyncIterator[_Workers]:
     async with open_bot(TOKEN, tg.api_url) as bot, trio.open_nursery() as nursery:
-        limiter = _LoggingLimiter(bus, LIMITS, tag=queue)
+        limiter = RateLimiter(bus, LIMITS, tag=queue)
         worker = NotificationWorker(bus, bot, limiter, queue=queue)
         metronome = Metronome(bus, queue, beat_ms=METRONOME_BEAT_MS)
         await nursery.start(worker.run)
@@ -323,7 +280,7 @@ async def _stop(procs: Sequence[trio.Process]) -> None:
     with trio.CancelScope(shield=True):
         for proc in procs:
             if proc.returncode is None:
-                proc.send_signal(signal.SIGTERM)  # no handler in proc.py: it ends at once
+                proc.send_signal(signal.SIGTERM)  # a clean stop: its notices go back
         with trio.move_on_after(STOP_LIMIT_S):
             for proc in procs:
                 await proc.wait()
@@ -340,9 +297,12 @@ async def _worker_processes(
     server_url: str, queue: str, tg: TelegramStandIn, count: int
 ) -> AsyncIterator[_Workers]:
     path = os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "PYTHONPATH": path}
-    argv = [sys.executable, "-m", PROC_MODULE, server_url, queue, tg.api_url, TOKEN, "1",
-            "--margin-ms", str(DEFAULT_MARGIN_MS)]  # fmt: skip
+    # The server's URL (with its password) and the token go through the environment.
+    env = {**os.environ, "PYTHONPATH": path, "ECHOMQ_URL": server_url,
+           "CODEMOJEX_TELEGRAM_TOKEN": TOKEN}  # fmt: skip
+    argv = [sys.executable, "-m", WORKER_MODULE, "--queue", queue, "--telegram-api-url",
+            tg.api_url, "--margin-ms", str(DEFAULT_MARGIN_MS), "--beat-ms",
+            str(METRONOME_BEAT_MS)]  # fmt: skip
     procs: list[trio.Process] = []
     try:
         for _ in range(count):
@@ -371,6 +331,16 @@ async def _worker_processes(
         yield _Workers(min(ready))
     finally:
         await _stop(procs)
+
+
+def _statistics(workers: _Workers) -> dict[str, Any]:
+    """The in-process worker's and limiter's ``statistics()`` (none for worker processes)."""
+    out: dict[str, Any] = {}
+    if workers.in_process is not None:
+        out["worker"] = attrs.asdict(workers.in_process.statistics())
+    if workers.limiter is not None:
+        out["limiter"] = attrs.asdict(workers.limiter.statistics())
+    return out
 
 
 def _workers(
@@ -476,16 +446,18 @@ async def bench_saturation(
                     complete = True
                 nursery.cancel_scope.cancel()
             settled = complete and await _settle(bus, queue)
+            in_process = _statistics(workers)
         deliveries = sorted(tg.deliveries, key=lambda d: d.at)
         rate_limited = tg.rate_limited
         requests = list(tg.requests)
         archived = None
         if archiver is not None:
             with trio.move_on_after(20):
-                while archiver.stats.archived < total:  # noqa: ASYNC110 - polled stats
+                while archiver.statistics().folder.archived < total:  # noqa: ASYNC110
                     await trio.sleep(0.05)
-            archived = {"rows": archiver.stats.archived, "segments": archiver.stats.segments,
-                        "fenced": archiver.stats.fenced}  # fmt: skip
+            stats = archiver.statistics()
+            archived = {"rows": stats.folder.archived, "segments": stats.replicator.segments,
+                        "fenced": stats.replicator.fenced}  # fmt: skip
         archive_nursery.cancel_scope.cancel()
     times = [d.at for d in deliveries]
     if len(times) <= limit:
@@ -497,6 +469,7 @@ async def bench_saturation(
     for d in deliveries:
         by_chat.setdefault(d.chat_id, []).append(d.at)
     counts = await jobs.counts(bus, queue)
+    log = await _events(bus, queue)
     details: dict[str, Any] = {
         "chats": chats,
         "notices": total,
@@ -516,15 +489,12 @@ async def bench_saturation(
         "in_order": _in_order(deliveries, expected),
         "stand_in_requests": len(requests),
         "deferred_total": counts.deferred_total,
-        "deferrals": await _deferral_reasons(bus, queue),
+        "deferrals": _deferrals(log),
+        "returns": _returns(log),
         "settled": settled,
         "dead": counts.dead,
+        **in_process,
     }
-    if workers.in_process is not None:
-        stats = workers.in_process.stats
-        details["worker"] = attrs.asdict(stats)
-    if workers.limiter is not None:
-        details["takes"] = _take_report(workers.limiter.log, requests)
     if archived is not None:
         details["archiver"] = archived
     return {
@@ -532,10 +502,10 @@ async def bench_saturation(
         "budget_per_s": LIMITS.global_.per_second,
         "fraction_of_budget": _round(steady / LIMITS.global_.per_second, 4),
         "whole_run_sends_per_s": _round(len(times) / (times[-1] - workers.ready_at), 2),
-        "max_in_any_1s_window": _max_in_span(times, 1.0),
+        "max_in_any_1s_window": most_in_span(times, 1.0),
         "stand_in_429s": rate_limited,
-        "per_chat_max_in_1s": max(_max_in_span(t, 1.0) for t in by_chat.values()),
-        "per_chat_max_in_3s": max(_max_in_span(t, 3.0) for t in by_chat.values()),
+        "per_chat_max_in_1s": max(most_in_span(t, 1.0) for t in by_chat.values()),
+        "per_chat_max_in_3s": max(most_in_span(t, 3.0) for t in by_chat.values()),
         "details": details,
     }
 
@@ -568,12 +538,10 @@ async def bench_flood(bus: Bus, server_url: str, queue: str, processes: int) -> 
                 while sum(1 for d in tg.deliveries if d.chat_id in sent_at) < SMALL_CHATS:
                     await tg.wait_deliveries(len(tg.deliveries) + 1)
             ready_at = workers.ready_at
-            stats = None if workers.in_process is None else attrs.asdict(workers.in_process.stats)
-            take_log = [] if workers.limiter is None else list(workers.limiter.log)
+            in_process = _statistics(workers)
         # The flood is cancelled here, with most of it still queued.
         deliveries = sorted(tg.deliveries, key=lambda d: d.at)
         rate_limited = tg.rate_limited
-        requests = list(tg.requests)
     small_arrivals = {d.chat_id: d.at for d in deliveries if d.chat_id in sent_at}
     # A small notice that never arrived (only if SMALL_LIMIT_S passed) counts as infinitely late.
     delays = [(small_arrivals[c] - sent_at[c]) * 1000 if c in small_arrivals else math.inf
@@ -591,14 +559,12 @@ async def bench_flood(bus: Bus, server_url: str, queue: str, processes: int) -> 
         "first_small_sent_after_ready_ms": _round((small_began - ready_at) * 1000),
         "last_small_after_first_sent_ms": _finite((last_small - small_began) * 1000),
         "small_delay_ms": delay,
-        "flood_max_in_3s": _max_in_span(flood_times, 3.0),
-        "max_in_any_1s_window": _max_in_span([d.at for d in deliveries], 1.0),
+        "flood_max_in_3s": most_in_span(flood_times, 3.0),
+        "max_in_any_1s_window": most_in_span([d.at for d in deliveries], 1.0),
         "stand_in_429s": rate_limited,
+        "returns": _returns(await _events(bus, queue)),
+        **in_process,
     }
-    if stats is not None:
-        details["worker"] = stats
-    if take_log:
-        details["takes"] = _take_report(take_log, requests)
     return {
         "flood_small_delay_ms": {k: delay[k] for k in ("p50", "p99", "max", "count")},
         "flood_expected_bound_ms": _round(bound_s * 1000),
@@ -710,7 +676,7 @@ def main(argv: list[str] | None = None) -> None:
         type=int,
         default=0,
         metavar="N",
-        help=f"run N worker processes ({PROC_MODULE}); default: one worker in this process",
+        help=f"run N worker processes ({WORKER_MODULE}); default: one worker in this process",
     )
     parser.add_argument(
         "--archiver",

@@ -29,9 +29,10 @@ import pytest
 import trio
 from trio_websocket import connect_websocket_url
 
-from codemojex import board, game
-from codemojex.notifier import notify
-from codemojex.testing.telegram import Scripted, open_stand_in
+from codemojex import game
+from codemojex.game import board
+from codemojex.notify.notifier import notify
+from codemojex.standin.bot_api import Scripted, open_stand_in
 from echomq_trio import Bus, BusError, jobs, open_bus
 from tests.conftest import wait_for
 from tests.support import (
@@ -296,7 +297,7 @@ async def test_a_server_that_keeps_dying_ends_the_service_with_a_clear_message(
 
 
 async def test_rooms_json_answers_503_while_the_server_is_unavailable(tmp_path: Path) -> None:
-    from codemojex.web import PageServer
+    from codemojex.game.page import PageServer
 
     async with open_bus(data_dir=tmp_path) as owner:
         assert owner.server is not None and owner.server.pid is not None

@@ -2,9 +2,7 @@
 Telegram stand-in, exits cleanly on SIGTERM, and a second start resumes."""
 
 import os
-import re
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,37 +10,11 @@ import httpx
 import pytest
 import trio
 
-from tests.echomq_trio.processes import ROOT
+from tests.support import ROOT, Lines, start_service
 
 
 async def _start(data_dir: Path) -> trio.Process:
-    return await trio.lowlevel.open_process(
-        [sys.executable, "-m", "codemojex.run", "--data-dir", str(data_dir), "--page-port", "0",
-         "--feed-port", "0", "--summary-every", "0.5"],
-        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-
-
-class Lines:
-    def __init__(self, proc: trio.Process) -> None:
-        assert proc.stdout is not None
-        self.stream = proc.stdout
-        self.buf = b""
-        self.seen: list[str] = []
-
-    async def until(self, pattern: str) -> re.Match[str]:
-        while True:
-            while b"\n" in self.buf:
-                line, self.buf = self.buf.split(b"\n", 1)
-                text = line.decode(errors="replace")
-                self.seen.append(text)
-                if m := re.search(pattern, text):
-                    return m
-            chunk = await self.stream.receive_some(4096)
-            if not chunk:
-                raise AssertionError("process ended; output:\n" + "\n".join(self.seen))
-            self.buf += chunk
+    return await start_service(data_dir, "--summary-every", "0.5")
 
 
 @pytest.mark.timeout_s(120)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -9,7 +10,7 @@ import trio
 
 from echomq_trio import Bus, ids, jobs, open_bus, repeat
 from echomq_trio.server import free_port
-from tests.echomq_trio.processes import ROOT
+from tests.support import ROOT
 
 
 async def echomq(*args: str, url: str | None = None) -> subprocess.CompletedProcess[bytes]:
@@ -67,13 +68,13 @@ async def test_stats_ls_show_replay_cancel(standalone_url: str, queue: str) -> N
         assert out.returncode == 1 and "no recurring schedule" in out.stderr.decode()
 
 
-async def test_tail_follows_events(standalone_url: str, queue: str) -> None:
+async def test_tail_follows_events_until_ctrl_c(standalone_url: str, queue: str) -> None:
     async with open_bus(standalone_url) as bus:
         await jobs.enqueue(bus, queue, ids.generate("JOB"), "first")  # makes the queue known
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         proc = await trio.lowlevel.open_process(
             [sys.executable, "-m", "echomq_trio", "--url", standalone_url, "tail", queue],
-            stdout=subprocess.PIPE, env=env, cwd=ROOT,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT,
         )  # fmt: skip
         try:
             sent: list[str] = []
@@ -87,6 +88,10 @@ async def test_tail_follows_events(standalone_url: str, queue: str) -> None:
                         buf += await proc.stdout.receive_some(4096)
             line = next(x for x in buf.decode().splitlines() if any(s in x for s in sent))
             assert "enqueued" in line
+            proc.send_signal(signal.SIGINT)  # Ctrl-C: a clean stop, status 128 + SIGINT
+            with trio.fail_after(10):
+                assert await proc.wait() == 130
+            assert await _read_all(proc.stderr) == b""
         finally:
             proc.kill()
             await proc.wait()

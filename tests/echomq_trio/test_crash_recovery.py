@@ -9,7 +9,7 @@ import trio
 from echomq_trio import Bus, ids, jobs
 from tests.conftest import wait_for
 from tests.echomq_trio.proc import done_key
-from tests.echomq_trio.processes import read_line, spawn
+from tests.support import read_line, spawn
 
 
 @pytest.mark.timeout_s(120)

@@ -7,7 +7,7 @@ import trio
 from echomq_trio import Bus, Consumer, Job, Metronome, events, ids, jobs, lanes, repeat
 from echomq_trio.repeat import Registered
 from tests.conftest import wait_for
-from tests.echomq_trio.processes import read_line, spawn
+from tests.support import read_line, spawn
 
 
 async def test_register_twice_answers_exists_and_changes_nothing(bus: Bus, queue: str) -> None:

@@ -28,8 +28,7 @@ from echomq_trio.server import (
     write_config,
 )
 from tests.conftest import wait_for
-from tests.echomq_trio.processes import ROOT, read_line
-from tests.support import all_cmdlines, processes_in, stop_process
+from tests.support import ROOT, all_cmdlines, processes_in, read_line, stop_process
 
 
 def _mode(path: Path) -> int:

@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from echomq_trio.backoff import Exponential, Fixed, Jitter, Policy, delay_ms
-from echomq_trio.jobs import Job
 from echomq_trio.checks import MAX_DELAY_MS
+from echomq_trio.jobs import Job
 from echomq_trio.settlement import (
     Ack,
     AckJob,

@@ -1,0 +1,48 @@
+"""The audit archive: every settled notice, kept off the hot path and off-box.
+
+How the parts fit: the script that settles a notice appends its record to the queue's audit
+stream. The ``Archiver`` (``archiver``) runs two tasks: the ``Folder`` (``folder``) folds the
+records into ``AuditRow``s (``rows``, pure) in a local SQLite ``archive``, acknowledges and
+trims the stream; the ``Replicator`` (``replicator``) claims an epoch in a ``replica`` (a
+directory or S3) and writes the committed rows to it create-only, in numbered segments whose
+format ``segments`` (pure) writes and reads; its ``restore`` rebuilds a database from them.
+``python -m codemojex.audit`` queries, checks and restores archives, or runs an archiver.
+"""
+
+from codemojex.audit.archive import ArchiveDB, ArchiveStore, NotAnArchive, read_archive
+from codemojex.audit.archiver import Archiver, ArchiverStats
+from codemojex.audit.folder import Folder, FolderStats
+from codemojex.audit.replica import (
+    DirectoryReplica,
+    NameTaken,
+    Replica,
+    ReplicaBusy,
+    S3Replica,
+    open_replica,
+)
+from codemojex.audit.replicator import DEFAULT_REPLICA_RETRY, Replicator, ReplicatorStats, restore
+from codemojex.audit.rows import OUTCOMES, AuditRow, fold
+
+__all__ = [
+    "DEFAULT_REPLICA_RETRY",
+    "OUTCOMES",
+    "ArchiveDB",
+    "ArchiveStore",
+    "Archiver",
+    "ArchiverStats",
+    "AuditRow",
+    "DirectoryReplica",
+    "Folder",
+    "FolderStats",
+    "NameTaken",
+    "NotAnArchive",
+    "Replica",
+    "ReplicaBusy",
+    "Replicator",
+    "ReplicatorStats",
+    "S3Replica",
+    "fold",
+    "open_replica",
+    "read_archive",
+    "restore",
+]

@@ -1,0 +1,261 @@
+"""The local audit archive: one SQLite database of settled notices (WAL, ``synchronous=FULL``),
+one row per notice id, written idempotently. Blocking: call it through ``trio.to_thread`` with a
+limiter of one (``ArchiveStore`` below does).
+
+The database file is created mode 0600 (in a directory created 0700 when missing); SQLite gives
+its ``-wal`` and ``-shm`` files the same mode. ``read_archive`` reads an archive without writing
+anything, not even SQLite's side files.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+from urllib.parse import quote
+
+import trio
+
+from codemojex.audit.rows import COLUMNS, AuditRow
+from echomq_trio.datadir import PRIVATE_FILE_MODE, private_dir
+
+__all__ = ["ArchiveDB", "ArchiveStore", "NotAnArchive", "read_archive"]
+
+T = TypeVar("T")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS notices (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    notice_id TEXT NOT NULL UNIQUE,
+    job_id TEXT NOT NULL,
+    chat INTEGER,
+    outcome TEXT NOT NULL,
+    message_id INTEGER,
+    attempts INTEGER NOT NULL,
+    reason TEXT,
+    enqueued_ms INTEGER,
+    settled_ms INTEGER NOT NULL,
+    text TEXT
+);
+CREATE INDEX IF NOT EXISTS notices_by_chat ON notices (chat, settled_ms);
+CREATE INDEX IF NOT EXISTS notices_by_time ON notices (settled_ms);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+class NotAnArchive(ValueError):
+    """The file is not an audit archive (not SQLite, or without the archive's tables): check the
+    path."""
+
+
+def _create_private(path: Path) -> None:
+    # The file exists, 0600, before SQLite opens it; a missing parent is created 0700. An existing
+    # parent is left as it is (it may be shared, or not ours to tighten).
+    if not path.parent.exists():
+        private_dir(path.parent)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE))
+
+
+class ArchiveDB:
+    """Blocking SQLite access; one instance per thread of use (see ``ArchiveStore``).
+
+    Opening creates the database (0600) and its tables if missing; ``read_archive`` opens one
+    read-only instead."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        _create_private(self.path)
+        self.conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=FULL")
+        self.conn.execute("PRAGMA busy_timeout=10000")
+        self.conn.executescript(SCHEMA)
+
+    @classmethod
+    def _over(cls, path: Path, conn: sqlite3.Connection) -> ArchiveDB:
+        db = cls.__new__(cls)
+        db.path, db.conn = path, conn
+        return db
+
+    def close(self) -> None:
+        self.conn.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Cursor]:
+        """One write transaction: committed when the block ends, rolled back if it raises."""
+        cur = self.conn.cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            yield cur
+            cur.execute("COMMIT")
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+
+    def insert(self, rows: Sequence[AuditRow], seqs: Sequence[int] | None = None) -> int:
+        """Insert rows in one committed transaction, one row per notice: a record already
+        stored is skipped (a replayed batch), a later record of the same notice (it was replayed
+        from the dead set and settled again) replaces it under a new sequence number, so it is
+        replicated again. Returns how many rows were written. ``seqs`` (restore) keeps the
+        original sequence numbers."""
+        with self.transaction() as cur:
+            return self.insert_in(cur, rows, seqs)
+
+    def insert_in(
+        self, cur: sqlite3.Cursor, rows: Sequence[AuditRow], seqs: Sequence[int] | None = None
+    ) -> int:
+        """``insert`` inside the caller's ``transaction``."""
+        marks = ", ".join("?" * len(COLUMNS))
+        names = ", ".join(COLUMNS)
+        written = 0
+        for n, row in enumerate(rows):
+            old = cur.execute(
+                "SELECT settled_ms FROM notices WHERE notice_id = ?", (row.notice_id,)
+            ).fetchone()
+            if old is not None:
+                if row.settled_ms <= old[0]:
+                    continue
+                cur.execute("DELETE FROM notices WHERE notice_id = ?", (row.notice_id,))
+            if seqs is None:
+                cur.execute(f"INSERT INTO notices ({names}) VALUES ({marks})", row.as_tuple())
+            else:
+                cur.execute(f"INSERT INTO notices (seq, {names}) VALUES (?, {marks})",
+                            (seqs[n], *row.as_tuple()))  # fmt: skip
+            written += 1
+        return written
+
+    def rows_after(self, seq: int, limit: int) -> list[tuple[int, AuditRow]]:
+        cur = self.conn.execute(
+            f"SELECT seq, {', '.join(COLUMNS)} FROM notices WHERE seq > ? ORDER BY seq LIMIT ?",
+            (seq, limit),
+        )
+        return [(r[0], AuditRow(*r[1:])) for r in cur.fetchall()]
+
+    def query(
+        self,
+        chat: int | None = None,
+        since_ms: int | None = None,
+        until_ms: int | None = None,
+        limit: int = 1000,
+    ) -> list[AuditRow]:
+        where, args = [], []
+        if chat is not None:
+            where.append("chat = ?")
+            args.append(chat)
+        if since_ms is not None:
+            where.append("settled_ms >= ?")
+            args.append(since_ms)
+        if until_ms is not None:
+            where.append("settled_ms < ?")
+            args.append(until_ms)
+        sql = f"SELECT {', '.join(COLUMNS)} FROM notices"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY settled_ms, seq LIMIT ?"
+        return [AuditRow(*r) for r in self.conn.execute(sql, (*args, limit)).fetchall()]
+
+    def counts(self) -> dict[str, int]:
+        cur = self.conn.execute("SELECT outcome, COUNT(*) FROM notices GROUP BY outcome")
+        return {outcome: n for outcome, n in cur.fetchall()}
+
+    def max_seq(self) -> int:
+        return int(self.conn.execute("SELECT COALESCE(MAX(seq), 0) FROM notices").fetchone()[0])
+
+    def get_meta(self, key: str, default: str | None = None) -> str | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return default if row is None else str(row[0])
+
+    def set_meta(self, values: Mapping[str, str]) -> None:
+        with self.transaction() as cur:
+            self.set_meta_in(cur, values)
+
+    def set_meta_in(self, cur: sqlite3.Cursor, values: Mapping[str, str]) -> None:
+        """``set_meta`` inside the caller's ``transaction``."""
+        cur.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                        list(values.items()))  # fmt: skip
+
+
+def _open_read_only(path: Path, immutable: bool) -> ArchiveDB:
+    uri = f"file:{quote(str(path.absolute()))}?mode=ro" + ("&immutable=1" if immutable else "")
+    conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    except sqlite3.DatabaseError:  # not SQLite at all
+        tables = set()
+    if not {"notices", "meta"} <= tables:
+        conn.close()
+        raise NotAnArchive(f"{path} is not an audit archive")
+    return ArchiveDB._over(path, conn)
+
+
+def read_archive(path: str | Path, read: Callable[[ArchiveDB], T]) -> T:
+    """``read(db)`` on the archive at ``path`` opened read-only (blocking); creates nothing.
+
+    ``FileNotFoundError`` when there is no file, ``NotAnArchive`` when it is not an archive.
+    With no ``-wal`` file beside it (no archiver has it open) the database is read as immutable,
+    because a read-only SQLite connection would otherwise create the ``-wal`` and ``-shm`` files;
+    if a writer opened it meanwhile (a ``-wal`` appeared), the read is done again the usual
+    way, through the writer's files."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no archive at {path}")
+    wal = Path(f"{path}-wal")
+    quiet = not wal.exists()
+    db = _open_read_only(path, immutable=quiet)
+    try:
+        result = read(db)
+    except sqlite3.DatabaseError:
+        if not (quiet and wal.exists()):
+            raise
+    else:
+        if not (quiet and wal.exists()):
+            return result
+    finally:
+        db.close()
+    db = _open_read_only(path, immutable=False)
+    try:
+        return read(db)
+    finally:
+        db.close()
+
+
+class ArchiveStore:
+    """``ArchiveDB`` for trio code: every call runs in a worker thread, one at a time."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._limiter = trio.CapacityLimiter(1)
+        self._db: ArchiveDB | None = None
+
+    async def open(self) -> None:
+        self._db = await trio.to_thread.run_sync(ArchiveDB, self.path, limiter=self._limiter)
+
+    async def aclose(self) -> None:
+        if self._db is not None:
+            db, self._db = self._db, None
+            with trio.CancelScope(shield=True, deadline=trio.current_time() + 10):
+                await trio.to_thread.run_sync(db.close, limiter=self._limiter)
+
+    @property
+    def db(self) -> ArchiveDB:
+        if self._db is None:
+            raise RuntimeError("the archive store is not open")
+        return self._db
+
+    async def insert(self, rows: Sequence[AuditRow]) -> int:
+        return await trio.to_thread.run_sync(self.db.insert, rows, limiter=self._limiter)
+
+    async def rows_after(self, seq: int, limit: int) -> list[tuple[int, AuditRow]]:
+        return await trio.to_thread.run_sync(self.db.rows_after, seq, limit, limiter=self._limiter)
+
+    async def get_meta(self, key: str, default: str | None = None) -> str | None:
+        return await trio.to_thread.run_sync(self.db.get_meta, key, default, limiter=self._limiter)
+
+    async def set_meta(self, values: Mapping[str, str]) -> None:
+        await trio.to_thread.run_sync(self.db.set_meta, values, limiter=self._limiter)
+
+    async def max_seq(self) -> int:
+        return await trio.to_thread.run_sync(self.db.max_seq, limiter=self._limiter)

@@ -1,0 +1,90 @@
+"""The game: rooms, players and rounds of six secret emojis, leaderboards, and the live page.
+
+How the parts fit: ``rules`` (pure) holds the input limits and ``GameError``; ``scoring``
+(pure) scores a guess. ``rooms`` keeps rooms and players in the server, ``rounds`` opens and
+closes rounds and takes guesses, sending their notices through ``codemojex.notify``; ``digest``
+sends every room its daily standings, a recurring job on ``cm.game`` whose handler is
+``game_handler``. ``board`` keeps each room's
+leaderboard and publishes every change; the ``Feed`` pushes each room's top 10 to websocket
+viewers through a one-slot ``Latest`` mailbox each, and the ``PageServer`` (``page``) serves the
+live page that shows it. ``demo`` plays a few rooms with simulated players.
+"""
+
+from codemojex.game.board import Recorded, Standing
+from codemojex.game.demo import play
+from codemojex.game.digest import (
+    DIGEST_NAME,
+    GAME_QUEUE,
+    DigestIncomplete,
+    Notify,
+    digest_text,
+    game_handler,
+    register_digest,
+    send_digest,
+)
+from codemojex.game.feed import Feed
+from codemojex.game.latest import Latest
+from codemojex.game.page import PageServer
+from codemojex.game.rooms import (
+    Player,
+    Room,
+    create_player,
+    create_room,
+    get_player,
+    get_room,
+    list_room_ids,
+    list_rooms,
+    player_names,
+)
+from codemojex.game.rounds import GuessResult, Round, current_round, end_round, guess, start_round
+from codemojex.game.rules import (
+    DAY_MS,
+    MAX_NAME,
+    MAX_START_DELAY_MS,
+    MAX_TITLE,
+    TOP_N,
+    GameError,
+    check_label,
+)
+from codemojex.game.scoring import Score, score
+
+__all__ = [
+    "DAY_MS",
+    "DIGEST_NAME",
+    "GAME_QUEUE",
+    "MAX_NAME",
+    "MAX_START_DELAY_MS",
+    "MAX_TITLE",
+    "TOP_N",
+    "DigestIncomplete",
+    "Feed",
+    "GameError",
+    "GuessResult",
+    "Latest",
+    "Notify",
+    "PageServer",
+    "Player",
+    "Recorded",
+    "Room",
+    "Round",
+    "Score",
+    "Standing",
+    "check_label",
+    "create_player",
+    "create_room",
+    "current_round",
+    "digest_text",
+    "end_round",
+    "game_handler",
+    "get_player",
+    "get_room",
+    "guess",
+    "list_room_ids",
+    "list_rooms",
+    "play",
+    "player_names",
+    "register_digest",
+    "score",
+    "send_digest",
+    "start_round",
+]

@@ -1,0 +1,94 @@
+"""A demo that plays a few rooms with simulated players, so there is something to watch.
+
+Rooms and players are created once and remembered in the server (``cm:demo``), so a restart
+plays on with the same ones. Each room runs rounds of ``round_s`` seconds; players guess at
+random intervals, learning a little from their last score.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import random
+
+import trio
+
+from codemojex.game.rooms import Player, Room, create_player, create_room, get_player, get_room
+from codemojex.game.rounds import end_round, guess, start_round
+from codemojex.game.rules import GameError
+from codemojex.game.scoring import ALPHABET, SIZE
+from echomq_trio import Bus, BusError
+
+__all__ = ["play"]
+
+ROOMS = [(-1001000000001, "Emoji Masters"), (-1001000000002, "Night Owls"),
+         (-1001000000003, "Quick Guessers")]  # fmt: skip
+NAMES = ["Alice", "Bob", "Chen", "Dana", "Eve", "Farid", "Gita", "Hugo", "Ines", "Jon", "Kai",
+         "Lena"]  # fmt: skip
+DEMO_KEY = "cm:demo"
+
+
+async def _setup(bus: Bus) -> tuple[list[Room], list[Player]]:
+    saved = await bus.wire.command("GET", DEMO_KEY)
+    if saved is not None:
+        data = json.loads(saved)
+        rooms = [await get_room(bus, r) for r in data["rooms"]]
+        players = [await get_player(bus, p) for p in data["players"]]
+        return rooms, players
+    rooms = [await create_room(bus, chat, title) for chat, title in ROOMS]
+    players = [await create_player(bus, name, 5_000_000 + i) for i, name in enumerate(NAMES)]
+    await bus.wire.command("SET", DEMO_KEY, json.dumps(
+        {"rooms": [r.id for r in rooms], "players": [p.id for p in players]}))  # fmt: skip
+    return rooms, players
+
+
+async def _room(bus: Bus, room: Room, players: list[Player], round_s: float,
+                rng: random.Random) -> None:  # fmt: skip
+    while True:
+        with contextlib.suppress(GameError):
+            await end_round(bus, room.id)  # one left open by a previous run
+        await start_round(bus, room.id, starts_in_ms=2_000, rng=rng)
+        await trio.sleep(2.1)
+        deadline = trio.current_time() + round_s
+        guesses = {p.id: rng.sample(ALPHABET, SIZE) for p in players}
+        while trio.current_time() < deadline:
+            await trio.sleep(rng.uniform(0.3, 1.5))
+            player = rng.choice(players)
+            attempt = guesses[player.id]
+            # Nudge the guess: swap two positions, or try a new emoji.
+            if rng.random() < 0.5:
+                i, j = rng.sample(range(SIZE), 2)
+                attempt[i], attempt[j] = attempt[j], attempt[i]
+            else:
+                attempt[rng.randrange(SIZE)] = rng.choice([e for e in ALPHABET if e not in attempt])
+            with contextlib.suppress(GameError):
+                await guess(bus, room.id, player.id, attempt)
+        await end_round(bus, room.id)
+
+
+async def play(bus: Bus, *, round_s: float = 30.0, seed: int | None = None) -> None:
+    """Play until cancelled."""
+    rng = random.Random(seed)
+    for errors in itertools.count(1):
+        try:
+            rooms, players = await _setup(bus)
+            break
+        except BusError as exc:  # the server restarting: set up when it is back
+            print(f"demo: setting up: {exc}; retrying", flush=True)
+            await trio.sleep(min(0.1 * 2**errors, 2.0))
+    async with trio.open_nursery() as nursery:
+        for n, room in enumerate(rooms):
+            members = players[n :: len(rooms)] + rng.sample(players, 2)
+            nursery.start_soon(_keep_playing, bus, room, list(dict.fromkeys(members)), round_s,
+                               random.Random(rng.random()))  # fmt: skip
+
+
+async def _keep_playing(bus: Bus, room: Room, players: list[Player], round_s: float,
+                        rng: random.Random) -> None:  # fmt: skip
+    while True:
+        try:
+            await _room(bus, room, players, round_s, rng)
+        except BusError as exc:  # the server restarting: play on when it is back
+            print(f"demo: {room.title}: {exc}; retrying", flush=True)
+            await trio.sleep(1)

@@ -1,0 +1,115 @@
+"""The daily standings digest: a recurring schedule on ``cm.game`` (``register_digest``) whose
+occurrences ``send_digest`` turns into one top-10 notice per room; ``game_handler`` is the
+handler of ``cm.game`` jobs.
+
+The fan-out is idempotent: each room's notice carries the idempotency key
+``digest:<occurrence job id>:<room>``, so when the occurrence is retried the rooms already
+admitted answer duplicate and only the rest go. Rooms go independently: one that fails is
+logged and the others still go.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from codemojex.game import board
+from codemojex.game.rooms import Room, get_room, list_room_ids, player_names
+from codemojex.game.rounds import standings_text
+from codemojex.game.rules import DAY_MS, TOP_N
+from codemojex.notify import notifier
+from echomq_trio import Bury, Bus, BusError, Job, repeat
+from echomq_trio.repeat import Registered
+
+__all__ = [
+    "DIGEST_NAME",
+    "GAME_QUEUE",
+    "DigestIncomplete",
+    "Notify",
+    "digest_text",
+    "game_handler",
+    "register_digest",
+    "send_digest",
+]
+
+GAME_QUEUE = "cm.game"
+DIGEST_NAME = "daily-standings"
+
+log = logging.getLogger(__name__)
+
+
+class DigestIncomplete(Exception):
+    """Some rooms' digest notices failed for a reason that may pass (the server, the network).
+    The other rooms went; raised so the occurrence is retried, which sends only the rest."""
+
+
+class Notify(Protocol):
+    """What the game sends notices with: ``codemojex.notify.notify`` (a seam for tests)."""
+
+    async def __call__(
+        self, bus: Bus, chat: int, text: str, *, key: str | None = None
+    ) -> str | None: ...
+
+
+async def digest_text(bus: Bus, room: Room) -> str:
+    standings = await board.top(bus, room.id, TOP_N)
+    names = await player_names(bus, [s.player for s in standings])
+    return standings_text(f"Daily standings, {room.title}", standings, names)
+
+
+async def send_digest(bus: Bus, occurrence: str, *, notify: Notify = notifier.notify) -> int:
+    """Send every room its top 10 for the digest occurrence ``occurrence`` (its job id) through
+    the notification pipeline; returns how many rooms' notices are admitted (now or by an
+    earlier attempt of the occurrence, whose key makes this one a duplicate).
+
+    Each room goes on its own: a room whose notice is invalid (``ValueError``, which includes a
+    ``GameError``) is logged and skipped for good; any other failure is logged, the other rooms
+    still go, and ``DigestIncomplete`` is raised at the end so the occurrence is retried."""
+    room_ids = await list_room_ids(bus)
+    admitted = 0
+    failed: list[str] = []
+    for room_id in room_ids:
+        try:
+            room = await get_room(bus, room_id)
+            text = await digest_text(bus, room)
+            await notify(bus, room.chat, text, key=f"digest:{occurrence}:{room_id}")
+            admitted += 1
+        except ValueError as exc:
+            log.warning("digest %s: room %s skipped, its notice is invalid: %s",
+                        occurrence, room_id, exc)  # fmt: skip
+        except BusError as exc:
+            log.warning("digest %s: room %s failed, to be retried: %s", occurrence, room_id, exc)
+            failed.append(room_id)
+        except Exception:
+            log.exception("digest %s: room %s failed, to be retried", occurrence, room_id)
+            failed.append(room_id)
+    if failed:
+        raise DigestIncomplete(
+            f"digest {occurrence}: {len(failed)} of {len(room_ids)} rooms failed "
+            f"({', '.join(failed)}); the others were sent"
+        )
+    return admitted
+
+
+async def register_digest(
+    bus: Bus, *, every_ms: int = DAY_MS, first_in_ms: int | None = None
+) -> tuple[Registered, int]:
+    """Register the daily digest on ``cm.game`` (idempotent: a live registration is kept)."""
+    first = every_ms if first_in_ms is None else first_in_ms
+    return await repeat.register(bus, GAME_QUEUE, DIGEST_NAME, every_ms, "digest", first)
+
+
+def game_handler(
+    bus: Bus, *, notify: Notify = notifier.notify
+) -> Callable[[Job], Awaitable[Bury | None]]:
+    """The handler of ``cm.game`` jobs: ``digest`` occurrences send the standings digest (a
+    ``DigestIncomplete`` raised for rooms that failed makes the consumer retry the job)."""
+
+    async def handle(job: Job) -> Bury | None:
+        if job.payload == b"digest":
+            await send_digest(bus, job.id, notify=notify)
+            return None
+        return Bury(f"unknown game job {job.payload[:40]!r}")
+
+    return handle

@@ -1,0 +1,220 @@
+"""The live leaderboard feed: a websocket endpoint per room (``/rooms/<RMM id>``, trio-websocket)
+that sends the room's current top N on connect, then every change.
+
+Changes come through the server: ``board.record`` publishes on ``cm:board:<room>``, so a score
+recorded by any process reaches every viewer. One subscriber task marks rooms dirty; one
+refresher reads each dirty room's top N once and hands it to each viewer's ``Latest`` slot, so
+a slow viewer gets the newest board, never a backlog, and never slows the others. A ping per
+viewer every ``ping_interval_s`` drops dead connections.
+
+Pub/sub is fire-and-forget: a change published while the subscription's connection is down (the
+server restarting) reaches nobody. So every ``resync_s`` the refresher also re-reads each watched
+room, and pushes a board only when it differs from the last one pushed, so viewers heal within
+``resync_s`` of any lost message at the cost of one small read per watched room.
+
+Messages are JSON: ``{"room", "title", "top": [{"rank", "player", "name", "percentage"}]}``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from functools import partial
+from typing import Any
+
+import attrs
+import trio
+from trio_websocket import (
+    ConnectionClosed,
+    WebSocketConnection,
+    WebSocketRequest,
+    serve_websocket,
+)
+
+from codemojex import ids
+from codemojex.game import board
+from codemojex.game.latest import Latest
+from codemojex.game.rooms import get_room, player_names
+from codemojex.game.rules import GameError
+from codemojex.stats import added
+from echomq_trio import Bus, BusError
+
+__all__ = ["Feed", "FeedStats"]
+
+log = logging.getLogger("codemojex.game.feed")
+
+
+@attrs.frozen
+class FeedStats:
+    """A snapshot from ``Feed.statistics()``."""
+
+    viewers: int = 0  # connected now
+    rooms: int = 0  # rooms watched now
+    updates_sent: int = 0  # boards sent to viewers, first ones included
+    boards_skipped: int = 0  # boards a slow viewer never saw: a newer one replaced them
+
+
+class Feed:
+    """Serve with ``port = await nursery.start(feed.serve, host, port)``."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        *,
+        top_n: int = 10,
+        ping_interval_s: float = 10.0,
+        ping_timeout_s: float = 10.0,
+        resync_s: float = 5.0,
+    ) -> None:
+        self.bus = bus
+        self.top_n = top_n
+        self.ping_interval_s = ping_interval_s
+        self.ping_timeout_s = ping_timeout_s
+        self.resync_s = resync_s
+        self._viewers: dict[str, set[Latest[str]]] = {}
+        self._pushed: dict[str, str] = {}  # the last board pushed per watched room
+        self._dirty: set[str] = set()
+        self._wake = trio.Event()
+        self._stats = FeedStats()
+
+    def statistics(self) -> FeedStats:
+        viewers = sum(len(v) for v in self._viewers.values())
+        return attrs.evolve(self._stats, viewers=viewers, rooms=len(self._viewers))
+
+    async def snapshot(self, room_id: str) -> dict[str, Any]:
+        room = await get_room(self.bus, room_id)
+        standings = await board.top(self.bus, room_id, self.top_n)
+        names = await player_names(self.bus, [s.player for s in standings])
+        return {
+            "room": room_id,
+            "title": room.title,
+            "top": [
+                {"rank": s.rank, "player": s.player, "name": names.get(s.player, s.player),
+                 "percentage": s.percentage}
+                for s in standings
+            ],
+        }  # fmt: skip
+
+    async def serve(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self._subscribe)
+            nursery.start_soon(self._refresh)
+            nursery.start_soon(self._resync)
+            server = await nursery.start(
+                partial(serve_websocket, disconnect_timeout=2.0, connect_timeout=10.0),
+                self._handle,
+                host,
+                port,
+                None,
+            )
+            task_status.started(server.port)
+
+    async def _subscribe(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        async with self.bus.wire.subscribe(patterns=[board.FEED_PATTERN]) as sub:
+            task_status.started()
+            async for message in sub:
+                room = message.data.decode(errors="replace")
+                if room in self._viewers:
+                    self._dirty.add(room)
+                    self._wake.set()
+
+    async def _resync(self) -> None:
+        while True:
+            await trio.sleep(self.resync_s)
+            if self._viewers:
+                self._dirty.update(self._viewers)
+                self._wake.set()
+
+    async def _refresh(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            rooms, self._dirty = self._dirty, set()
+            for room in rooms:
+                viewers = self._viewers.get(room)
+                if not viewers:
+                    continue
+                try:
+                    text = json.dumps(await self.snapshot(room))
+                except (BusError, GameError) as exc:
+                    log.warning("feed refresh of %s failed: %s", room, exc)
+                    continue
+                if self._pushed.get(room) == text:
+                    continue  # a resync that found nothing new
+                self._pushed[room] = text
+                skipped = sum(latest.put(text) for latest in viewers)
+                self._stats = added(self._stats, boards_skipped=skipped)
+
+    async def _handle(self, request: WebSocketRequest) -> None:
+        parts = request.path.strip("/").split("/")
+        if len(parts) != 2 or parts[0] != "rooms" or not ids.is_valid(parts[1], ids.ROOM):
+            await request.reject(404, body=b"use /rooms/<room id>")
+            return
+        room = parts[1]
+        try:
+            first = json.dumps(await self.snapshot(room))
+        except GameError:
+            await request.reject(404, body=b"no such room")
+            return
+        except BusError as exc:
+            log.warning("feed snapshot of %s failed: %s", room, exc)
+            await request.reject(503, body=b"the server is unavailable")
+            return
+        ws = await request.accept()
+        latest: Latest[str] = Latest()
+        latest.put(first)
+        self._viewers.setdefault(room, set()).add(latest)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._ping, ws, nursery.cancel_scope)
+                nursery.start_soon(self._drain_incoming, ws, nursery.cancel_scope)
+                nursery.start_soon(self._send_updates, ws, latest, nursery.cancel_scope)
+        finally:
+            viewers = self._viewers.get(room)
+            if viewers is not None:
+                viewers.discard(latest)
+                if not viewers:
+                    del self._viewers[room]
+                    self._pushed.pop(room, None)
+
+    # Each of these ends the viewer's nursery when its connection is done; none lets a closed
+    # connection's error out, so one viewer's trouble never reaches the server or the others.
+
+    async def _send_updates(
+        self, ws: WebSocketConnection, latest: Latest[str], scope: trio.CancelScope
+    ) -> None:
+        try:
+            while True:
+                await ws.send_message(await latest.get())
+                self._stats = added(self._stats, updates_sent=1)
+        except (ConnectionClosed, trio.BrokenResourceError):
+            scope.cancel()
+
+    async def _ping(self, ws: WebSocketConnection, scope: trio.CancelScope) -> None:
+        try:
+            while True:
+                await trio.sleep(self.ping_interval_s)
+                with trio.move_on_after(self.ping_timeout_s) as timeout:
+                    await ws.ping()
+                if timeout.cancelled_caught:
+                    log.info("feed viewer did not answer a ping; dropping it")
+                    break
+        except (ConnectionClosed, trio.BrokenResourceError):
+            pass
+        scope.cancel()  # the connection is torn down as the handler returns
+
+    async def _drain_incoming(self, ws: WebSocketConnection, scope: trio.CancelScope) -> None:
+        # Viewers send nothing we need; reading notices a close.
+        try:
+            while True:
+                await ws.get_message()
+        except (ConnectionClosed, trio.BrokenResourceError):
+            scope.cancel()

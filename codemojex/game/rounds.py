@@ -1,0 +1,153 @@
+"""Rounds (``RND``): a secret of six distinct emojis to guess in a room. A round's state lives
+in the server under the room's hash tag (``cm:{<room>}:round:<id>``).
+
+``start_round`` opens the round, announces it and schedules its start reminder with
+``enqueue_at`` (the reminder waits on the bus, so it survives restarts); ``guess`` validates,
+scores, keeps the player's best on the board and tells the player; ``end_round`` closes the
+round and sends the results to the room. A round is opened and closed by one script each
+(``round_start``, ``round_end``), the only writers of its state, so a failure between steps
+never leaves it half changed and of concurrent ``end_round`` calls exactly one sends results.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import attrs
+
+from codemojex import ids
+from codemojex.game import board
+from codemojex.game.rooms import get_player, get_room, player_names, room_key
+from codemojex.game.rules import MAX_START_DELAY_MS, TOP_N, GameError
+from codemojex.game.scoring import ALPHABET, SIZE, Score, parse_emojis, score
+from codemojex.notify.notice import Notice, encode
+from codemojex.notify.notifier import NOTIFY_QUEUE, notify
+from echomq_trio import Bus, jobs
+from echomq_trio.protocol import as_text
+
+__all__ = [
+    "GuessResult",
+    "Round",
+    "current_round",
+    "describe",
+    "end_round",
+    "guess",
+    "standings_text",
+    "start_round",
+]
+
+
+@attrs.frozen
+class Round:
+    id: str
+    room: str
+    starts_at_ms: int
+    secret: tuple[str, ...] = attrs.field(repr=False)
+
+
+@attrs.frozen
+class GuessResult:
+    score: Score
+    best: int
+    improved: bool
+    rank: int | None
+
+
+async def start_round(
+    bus: Bus, room_id: str, *, starts_in_ms: int = 60_000, rng: random.Random | None = None
+) -> Round:
+    """Draw a secret, open the round, announce it now, and schedule its start reminder.
+
+    Opening is one script (``round_start``): it checks the room exists and has no open round
+    (``GameError`` "a round is already open in <title>" otherwise), creates the round and points
+    the room at it, or changes nothing. The notices live in the notify queue's slot, so they
+    are enqueued after it."""
+    if (
+        isinstance(starts_in_ms, bool)
+        or not isinstance(starts_in_ms, int)
+        or not 0 <= starts_in_ms <= MAX_START_DELAY_MS
+    ):
+        raise GameError(f"starts_in_ms must be an int in 0..{MAX_START_DELAY_MS}")
+    room = await get_room(bus, room_id)
+    secret = tuple((rng or random.SystemRandom()).sample(ALPHABET, SIZE))
+    round_id = ids.new(ids.ROUND)
+    code, value = await bus.wire.script(
+        "codemojex.game/round_start",
+        [room_key(room.id, "room"), room_key(room.id, f"round:{round_id}")],
+        [round_id, "".join(secret), str(starts_in_ms)],
+    )
+    if code == 0:
+        raise GameError(f"a round is already open in {room.title}")
+    if code < 0:
+        raise GameError(f"no room {room.id}")
+    rnd = Round(round_id, room.id, int(value), secret)
+    reminder = Notice(room.chat, f"⏰ Round {rnd.id} has started: guess the 6 emojis!",
+                      id=ids.new(ids.NOTICE))  # fmt: skip
+    await jobs.enqueue_at(bus, NOTIFY_QUEUE, ids.new(ids.JOB), encode(reminder), rnd.starts_at_ms,
+                          group=str(room.chat))  # fmt: skip
+    await notify(bus, room.chat, f"🎲 New round {rnd.id} in {room.title}: it starts in "
+                 f"{starts_in_ms // 1000} s. Emojis: {''.join(ALPHABET)}")  # fmt: skip
+    return rnd
+
+
+async def current_round(bus: Bus, room_id: str) -> Round:
+    room = await get_room(bus, room_id)
+    rnd = await bus.wire.command("HGET", room_key(room.id, "room"), "round")
+    if not rnd:
+        raise GameError(f"no round is open in {room.title}")
+    secret, starts_at, status = await bus.wire.command(
+        "HMGET", room_key(room.id, f"round:{as_text(rnd)}"), "secret", "starts_at_ms", "status"
+    )
+    if secret is None or as_text(status) != "open":
+        raise GameError(f"no round is open in {room.title}")
+    return Round(as_text(rnd), room.id, int(starts_at), tuple(as_text(secret)))
+
+
+def describe(result: Score) -> str:
+    marks = " ".join(f"{p.guess}{p.status}" for p in result.breakdown)
+    return f"{result.percentage}% ({result.total}/600): {marks}"
+
+
+async def guess(bus: Bus, room_id: str, player_id: str, text: str | Sequence[str]) -> GuessResult:
+    """Score a guess of exactly six emojis from the alphabet against the open round, keep the
+    player's best on the board, and notify the player."""
+    try:
+        emojis = parse_emojis(text)
+    except ValueError as exc:
+        raise GameError(str(exc)) from exc
+    player = await get_player(bus, player_id)
+    rnd = await current_round(bus, room_id)
+    now = await bus.wire.server_time_ms()
+    if now < rnd.starts_at_ms:
+        raise GameError(f"the round starts in {(rnd.starts_at_ms - now + 999) // 1000} s")
+    result = score(rnd.secret, emojis)
+    recorded = await board.record(bus, room_id, player.id, result.percentage)
+    standing = await board.rank(bus, room_id, player.id)
+    await notify(bus, player.chat, f"{describe(result)} · best {recorded.best}% · rank {standing}")
+    return GuessResult(result, recorded.best, recorded.improved, standing)
+
+
+def standings_text(title: str, standings: Sequence[board.Standing], names: dict[str, str]) -> str:
+    if not standings:
+        return f"{title}: no scores yet."
+    lines = [f"{s.rank}. {names.get(s.player, s.player)} {s.percentage}%" for s in standings]
+    return f"🏆 {title}\n" + "\n".join(lines)
+
+
+async def end_round(bus: Bus, room_id: str) -> list[board.Standing]:
+    """Close the open round and send the room its secret and standings.
+
+    Closing is one script (``round_end``): it ends the round and clears the room's pointer
+    together. Of concurrent calls exactly one ends the round and sends the results; the others
+    raise ``GameError`` "no round is open in <title>", as a call with no round open does."""
+    room = await get_room(bus, room_id)
+    reply = await bus.wire.script("codemojex.game/round_end", [room_key(room.id, "room")], [])
+    if reply[0] != 1:
+        raise GameError(f"no round is open in {room.title}")
+    secret = as_text(reply[2])
+    standings = await board.top(bus, room.id, TOP_N)
+    names = await player_names(bus, [s.player for s in standings])
+    await notify(bus, room.chat, f"Round over, the secret was {secret}\n"
+                 + standings_text(room.title, standings, names))  # fmt: skip
+    return standings

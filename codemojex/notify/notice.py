@@ -1,0 +1,92 @@
+"""What travels with a notice, as JSON (de)serialized with cattrs (pure): the payload
+``{chat, text, opts, id, attempt}`` the notifier enqueues, and the ``DeliveryNote``
+``{chat, message_id}`` the worker acks a delivered notice with, which the audit's fold reads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from cattrs.preconf.json import make_converter
+
+__all__ = [
+    "MAX_TEXT",
+    "DeliveryNote",
+    "Notice",
+    "check_notice",
+    "decode",
+    "decode_note",
+    "encode",
+    "encode_note",
+    "telegram_length",
+]
+
+MAX_TEXT = 4096  # Telegram's limit on a message's text, in UTF-16 code units
+
+
+def telegram_length(text: str) -> int:
+    """A text's length as Telegram counts it: UTF-16 code units (an emoji outside the Basic
+    Multilingual Plane counts 2)."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+_converter = make_converter(forbid_extra_keys=False)
+
+
+@attrs.frozen
+class Notice:
+    chat: int
+    text: str
+    opts: dict[str, Any] = attrs.Factory(dict)
+    id: str = ""
+    attempt: int = 1
+
+
+def check_notice(chat: object, text: object, opts: object) -> None:
+    """Raise ``ValueError`` for what Telegram would refuse or the pipeline cannot carry."""
+    if isinstance(chat, bool) or not isinstance(chat, int):
+        raise ValueError(f"chat id must be an int, got {chat!r}")
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("notice text must be a non-empty string")
+    if telegram_length(text) > MAX_TEXT:
+        raise ValueError(
+            f"notice text is {telegram_length(text)} UTF-16 units long; Telegram allows {MAX_TEXT}"
+        )
+    if opts is not None and not isinstance(opts, dict):
+        raise ValueError(f"opts must be a dict of Bot API fields, got {type(opts).__name__}")
+
+
+def encode(notice: Notice) -> str:
+    return _converter.dumps(notice)
+
+
+def decode(payload: bytes | str) -> Notice:
+    """Parse a payload; ``ValueError`` when it is not a notice."""
+    try:
+        notice = _converter.loads(payload, Notice)
+    except Exception as exc:  # cattrs raises several kinds; all mean "not a notice"
+        raise ValueError(f"not a notice payload: {exc}") from exc
+    check_notice(notice.chat, notice.text, notice.opts)
+    return notice
+
+
+@attrs.frozen
+class DeliveryNote:
+    """What the audit keeps of a delivery, beside the notice itself (which is in the payload):
+    the chat it reached (after a migration, the new one) and Telegram's id for the message."""
+
+    chat: int
+    message_id: int | None
+
+
+def encode_note(note: DeliveryNote) -> str:
+    return _converter.dumps(note)
+
+
+def decode_note(text: bytes | str) -> DeliveryNote:
+    """Parse an ack's note; ``ValueError`` when it is not a delivery note (empty, as a drop's
+    or a dead notice's record has, or anything else)."""
+    try:
+        return _converter.loads(text, DeliveryNote)
+    except Exception as exc:  # cattrs raises several kinds; all mean "not a note"
+        raise ValueError(f"not a delivery note: {exc}") from exc

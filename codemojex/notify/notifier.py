@@ -1,0 +1,43 @@
+"""``notify``: enqueue one notice on its chat's lane. The lane has a concurrency limit of 1, so
+notices to one chat are delivered in the order they were sent, across deferrals and retries,
+while other chats go on."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from codemojex import ids
+from codemojex.notify.notice import Notice, check_notice, encode
+from echomq_trio import Bus, Outcome, lanes
+
+__all__ = ["NOTIFY_QUEUE", "notify"]
+
+NOTIFY_QUEUE = "cm.notify"
+
+
+async def notify(
+    bus: Bus,
+    chat: int,
+    text: str,
+    opts: dict[str, Any] | None = None,
+    *,
+    queue: str = NOTIFY_QUEUE,
+    key: str | None = None,
+) -> str | None:
+    """Enqueue a notice to ``chat`` and return its ``NOT`` id. ``opts`` are extra Bot API fields
+    (``parse_mode``, ``disable_notification``, ...). Empty text, text over 4096 characters, a
+    chat id that is not an int, or opts that are not JSON raise ``ValueError``.
+
+    ``key`` is an idempotency key (``lanes.enqueue``): when it was used within the last day the
+    notice is not enqueued again and the answer is ``None``."""
+    check_notice(chat, text, opts)
+    try:
+        json.dumps(opts or {})
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"opts must be JSON-serializable: {exc}") from exc
+    notice = Notice(chat=chat, text=text, opts=dict(opts or {}), id=ids.new(ids.NOTICE))
+    out = await lanes.enqueue(
+        bus, queue, str(chat), ids.new(ids.JOB), encode(notice), limit=1, key=key
+    )
+    return notice.id if out is Outcome.ENQUEUED else None

@@ -1,0 +1,130 @@
+"""The shared rate limit: sliding send windows kept on the server (one Lua script, server clock),
+so every worker process spends one budget. ``take(chat)`` takes from the bot's global window and
+the chat's window together or from neither, and answers ok or how long to wait.
+
+Defaults (``codemojex.notify.limits.Limits``): 30 sends per second for the bot, a private chat 3 per
+3 s (1/s with a burst of 3), a group chat 20 per minute. ``pause`` honours a 429: only its chat,
+or everything when the global limit tripped; a pause only ever extends. Keys live under the
+notification queue's hash tag, in the same slot as the queue: under the queue's app key
+``rate:`` (``bus.keys(tag).app("rate:")``). ``statistics()`` counts
+what this limiter answered (each process counts its own; the budget is shared).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from codemojex.notify.limits import Limits
+from codemojex.notify.notifier import NOTIFY_QUEUE
+from codemojex.stats import added
+from echomq_trio import Bus
+from echomq_trio.protocol import as_text
+
+__all__ = ["DEFAULT_MARGIN_MS", "LimiterStats", "RateLimiter", "Take"]
+
+DEFAULT_MARGIN_MS = 30
+
+
+@attrs.frozen
+class Take:
+    ok: bool
+    wait_ms: int = 0
+    blocked_by: str = ""  # 'global', 'chat' or 'paused' when not ok
+
+
+@attrs.frozen
+class LimiterStats:
+    """What this limiter has answered since it was made: sends taken, denials by reason (with
+    the waits they handed out), and pauses by the scope paused."""
+
+    taken: int = 0
+    denied_global: int = 0  # the bot's window was full (the chat got a reserved slot)
+    denied_chat: int = 0  # the chat's own window was full
+    denied_paused: int = 0  # a pause after a 429 was on
+    denied_wait_ms: int = 0  # the waits handed out with the denials, summed
+    paused_global: int = 0
+    paused_chat: int = 0
+
+
+_DENIED = {"global": "denied_global", "chat": "denied_chat", "paused": "denied_paused"}
+_PAUSED = {"global": "paused_global", "chat": "paused_chat"}
+
+
+class RateLimiter:
+    """One budget for every process using the same server and ``tag``."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        limits: Limits = Limits(),
+        *,
+        tag: str = NOTIFY_QUEUE,
+        margin_ms: int = DEFAULT_MARGIN_MS,
+    ) -> None:
+        if margin_ms < 0:
+            raise ValueError("margin_ms must be >= 0")
+        self.bus = bus
+        self.limits = limits
+        self.margin_ms = margin_ms
+        self.prefix = bus.keys(tag).app("rate:")  # checks the tag
+        self.global_window = self.prefix + "global"  # the bot's send log (the scripts' KEYS[1])
+        self._stats = LimiterStats()
+
+    def statistics(self) -> LimiterStats:
+        return self._stats
+
+    async def take(self, chat: int) -> Take:
+        """Take one send for ``chat`` now, or learn how long to wait."""
+        chat = _chat(chat)
+        window = self.limits.for_chat(chat)
+        ok, wait, why = await self.bus.wire.script(
+            "codemojex.notify/rate_take",
+            [self.global_window],
+            [
+                self.prefix,
+                str(chat),
+                str(self.limits.global_.limit),
+                str(self.limits.global_.window_ms),
+                str(window.limit),
+                str(window.window_ms),
+                str(self.margin_ms),
+            ],
+        )
+        take = Take(bool(ok), int(wait), as_text(why))
+        if take.ok:
+            self._stats = added(self._stats, taken=1)
+        elif take.blocked_by in _DENIED:
+            self._stats = added(self._stats, **{_DENIED[take.blocked_by]: 1},
+                                denied_wait_ms=take.wait_ms)  # fmt: skip
+        return take
+
+    async def pause(self, scope: str, chat: int, ms: int) -> tuple[str, int]:
+        """Pause ``scope`` (``'chat'``, ``'global'`` or ``'auto'``) for ``ms``; returns the scope
+        paused and the pause's end (server ms)."""
+        if scope not in ("chat", "global", "auto"):
+            raise ValueError(f"scope must be chat, global or auto, got {scope!r}")
+        if not isinstance(ms, int) or ms < 1:
+            raise ValueError(f"ms must be a positive int, got {ms!r}")
+        got_scope, until = await self.bus.wire.script(
+            "codemojex.notify/rate_pause",
+            [self.global_window],
+            [
+                self.prefix,
+                scope,
+                str(_chat(chat)),
+                str(ms),
+                str(self.limits.global_.limit),
+                str(self.limits.global_.window_ms),
+                str(self.margin_ms),
+            ],
+        )
+        paused = as_text(got_scope)
+        if paused in _PAUSED:
+            self._stats = added(self._stats, **{_PAUSED[paused]: 1})
+        return paused, int(until)
+
+
+def _chat(chat: object) -> int:
+    if isinstance(chat, bool) or not isinstance(chat, int):
+        raise ValueError(f"chat id must be an int, got {chat!r}")
+    return chat

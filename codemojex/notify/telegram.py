@@ -1,0 +1,104 @@
+"""``TelegramBot``: ``sendMessage`` over one pooled ``httpx`` client on trio, with timeouts,
+answers classified by ``codemojex.notify.classify``. The bot token is never logged: it is
+redacted from httpx's request log lines and from every error text this module produces.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+
+from codemojex.notify.classify import Verdict, classify, classify_error
+
+__all__ = ["DEFAULT_API_URL", "TelegramBot", "open_bot"]
+
+DEFAULT_API_URL = "https://api.telegram.org"
+
+
+class _Redact(logging.Filter):
+    """Replaces a token in log records of the ``httpx`` logger."""
+
+    def __init__(self, token: str) -> None:
+        super().__init__()
+        self.token = token
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.token in record.getMessage():
+            record.msg = record.getMessage().replace(self.token, "<token>")
+            record.args = ()
+        return True
+
+
+class TelegramBot:
+    """A bot speaking the Bot API at ``api_url`` (the real one, or a local stand-in)."""
+
+    def __init__(self, token: str, client: httpx.AsyncClient, api_url: str) -> None:
+        self._token = token
+        self._client = client
+        self.api_url = api_url.rstrip("/")
+
+    def redact(self, text: str) -> str:
+        return text.replace(self._token, "<token>")
+
+    async def call(self, method: str, params: Mapping[str, Any]) -> tuple[int, Any]:
+        """POST a Bot API method; ``(status, decoded JSON or None)``. Raises ``httpx`` errors."""
+        response = await self._client.post(f"/bot{self._token}/{method}", json=dict(params))
+        try:
+            body = response.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            body = None
+        return response.status_code, body
+
+    async def send_message(self, chat_id: int, text: str, **opts: Any) -> Verdict:
+        """Send ``text`` to ``chat_id`` (extra Bot API fields in ``opts``, such as
+        ``parse_mode``) and classify the answer; never raises for delivery trouble."""
+        try:
+            status, body = await self.call(
+                "sendMessage", {"chat_id": chat_id, "text": text, **opts}
+            )
+        except httpx.HTTPError as exc:
+            verdict = classify_error(exc)
+            return type(verdict)(self.redact(verdict.reason))
+        return classify(status, body)
+
+    async def get_me(self) -> Mapping[str, Any]:
+        """The bot's own account; raises ``RuntimeError`` (token redacted) when refused."""
+        status, body = await self.call("getMe", {})
+        if status != 200 or not isinstance(body, Mapping) or not body.get("ok"):
+            raise RuntimeError(self.redact(f"getMe failed: HTTP {status} {body!r}"))
+        result = body["result"]
+        assert isinstance(result, Mapping)
+        return result
+
+
+@asynccontextmanager
+async def open_bot(
+    token: str,
+    api_url: str = DEFAULT_API_URL,
+    *,
+    timeout_s: float = 10.0,
+    max_connections: int = 50,
+) -> AsyncIterator[TelegramBot]:
+    """A bot with one pooled HTTP client, closed on exit."""
+    if not token or "/" in token or any(c.isspace() for c in token):
+        raise ValueError("bot token must be a non-empty string without '/' or spaces")
+    redact = _Redact(token)
+    logger = logging.getLogger("httpx")
+    logger.addFilter(redact)
+    limits = httpx.Limits(
+        max_connections=max_connections, max_keepalive_connections=max_connections
+    )
+    try:
+        async with httpx.AsyncClient(
+            base_url=api_url.rstrip("/"),
+            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0)),
+            limits=limits,
+        ) as client:
+            yield TelegramBot(token, client, api_url)
+    finally:
+        logger.removeFilter(redact)

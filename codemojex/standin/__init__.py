@@ -1,0 +1,31 @@
+"""The Telegram Bot API stand-in: what ``python -m codemojex.run`` sends its notices to when it
+has no bot token, and what the tests and benchmarks send to.
+
+How the parts fit: ``bot_api`` holds the ``TelegramStandIn`` (its state, and an ASGI app served
+on loopback by hypercorn), ``open_stand_in`` to serve one for the length of a block, the records
+of what arrived (``Delivery``, ``RequestRecord``), and ``Scripted`` answers that make a chat
+fail on demand. It enforces ``codemojex.notify.Limits`` as Telegram does. ``python -m
+codemojex.standin`` runs it alone.
+"""
+
+from codemojex.standin.bot_api import (
+    DEFAULT_LIMITS,
+    MAX_MESSAGE_LENGTH,
+    Delivery,
+    RequestRecord,
+    Scripted,
+    TelegramStandIn,
+    most_in_span,
+    open_stand_in,
+)
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "MAX_MESSAGE_LENGTH",
+    "Delivery",
+    "RequestRecord",
+    "Scripted",
+    "TelegramStandIn",
+    "most_in_span",
+    "open_stand_in",
+]

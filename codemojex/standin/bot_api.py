@@ -1,0 +1,589 @@
+"""The Telegram Bot API stand-in: a real HTTP server on loopback, trio-native, that speaks the
+part of the Bot API codemojex uses and enforces Telegram's limits.
+
+Why it exists: the service must run with no bot token and no network (``python -m
+codemojex.run`` sends its notices here by default), and the notification pipeline must be tested
+without talking to Telegram. Mocking the HTTP client would test nothing that matters (timeouts,
+retries, connection handling, JSON and error parsing), and the real Telegram cannot be told to
+fail on demand. So the stand-in serves the few Bot API methods the pipeline uses over real HTTP,
+answers with Telegram's own JSON shapes and error descriptions, records what arrives, enforces
+Telegram's flood limits the way Telegram does (HTTP 429 with ``parameters.retry_after``), and can
+be scripted per chat to fail in every way the pipeline has to survive.
+
+In a trio program (the service, a test), start it in a nursery::
+
+    async with open_stand_in(limits=Limits().scaled(10)) as tg:
+        url = f"{tg.api_url}/bot{tg.token}/sendMessage"
+        tg.script(42, Scripted.flood_wait(2), Scripted.server_error(502))
+        ...
+        assert tg.by_chat()[42] == ["hello"]
+
+Alone: ``python -m codemojex.standin --port 8081 --token 123456:TEST [--no-limits]``.
+
+What it speaks: ``/bot<token>/<method>`` by GET or POST, with parameters in the query string, a
+JSON body or a form-encoded body; methods ``getMe`` and ``sendMessage`` (names are
+case-insensitive, as on Telegram). A wrong token is a 401, an unknown method a 404.
+"""
+
+from __future__ import annotations
+
+import collections
+import http
+import json
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl
+
+import attrs
+import trio
+
+from codemojex.asgi import Response, answer, serve_app
+from codemojex.notify.limits import Limits, Window
+from codemojex.notify.notice import MAX_TEXT, telegram_length
+
+if TYPE_CHECKING:
+    from hypercorn.typing import (
+        ASGIReceiveCallable,
+        ASGISendCallable,
+        HTTPScope,
+        Scope,
+    )
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "MAX_MESSAGE_LENGTH",
+    "Delivery",
+    "Limits",
+    "RequestRecord",
+    "Scripted",
+    "TelegramStandIn",
+    "Window",
+    "most_in_span",
+    "open_stand_in",
+]
+
+log = logging.getLogger("codemojex.standin.bot_api")
+
+MAX_MESSAGE_LENGTH = MAX_TEXT
+"""Longest accepted ``text``, counted as Telegram counts it (UTF-16 code units)."""
+
+MAX_BODY_BYTES = 1 << 20
+PARSE_MODES = frozenset({"html", "markdown", "markdownv2"})
+BLOCKED = "Forbidden: bot was blocked by the user"
+JsonObject = dict[str, Any]
+
+
+DEFAULT_LIMITS = Limits()
+
+
+@attrs.frozen
+class Delivery:
+    """A message the stand-in accepted (answered 200): what a user would have seen."""
+
+    chat_id: int
+    text: str
+    message_id: int
+    at: float
+    """The stand-in's clock (``time.monotonic`` unless injected), in seconds."""
+    wall_ms: int
+    parse_mode: str | None
+
+
+@attrs.frozen
+class RequestRecord:
+    """One ``sendMessage`` call, whatever its outcome (including scripted and 401 answers)."""
+
+    chat_id: int | None
+    """``None`` when the request had no usable ``chat_id``."""
+    text: str | None
+    status: int
+    description: str | None
+    """Telegram's error description; ``None`` on success."""
+    at: float
+    retry_after: int | None = None
+
+
+@attrs.frozen
+class Scripted:
+    """A canned answer for one ``sendMessage`` call to a chat; build one with the classmethods.
+
+    ``Scripted.server_error(status=500)``: a 5xx whose description is the status phrase
+    ("Internal Server Error", "Bad Gateway", ...).
+    ``Scripted.flood_wait(retry_after_s)``: 429 "Too Many Requests: retry after N" with
+    ``parameters.retry_after``.
+    ``Scripted.forbidden(description=...)``: 403, by default "bot was blocked by the user".
+    ``Scripted.bad_request(description=...)``: 400, by default "chat not found".
+    ``Scripted.migrate(new_chat_id)``: 400 "group chat was upgraded to a supergroup chat" with
+    ``parameters.migrate_to_chat_id``.
+    ``Scripted.unauthorized()``: 401 "Unauthorized".
+    ``Scripted.conflict()``: 409 "Conflict: terminated by other getUpdates request; ...".
+    ``Scripted.hang(seconds)``: wait that long, then handle the call normally (it is delivered
+    even if the client has given up, as a timed-out request to Telegram may have been).
+    """
+
+    status: int
+    description: str | None = None
+    parameters: Mapping[str, int] | None = None
+    hang_s: float | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.hang_s is None and self.status < 400:
+            raise ValueError(f"a scripted answer is an error status (>= 400), got {self.status}")
+
+    @classmethod
+    def server_error(cls, status: int = 500) -> Scripted:
+        if not 500 <= status <= 599:
+            raise ValueError(f"server_error needs a 5xx status, got {status}")
+        try:
+            phrase = http.HTTPStatus(status).phrase
+        except ValueError:
+            phrase = "Server Error"
+        return cls(status, phrase)
+
+    @classmethod
+    def flood_wait(cls, retry_after_s: int) -> Scripted:
+        return cls(
+            429,
+            f"Too Many Requests: retry after {retry_after_s}",
+            {"retry_after": retry_after_s},
+        )
+
+    @classmethod
+    def forbidden(cls, description: str = BLOCKED) -> Scripted:
+        return cls(403, description)
+
+    @classmethod
+    def bad_request(cls, description: str = "Bad Request: chat not found") -> Scripted:
+        return cls(400, description)
+
+    @classmethod
+    def migrate(cls, new_chat_id: int) -> Scripted:
+        return cls(
+            400,
+            "Bad Request: group chat was upgraded to a supergroup chat",
+            {"migrate_to_chat_id": new_chat_id},
+        )
+
+    @classmethod
+    def unauthorized(cls) -> Scripted:
+        return cls(401, "Unauthorized")
+
+    @classmethod
+    def conflict(cls) -> Scripted:
+        return cls(
+            409,
+            "Conflict: terminated by other getUpdates request; "
+            "make sure that only one bot instance is running",
+        )
+
+    @classmethod
+    def hang(cls, seconds: float) -> Scripted:
+        if seconds < 0:
+            raise ValueError(f"hang needs seconds >= 0, got {seconds}")
+        return cls(200, hang_s=seconds)
+
+
+@attrs.frozen
+class _Reply:
+    status: int
+    body: JsonObject
+
+
+def _error(status: int, description: str, parameters: Mapping[str, int] | None = None) -> _Reply:
+    body: JsonObject = {"ok": False, "error_code": status, "description": description}
+    if parameters:
+        body["parameters"] = dict(parameters)
+    return _Reply(status, body)
+
+
+class _BadRequest(Exception):
+    def __init__(self, description: str) -> None:
+        super().__init__(description)
+        self.description = description
+
+
+def _bot_id(token: str) -> int:
+    prefix = token.partition(":")[0]
+    return int(prefix) if prefix.isdigit() else 0
+
+
+def _parse_chat_id(value: object) -> int | None:
+    """The chat id, ``None`` if absent or empty; raises for ids Telegram would not find."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            pass
+    raise _BadRequest("Bad Request: chat not found")
+
+
+def _parse_text(value: object) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return ""
+
+
+class TelegramStandIn:
+    """The stand-in's state and its ASGI app; serve it with :meth:`serve` or :func:`open_stand_in`.
+
+    ``limits=None`` disables rate enforcement. ``clock`` (seconds) timestamps deliveries and
+    drives the rate windows; inject one to control time in unit tests.
+    """
+
+    def __init__(
+        self,
+        token: str,
+        limits: Limits | None = DEFAULT_LIMITS,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.token = token
+        self.limits = limits
+        self.bot_id = _bot_id(token)
+        self.deliveries: list[Delivery] = []
+        self.requests: list[RequestRecord] = []
+        self.rate_limited = 0
+        """429s issued because a limit was exceeded (scripted 429s are not counted)."""
+        self._clock = clock
+        self._api_url: str | None = None
+        self._scripts: dict[int, collections.deque[Scripted]] = {}
+        self._blocked: dict[int, str] = {}
+        self._next_message_id: dict[int, int] = {}
+        self._times: list[float] = []
+        self._chat_times: dict[int, list[float]] = {}
+        self._changed = trio.Event()
+
+    # ---- serving ---------------------------------------------------------------------------
+
+    @property
+    def api_url(self) -> str:
+        """``http://127.0.0.1:PORT`` while serving; methods are at ``{api_url}/bot{token}/NAME``."""
+        if self._api_url is None:
+            raise RuntimeError("the Telegram stand-in is not serving")
+        return self._api_url
+
+    def method_url(self, method: str = "sendMessage") -> str:
+        return f"{self.api_url}/bot{self.token}/{method}"
+
+    async def serve(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Serve until cancelled; ``task_status.started`` gets the api_url (with the real port)."""
+        try:
+            async with trio.open_nursery() as nursery:
+                url = await nursery.start(serve_app, self.app, host, port, _HYPERCORN_LOG)
+                self._api_url = url
+                task_status.started(url)
+        finally:
+            self._api_url = None
+
+    # ---- scripting -------------------------------------------------------------------------
+
+    def script(self, chat_id: int, *responses: Scripted) -> None:
+        """Queue canned answers for the next ``sendMessage`` calls to ``chat_id``, in order."""
+        self._scripts.setdefault(chat_id, collections.deque()).extend(responses)
+
+    def pending_scripts(self, chat_id: int) -> int:
+        """How many scripted answers for ``chat_id`` are not used yet."""
+        return len(self._scripts.get(chat_id, ()))
+
+    def block(self, chat_id: int, description: str = BLOCKED) -> None:
+        """Answer every message to ``chat_id`` with 403 ``description`` until :meth:`unblock`."""
+        self._blocked[chat_id] = description
+
+    def unblock(self, chat_id: int) -> None:
+        self._blocked.pop(chat_id, None)
+
+    # ---- records ---------------------------------------------------------------------------
+
+    def by_chat(self) -> dict[int, list[str]]:
+        """Delivered texts per chat, in arrival order."""
+        out: dict[int, list[str]] = {}
+        for d in self.deliveries:
+            out.setdefault(d.chat_id, []).append(d.text)
+        return out
+
+    def max_in_window(self, window_ms: int, chat_id: int | None = None) -> int:
+        """The most deliveries (overall, or to ``chat_id``) within any ``window_ms`` span.
+
+        A span is half-open, ``[t, t + window)``, matching how the limits are enforced.
+        """
+        times = [d.at for d in self.deliveries if chat_id is None or d.chat_id == chat_id]
+        return most_in_span(sorted(times), window_ms / 1000)
+
+    async def wait_deliveries(self, count: int, chat_id: int | None = None) -> list[Delivery]:
+        """Wait until at least ``count`` deliveries (to ``chat_id``, if given) were accepted.
+
+        No timeout of its own: put it under ``trio.fail_after``.
+        """
+        while True:
+            got = [d for d in self.deliveries if chat_id is None or d.chat_id == chat_id]
+            if len(got) >= count:
+                return got
+            await self._changed.wait()
+
+    # ---- the ASGI app ----------------------------------------------------------------------
+
+    async def app(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+        await answer(scope, receive, send, self._answer)
+
+    async def _answer(self, scope: HTTPScope, receive: ASGIReceiveCallable) -> Response:
+        reply = await self._http(scope, receive)
+        payload = json.dumps(reply.body, ensure_ascii=False).encode()
+        length = (b"content-length", str(len(payload)).encode())
+        return Response(reply.status, b"application/json", payload, [length])
+
+    async def _http(self, scope: HTTPScope, receive: ASGIReceiveCallable) -> _Reply:
+        raw = bytearray()
+        while True:
+            event = await receive()
+            if event["type"] == "http.disconnect":
+                return _error(400, "Bad Request: client went away")
+            if event["type"] != "http.request":
+                continue
+            raw += event["body"]
+            if len(raw) > MAX_BODY_BYTES:
+                return _error(413, "Request Entity Too Large")
+            if not event["more_body"]:
+                break
+
+        token, sep, method = scope["path"].removeprefix("/bot").partition("/")
+        if not scope["path"].startswith("/bot") or not sep or not method or "/" in method:
+            return _error(404, "Not Found")
+        method = method.lower()
+        if scope["method"] not in ("GET", "POST"):
+            return _error(405, "Method Not Allowed")
+        token_ok = token == self.token
+        if not token_ok and method != "sendmessage":
+            return _error(401, "Unauthorized")
+        params: dict[str, object] = {}
+        body_error: str | None = None
+        try:
+            params = _params(scope, bytes(raw))
+        except _BadRequest as e:
+            body_error = e.description
+
+        if method == "sendmessage":
+            # Every call is recorded, even with a wrong token (a misconfigured bot sends those).
+            return await self._send_message(params, token_ok=token_ok, body_error=body_error)
+        if body_error is not None:
+            return _error(400, body_error)
+        if method == "getme":
+            return _Reply(200, {"ok": True, "result": self._me()})
+        return _error(404, "Not Found")
+
+    def _me(self) -> JsonObject:
+        return {
+            "id": self.bot_id,
+            "is_bot": True,
+            "first_name": "codemojex",
+            "username": "codemojex_bot",
+        }
+
+    async def _send_message(
+        self, params: Mapping[str, object], *, token_ok: bool, body_error: str | None
+    ) -> _Reply:
+        text_value = params.get("text")
+        raw_text = None if text_value is None else _parse_text(text_value)
+        chat_id: int | None = None
+        chat_error: str | None = None
+        try:
+            chat_id = _parse_chat_id(params.get("chat_id"))
+        except _BadRequest as e:
+            chat_error = e.description
+
+        def answer(reply: _Reply) -> _Reply:
+            retry = reply.body.get("parameters", {}).get("retry_after")
+            self.requests.append(
+                RequestRecord(
+                    chat_id=chat_id,
+                    text=raw_text,
+                    status=reply.status,
+                    description=reply.body.get("description"),
+                    at=self._clock(),
+                    retry_after=retry,
+                )
+            )
+            if reply.status != 200:
+                log.info("answered %s to chat %s: %s", reply.status, chat_id, reply.body)
+            return reply
+
+        if not token_ok:
+            return answer(_error(401, "Unauthorized"))
+        if body_error is not None:
+            return answer(_error(400, body_error))
+        if chat_id is None:
+            return answer(_error(400, chat_error or "Bad Request: chat_id is empty"))
+
+        queue = self._scripts.get(chat_id)
+        if queue:
+            scripted = queue.popleft()
+            if scripted.hang_s is None:
+                return answer(
+                    _error(scripted.status, scripted.description or "", scripted.parameters)
+                )
+            await trio.sleep(scripted.hang_s)
+
+        if chat_id in self._blocked:
+            return answer(_error(403, self._blocked[chat_id]))
+        text = raw_text or ""
+        if not text.strip():
+            return answer(_error(400, "Bad Request: message text is empty"))
+        if telegram_length(text) > MAX_MESSAGE_LENGTH:
+            return answer(_error(400, "Bad Request: message is too long"))
+        parse_mode = params.get("parse_mode")
+        if parse_mode in (None, ""):
+            parse_mode = None
+        elif not isinstance(parse_mode, str) or parse_mode.lower() not in PARSE_MODES:
+            return answer(_error(400, "Bad Request: unsupported parse_mode"))
+
+        now = self._clock()
+        retry_after = self._retry_after(chat_id, now)
+        if retry_after is not None:
+            self.rate_limited += 1
+            return answer(
+                _error(
+                    429,
+                    f"Too Many Requests: retry after {retry_after}",
+                    {"retry_after": retry_after},
+                )
+            )
+        return answer(
+            _Reply(200, {"ok": True, "result": self._deliver(chat_id, text, parse_mode, now)})
+        )
+
+    def _retry_after(self, chat_id: int, now: float) -> int | None:
+        """Whole seconds until a message to ``chat_id`` fits every window; ``None`` if it fits."""
+        if self.limits is None:
+            return None
+        waits = [
+            _wait_for_slot(self._times, self.limits.global_, now),
+            _wait_for_slot(self._chat_times.get(chat_id, []), self.limits.for_chat(chat_id), now),
+        ]
+        wait = max(waits)
+        if wait <= 0:
+            return None
+        return max(1, math.ceil(wait))
+
+    def _deliver(self, chat_id: int, text: str, parse_mode: str | None, now: float) -> JsonObject:
+        message_id = self._next_message_id.get(chat_id, 1)
+        self._next_message_id[chat_id] = message_id + 1
+        wall = time.time()
+        self.deliveries.append(
+            Delivery(
+                chat_id=chat_id,
+                text=text,
+                message_id=message_id,
+                at=now,
+                wall_ms=int(wall * 1000),
+                parse_mode=parse_mode,
+            )
+        )
+        self._times.append(now)
+        self._chat_times.setdefault(chat_id, []).append(now)
+        self._changed.set()
+        self._changed = trio.Event()
+        log.info("delivered to %s #%s: %r", chat_id, message_id, text)
+        return {
+            "message_id": message_id,
+            "from": self._me(),
+            "chat": {"id": chat_id, "type": "supergroup" if chat_id < 0 else "private"},
+            "date": int(wall),
+            "text": text,
+        }
+
+
+def most_in_span(times: Sequence[float], span_s: float) -> int:
+    """The most of ``times`` (ascending) inside any half-open span ``[t, t + span_s)``."""
+    best = 0
+    start = 0
+    for end, t in enumerate(times):
+        while t - times[start] >= span_s:
+            start += 1
+        best = max(best, end - start + 1)
+    return best
+
+
+def _wait_for_slot(times: Sequence[float], window: Window, now: float) -> float:
+    """Seconds until one more message fits ``window`` given earlier ``times`` (0 if it fits now).
+
+    An earlier message at ``t`` still counts while ``now - t < window``.
+    """
+    inside: list[float] = []
+    for t in reversed(times):
+        if now - t >= window.window_s:
+            break
+        inside.append(t)
+    if len(inside) < window.limit:
+        return 0.0
+    inside.reverse()
+    # The oldest len(inside) - limit + 1 must leave the window for one more to fit.
+    frees_at = inside[len(inside) - window.limit] + window.window_s
+    return max(frees_at - now, 1e-9)
+
+
+def _params(scope: HTTPScope, body: bytes) -> dict[str, object]:
+    params: dict[str, object] = dict(
+        parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True)
+    )
+    if not body:
+        return params
+    content_type = ""
+    for name, value in scope["headers"]:
+        if name.lower() == b"content-type":
+            content_type = value.decode("latin-1").split(";")[0].strip().lower()
+    if content_type == "application/json":
+        try:
+            data = json.loads(body)
+        except (UnicodeDecodeError, ValueError):
+            raise _BadRequest("Bad Request: can't parse JSON object") from None
+        if not isinstance(data, dict):
+            raise _BadRequest("Bad Request: can't parse JSON object")
+        params.update(data)
+    elif content_type == "application/x-www-form-urlencoded":
+        try:
+            params.update(parse_qsl(body.decode(), keep_blank_values=True))
+        except UnicodeDecodeError:
+            raise _BadRequest("Bad Request: can't decode parameters") from None
+    return params
+
+
+_HYPERCORN_LOG = "codemojex.standin.hypercorn"  # warnings and errors only
+
+
+@asynccontextmanager
+async def open_stand_in(
+    token: str = "123456:TEST",
+    limits: Limits | None = DEFAULT_LIMITS,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+) -> AsyncIterator[TelegramStandIn]:
+    """Serve a :class:`TelegramStandIn` on a free loopback port for the duration of the block."""
+    stand_in = TelegramStandIn(token, limits, clock=clock)
+    # The body's exception is re-raised outside the nursery, so that a failing test shows its
+    # own assertion instead of an ExceptionGroup around it.
+    body_error: BaseException | None = None
+    async with trio.open_nursery() as nursery:
+        await nursery.start(stand_in.serve)
+        try:
+            yield stand_in
+        except BaseException as e:
+            body_error = e
+        finally:
+            nursery.cancel_scope.cancel()
+    if body_error is not None:
+        raise body_error

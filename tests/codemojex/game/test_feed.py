@@ -1,0 +1,179 @@
+"""The live feed over real websockets: snapshot on connect, every change after, a slow viewer
+never holds up a fast one, pings drop dead viewers."""
+
+import json
+import struct
+
+import pytest
+import trio
+from trio_websocket import ConnectionRejected, open_websocket_url
+
+from codemojex import game
+from codemojex.game import board
+from codemojex.game.feed import Feed
+from echomq_trio import Bus
+from tests.conftest import wait_for
+
+
+@pytest.fixture
+async def room(bus: Bus) -> game.Room:
+    return await game.create_room(bus, -4242, "Feed Room")
+
+
+async def start_feed(nursery: trio.Nursery, bus: Bus, **kw: float) -> tuple[Feed, str]:
+    feed = Feed(bus, **kw)  # type: ignore[arg-type]
+    port = await nursery.start(feed.serve, "127.0.0.1", 0)
+    return feed, f"ws://127.0.0.1:{port}"
+
+
+async def test_snapshot_then_updates(bus: Bus, room: game.Room) -> None:
+    alice = await game.create_player(bus, "Alice", 1)
+    bob = await game.create_player(bus, "Bob", 2)
+    await board.record(bus, room.id, alice.id, 50)
+    async with trio.open_nursery() as nursery:
+        _, base = await start_feed(nursery, bus)
+        async with open_websocket_url(f"{base}/rooms/{room.id}") as ws:
+            first = json.loads(await ws.get_message())
+            assert first["title"] == "Feed Room"
+            assert first["top"] == [{"rank": 1, "player": alice.id, "name": "Alice",
+                                     "percentage": 50}]  # fmt: skip
+            await board.record(bus, room.id, bob.id, 80)  # as any process would
+            with trio.fail_after(10):
+                update = json.loads(await ws.get_message())
+            top = [(s["name"], s["percentage"]) for s in update["top"]]
+            assert top == [("Bob", 80), ("Alice", 50)]
+        nursery.cancel_scope.cancel()
+
+
+async def test_unknown_rooms_are_refused(bus: Bus) -> None:
+    async with trio.open_nursery() as nursery:
+        _, base = await start_feed(nursery, bus)
+        for path in ("/rooms/RMM0000000000A", "/nope", "/rooms/bad"):
+            with pytest.raises(ConnectionRejected):
+                async with open_websocket_url(base + path):
+                    pass
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_slow_viewer_gets_the_latest_not_a_backlog_and_never_slows_a_fast_one(
+    bus: Bus, room: game.Room
+) -> None:
+    players = [await game.create_player(bus, f"P{n:03d}" + "x" * 40, n) for n in range(150)]
+    async with trio.open_nursery() as nursery:
+        feed, base = await start_feed(nursery, bus, top_n=150, ping_interval_s=60)
+        url = f"{base}/rooms/{room.id}"
+        async with open_websocket_url(url) as slow, open_websocket_url(url) as fast:
+            await slow.get_message()  # the snapshot; then the slow viewer stops reading
+            await fast.get_message()
+            updates = 300
+            for n in range(updates):
+                await board.record(bus, room.id, players[n % 150].id, 1 + n * 99 // updates)
+            final = 1 + (updates - 1) * 99 // updates
+            with trio.fail_after(30):  # the fast viewer keeps up while the slow one reads nothing
+                while True:
+                    msg = json.loads(await fast.get_message())
+                    if msg["top"][0]["percentage"] == final:
+                        break
+            # Now the slow viewer reads: it catches up to the newest board quickly, skipping
+            # most of what it missed instead of replaying a backlog.
+            received = 0
+            with trio.fail_after(30):
+                while True:
+                    msg = json.loads(await slow.get_message())
+                    received += 1
+                    if msg["top"][0]["percentage"] == final:
+                        break
+            assert received < updates / 2, f"slow viewer replayed {received} boards"
+            stats = feed.statistics()
+            assert (stats.viewers, stats.rooms) == (2, 1)
+            assert stats.boards_skipped > 0, "the boards the slow viewer never saw are counted"
+        nursery.cancel_scope.cancel()
+
+
+async def test_pings_drop_a_viewer_that_stopped_answering(bus: Bus, room: game.Room) -> None:
+    async with trio.open_nursery() as nursery:
+        feed, base = await start_feed(nursery, bus, ping_interval_s=0.2, ping_timeout_s=0.5)
+        stream = await trio.open_tcp_stream("127.0.0.1", int(base.rsplit(":", 1)[1]))
+        # A viewer that completes the handshake and then never reads again (no pongs).
+        await stream.send_all(
+            f"GET /rooms/{room.id} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+            "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n".encode()
+        )
+        await wait_for(lambda: feed.statistics().viewers == 1)
+        await wait_for(lambda: feed.statistics().viewers == 0, timeout=10)
+        await stream.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def _raw_viewer(port: int, room: str, *, rcvbuf: int | None = None) -> trio.SocketStream:
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    if rcvbuf is not None:
+        stream.socket.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, rcvbuf)
+    await stream.send_all(
+        f"GET /rooms/{room} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+        "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        "Sec-WebSocket-Version: 13\r\n\r\n".encode()
+    )
+    return stream
+
+
+async def test_viewers_vanishing_mid_update_never_take_the_feed_down(
+    bus: Bus, room: game.Room
+) -> None:
+    players = [await game.create_player(bus, f"P{n}", n) for n in range(20)]
+    async with trio.open_nursery() as nursery:
+        feed, base = await start_feed(nursery, bus, ping_interval_s=60)
+        port = int(base.rsplit(":", 1)[1])
+
+        async def churn_the_board() -> None:
+            for n in range(10**6):
+                await board.record(bus, room.id, players[n % 20].id, min(100, 1 + n // 10))
+
+        nursery.start_soon(churn_the_board)
+        for _ in range(40):
+            stream = await _raw_viewer(port, room.id)
+            await wait_for(lambda: feed.statistics().viewers >= 1)
+            # Reset the connection (RST) while updates are being sent to it.
+            stream.socket.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_LINGER,
+                                     struct.pack("ii", 1, 0))  # fmt: skip
+            stream.socket.close()
+        await wait_for(lambda: feed.statistics().viewers == 0)
+        async with open_websocket_url(f"{base}/rooms/{room.id}") as ws:  # still serving
+            assert json.loads(await ws.get_message())["room"] == room.id
+        nursery.cancel_scope.cancel()
+
+
+async def test_pings_drop_a_viewer_whose_window_is_full(bus: Bus, room: game.Room) -> None:
+    players = [await game.create_player(bus, f"P{n:03d}" + "x" * 55, n) for n in range(150)]
+    async with trio.open_nursery() as nursery:
+        feed, base = await start_feed(nursery, bus, top_n=150, ping_interval_s=0.2,
+                                      ping_timeout_s=0.5)  # fmt: skip
+        stream = await _raw_viewer(int(base.rsplit(":", 1)[1]), room.id, rcvbuf=4096)
+        await wait_for(lambda: feed.statistics().viewers == 1)
+        for n in range(1500):  # far more than its socket buffers hold; it never reads
+            await board.record(bus, room.id, players[n % 150].id, 1 + n * 99 // 1500)
+        await wait_for(lambda: feed.statistics().viewers == 0, timeout=30)
+        await stream.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_change_whose_message_was_lost_reaches_viewers_by_resync(
+    bus: Bus, room: game.Room
+) -> None:
+    # Pub/sub loses what is published while the subscriber's connection is down (a server
+    # restart). Here the change is written with no message at all: the resync finds it.
+    alice = await game.create_player(bus, "Alice", 1)
+    async with trio.open_nursery() as nursery:
+        feed, base = await start_feed(nursery, bus, resync_s=0.2)
+        async with open_websocket_url(f"{base}/rooms/{room.id}") as ws:
+            assert json.loads(await ws.get_message())["top"] == []
+            key = board.board_key(room.id)
+            await bus.wire.command("ZADD", key, str(70 * 10**13), alice.id)  # no PUBLISH
+            with trio.fail_after(10):
+                update = json.loads(await ws.get_message())
+            assert [(s["name"], s["percentage"]) for s in update["top"]] == [("Alice", 70)]
+            sent = feed.statistics().updates_sent
+            await trio.sleep(1.0)  # five resyncs with nothing new
+            assert feed.statistics().updates_sent == sent, "a resync pushed an unchanged board"
+        nursery.cancel_scope.cancel()

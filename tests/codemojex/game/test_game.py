@@ -1,0 +1,411 @@
+"""The game on a real server: rounds, guesses and their errors, results, the digest."""
+
+import contextlib
+import logging
+import random
+from collections.abc import Awaitable
+from typing import Any, cast
+
+import pytest
+import trio
+
+from codemojex import game, ids
+from codemojex.game import board
+from codemojex.game.scoring import ALPHABET
+from codemojex.notify import notifier
+from codemojex.notify.notice import decode, telegram_length
+from codemojex.notify.notifier import NOTIFY_QUEUE
+from echomq_trio import (
+    Bury,
+    Bus,
+    ConnectionLost,
+    Consumer,
+    Fixed,
+    Job,
+    Metronome,
+    jobs,
+    lanes,
+    repeat,
+)
+from echomq_trio.repeat import Registered
+from echomq_trio.wire import Wire
+from tests.conftest import wait_for
+
+
+async def _lane_texts(bus: Bus, chat: int) -> list[str]:
+    return [decode(j.payload).text for j in await lanes.jobs(bus, NOTIFY_QUEUE, str(chat))]
+
+
+async def _fresh(bus: Bus) -> None:
+    # The game uses fixed queue names; start each test from an empty notification queue.
+    for key in ("cm:rooms", "cm:players"):
+        await bus.wire.command("DEL", key)
+
+
+@pytest.fixture
+async def room_and_player(bus: Bus) -> tuple[game.Room, game.Player]:
+    await _fresh(bus)
+    chat = -1_000_000 - random.randrange(10**6)
+    room = await game.create_room(bus, chat, "Test Room")
+    player = await game.create_player(bus, "Alice", 10**9 + random.randrange(10**6))
+    return room, player
+
+
+async def test_a_round_announces_schedules_its_reminder_and_scores(
+    bus: Bus, room_and_player: tuple[game.Room, game.Player]
+) -> None:
+    room, player = room_and_player
+    rnd = await game.start_round(bus, room.id, starts_in_ms=0, rng=random.Random(3))
+    assert len(set(rnd.secret)) == 6 and set(rnd.secret) <= set(ALPHABET)
+    assert "New round" in (await _lane_texts(bus, room.chat))[-1]
+    reminder = [
+        r for r in await jobs.list_jobs(bus, NOTIFY_QUEUE, "scheduled", limit=1000)
+        if decode(r.payload).chat == room.chat
+    ]  # fmt: skip
+    assert len(reminder) == 1 and reminder[0].score_ms == rnd.starts_at_ms
+    assert reminder[0].group == str(room.chat)  # it lands in the room's lane when due
+
+    result = await game.guess(bus, room.id, player.id, "".join(rnd.secret))
+    summary = (result.score.percentage, result.best, result.improved, result.rank)
+    assert summary == (100, 100, True, 1)
+    assert "100%" in (await _lane_texts(bus, player.chat))[-1]
+    worse = [*rnd.secret[1:], rnd.secret[0]]
+    again = await game.guess(bus, room.id, player.id, worse)
+    assert again.best == 100 and not again.improved
+
+    standings = await game.end_round(bus, room.id)
+    assert [(s.player, s.percentage) for s in standings] == [(player.id, 100)]
+    last = (await _lane_texts(bus, room.chat))[-1]
+    assert "".join(rnd.secret) in last and "Alice 100%" in last
+    with pytest.raises(game.GameError, match="no round is open"):
+        await game.guess(bus, room.id, player.id, worse)
+
+
+async def test_guess_validation_errors(
+    bus: Bus, room_and_player: tuple[game.Room, game.Player]
+) -> None:
+    room, player = room_and_player
+    with pytest.raises(game.GameError, match="no round is open"):
+        await game.guess(bus, room.id, player.id, ALPHABET[:6])
+    await game.start_round(bus, room.id, starts_in_ms=60_000)
+    with pytest.raises(game.GameError, match="starts in"):
+        await game.guess(bus, room.id, player.id, ALPHABET[:6])
+    with pytest.raises(game.GameError, match="exactly 6"):
+        await game.guess(bus, room.id, player.id, "😀😂")
+    with pytest.raises(game.GameError, match="not one of the game's emojis"):
+        await game.guess(bus, room.id, player.id, "😀😂😍😎🤔A")
+    with pytest.raises(game.GameError, match="no player"):
+        await game.guess(bus, room.id, "USR0000000000A", ALPHABET[:6])
+    with pytest.raises(game.GameError, match="not a room id"):
+        await game.guess(bus, "room", player.id, ALPHABET[:6])
+    with pytest.raises(game.GameError):
+        await game.create_player(bus, "", 5)
+    with pytest.raises(game.GameError, match=r"starts_in_ms must be an int in 0\.\.604800000"):
+        await game.start_round(bus, room.id, starts_in_ms=game.MAX_START_DELAY_MS + 1)
+
+
+async def test_digest_registers_once_across_restarts(bus: Bus, server_url: str) -> None:
+    await repeat.cancel(bus, game.GAME_QUEUE, game.DIGEST_NAME)
+    first = await game.register_digest(bus)
+    assert first[0] is Registered.REGISTERED
+    # A reboot is a new process with its own connection: it re-registers, nothing changes.
+    from echomq_trio import open_bus
+
+    async with open_bus(server_url) as other:
+        assert await game.register_digest(other) == (Registered.EXISTS, first[1])
+    regs = [r for r in await repeat.list_repeats(bus, game.GAME_QUEUE)
+            if r.name == game.DIGEST_NAME]  # fmt: skip
+    assert len(regs) == 1 and regs[0].every_ms == game.DAY_MS
+
+
+async def test_digest_sends_every_room_its_top_ten(
+    bus: Bus, room_and_player: tuple[game.Room, game.Player]
+) -> None:
+    room, player = room_and_player
+    other = await game.create_room(bus, room.chat - 1, "Other Room")
+    await board.record(bus, room.id, player.id, 42)
+    handler = game.game_handler(bus)
+    await repeat.cancel(bus, game.GAME_QUEUE, game.DIGEST_NAME)
+    await game.register_digest(bus, first_in_ms=0)
+    await repeat.fire(bus, game.GAME_QUEUE)
+    (job,) = await jobs.claim(bus, game.GAME_QUEUE, 10)
+    assert await handler(job) is None
+    assert "Alice 42%" in (await _lane_texts(bus, room.chat))[-1]
+    assert "no scores yet" in (await _lane_texts(bus, other.chat))[-1]
+    await jobs.ack(bus, game.GAME_QUEUE, job.id, job.token)
+
+
+async def _rooms(bus: Bus, n: int) -> list[game.Room]:
+    await _fresh(bus)
+    base = -3_000_000_000 - 100 * random.randrange(10**6)
+    return [await game.create_room(bus, base - i, f"Room {i}") for i in range(n)]
+
+
+async def test_a_digest_failing_on_its_third_room_is_retried_and_each_room_gets_one_notice(
+    bus: Bus, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    rooms = await _rooms(bus, 5)
+    third = rooms[2]  # rooms go in id order, which is creation order
+    notices = queue + ".notices"
+    attempt = 0
+    sent: list[tuple[int, int, bool]] = []  # (attempt, chat, admitted now)
+
+    async def flaky(bus: Bus, chat: int, text: str, *, key: str | None = None) -> str | None:
+        if attempt == 1 and chat == third.chat:
+            sent.append((attempt, chat, False))
+            raise ConnectionLost("injected: the connection dropped")
+        out = await notifier.notify(bus, chat, text, queue=notices, key=key)
+        sent.append((attempt, chat, out is not None))
+        return out
+
+    inner = game.game_handler(bus, notify=flaky)
+
+    async def handler(job: Job) -> Bury | None:
+        nonlocal attempt
+        attempt = job.attempts
+        return await inner(job)
+
+    await repeat.register(bus, queue, game.DIGEST_NAME, game.DAY_MS, "digest", 0)
+    async with trio.open_nursery() as nursery:
+        consumer = Consumer(bus, queue, handler, concurrency=1, backoff=Fixed(50))
+        await nursery.start(consumer.run)
+        await nursery.start(Metronome(bus, queue, beat_ms=50).run)
+
+        async def finished() -> bool:
+            return (await jobs.counts(bus, queue)).completed_total == 1
+
+        await wait_for(finished)
+        nursery.cancel_scope.cancel()
+    chats = [r.chat for r in rooms]
+    # First attempt: the third room fails and the others still go; the retry admits only it.
+    assert sent == [(1, c, c != third.chat) for c in chats] + [(2, c, c == third.chat)
+                                                                for c in chats]  # fmt: skip
+    for room in rooms:
+        (notice,) = await lanes.jobs(bus, notices, str(room.chat))
+        assert decode(notice.payload).text.startswith(f"Daily standings, {room.title}")
+    c = await jobs.counts(bus, queue)
+    assert (c.retried_total, c.dead_total) == (1, 0)
+    assert f"room {third.id} failed, to be retried" in caplog.text
+
+
+async def test_a_room_whose_digest_is_invalid_is_skipped_and_not_retried(
+    bus: Bus, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    rooms = await _rooms(bus, 3)
+    ghost = ids.new(ids.ROOM)  # listed, but its record is gone
+    await bus.wire.command("SADD", "cm:rooms", ghost)
+    notices = queue + ".notices"
+
+    async def picky(bus: Bus, chat: int, text: str, *, key: str | None = None) -> str | None:
+        if chat == rooms[1].chat:
+            raise ValueError("notice text is 5000 characters; Telegram allows 4096")
+        return await notifier.notify(bus, chat, text, queue=notices, key=key)
+
+    await jobs.enqueue(bus, queue, ids.new(ids.JOB), "digest")
+    (job,) = await jobs.claim(bus, queue)
+    with caplog.at_level(logging.WARNING, "codemojex.game"):
+        assert await game.game_handler(bus, notify=picky)(job) is None  # acked, not retried
+    assert [len(await lanes.jobs(bus, notices, str(r.chat))) for r in rooms] == [1, 0, 1]
+    assert f"room {rooms[1].id} skipped" in caplog.text and f"room {ghost} skipped" in caplog.text
+    assert await game.send_digest(bus, job.id, notify=picky) == 2  # the same occurrence again
+    assert [len(await lanes.jobs(bus, notices, str(r.chat))) for r in rooms] == [1, 0, 1]
+
+
+async def test_a_second_round_is_refused_while_one_is_open(
+    bus: Bus, room_and_player: tuple[game.Room, game.Player]
+) -> None:
+    room, _ = room_and_player
+    first = await game.start_round(bus, room.id, starts_in_ms=0)
+    with pytest.raises(game.GameError, match=r"^a round is already open in Test Room$"):
+        await game.start_round(bus, room.id, starts_in_ms=0)
+    assert (await game.current_round(bus, room.id)).id == first.id
+    announced = [t for t in await _lane_texts(bus, room.chat) if t.startswith("🎲")]
+    assert len(announced) == 1
+    await game.end_round(bus, room.id)
+    second = await game.start_round(bus, room.id, starts_in_ms=0)
+    assert (await game.current_round(bus, room.id)).id == second.id != first.id
+
+
+async def test_two_concurrent_end_rounds_send_one_results_message(
+    bus: Bus, room_and_player: tuple[game.Room, game.Player]
+) -> None:
+    room, player = room_and_player
+    rnd = await game.start_round(bus, room.id, starts_in_ms=0)
+    await game.guess(bus, room.id, player.id, rnd.secret)
+    outcomes: list[str] = []
+
+    async def end() -> None:
+        try:
+            await game.end_round(bus, room.id)
+            outcomes.append("ended")
+        except game.GameError as exc:
+            outcomes.append(str(exc))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(end)
+        nursery.start_soon(end)
+    assert sorted(outcomes) == ["ended", "no round is open in Test Room"]
+    results = [t for t in await _lane_texts(bus, room.chat) if t.startswith("Round over")]
+    assert len(results) == 1 and "".join(rnd.secret) in results[0]
+
+
+class _FailingWire:
+    """The real wire, except that call number ``fail_at`` raises ``ConnectionLost``: before it
+    is sent, or (``after``) once the server has run it, as when a reply is lost. Records the
+    keys each call names."""
+
+    def __init__(self, wire: Wire, fail_at: int, after: bool) -> None:
+        self._wire = wire
+        self.fail_at = fail_at
+        self.after = after
+        self.calls = 0
+        self.keys: set[str] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._wire, name)
+
+    async def _run(self, call: Awaitable[Any]) -> Any:
+        self.calls += 1
+        if self.calls == self.fail_at and not self.after:
+            cast(Any, call).close()
+            raise ConnectionLost("injected before the call")
+        out = await call
+        if self.calls == self.fail_at:
+            raise ConnectionLost("injected after the call")
+        return out
+
+    async def command(self, *args: str | bytes) -> Any:
+        self.keys.update(a for a in args if isinstance(a, str))
+        return await self._run(self._wire.command(*args))
+
+    async def script(self, name: str, keys: list[str], args: list[str | bytes]) -> Any:
+        self.keys.update(keys)
+        return await self._run(self._wire.script(name, keys, args))
+
+
+async def _assert_whole(bus: Bus, room: game.Room, rounds: set[str]) -> None:
+    """Every round is whole: open and pointed at by its room, or ended and not pointed at."""
+    pointer = await bus.wire.command("HGET", f"cm:{{{room.id}}}:room", "round")
+    if pointer is not None:
+        rounds.add(pointer.decode())
+    for rid in rounds:
+        status = await bus.wire.command("HGET", f"cm:{{{room.id}}}:round:{rid}", "status")
+        if status == b"open":
+            assert pointer == rid.encode(), f"round {rid} is open but its room points at {pointer}"
+        else:
+            assert pointer != rid.encode(), f"the room points at round {rid}, which is {status}"
+
+
+async def test_a_failure_at_any_step_leaves_every_round_whole(
+    bus: Bus, room_and_player: tuple[game.Room, game.Player]
+) -> None:
+    room, _ = room_and_player
+    rounds: set[str] = set()
+    for after in (False, True):
+        for fail_at in range(1, 20):
+            reached = False
+            for step in (game.start_round, game.end_round):
+                # Start from the state the step expects, then run it with one call failing.
+                if step is game.start_round:
+                    with contextlib.suppress(game.GameError):
+                        await game.end_round(bus, room.id)
+                elif (await bus.wire.command("HGET", f"cm:{{{room.id}}}:room", "round")) is None:
+                    await game.start_round(bus, room.id, starts_in_ms=0)
+                wire = _FailingWire(bus.wire, fail_at, after)
+                with contextlib.suppress(ConnectionLost):
+                    await step(Bus(cast(Wire, wire)), room.id)
+                reached |= wire.calls >= fail_at
+                rounds |= {k.rsplit(":", 1)[1] for k in wire.keys if ":round:" in k}
+                await _assert_whole(bus, room, rounds)
+            if not reached:  # both steps ran to the end before call number fail_at
+                break
+        else:
+            raise AssertionError("the steps make more calls than the sweep covers")
+    assert len(rounds) > 10
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("player name", "Eve\n1. Mallory 100%\n2."),
+        ("player name", "Eve\r"),
+        ("player name", "Tab\there"),
+        ("player name", "Line\u2028break"),  # Zl
+        ("player name", "\u202eevE"),  # right-to-left override (Cf)
+        ("player name", ""),
+        ("player name", "   "),
+        ("player name", "x" * (game.MAX_NAME + 1)),
+        ("player name", 42),
+        ("room title", "x" * 4050),
+        ("room title", "x" * (game.MAX_TITLE + 1)),
+        ("room title", "Room\n1. Mallory 100%"),
+        ("room title", "Null\x00"),
+        ("room title", ""),
+    ],
+)
+async def test_names_and_titles_are_refused_over_the_limit_or_with_control_characters(
+    bus: Bus, field: str, value: object
+) -> None:
+    await _fresh(bus)
+    limit = game.MAX_NAME if field == "player name" else game.MAX_TITLE
+    message = f"^{field} must be 1-{limit} characters without control characters or newlines$"
+    with pytest.raises(ValueError, match=message):
+        if field == "player name":
+            await game.create_player(bus, value, 5)  # type: ignore[arg-type]
+        else:
+            await game.create_room(bus, -5, value)  # type: ignore[arg-type]
+    assert await bus.wire.command("EXISTS", "cm:players", "cm:rooms") == 0
+
+
+async def test_names_and_titles_at_the_limit_are_accepted(bus: Bus) -> None:
+    await _fresh(bus)
+    assert (await game.create_player(bus, "x" * game.MAX_NAME, 5)).name == "x" * game.MAX_NAME
+    assert (await game.create_player(bus, "  Zoë 🧑\u200d💻  ", 6)).name == "Zoë 🧑\u200d💻"
+    assert (await game.create_room(bus, -5, "y" * game.MAX_TITLE)).title == "y" * game.MAX_TITLE
+
+
+async def test_every_message_fits_telegram_at_the_input_limits(bus: Bus) -> None:
+    await _fresh(bus)
+    wide, tall = "𝕎", "𝔗"  # outside the BMP: two UTF-16 units, the most a character counts
+    assert telegram_length(wide) == telegram_length(tall) == 2
+    chat = -4_000_000_000 - random.randrange(10**6)
+    room = await game.create_room(bus, chat, tall * game.MAX_TITLE)
+    players = [
+        await game.create_player(bus, wide * game.MAX_NAME, 10**10 + chat * 100 - n)
+        for n in range(game.TOP_N + 1)
+    ]
+    # The longest announcement: the latest start allowed. Then a round to play at once.
+    await game.start_round(bus, room.id, starts_in_ms=game.MAX_START_DELAY_MS)
+    await game.end_round(bus, room.id)
+    rnd = await game.start_round(bus, room.id, starts_in_ms=0)
+    s = rnd.secret
+    adjacent = [s[1], s[0], s[3], s[2], s[5], s[4]]  # the longest mark at every position
+    for player in players:
+        await game.guess(bus, room.id, player.id, adjacent)
+        await game.guess(bus, room.id, player.id, s)  # 100%: the widest percentage
+    await game.end_round(bus, room.id)
+    await game.send_digest(bus, ids.new(ids.JOB))
+
+    room_texts = await _lane_texts(bus, chat)
+    reminders = [
+        decode(r.payload).text
+        for r in await jobs.list_jobs(bus, NOTIFY_QUEUE, "scheduled", limit=10_000)
+        if decode(r.payload).chat == chat
+    ]
+    replies = [t for p in players for t in await _lane_texts(bus, p.chat)]
+    kinds = {
+        "announcement": [t for t in room_texts if t.startswith("🎲 New round")],
+        "reminder": reminders,
+        "guess reply": [t for t in replies if "ADJACENT" in t],
+        "results": [t for t in room_texts if t.startswith("Round over") and "100%" in t],
+        "digest": [t for t in room_texts if t.startswith("🏆 Daily standings")],
+    }
+    for kind, texts in kinds.items():
+        assert texts, f"no {kind} was sent"
+        longest = max(texts, key=telegram_length)
+        size = telegram_length(longest)
+        assert size <= 4096, f"the {kind} is {size} UTF-16 units"
+    for kind in ("results", "digest"):
+        (text,) = kinds[kind]
+        assert text.count(wide * game.MAX_NAME) == game.TOP_N  # ten standings, full names
+        assert tall * game.MAX_TITLE in text

@@ -1,0 +1,148 @@
+"""The shared limiter on a real server: windows, both-or-neither, pauses, one budget across
+limiter instances (as across processes)."""
+
+import itertools
+
+import attrs
+import pytest
+import trio
+
+from codemojex.notify.limits import Limits, Window
+from codemojex.notify.rate_limiter import RateLimiter
+from echomq_trio import Bus
+
+
+def limiter(bus: Bus, tag: str, margin_ms: int = 0) -> RateLimiter:
+    limits = Limits(global_=Window(5, 400), private=Window(2, 400), group=Window(3, 1000))
+    return RateLimiter(bus, limits, tag=tag, margin_ms=margin_ms)
+
+
+async def test_chat_window_then_global_window(bus: Bus, queue: str) -> None:
+    rl = limiter(bus, queue)
+    assert [(await rl.take(1)).ok for _ in range(3)] == [True, True, False]
+    blocked = await rl.take(1)
+    assert blocked.blocked_by == "chat" and 0 < blocked.wait_ms <= 401
+    assert (await rl.take(2)).ok and (await rl.take(3)).ok and (await rl.take(4)).ok
+    g = await rl.take(5)  # 5 sends in the global window already
+    assert not g.ok and g.blocked_by == "global" and 0 < g.wait_ms <= 401
+
+
+async def test_both_or_neither(bus: Bus, queue: str) -> None:
+    rl = limiter(bus, queue)
+    assert (await rl.take(1)).ok and (await rl.take(1)).ok
+    assert (await rl.take(1)).blocked_by == "chat"  # the global window is not charged for it
+    for chat in (2, 3, 4):
+        assert (await rl.take(chat)).ok  # 5 sends in the global window: all five slots used
+    assert (await rl.take(5)).blocked_by == "global"
+
+
+async def test_global_waiters_queue_in_order_for_the_next_free_slots(bus: Bus, queue: str) -> None:
+    rl = limiter(bus, queue, margin_ms=40)  # windows of 440 ms
+    for chat in range(1, 6):
+        assert (await rl.take(chat)).ok
+    waits = [(await rl.take(10 + i)).wait_ms for i in range(7)]
+    # Served in the order they asked (each wait is measured from its own "now": allow 2 ms).
+    assert all(b >= a - 2 for a, b in itertools.pairwise(waits)), waits
+    assert all(340 < w <= 441 for w in waits[:5])  # the next window's five slots
+    assert all(780 < w <= 881 for w in waits[5:])  # then the one after
+    # A waiter coming back at its time sends in its reserved slot, without taking again...
+    await trio.sleep(waits[0] / 1000)
+    assert (await rl.take(10)).ok
+    # ...and the slots are spoken for: a newcomer's slot is no earlier than the seventh's.
+    assert (await rl.take(99)).wait_ms >= waits[-1] - waits[0] - 3
+
+
+async def test_a_late_reservation_sends_when_the_window_holds_it(bus: Bus, queue: str) -> None:
+    rl = limiter(bus, queue)
+    for chat in range(1, 6):
+        await rl.take(chat)
+    first = await rl.take(50)
+    assert not first.ok
+    await trio.sleep(first.wait_ms / 1000 + 0.05)  # back late: nobody else wanted the slot
+    assert (await rl.take(50)).ok  # sent at its real time, not lost
+
+
+async def test_a_late_reservation_in_a_full_window_gives_its_slot_back(
+    bus: Bus, queue: str
+) -> None:
+    rl = limiter(bus, queue)  # 5 per 400 ms
+    for chat in range(1, 6):
+        await rl.take(chat)
+    late = await rl.take(50)  # a slot in the next window
+    for chat in range(60, 64):
+        await rl.take(chat)  # the rest of that window
+    following = [await rl.take(70 + i) for i in range(5)]  # the whole window after it
+    await trio.sleep(following[0].wait_ms / 1000 + 0.05)
+    # Chat 50 comes back a whole window late, into a window its successors have filled.
+    again = await rl.take(50)
+    assert not again.ok and again.blocked_by == "global", again  # queued again
+    assert late.wait_ms < following[0].wait_ms < following[0].wait_ms + again.wait_ms
+    assert (await rl.take(80)).wait_ms >= again.wait_ms - 2  # a newcomer queues behind it
+
+
+async def test_group_chats_have_their_own_window(bus: Bus, queue: str) -> None:
+    rl = limiter(bus, queue)
+    assert [(await rl.take(-100)).ok for _ in range(4)] == [True, True, True, False]
+
+
+async def test_window_frees_over_time(bus: Bus, queue: str) -> None:
+    rl = limiter(bus, queue)
+    await rl.take(1)
+    await rl.take(1)
+    denied = await rl.take(1)
+    await trio.sleep(denied.wait_ms / 1000)
+    assert (await rl.take(1)).ok
+
+
+async def test_one_budget_for_every_instance(bus: Bus, queue: str) -> None:
+    a, b = limiter(bus, queue), limiter(bus, queue)
+    assert (await a.take(1)).ok and (await b.take(1)).ok
+    assert not (await a.take(1)).ok and not (await b.take(1)).ok
+
+
+async def test_pause_blocks_its_scope_and_only_extends(bus: Bus, queue: str) -> None:
+    rl = limiter(bus, queue)
+    scope, until = await rl.pause("chat", 7, 5_000)
+    assert scope == "chat"
+    t = await rl.take(7)
+    assert not t.ok and t.blocked_by == "paused" and t.wait_ms > 4_000
+    assert (await rl.take(8)).ok  # other chats go on
+    assert (await rl.pause("chat", 7, 10))[1] == until  # a pause only extends
+    await rl.pause("global", 0, 3_000)
+    assert (await rl.take(9)).blocked_by == "paused"
+
+
+async def test_auto_pause_picks_global_when_the_bot_window_is_full(bus: Bus, queue: str) -> None:
+    rl = limiter(bus, queue)
+    assert (await rl.pause("auto", 1, 1000))[0] == "chat"
+    for chat in range(10, 15):
+        await rl.take(chat)
+    assert (await rl.pause("auto", 2, 1000))[0] == "global"
+
+
+async def test_statistics_count_what_this_limiter_answered(bus: Bus, queue: str) -> None:
+    rl = limiter(bus, queue)
+    for chat in (1, 1, 1, 2, 3, 4, 5):  # 5 sends, then the chat's window, then the bot's
+        await rl.take(chat)
+    await rl.pause("chat", 7, 5_000)
+    denied = await rl.take(7)
+    snapshot = rl.statistics()
+    assert attrs.asdict(snapshot) == {
+        "taken": 5, "denied_global": 1, "denied_chat": 1, "denied_paused": 1,
+        "denied_wait_ms": snapshot.denied_wait_ms, "paused_global": 0, "paused_chat": 1,
+    }  # fmt: skip
+    assert snapshot.denied_wait_ms >= denied.wait_ms > 4_000
+    assert not (await rl.take(8)).ok  # the bot's window is still full
+    assert rl.statistics().denied_global == 2 and snapshot.denied_global == 1  # it stays put
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        snapshot.taken = 0  # type: ignore[misc]
+
+
+async def test_bad_input(bus: Bus) -> None:
+    rl = limiter(bus, "q")
+    with pytest.raises(ValueError):
+        await rl.take("123")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        await rl.pause("room", 1, 10)
+    with pytest.raises(ValueError):
+        RateLimiter(bus, tag="bad tag")

@@ -1,0 +1,577 @@
+"""The Telegram stand-in, exercised over real HTTP on loopback with httpx.
+
+Rate-limit arithmetic is checked with an injected manual clock (deterministic); one test per
+window kind also runs on the real clock, sleeping a window's length where expiry is the point.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import attrs
+import httpx
+import pytest
+import trio
+
+from codemojex.standin.bot_api import (
+    MAX_MESSAGE_LENGTH,
+    Delivery,
+    Limits,
+    Scripted,
+    TelegramStandIn,
+    Window,
+    open_stand_in,
+)
+
+TOKEN = "123456:TEST"
+NO_LIMITS = Limits(Window(10_000, 1000), Window(10_000, 1000), Window(10_000, 1000))
+
+
+class ManualClock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(timeout=10) as c:
+        yield c
+
+
+@pytest.fixture
+async def tg() -> AsyncIterator[TelegramStandIn]:
+    async with open_stand_in(TOKEN, limits=None) as stand_in:
+        yield stand_in
+
+
+async def send(
+    client: httpx.AsyncClient, tg: TelegramStandIn, chat_id: Any, text: Any = "hi", **extra: Any
+) -> httpx.Response:
+    return await client.post(tg.method_url(), json={"chat_id": chat_id, "text": text, **extra})
+
+
+def error_of(response: httpx.Response) -> dict[str, Any]:
+    body: dict[str, Any] = response.json()
+    assert body["ok"] is False
+    assert body["error_code"] == response.status_code
+    return body
+
+
+# ---- basics -------------------------------------------------------------------------------
+
+
+async def test_get_me_by_get_and_post(tg: TelegramStandIn, client: httpx.AsyncClient) -> None:
+    assert tg.api_url.startswith("http://127.0.0.1:")
+    for response in (
+        await client.get(f"{tg.api_url}/bot{TOKEN}/getMe"),
+        await client.post(f"{tg.api_url}/bot{TOKEN}/getMe"),
+        await client.get(f"{tg.api_url}/bot{TOKEN}/getme"),
+    ):
+        assert response.status_code == 200
+        assert response.headers["content-type"] == "application/json"
+        assert response.json() == {
+            "ok": True,
+            "result": {
+                "id": 123456,
+                "is_bot": True,
+                "first_name": "codemojex",
+                "username": "codemojex_bot",
+            },
+        }
+
+
+async def test_send_message_json(tg: TelegramStandIn, client: httpx.AsyncClient) -> None:
+    r = await send(client, tg, 42, "hello <b>you</b>", parse_mode="HTML")
+    assert r.status_code == 200
+    body = r.json()
+    assert body["ok"] is True
+    result = body["result"]
+    assert result["message_id"] == 1
+    assert result["chat"] == {"id": 42, "type": "private"}
+    assert result["text"] == "hello <b>you</b>"
+    assert isinstance(result["date"], int)
+    assert abs(result["date"] - time.time()) < 60
+
+    (d,) = tg.deliveries
+    assert (d.chat_id, d.text, d.message_id, d.parse_mode) == (42, "hello <b>you</b>", 1, "HTML")
+    assert d.wall_ms == pytest.approx(result["date"] * 1000, abs=2000)
+    (rec,) = tg.requests
+    assert (rec.chat_id, rec.text, rec.status, rec.description) == (
+        42,
+        "hello <b>you</b>",
+        200,
+        None,
+    )
+
+
+async def test_message_ids_increase_per_chat(
+    tg: TelegramStandIn, client: httpx.AsyncClient
+) -> None:
+    ids = []
+    for chat in (1, 1, -100200, 1, -100200):
+        r = await send(client, tg, chat)
+        assert r.status_code == 200
+        ids.append((chat, r.json()["result"]["message_id"], r.json()["result"]["chat"]["type"]))
+    assert ids == [
+        (1, 1, "private"),
+        (1, 2, "private"),
+        (-100200, 1, "supergroup"),
+        (1, 3, "private"),
+        (-100200, 2, "supergroup"),
+    ]
+
+
+async def test_send_message_form_and_query_string(
+    tg: TelegramStandIn, client: httpx.AsyncClient
+) -> None:
+    r = await client.post(tg.method_url(), data={"chat_id": "-1001", "text": "form ✓"})
+    assert r.status_code == 200, r.text
+    assert r.json()["result"]["chat"]["id"] == -1001
+    r = await client.get(tg.method_url(), params={"chat_id": "7", "text": "query"})
+    assert r.status_code == 200, r.text
+    r = await client.post(tg.method_url(), json={"chat_id": "8", "text": "numeric string"})
+    assert r.status_code == 200, r.text
+    assert tg.by_chat() == {-1001: ["form ✓"], 7: ["query"], 8: ["numeric string"]}
+    assert all(d.parse_mode is None for d in tg.deliveries)
+
+
+async def test_wrong_token_is_401(tg: TelegramStandIn, client: httpx.AsyncClient) -> None:
+    for method in ("getMe", "sendMessage", "noSuchMethod"):
+        r = await client.post(
+            f"{tg.api_url}/bot999:WRONG/{method}", json={"chat_id": 1, "text": "x"}
+        )
+        assert r.status_code == 401
+        assert r.json() == {"ok": False, "error_code": 401, "description": "Unauthorized"}
+    assert tg.deliveries == []
+    assert [(q.chat_id, q.status) for q in tg.requests] == [(1, 401)]
+
+
+async def test_wrong_token_wins_over_a_bad_body(
+    tg: TelegramStandIn, client: httpx.AsyncClient
+) -> None:
+    for method in ("getMe", "sendMessage"):
+        r = await client.post(
+            f"{tg.api_url}/bot1:X/{method}",
+            content=b"{oops",
+            headers={"content-type": "application/json"},
+        )
+        assert r.status_code == 401
+    assert [(q.chat_id, q.text, q.status) for q in tg.requests] == [(None, None, 401)]
+
+
+async def test_unknown_method_and_path_are_404(
+    tg: TelegramStandIn, client: httpx.AsyncClient
+) -> None:
+    not_found = {"ok": False, "error_code": 404, "description": "Not Found"}
+    for path in (f"/bot{TOKEN}/sendPigeon", f"/bot{TOKEN}/", f"/bot{TOKEN}", "/", "/getMe"):
+        r = await client.get(tg.api_url + path)
+        assert r.status_code == 404, path
+        assert r.json() == not_found
+
+
+@pytest.mark.parametrize(
+    ("payload", "description"),
+    [
+        ({"text": "no chat"}, "Bad Request: chat_id is empty"),
+        ({"chat_id": "", "text": "empty chat"}, "Bad Request: chat_id is empty"),
+        ({"chat_id": "@nobody", "text": "x"}, "Bad Request: chat not found"),
+        ({"chat_id": 5}, "Bad Request: message text is empty"),
+        ({"chat_id": 5, "text": ""}, "Bad Request: message text is empty"),
+        ({"chat_id": 5, "text": "  \n "}, "Bad Request: message text is empty"),
+        (
+            {"chat_id": 5, "text": "x" * (MAX_MESSAGE_LENGTH + 1)},
+            "Bad Request: message is too long",
+        ),
+        (
+            {"chat_id": 5, "text": "x", "parse_mode": "Klingon"},
+            "Bad Request: unsupported parse_mode",
+        ),
+    ],
+)
+async def test_validation_errors(
+    tg: TelegramStandIn, client: httpx.AsyncClient, payload: dict[str, Any], description: str
+) -> None:
+    r = await client.post(tg.method_url(), json=payload)
+    assert r.status_code == 400
+    assert error_of(r)["description"] == description
+    assert tg.deliveries == []
+    (rec,) = tg.requests
+    assert (rec.status, rec.description) == (400, description)
+
+
+async def test_longest_message_and_bad_json(tg: TelegramStandIn, client: httpx.AsyncClient) -> None:
+    # Counted as Telegram counts: UTF-16 code units, so an emoji outside the BMP counts 2.
+    longest = "😀" * (MAX_MESSAGE_LENGTH // 2)
+    assert (await send(client, tg, 5, longest)).status_code == 200
+    too_long = await send(client, tg, 5, longest + "x")
+    assert error_of(too_long)["description"] == "Bad Request: message is too long"
+    r = await client.post(
+        tg.method_url(), content=b"{not json", headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 400
+    assert error_of(r)["description"] == "Bad Request: can't parse JSON object"
+    assert tg.by_chat() == {5: [longest]}
+    assert [(q.chat_id, q.status) for q in tg.requests] == [(5, 200), (5, 400), (None, 400)]
+
+
+# ---- rate limits --------------------------------------------------------------------------
+
+
+async def test_private_chat_limit_on_the_real_clock(client: httpx.AsyncClient) -> None:
+    limits = Limits(global_=Window(1000, 300), private=Window(3, 300), group=Window(3, 300))
+    async with open_stand_in(TOKEN, limits) as tg:
+        statuses = [(await send(client, tg, 1, f"m{i}")).status_code for i in range(4)]
+        assert statuses == [200, 200, 200, 429]
+        r = await send(client, tg, 1, "again")
+        body = error_of(r)
+        retry = body["parameters"]["retry_after"]
+        assert retry >= 1
+        assert body["description"] == f"Too Many Requests: retry after {retry}"
+        assert tg.rate_limited == 2
+        assert tg.by_chat() == {1: ["m0", "m1", "m2"]}
+
+        # Another chat has its own window.
+        assert (await send(client, tg, 2, "other")).status_code == 200
+
+        await trio.sleep(0.3)  # the window passes
+        assert (await send(client, tg, 1, "later")).status_code == 200
+        assert tg.by_chat()[1] == ["m0", "m1", "m2", "later"]
+        assert [q.status for q in tg.requests if q.chat_id == 1] == [200, 200, 200, 429, 429, 200]
+        assert tg.max_in_window(300, chat_id=1) <= 3
+
+
+async def test_concurrent_burst_never_exceeds_limits(client: httpx.AsyncClient) -> None:
+    limits = Limits(global_=Window(5, 400), private=Window(2, 400), group=Window(2, 400))
+    async with open_stand_in(TOKEN, limits) as tg:
+        results: list[int] = []
+
+        async def one(chat: int, i: int) -> None:
+            results.append((await send(client, tg, chat, f"{chat}:{i}")).status_code)
+
+        async with trio.open_nursery() as nursery:
+            for chat in (1, 2, 3, -4):
+                for i in range(5):
+                    nursery.start_soon(one, chat, i)
+        assert len(results) == 20
+        assert results.count(200) == len(tg.deliveries) >= 2
+        assert results.count(429) == tg.rate_limited == 20 - len(tg.deliveries)
+        assert tg.max_in_window(400) <= 5
+        for chat in (1, 2, 3, -4):
+            assert tg.max_in_window(400, chat_id=chat) <= 2
+
+
+async def test_retry_after_is_whole_seconds_until_a_slot_frees(client: httpx.AsyncClient) -> None:
+    clock = ManualClock()
+    limits = Limits(global_=Window(100, 1000), private=Window(2, 5000), group=Window(20, 60000))
+    async with open_stand_in(TOKEN, limits, clock=clock) as tg:
+        assert (await send(client, tg, 9, "a")).status_code == 200
+        clock.advance(1.0)
+        assert (await send(client, tg, 9, "b")).status_code == 200
+        clock.advance(0.5)
+        r = await send(client, tg, 9, "c")
+        assert r.status_code == 429
+        # "a" leaves the 5 s window 3.5 s from now: round up to 4.
+        assert error_of(r)["parameters"] == {"retry_after": 4}
+        assert tg.requests[-1].retry_after == 4
+        clock.advance(3.4)
+        assert error_of(await send(client, tg, 9, "c"))["parameters"] == {"retry_after": 1}
+        clock.advance(0.1)  # exactly 5 s after "a": it no longer counts
+        assert (await send(client, tg, 9, "c")).status_code == 200
+        assert tg.by_chat() == {9: ["a", "b", "c"]}
+        assert tg.rate_limited == 2
+
+
+async def test_group_window_applies_to_negative_ids(client: httpx.AsyncClient) -> None:
+    clock = ManualClock()
+    limits = Limits(global_=Window(100, 1000), private=Window(100, 1000), group=Window(2, 60000))
+    async with open_stand_in(TOKEN, limits, clock=clock) as tg:
+        statuses = [(await send(client, tg, -100, f"g{i}")).status_code for i in range(3)]
+        assert statuses == [200, 200, 429]
+        assert error_of(await send(client, tg, -100, "g"))["parameters"] == {"retry_after": 60}
+        private = [(await send(client, tg, 100, f"p{i}")).status_code for i in range(3)]
+        assert private == [200, 200, 200]
+
+
+async def test_global_window_spans_chats(client: httpx.AsyncClient) -> None:
+    clock = ManualClock()
+    limits = Limits(global_=Window(5, 2000), private=Window(100, 1000), group=Window(100, 1000))
+    async with open_stand_in(TOKEN, limits, clock=clock) as tg:
+        for chat in range(1, 6):
+            assert (await send(client, tg, chat)).status_code == 200
+        clock.advance(0.2)
+        r = await send(client, tg, 6)
+        assert r.status_code == 429
+        assert error_of(r)["parameters"] == {"retry_after": 2}  # ceil(1.8)
+        assert tg.rate_limited == 1
+        clock.advance(1.8)
+        assert (await send(client, tg, 6)).status_code == 200
+        assert sorted(tg.by_chat()) == [1, 2, 3, 4, 5, 6]
+
+
+async def test_global_window_on_the_real_clock(client: httpx.AsyncClient) -> None:
+    limits = Limits(global_=Window(3, 300), private=Window(100, 300), group=Window(100, 300))
+    async with open_stand_in(TOKEN, limits) as tg:
+        statuses = [(await send(client, tg, chat)).status_code for chat in (1, 2, -3, 4)]
+        assert statuses == [200, 200, 200, 429]
+        await trio.sleep(0.3)
+        assert (await send(client, tg, 4)).status_code == 200
+        assert tg.max_in_window(300) <= 3
+
+
+async def test_no_limits(client: httpx.AsyncClient) -> None:
+    async with open_stand_in(TOKEN, limits=None) as tg:
+        for i in range(40):
+            assert (await send(client, tg, 1, f"m{i}")).status_code == 200
+        assert tg.rate_limited == 0
+        assert len(tg.by_chat()[1]) == 40
+
+
+def test_limits_defaults_and_scaled() -> None:
+    assert Limits() == Limits(Window(30, 1000), Window(3, 3000), Window(20, 60000))
+    assert Limits().scaled(10) == Limits(Window(30, 100), Window(3, 300), Window(20, 6000))
+    assert Limits().scaled(100_000).global_ == Window(30, 1)
+    assert Limits().for_chat(5) == Window(3, 3000)
+    assert Limits().for_chat(-5) == Window(20, 60000)
+    with pytest.raises(ValueError):
+        Limits().scaled(0)
+    with pytest.raises(ValueError):
+        Window(0, 100)
+    with pytest.raises(ValueError):
+        Window(1, 0)
+
+
+# ---- scripting ----------------------------------------------------------------------------
+
+PARAMETRIZED_SCRIPTS = [
+    (Scripted.server_error(), 500, "Internal Server Error", None),
+    (Scripted.server_error(502), 502, "Bad Gateway", None),
+    (Scripted.server_error(503), 503, "Service Unavailable", None),
+    (
+        Scripted.flood_wait(7),
+        429,
+        "Too Many Requests: retry after 7",
+        {"retry_after": 7},
+    ),
+    (Scripted.forbidden(), 403, "Forbidden: bot was blocked by the user", None),
+    (
+        Scripted.forbidden("Forbidden: user is deactivated"),
+        403,
+        "Forbidden: user is deactivated",
+        None,
+    ),
+    (Scripted.bad_request(), 400, "Bad Request: chat not found", None),
+    (
+        Scripted.migrate(-1009876),
+        400,
+        "Bad Request: group chat was upgraded to a supergroup chat",
+        {"migrate_to_chat_id": -1009876},
+    ),
+    (Scripted.unauthorized(), 401, "Unauthorized", None),
+    (
+        Scripted.conflict(),
+        409,
+        "Conflict: terminated by other getUpdates request; "
+        "make sure that only one bot instance is running",
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(("scripted", "status", "description", "parameters"), PARAMETRIZED_SCRIPTS)
+async def test_scripted_answer_then_normal(
+    tg: TelegramStandIn,
+    client: httpx.AsyncClient,
+    scripted: Scripted,
+    status: int,
+    description: str,
+    parameters: dict[str, int] | None,
+) -> None:
+    tg.script(77, scripted)
+    r = await send(client, tg, 77, "first")
+    assert r.status_code == status
+    expected: dict[str, Any] = {"ok": False, "error_code": status, "description": description}
+    if parameters is not None:
+        expected["parameters"] = parameters
+    assert r.json() == expected
+    assert tg.deliveries == []
+    assert tg.pending_scripts(77) == 0
+
+    assert (await send(client, tg, 77, "second")).status_code == 200
+    assert tg.by_chat() == {77: ["second"]}
+    assert tg.rate_limited == 0  # scripted 429s are not the stand-in's own
+    assert [(q.status, q.description) for q in tg.requests] == [(status, description), (200, None)]
+
+
+async def test_scripts_are_per_chat_and_in_order(
+    tg: TelegramStandIn, client: httpx.AsyncClient
+) -> None:
+    tg.script(1, Scripted.server_error(502), Scripted.flood_wait(3))
+    tg.script(1, Scripted.forbidden())
+    assert tg.pending_scripts(1) == 3
+    assert (await send(client, tg, 2, "untouched")).status_code == 200
+    statuses = [(await send(client, tg, 1, f"m{i}")).status_code for i in range(4)]
+    assert statuses == [502, 429, 403, 200]
+    assert tg.by_chat() == {2: ["untouched"], 1: ["m3"]}
+
+
+async def test_script_before_validation_but_after_chat_id(
+    tg: TelegramStandIn, client: httpx.AsyncClient
+) -> None:
+    tg.script(3, Scripted.server_error())
+    # No chat_id: not "to that chat", so the script stays queued.
+    assert (await client.post(tg.method_url(), json={"text": "x"})).status_code == 400
+    assert tg.pending_scripts(3) == 1
+    # Scripted answers come before normal handling, even of an empty text.
+    assert (await send(client, tg, 3, "")).status_code == 500
+    assert (await send(client, tg, 3, "")).status_code == 400
+
+
+async def test_block_and_unblock(tg: TelegramStandIn, client: httpx.AsyncClient) -> None:
+    tg.block(5)
+    tg.block(6, "Forbidden: user is deactivated")
+    for _ in range(3):
+        r = await send(client, tg, 5)
+        assert r.status_code == 403
+        assert error_of(r)["description"] == "Forbidden: bot was blocked by the user"
+    assert error_of(await send(client, tg, 6))["description"] == "Forbidden: user is deactivated"
+    assert (await send(client, tg, 7)).status_code == 200
+    tg.unblock(5)
+    tg.unblock(999)  # never blocked: no error
+    assert (await send(client, tg, 5, "back")).status_code == 200
+    assert tg.by_chat() == {7: ["hi"], 5: ["back"]}
+
+
+async def test_hang_makes_the_client_time_out_and_still_delivers(
+    tg: TelegramStandIn, client: httpx.AsyncClient
+) -> None:
+    tg.script(8, Scripted.hang(1.0))
+    with pytest.raises(httpx.ReadTimeout):
+        await client.post(
+            tg.method_url(), json={"chat_id": 8, "text": "slow"}, timeout=httpx.Timeout(0.2)
+        )
+    assert tg.deliveries == []
+    # Like Telegram, the request was still carried out after the client gave up.
+    with trio.fail_after(5):
+        (d,) = await tg.wait_deliveries(1, chat_id=8)
+    assert d.text == "slow"
+    assert (await send(client, tg, 8, "fast")).status_code == 200
+    assert tg.by_chat() == {8: ["slow", "fast"]}
+
+
+async def test_hang_then_answers_normally(tg: TelegramStandIn, client: httpx.AsyncClient) -> None:
+    tg.script(9, Scripted.hang(0.2))
+    start = trio.current_time()
+    r = await send(client, tg, 9, "eventually")
+    assert r.status_code == 200
+    assert trio.current_time() - start >= 0.2
+    assert r.json()["result"]["text"] == "eventually"
+
+
+def test_scripted_constructor_checks() -> None:
+    with pytest.raises(ValueError):
+        Scripted.server_error(404)
+    with pytest.raises(ValueError):
+        Scripted.hang(-1)
+    with pytest.raises(ValueError):
+        Scripted(200)
+    assert Scripted.server_error(504).description == "Gateway Timeout"
+
+
+# ---- records ------------------------------------------------------------------------------
+
+
+async def test_max_in_window_and_by_chat(client: httpx.AsyncClient) -> None:
+    clock = ManualClock()
+    async with open_stand_in(TOKEN, limits=None, clock=clock) as tg:
+        for step, chat, text in [
+            (0.0, 1, "a"),
+            (0.1, 2, "b"),
+            (0.1, 1, "c"),
+            (0.8, 1, "d"),  # t = 1.0
+            (0.05, 2, "e"),
+        ]:
+            clock.advance(step)
+            assert (await send(client, tg, chat, text)).status_code == 200
+        assert tg.by_chat() == {1: ["a", "c", "d"], 2: ["b", "e"]}
+        assert [d.at - 1000.0 for d in tg.deliveries] == pytest.approx([0, 0.1, 0.2, 1.0, 1.05])
+        assert tg.max_in_window(500) == 3
+        assert tg.max_in_window(1000) == 4  # [0.1, 1.1) holds b, c, d, e
+        assert tg.max_in_window(1051) == 5
+        assert tg.max_in_window(1) == 1
+        assert tg.max_in_window(500, chat_id=1) == 2
+        assert tg.max_in_window(2000, chat_id=2) == 2
+        assert tg.max_in_window(2000, chat_id=3) == 0
+
+
+async def test_wait_deliveries(tg: TelegramStandIn, client: httpx.AsyncClient) -> None:
+    got: list[Delivery] = []
+
+    async def waiter() -> None:
+        got.extend(await tg.wait_deliveries(2, chat_id=4))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiter)
+        await send(client, tg, 3, "not this chat")
+        await send(client, tg, 4, "one")
+        await send(client, tg, 4, "two")
+    assert [d.text for d in got] == ["one", "two"]
+
+
+async def test_serve_in_a_nursery(client: httpx.AsyncClient) -> None:
+    stand_in = TelegramStandIn("42:ABC", limits=None)
+    with pytest.raises(RuntimeError):
+        _ = stand_in.api_url
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(stand_in.serve)
+        assert url == stand_in.api_url
+        r = await client.get(f"{url}/bot42:ABC/getMe")
+        assert r.json()["result"]["id"] == 42
+        nursery.cancel_scope.cancel()
+    with pytest.raises(RuntimeError):
+        _ = stand_in.api_url
+    with pytest.raises(httpx.ConnectError):
+        await client.get(f"{url}/bot42:ABC/getMe")
+
+
+async def test_records_are_frozen(tg: TelegramStandIn, client: httpx.AsyncClient) -> None:
+    await send(client, tg, 1)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        tg.deliveries[0].text = "changed"  # type: ignore[misc]
+
+
+async def test_standalone_runs_until_interrupted(client: httpx.AsyncClient) -> None:
+    argv = [sys.executable, "-m", "codemojex.standin", "--port", "0", "--token", "T"]
+    argv.append("--no-limits")
+    proc = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        line = b""
+        while not line.endswith(b"\n"):
+            chunk = await proc.stdout.receive_some(1)
+            assert chunk, "the stand-in exited before printing its address"
+            line += chunk
+        url = line.decode().split()[3]
+        assert url.startswith("http://127.0.0.1:")
+        for i in range(5):  # no limits
+            r = await client.post(f"{url}/botT/sendMessage", json={"chat_id": 1, "text": f"{i}"})
+            assert r.status_code == 200
+        proc.send_signal(signal.SIGINT)
+        assert await proc.wait() == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            with trio.CancelScope(shield=True):
+                await proc.wait()
