@@ -20,6 +20,8 @@ from typing import TypeVar, TypeVarTuple
 import attrs
 import trio
 
+from echomq_trio.errors import first_error
+
 __all__ = ["CliError", "Stopped", "cancel_on_signal", "first_error", "silence_stdout"]
 
 T = TypeVar("T")
@@ -89,18 +91,6 @@ async def cancel_on_signal(
     if answer:
         return answer[0]
     return Stopped(stopped[0])  # cancelled by ``work``: only a signal does that
-
-
-def first_error(exc: BaseException, kinds: tuple[type[BaseException], ...]) -> BaseException | None:
-    """``exc`` if it is one of ``kinds``, else the first such exception in the exception groups
-    nested in it (``trio.run`` may hand an error back inside groups), else ``None``."""
-    if isinstance(exc, kinds):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            if (found := first_error(inner, kinds)) is not None:
-                return found
-    return None
 
 
 def silence_stdout() -> None:

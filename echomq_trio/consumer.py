@@ -42,7 +42,7 @@ import trio
 from echomq_trio import jobs
 from echomq_trio.backoff import Exponential, Jitter, Policy, reconnect_delay_s
 from echomq_trio.bus import Bus
-from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut
+from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut, first_error
 from echomq_trio.jobs import Job, Outcome
 from echomq_trio.settlement import (
     Ack,
@@ -222,9 +222,9 @@ class Consumer:
                         renew_scope.cancel()
                 outer.cancel_scope.cancel()
         except BaseExceptionGroup as group:
-            stop = group.subgroup(StopConsumer)
+            stop = first_error(group, (StopConsumer,))
             if stop is not None:
-                raise _first(stop) from group
+                raise stop from group
             raise
         finally:
             await self._release_held()
@@ -402,11 +402,3 @@ class Consumer:
                     self.queue,
                     exc,
                 )
-
-
-def _first(group: BaseExceptionGroup[StopConsumer]) -> StopConsumer:
-    for exc in group.exceptions:
-        if isinstance(exc, BaseExceptionGroup):
-            return _first(exc)
-        return exc
-    raise AssertionError("empty exception group")  # pragma: no cover

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 __all__ = [
     "AuthenticationFailed",
     "BusError",
@@ -10,6 +12,7 @@ __all__ = [
     "ServerDied",
     "ServerError",
     "ServerNotFound",
+    "first_error",
 ]
 
 
@@ -42,3 +45,18 @@ class ServerDied(BusError):
     """The embedded server kept dying: more restarts than its budget allows in its window. The
     ``open_bus``/``start_server`` block that owns it ends with this error; its log tail is in
     the message."""
+
+
+E = TypeVar("E", bound=BaseException)
+
+
+def first_error(exc: BaseException, kinds: tuple[type[E], ...]) -> E | None:
+    """``exc`` if it is one of ``kinds``, else the first such exception in the exception groups
+    nested in it (trio hands errors of concurrent tasks back inside groups), else ``None``."""
+    if isinstance(exc, kinds):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (found := first_error(inner, kinds)) is not None:
+                return found
+    return None

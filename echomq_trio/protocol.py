@@ -62,6 +62,7 @@ __all__ = [
     "admitted_reply",
     "advance_call",
     "advance_reply",
+    "as_bytes",
     "as_text",
     "audit_ack_calls",
     "audit_ack_reply",
@@ -156,7 +157,8 @@ def as_text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _bytes(value: object) -> bytes:
+def as_bytes(value: object) -> bytes:
+    """A server reply (bytes or str) as bytes."""
     return value if isinstance(value, bytes) else str(value).encode()
 
 
@@ -472,7 +474,7 @@ def inspect_reply(raw: Iterable[Sequence[object]]) -> list[JobInfo]:
                 id=as_text(job_id),
                 state=as_text(state),
                 attempts=int(as_text(attempts)),
-                payload=_bytes(payload),
+                payload=as_bytes(payload),
                 last_error=as_text(last_error) or None,
                 score_ms=int(float(sc)) if sc else None,
                 group=as_text(group) or None,
@@ -614,7 +616,7 @@ def repeats_reply(raw: Iterable[Sequence[object]]) -> list[Registration]:
                 name=as_text(name),
                 next_run_ms=int(float(as_text(next_run))),
                 every_ms=int(as_text(every)),
-                template=_bytes(template),
+                template=as_bytes(template),
                 group=as_text(group) or None,
                 last_fired_ms=int(last_text) if last_text else None,
             )
@@ -698,7 +700,7 @@ def stream_entries(raw: Any) -> list[StreamEntry]:
         if pairs is None:
             continue
         flat = pairs if pairs and not isinstance(pairs[0], list) else [x for p in pairs for x in p]
-        fields = {as_text(flat[i]): _bytes(flat[i + 1]) for i in range(0, len(flat), 2)}
+        fields = {as_text(flat[i]): as_bytes(flat[i + 1]) for i in range(0, len(flat), 2)}
         out.append(StreamEntry(as_text(stream_id), fields))
     return out
 

@@ -55,7 +55,8 @@ import attrs
 import trio
 
 from echomq_trio.datadir import PRIVATE_FILE_MODE, DataDir
-from echomq_trio.errors import BusError, ServerDied, ServerNotFound
+from echomq_trio.errors import BusError, ServerDied, ServerNotFound, first_error
+from echomq_trio.protocol import as_text
 from echomq_trio.wire import open_wire
 
 __all__ = [
@@ -533,19 +534,14 @@ async def start_server(
                     await server.stop()
                     nursery.cancel_scope.cancel()
         except BaseExceptionGroup as group:
-            died = group.subgroup(ServerDied)
+            died = first_error(group, (ServerDied,))
             if died is not None:
-                raise _first(died) from None
+                raise died from None
             raise
         finally:
             (folder / PID_FILE).unlink(missing_ok=True)
         if body_error is not None:
             raise body_error
-
-
-def _first(group: BaseExceptionGroup[ServerDied]) -> ServerDied:
-    first = group.exceptions[0]
-    return _first(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 def cluster_url(password: str, ports: Sequence[int]) -> str:
@@ -569,7 +565,7 @@ async def form_cluster(urls: Sequence[str], ports: Sequence[int]) -> None:
         async with open_wire(url) as wire:
             while True:
                 info = await wire.command("CLUSTER", "INFO")
-                text = info.decode() if isinstance(info, bytes) else str(info)
+                text = as_text(info)
                 if "cluster_state:ok" in text and f"cluster_known_nodes:{len(urls)}" in text:
                     break
                 if trio.current_time() > deadline:

@@ -55,6 +55,7 @@ from echomq_trio.errors import (
     ServerError,
 )
 from echomq_trio.lua import script_source
+from echomq_trio.protocol import as_bytes, as_text
 from echomq_trio.transport import Message
 
 __all__ = [
@@ -304,11 +305,9 @@ class Subscription:
             raise _translate(exc) from exc
         pattern = msg.pattern
         return Message(
-            channel=msg.channel.decode() if isinstance(msg.channel, bytes) else str(msg.channel),
-            data=msg.message if isinstance(msg.message, bytes) else str(msg.message).encode(),
-            pattern=None
-            if pattern is None
-            else (pattern.decode() if isinstance(pattern, bytes) else str(pattern)),
+            channel=as_text(msg.channel),
+            data=as_bytes(msg.message),
+            pattern=None if pattern is None else as_text(pattern),
         )
 
     def __aiter__(self) -> Subscription:

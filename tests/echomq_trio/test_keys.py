@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from codemojex.rate_limiter import RateLimiter
+from codemojex.notify.rate_limiter import RateLimiter
 
 from echomq_trio import Bus, audit, ids, jobs, lanes, open_bus, repeat
 from echomq_trio.keys import SCHEMA, queue_keys

@@ -251,7 +251,7 @@ def test_every_outcome_is_some_script_s_answer() -> None:
 def test_the_id_epoch_is_one_fact() -> None:
     (epoch,) = re.findall(r"^local ID_EPOCH_MS = (\d+)$", PRELUDE, re.M)
     assert int(epoch) == ids.EPOCH_MS
-    board = (SCRIPTS.parents[1] / "codemojex" / "scripts" / "board_record.lua").read_text()
+    board = (SCRIPTS.parents[1] / "codemojex" / "game" / "scripts" / "board_record.lua").read_text()
     assert "ID_EPOCH_MS" in board and "1704067200000" not in board and "'TIME'" not in board
 
 
