@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 
 import pytest
-from codemojex.notify.rate_limiter import RateLimiter
 
+from codemojex.notify.rate_limiter import RateLimiter
 from echomq_trio import Bus, audit, ids, jobs, lanes, open_bus, repeat
 from echomq_trio.keys import SCHEMA, queue_keys
 from echomq_trio.protocol import as_text
