@@ -15,6 +15,11 @@ ci:
 test:
     python3 -m pytest -q
 
+# The fast tier: pure modules, the protocol, settlement; no server (a server binary that does not
+# exist proves it), seconds.
+test-fast:
+    ECHOMQ_SERVER_BIN=/nonexistent/no-server python3 -m pytest -q -m "not server and not slow"
+
 bench:
     python3 tools/bench_bus.py
     python3 tools/bench_notify.py --archiver

@@ -1,6 +1,14 @@
 """Test rules: every server is a real valkey/redis process started here on a free loopback port;
 every async test runs under ``trio.fail_after`` (60 s, or ``@pytest.mark.timeout_s(N)``) so a
-hang fails fast; waits poll a condition with a deadline, never a fixed sleep."""
+hang fails fast; waits poll a condition with a deadline, never a fixed sleep.
+
+Tiers. The ``bus``/``server_url`` fixtures give a standalone server; a test (or module) marked
+``cluster`` runs on the 3-node cluster too: the scripts, slot routing and several-process tests.
+A test that uses a server fixture is marked ``server`` automatically; a module that starts
+servers or processes of its own says so with ``server`` or ``slow`` (several processes). The
+fast tier, ``pytest -m "not server and not slow"`` (``just test-fast``), needs no server at all
+and runs in seconds. ``ECHOMQ_TEST_TOPOLOGY`` (``standalone,cluster`` by default) narrows the
+topologies."""
 
 from __future__ import annotations
 
@@ -33,13 +41,31 @@ DEFAULT_TIMEOUT_S = 60
 PASSWORD = "test-" + uuid.uuid4().hex[:12]
 
 
+SERVER_FIXTURES = {"server_url", "standalone_url", "cluster_url_", "standalone_only", "bus"}
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "timeout_s(n): fail the test after n seconds")
+    config.addinivalue_line(
+        "markers", "cluster: run on the 3-node cluster as well as on a standalone server"
+    )
+    config.addinivalue_line(
+        "markers", "server: needs a real server (set automatically for the server fixtures)"
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "topology" in metafunc.fixturenames:
+        both = metafunc.definition.get_closest_marker("cluster") is not None
+        wanted = [t for t in _topology() if both or t == "standalone"]
+        metafunc.parametrize("topology", wanted)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
+        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.server)
         fn = getattr(item, "obj", None)
         if fn is None or not inspect.iscoroutinefunction(fn):
             continue
@@ -128,10 +154,11 @@ def _topology() -> list[str]:
     return [t for t in wanted.split(",") if t]
 
 
-@pytest.fixture(params=_topology())
-def server_url(request: pytest.FixtureRequest) -> str:
-    """The URL of a shared test server: standalone, then the 3-node cluster."""
-    name = "standalone_url" if request.param == "standalone" else "cluster_url_"
+@pytest.fixture
+def server_url(request: pytest.FixtureRequest, topology: str) -> str:
+    """The URL of a shared test server: standalone, and for ``cluster`` tests the 3-node
+    cluster too."""
+    name = "standalone_url" if topology == "standalone" else "cluster_url_"
     url: str = request.getfixturevalue(name)
     return url
 

@@ -44,6 +44,8 @@ from tests.support import (
     stop_process,
 )
 
+pytestmark = pytest.mark.slow
+
 TOKEN = "123456:OPERATIONS"
 SERVER_LINE = r"server: redis://:\*\*\*@127\.0\.0\.1:(\d+)/0"
 

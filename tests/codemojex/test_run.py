@@ -12,6 +12,8 @@ import trio
 
 from tests.support import ROOT, Lines, start_service
 
+pytestmark = pytest.mark.slow
+
 
 async def _start(data_dir: Path) -> trio.Process:
     return await start_service(data_dir, "--summary-every", "0.5")

@@ -9,6 +9,8 @@ import pytest
 from echomq_trio import Bus, audit, ids, jobs
 from echomq_trio.results import Acknowledged, AuditOutcome
 
+pytestmark = pytest.mark.cluster
+
 
 def jid() -> str:
     return ids.generate("JOB")

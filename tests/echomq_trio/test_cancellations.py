@@ -55,6 +55,8 @@ from echomq_trio.settlement import HandlerResult
 from echomq_trio.testing import Call, Fault, FaultyTransport, scripts
 from tests.conftest import wait_for
 
+pytestmark = pytest.mark.cluster
+
 KINDS = ["ack", "retry", "raise", "defer", "bury", "note", "slow"]  # claimed in this order
 ACKED = [k for k in KINDS if k != "bury"]
 LEASE_MS = 240  # renewed every 80 ms while the slow job is held

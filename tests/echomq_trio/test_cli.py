@@ -6,11 +6,14 @@ import signal
 import subprocess
 import sys
 
+import pytest
 import trio
 
 from echomq_trio import Bus, ids, jobs, open_bus, repeat
 from echomq_trio.server import free_port
 from tests.support import ROOT
+
+pytestmark = pytest.mark.slow
 
 
 async def echomq(*args: str, url: str | None = None) -> subprocess.CompletedProcess[bytes]:
@@ -28,7 +31,7 @@ async def _fill(bus: Bus, queue: str) -> tuple[str, str]:
     await jobs.enqueue_many(bus, queue, [(dead, "doomed"), (pend, "hello")])
     (job,) = await jobs.claim(bus, queue, 1)
     assert job.id == dead
-    await jobs.retry(bus, queue, dead, 1, 0, 1, "ValueError: bad input")
+    await jobs.retry(bus, queue, dead, job.token, 0, 1, "ValueError: bad input")
     await repeat.register(bus, queue, "nightly", 86_400_000, "digest")
     return pend, dead
 

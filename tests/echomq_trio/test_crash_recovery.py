@@ -11,6 +11,8 @@ from tests.conftest import wait_for
 from tests.echomq_trio.proc import done_key
 from tests.support import read_line, spawn
 
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
 
 @pytest.mark.timeout_s(120)
 async def test_sigkill_mid_run_loses_nothing(bus: Bus, queue: str, server_url: str) -> None:

@@ -7,6 +7,8 @@ from echomq_trio import Bus, ids, jobs
 from echomq_trio.jobs import Outcome
 from tests.conftest import wait_for
 
+pytestmark = pytest.mark.cluster
+
 
 def jid() -> str:
     return ids.generate("JOB")
@@ -68,7 +70,7 @@ async def test_enqueue_many_answers_in_order(bus: Bus, queue: str) -> None:
     assert [j.id for j in claimed] == sorted([a, b, c])  # mint order
 
 
-async def test_claim_is_a_lease_with_attempts_as_token(bus: Bus, queue: str) -> None:
+async def test_claim_is_a_lease_counting_attempts(bus: Bus, queue: str) -> None:
     a = jid()
     await jobs.enqueue(bus, queue, a, "p")
     (job,) = await jobs.claim(bus, queue, 5, lease_ms=10_000)
@@ -133,7 +135,7 @@ async def test_retry_schedules_then_buries_at_max_attempts(bus: Bus, queue: str)
         (job,) = await jobs.claim(bus, queue)
         assert job.attempts == attempt
         assert (
-            await jobs.retry(bus, queue, a, attempt, 0, 3, f"boom {attempt}") is Outcome.SCHEDULED
+            await jobs.retry(bus, queue, a, job.token, 0, 3, f"boom {attempt}") is Outcome.SCHEDULED
         )
         info = await jobs.get_job(bus, queue, a)
         assert (
@@ -141,29 +143,29 @@ async def test_retry_schedules_then_buries_at_max_attempts(bus: Bus, queue: str)
         )
         assert (await jobs.promote(bus, queue)).moved == 1
     (job,) = await jobs.claim(bus, queue)
-    assert await jobs.retry(bus, queue, a, 3, 0, 3, "final boom") is Outcome.DEAD
+    assert await jobs.retry(bus, queue, a, job.token, 0, 3, "final boom") is Outcome.DEAD
     (dead,) = await jobs.dead_jobs(bus, queue)
     assert (dead.id, dead.attempts, dead.last_error, dead.state) == (a, 3, "final boom", "dead")
     c = await jobs.counts(bus, queue)
     assert (c.dead, c.scheduled, c.active, c.pending, c.retried_total, c.dead_total) == (
         1, 0, 0, 0, 2, 1,
     )  # fmt: skip
-    assert await jobs.retry(bus, queue, a, 3, 0, 3, "again") is Outcome.STALE
+    assert await jobs.retry(bus, queue, a, job.token, 0, 3, "again") is Outcome.STALE
 
 
 async def test_max_attempts_one_dies_on_first_failure(bus: Bus, queue: str) -> None:
     a = jid()
     await jobs.enqueue(bus, queue, a, "p")
-    await jobs.claim(bus, queue)
-    assert await jobs.retry(bus, queue, a, 1, 1000, 1, "nope") is Outcome.DEAD
+    (job,) = await jobs.claim(bus, queue)
+    assert await jobs.retry(bus, queue, a, job.token, 1000, 1, "nope") is Outcome.DEAD
 
 
 async def test_retry_delay_keeps_the_job_scheduled_until_due(bus: Bus, queue: str) -> None:
     a = jid()
     await jobs.enqueue(bus, queue, a, "p")
-    await jobs.claim(bus, queue)
+    (job,) = await jobs.claim(bus, queue)
     before = await bus.wire.server_time_ms()
-    assert await jobs.retry(bus, queue, a, 1, 60_000, 5, "later") is Outcome.SCHEDULED
+    assert await jobs.retry(bus, queue, a, job.token, 60_000, 5, "later") is Outcome.SCHEDULED
     info = await jobs.get_job(bus, queue, a)
     assert info is not None and info.score_ms is not None and info.score_ms >= before + 60_000
     p = await jobs.promote(bus, queue)
@@ -174,8 +176,8 @@ async def test_replay_a_dead_job(bus: Bus, queue: str) -> None:
     a = jid()
     await jobs.enqueue(bus, queue, a, "p")
     assert await jobs.replay(bus, queue, a) is Outcome.NOT_DEAD
-    await jobs.claim(bus, queue)
-    await jobs.retry(bus, queue, a, 1, 0, 1, "broken")
+    (job,) = await jobs.claim(bus, queue)
+    assert await jobs.retry(bus, queue, a, job.token, 0, 1, "broken") is Outcome.DEAD
     assert await jobs.replay(bus, queue, a) is Outcome.REPLAYED
     assert await jobs.replay(bus, queue, jid()) is Outcome.GONE
     (job,) = await jobs.claim(bus, queue)

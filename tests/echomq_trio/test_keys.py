@@ -16,6 +16,8 @@ from echomq_trio import Bus, audit, ids, jobs, lanes, open_bus, repeat
 from echomq_trio.keys import SCHEMA, queue_keys
 from echomq_trio.protocol import as_text
 
+pytestmark = pytest.mark.cluster
+
 ROOT = Path(__file__).resolve().parents[2]
 KEY_PREFIX_LITERAL = "emq:" + "{"  # spelled in two parts so this file is no hit of its own
 

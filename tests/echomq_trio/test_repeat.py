@@ -9,6 +9,8 @@ from echomq_trio.repeat import Registered
 from tests.conftest import wait_for
 from tests.support import read_line, spawn
 
+pytestmark = pytest.mark.cluster
+
 
 async def test_register_twice_answers_exists_and_changes_nothing(bus: Bus, queue: str) -> None:
     first = await repeat.register(bus, queue, "digest", 86_400_000, "v1", first_in_ms=5_000)
@@ -21,6 +23,7 @@ async def test_register_twice_answers_exists_and_changes_nothing(bus: Bus, queue
     )  # fmt: skip
 
 
+@pytest.mark.slow
 async def test_reregister_from_a_new_process_changes_nothing(
     bus: Bus, queue: str, server_url: str
 ) -> None:
@@ -96,6 +99,7 @@ async def test_metronome_fires_on_time_into_a_consumer(bus: Bus, queue: str) -> 
 
 
 @pytest.mark.timeout_s(180)
+@pytest.mark.slow
 async def test_three_metronome_processes_fire_every_occurrence_once(
     bus: Bus, queue: str, server_url: str
 ) -> None:

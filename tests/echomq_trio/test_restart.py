@@ -8,6 +8,8 @@ from echomq_trio import Consumer, Job, Metronome, ids, jobs, lanes, open_bus
 from echomq_trio.server import start_server
 from tests.conftest import wait_for
 
+pytestmark = pytest.mark.server
+
 
 @pytest.mark.timeout_s(120)
 async def test_jobs_survive_a_restart_and_a_running_consumer_drains_them(tmp_path) -> None:  # type: ignore[no-untyped-def]

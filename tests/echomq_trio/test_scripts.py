@@ -17,6 +17,8 @@ from echomq_trio.keys import SCHEMA, queue_keys
 from echomq_trio.results import Outcome, Registered
 from echomq_trio.wire import script_source
 
+pytestmark = pytest.mark.cluster
+
 SCRIPTS = Path(__file__).resolve().parents[2] / "echomq_trio" / "scripts"
 PRELUDE = (SCRIPTS / "_prelude.lua").read_text()
 BUS_HELPERS = (SCRIPTS / "_bus.lua").read_text()
@@ -280,7 +282,7 @@ def test_a_dotted_package_names_its_scripts(app_package: Path) -> None:
 
 async def test_an_app_script_runs_with_the_public_prelude(bus: Bus) -> None:
     # board_record packs the time since the id epoch (now_ms() - ID_EPOCH_MS) into the score.
-    from codemojex import board
+    from codemojex.game import board
 
     room = ids.generate("RMM")
     before = await bus.wire.server_time_ms()

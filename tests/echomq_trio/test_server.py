@@ -15,6 +15,7 @@ from tests.support import processes_in
 
 
 def test_env_variable_comes_first(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("ECHOMQ_SERVER_BIN", raising=False)
     real = find_server_binary()
     link = tmp_path / "my-server"
     link.symlink_to(real)
@@ -52,6 +53,7 @@ def test_clear_error_when_no_server_exists(monkeypatch: pytest.MonkeyPatch, tmp_
         find_server_binary()
 
 
+@pytest.mark.server
 async def test_embedded_server_runs_on_loopback_with_password_and_aof(tmp_path: Path) -> None:
     async with start_server(tmp_path) as server:
         assert server.url.startswith("redis://:") and "@127.0.0.1:" in server.url
@@ -69,6 +71,7 @@ async def test_embedded_server_runs_on_loopback_with_password_and_aof(tmp_path: 
     assert not server.running, "the server outlived its block"
 
 
+@pytest.mark.server
 async def test_open_bus_without_url_keeps_data_in_data_dir(tmp_path: Path) -> None:
     a = ids.generate("JOB")
     async with open_bus(data_dir=tmp_path) as bus:
@@ -79,6 +82,7 @@ async def test_open_bus_without_url_keeps_data_in_data_dir(tmp_path: Path) -> No
         assert job.id == a
 
 
+@pytest.mark.server
 async def test_open_bus_without_url_is_ephemeral() -> None:
     async with open_bus() as bus:
         assert bus.server is not None
@@ -87,12 +91,14 @@ async def test_open_bus_without_url_is_ephemeral() -> None:
     assert not folder.exists()
 
 
+@pytest.mark.server
 async def test_data_dir_only_with_the_embedded_server(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="data_dir"):
         async with open_bus("redis://127.0.0.1:1", data_dir=tmp_path):
             pass
 
 
+@pytest.mark.server
 async def test_unreachable_server_is_a_clear_error() -> None:
     from echomq_trio.server import free_port
 
@@ -102,6 +108,7 @@ async def test_unreachable_server_is_a_clear_error() -> None:
             pass
 
 
+@pytest.mark.server
 async def test_a_start_cancelled_while_waiting_for_ping_leaves_no_server(tmp_path: Path) -> None:
     import trio
 

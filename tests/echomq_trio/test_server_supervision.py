@@ -30,6 +30,8 @@ from echomq_trio.server import (
 from tests.conftest import wait_for
 from tests.support import ROOT, all_cmdlines, processes_in, read_line, stop_process
 
+pytestmark = pytest.mark.server
+
 
 def _mode(path: Path) -> int:
     return stat.S_IMODE(os.stat(path).st_mode)

@@ -36,6 +36,8 @@ from echomq_trio.server import free_port
 from tests.conftest import wait_for
 from tests.support import ROOT, read_line, spawn
 
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
 TOKEN = "123456:TEST"
 LIMITS = Limits().scaled(20)
 FAST_RETRY = Jitter(Exponential(20, 300))  # replica retries for tests: at most 0.3 s apart

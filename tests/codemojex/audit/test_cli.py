@@ -19,6 +19,8 @@ from codemojex.audit.replica import DirectoryReplica
 from echomq_trio import Bus, jobs
 from tests.support import ROOT, read_line, spawn
 
+pytestmark = pytest.mark.slow
+
 ENV = {k: v for k, v in os.environ.items() if k != "ECHOMQ_URL"} | {"PYTHONPATH": str(ROOT)}
 
 

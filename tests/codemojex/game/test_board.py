@@ -1,10 +1,13 @@
 """The leaderboard on a real server: atomic best under concurrent writers, rank, around, ties."""
 
+import pytest
 import trio
 
 from codemojex import ids
 from codemojex.game import board
 from echomq_trio import Bus
+
+pytestmark = pytest.mark.cluster
 
 
 async def test_keeps_the_best_atomically_under_concurrent_writers(bus: Bus) -> None:

@@ -31,6 +31,8 @@ from echomq_trio.repeat import Registered
 from echomq_trio.wire import Wire
 from tests.conftest import wait_for
 
+pytestmark = pytest.mark.cluster
+
 
 async def _lane_texts(bus: Bus, chat: int) -> list[str]:
     return [decode(j.payload).text for j in await lanes.jobs(bus, NOTIFY_QUEUE, str(chat))]

@@ -1,6 +1,7 @@
 """The leaderboard page in a real headless Chromium: it shows the board, and a new score appears
 without a reload."""
 
+import pytest
 import trio
 
 from codemojex import game
@@ -10,6 +11,8 @@ from codemojex.game.page import PageServer
 from echomq_trio import Bus
 from tests.codemojex.game.browser import open_page
 from tests.conftest import wait_for
+
+pytestmark = pytest.mark.slow
 
 
 async def test_page_shows_the_board_and_updates_in_place(bus: Bus) -> None:

@@ -22,6 +22,8 @@ from echomq_trio import Bus, Metronome, events, jobs
 from tests.conftest import wait_for
 from tests.support import ROOT, read_line, spawn
 
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
 SCALE = 10
 LIMITS = Limits().scaled(SCALE)
 TOKEN = "123456:TEST"

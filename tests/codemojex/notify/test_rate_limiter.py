@@ -11,6 +11,8 @@ from codemojex.notify.limits import Limits, Window
 from codemojex.notify.rate_limiter import RateLimiter
 from echomq_trio import Bus
 
+pytestmark = pytest.mark.cluster
+
 
 def limiter(bus: Bus, tag: str, margin_ms: int = 0) -> RateLimiter:
     limits = Limits(global_=Window(5, 400), private=Window(2, 400), group=Window(3, 1000))

@@ -552,6 +552,7 @@ async def test_records_are_frozen(tg: TelegramStandIn, client: httpx.AsyncClient
         tg.deliveries[0].text = "changed"  # type: ignore[misc]
 
 
+@pytest.mark.slow
 async def test_standalone_runs_until_interrupted(client: httpx.AsyncClient) -> None:
     argv = [sys.executable, "-m", "codemojex.standin", "--port", "0", "--token", "T"]
     argv.append("--no-limits")
