@@ -36,7 +36,7 @@ from codemojex.audit import segments
 from codemojex.audit.archive import ArchiveDB, ArchiveStore
 from codemojex.audit.folder import one_line
 from codemojex.audit.replica import NameTaken, Replica, ReplicaBusy
-from echomq_trio.backoff import Exponential, Jitter, Policy, delay_ms
+from echomq_trio.backoff import Exponential, Jitter, Policy, delay_ms, reconnect_delay_s
 
 __all__ = ["DEFAULT_REPLICA_RETRY", "Replicator", "ReplicatorStats", "restore"]
 
@@ -262,7 +262,7 @@ class Replicator:
                 last_seq = header.last_seq
                 break
             except ReplicaBusy:
-                await trio.sleep(0.1 * 2**attempt)
+                await trio.sleep(reconnect_delay_s(attempt + 1))
         else:
             return 0
         await self.store.set_meta({"segment": str(n), "replicated_seq": str(last_seq)})

@@ -19,6 +19,7 @@ from codemojex.game.rounds import end_round, guess, start_round
 from codemojex.game.rules import GameError
 from codemojex.game.scoring import ALPHABET, SIZE
 from echomq_trio import Bus, BusError
+from echomq_trio.backoff import reconnect_delay_s
 
 __all__ = ["play"]
 
@@ -76,7 +77,7 @@ async def play(bus: Bus, *, round_s: float = 30.0, seed: int | None = None) -> N
             break
         except BusError as exc:  # the server restarting: set up when it is back
             print(f"demo: setting up: {exc}; retrying", flush=True)
-            await trio.sleep(min(0.1 * 2**errors, 2.0))
+            await trio.sleep(reconnect_delay_s(errors))
     async with trio.open_nursery() as nursery:
         for n, room in enumerate(rooms):
             members = players[n :: len(rooms)] + rng.sample(players, 2)
