@@ -24,9 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from echomq_trio import protocol
+from echomq_trio import events, protocol
 from echomq_trio.bus import Bus
-from echomq_trio.errors import ServerError
 from echomq_trio.results import Acknowledged, AuditOutcome, AuditRecord
 
 __all__ = [
@@ -54,14 +53,7 @@ async def create_group(bus: Bus, queue: str, group: str, start: str = "0") -> bo
     stream if needed.
 
     A cancelled call may or may not have created it; call again (``False`` then)."""
-    command = protocol.create_group_command(bus.keys(queue).audit, group, start)
-    try:
-        await bus.wire.command(*command)
-    except ServerError as exc:
-        if "BUSYGROUP" in str(exc):
-            return False
-        raise
-    return True
+    return await events.create_group(bus, queue, group, start, stream="audit")
 
 
 async def read(
