@@ -61,6 +61,7 @@ async def test_follow_yields_new_events(bus: Bus, queue: str) -> None:
             async for event in events.follow(bus, queue, poll_s=0.02):
                 got.append(event)
                 nursery.cancel_scope.cancel()
+                return
 
         async def writer() -> None:
             while True:
