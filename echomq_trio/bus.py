@@ -22,7 +22,7 @@ from echomq_trio.wire import open_wire, parse_url
 __all__ = ["Bus", "open_bus"]
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=1024)  # bounded: the key sets of the 1024 queues used last
 def _keys(queue: str) -> QueueKeys:
     return queue_keys(queue)
 

@@ -58,10 +58,10 @@ async def cancel_on_signal(
     (``Stopped``). ``announce`` is called with the first signal before the cancellation. A
     second signal during the clean stop exits at once with status 128 + N (one line on stderr).
     Exceptions of ``fn`` come out as they are, not wrapped in an exception group."""
-    stopped: list[signal.Signals] = []
+    stopped: list[signal.Signals] = []  # at most one: a second signal exits at once
     work = trio.CancelScope()
     failure: BaseException | None = None
-    answer: list[T] = []
+    answer: list[T] = []  # at most one: fn's answer
     with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
 
         async def watch() -> None:

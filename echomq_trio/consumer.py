@@ -167,7 +167,7 @@ class Consumer:
         self.policy = SettlePolicy(max_attempts, backoff)
         self.grace_s = grace_s
         self._max_held = concurrency + self.prefetch
-        self._held: dict[str, Job] = {}
+        self._held: dict[str, Job] = {}  # bounded: at most _max_held (the claim's semaphore)
         self._stats = ConsumerStats()
         self._stopping = False
 

@@ -60,7 +60,7 @@ def _fold(text: str, name: str) -> str:
     return "".join(lines)
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=256)  # bounded: by the scripts on disk, and at most 256 (errors are not kept)
 def script_source(name: str) -> str:
     """The source of script ``name`` as it is loaded (see the module's docstring); ``ValueError``
     for a script that does not exist or names an undeclared key."""

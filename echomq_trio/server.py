@@ -421,6 +421,7 @@ class EmbeddedServer:
             await trio.sleep(0.05)
 
     async def _supervise(self, nursery: trio.Nursery) -> None:
+        # Bounded: the deaths within restart_window_s, at most max_restarts + 1 (then it gives up).
         deaths: collections.deque[float] = collections.deque()
         while True:
             await self._exited.wait()

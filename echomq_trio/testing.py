@@ -125,6 +125,7 @@ class Fault:
 @attrs.define(eq=False)
 class _Plan:
     faults: list[Fault] = attrs.Factory(list)
+    # Every call, for the wrapper's life: a test aid, made for one test, never for a service.
     calls: list[Call] = attrs.Factory(list)
 
 

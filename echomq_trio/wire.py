@@ -207,6 +207,7 @@ class Wire:
     def __init__(self, spec: ConnectionSpec, client: GlideClient | GlideClusterClient) -> None:
         self.spec = spec
         self._client = client
+        # Bounded by the scripts on disk: a name without one raises before it is added.
         self._scripts: dict[str, Script] = {}
 
     @property

@@ -5,10 +5,10 @@ hang fails fast; waits poll a condition with a deadline, never a fixed sleep.
 Tiers. The ``bus``/``server_url`` fixtures give a standalone server; a test (or module) marked
 ``cluster`` runs on the 3-node cluster too: the scripts, slot routing and several-process tests.
 A test that uses a server fixture is marked ``server`` automatically; a module that starts
-servers or processes of its own says so with ``server`` or ``slow`` (several processes). The
-fast tier, ``pytest -m "not server and not slow"`` (``just test-fast``), needs no server at all
-and runs in seconds. ``ECHOMQ_TEST_TOPOLOGY`` (``standalone,cluster`` by default) narrows the
-topologies."""
+servers or processes of its own says so with ``server`` or ``slow`` (several processes, or tens
+of seconds in one). The fast tier, ``pytest -m "not server and not slow"`` (``just
+test-fast``), needs no server at all and runs in seconds. ``ECHOMQ_TEST_TOPOLOGY``
+(``standalone,cluster`` by default) narrows the topologies."""
 
 from __future__ import annotations
 

@@ -23,6 +23,8 @@ from echomq_trio.backoff import reconnect_delay_s
 
 __all__ = ["play"]
 
+# The demo holds these rooms and players (and a guess per player for the round in play), nothing
+# that grows as it plays.
 ROOMS = [(-1001000000001, "Emoji Masters"), (-1001000000002, "Night Owls"),
          (-1001000000003, "Quick Guessers")]  # fmt: skip
 NAMES = ["Alice", "Bob", "Chen", "Dana", "Eve", "Farid", "Gita", "Hugo", "Ines", "Jon", "Kai",
@@ -52,7 +54,7 @@ async def _room(bus: Bus, room: Room, players: list[Player], round_s: float,
         await start_round(bus, room.id, starts_in_ms=2_000, rng=rng)
         await trio.sleep(2.1)
         deadline = trio.current_time() + round_s
-        guesses = {p.id: rng.sample(ALPHABET, SIZE) for p in players}
+        guesses = {p.id: rng.sample(ALPHABET, SIZE) for p in players}  # a round's, per player
         while trio.current_time() < deadline:
             await trio.sleep(rng.uniform(0.3, 1.5))
             player = rng.choice(players)

@@ -12,6 +12,17 @@ server restarting) reaches nobody. So every ``resync_s`` the refresher also re-r
 room, and pushes a board only when it differs from the last one pushed, so viewers heal within
 ``resync_s`` of any lost message at the cost of one small read per watched room.
 
+Goodbyes: when ``serve`` is cancelled, each viewer is sent a close frame, 1001 (going away) with
+a reason, and its connection ends when the viewer answers it, as the websocket protocol has it,
+instead of being dropped (which a browser reports as 1006). The connections live in a cancel
+scope of their own, shielded so that they outlast the cancellation long enough to say goodbye:
+the moment ``serve`` stops, that scope gets a deadline ``goodbye_s`` away, and it ends earlier
+as soon as the last viewer has gone.
+
+Memory: ``_viewers`` holds one ``Latest`` per connected viewer (bounded by the open connections:
+the process's file descriptors), under the room it watches; ``_pushed`` and ``_dirty`` hold one
+entry per watched room, and a room is dropped from all three when its last viewer leaves.
+
 Messages are JSON: ``{"room", "title", "top": [{"rank", "player", "name", "percentage"}]}``.
 """
 
@@ -19,7 +30,6 @@ from __future__ import annotations
 
 import json
 import logging
-from functools import partial
 from typing import Any
 
 import attrs
@@ -28,6 +38,7 @@ from trio_websocket import (
     ConnectionClosed,
     WebSocketConnection,
     WebSocketRequest,
+    WebSocketServer,
     serve_websocket,
 )
 
@@ -39,9 +50,12 @@ from codemojex.game.rules import GameError
 from codemojex.stats import added
 from echomq_trio import Bus, BusError
 
-__all__ = ["Feed", "FeedStats"]
+__all__ = ["GOODBYE_CODE", "GOODBYE_REASON", "Feed", "FeedStats"]
 
 log = logging.getLogger("codemojex.game.feed")
+
+GOODBYE_CODE = 1001  # going away (RFC 6455, 7.4.1)
+GOODBYE_REASON = "the leaderboard feed is stopping"
 
 
 @attrs.frozen
@@ -65,17 +79,22 @@ class Feed:
         ping_interval_s: float = 10.0,
         ping_timeout_s: float = 10.0,
         resync_s: float = 5.0,
+        goodbye_s: float = 1.0,
     ) -> None:
         self.bus = bus
         self.top_n = top_n
         self.ping_interval_s = ping_interval_s
         self.ping_timeout_s = ping_timeout_s
         self.resync_s = resync_s
-        self._viewers: dict[str, set[Latest[str]]] = {}
-        self._pushed: dict[str, str] = {}  # the last board pushed per watched room
-        self._dirty: set[str] = set()
+        self.goodbye_s = goodbye_s  # on stop, the longest the viewers get to answer the close
+        # Bounded by the viewers connected now (see the module's docstring).
+        self._viewers: dict[str, set[Latest[str]]] = {}  # watched room -> its viewers
+        self._pushed: dict[str, str] = {}  # watched room -> the last board pushed
+        self._dirty: set[str] = set()  # watched rooms to read again
         self._wake = trio.Event()
         self._stats = FeedStats()
+        self._stopping = trio.Event()  # set as ``serve`` stops: viewers say goodbye
+        self._connections = trio.CancelScope()  # the websocket server's, while it serves
 
     def statistics(self) -> FeedStats:
         viewers = sum(len(v) for v in self._viewers.values())
@@ -102,18 +121,37 @@ class Feed:
         *,
         task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
     ) -> None:
+        self._stopping = trio.Event()
+        # Shielded, so that the connections outlast a cancellation; the ``finally`` below, which
+        # runs however ``serve`` ends, gives the shield its deadline.
+        self._connections = trio.CancelScope(shield=True)
         async with trio.open_nursery() as nursery:
-            await nursery.start(self._subscribe)
-            nursery.start_soon(self._refresh)
-            nursery.start_soon(self._resync)
-            server = await nursery.start(
-                partial(serve_websocket, disconnect_timeout=2.0, connect_timeout=10.0),
+            try:
+                await nursery.start(self._subscribe)
+                nursery.start_soon(self._refresh)
+                nursery.start_soon(self._resync)
+                server = await nursery.start(self._serve_connections, host, port)
+                task_status.started(server.port)
+                await trio.sleep_forever()
+            finally:
+                self._connections.deadline = trio.current_time() + self.goodbye_s
+                self._stopping.set()
+                if not self._viewers:
+                    self._connections.cancel()
+
+    async def _serve_connections(
+        self, host: str, port: int, *, task_status: trio.TaskStatus[WebSocketServer]
+    ) -> None:
+        with self._connections:
+            await serve_websocket(
                 self._handle,
                 host,
                 port,
                 None,
+                disconnect_timeout=2.0,
+                connect_timeout=10.0,
+                task_status=task_status,
             )
-            task_status.started(server.port)
 
     async def _subscribe(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -154,6 +192,9 @@ class Feed:
                 self._stats = added(self._stats, boards_skipped=skipped)
 
     async def _handle(self, request: WebSocketRequest) -> None:
+        if self._stopping.is_set():
+            await request.reject(503, body=b"the feed is stopping")
+            return
         parts = request.path.strip("/").split("/")
         if len(parts) != 2 or parts[0] != "rooms" or not ids.is_valid(parts[1], ids.ROOM):
             await request.reject(404, body=b"use /rooms/<room id>")
@@ -177,6 +218,11 @@ class Feed:
                 nursery.start_soon(self._ping, ws, nursery.cancel_scope)
                 nursery.start_soon(self._drain_incoming, ws, nursery.cancel_scope)
                 nursery.start_soon(self._send_updates, ws, latest, nursery.cancel_scope)
+                nursery.start_soon(self._end_on_stop, nursery.cancel_scope)
+            if self._stopping.is_set():
+                # Returns when the viewer answers the close (or at once if it had gone); the
+                # connections' deadline bounds the wait.
+                await ws.aclose(GOODBYE_CODE, GOODBYE_REASON)
         finally:
             viewers = self._viewers.get(room)
             if viewers is not None:
@@ -184,9 +230,16 @@ class Feed:
                 if not viewers:
                     del self._viewers[room]
                     self._pushed.pop(room, None)
+                    self._dirty.discard(room)
+            if self._stopping.is_set() and not self._viewers:
+                self._connections.cancel()  # every viewer has said goodbye
 
     # Each of these ends the viewer's nursery when its connection is done; none lets a closed
     # connection's error out, so one viewer's trouble never reaches the server or the others.
+
+    async def _end_on_stop(self, scope: trio.CancelScope) -> None:
+        await self._stopping.wait()
+        scope.cancel()
 
     async def _send_updates(
         self, ws: WebSocketConnection, latest: Latest[str], scope: trio.CancelScope

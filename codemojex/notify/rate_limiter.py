@@ -46,6 +46,8 @@ class LimiterStats:
     paused_chat: int = 0
 
 
+# Constant maps from the scripts' answers to LimiterStats' counters: the statistics are a fixed
+# set of counters, nothing per chat.
 _DENIED = {"global": "denied_global", "chat": "denied_chat", "paused": "denied_paused"}
 _PAUSED = {"global": "paused_global", "chat": "paused_chat"}
 

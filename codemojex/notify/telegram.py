@@ -90,6 +90,7 @@ async def open_bot(
     redact = _Redact(token)
     logger = logging.getLogger("httpx")
     logger.addFilter(redact)
+    # The client's pool is bounded by these: at most max_connections connections, kept or not.
     limits = httpx.Limits(
         max_connections=max_connections, max_keepalive_connections=max_connections
     )

@@ -71,7 +71,9 @@ class NotificationWorker:
         self.queue = queue
         self._stats = WorkerStats()
         self._rng = rng or random.Random()
-        self._migrations = bus.keys(queue).app("migrated")  # old chat id -> new chat id
+        # On the server, not in this process: old chat id -> new chat id, one field per group
+        # that Telegram upgraded to a supergroup (once each), so bounded by the group chats.
+        self._migrations = bus.keys(queue).app("migrated")
         self.consumer = Consumer(
             bus,
             queue,

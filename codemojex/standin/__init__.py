@@ -4,27 +4,33 @@ has no bot token, and what the tests and benchmarks send to.
 How the parts fit: ``bot_api`` holds the ``TelegramStandIn`` (its state, and an ASGI app served
 on loopback by hypercorn), ``open_stand_in`` to serve one for the length of a block, the records
 of what arrived (``Delivery``, ``RequestRecord``), and ``Scripted`` answers that make a chat
-fail on demand. It enforces ``codemojex.notify.Limits`` as Telegram does. ``python -m
-codemojex.standin`` runs it alone.
+fail on demand. It enforces ``codemojex.notify.Limits`` as Telegram does, through
+``flood`` (pure: the windows, forgetting the sends they no longer see). It keeps counters of
+everything and the records of only the most recent ``keep`` requests and deliveries, so its
+memory is bounded however long it runs. ``python -m codemojex.standin`` runs it alone.
 """
 
 from codemojex.standin.bot_api import (
+    DEFAULT_KEEP,
     DEFAULT_LIMITS,
     MAX_MESSAGE_LENGTH,
     Delivery,
     RequestRecord,
     Scripted,
+    StandInStats,
     TelegramStandIn,
-    most_in_span,
     open_stand_in,
 )
+from codemojex.standin.flood import most_in_span
 
 __all__ = [
+    "DEFAULT_KEEP",
     "DEFAULT_LIMITS",
     "MAX_MESSAGE_LENGTH",
     "Delivery",
     "RequestRecord",
     "Scripted",
+    "StandInStats",
     "TelegramStandIn",
     "most_in_span",
     "open_stand_in",

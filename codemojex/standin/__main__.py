@@ -1,6 +1,7 @@
 """``python -m codemojex.standin``: the Telegram Bot API stand-in alone, until Ctrl-C or SIGTERM.
 
     python -m codemojex.standin [--host H] [--port 8081] [--token 123456:TEST] [--no-limits]
+                                [--keep 1000]
 
 It prints ``Telegram stand-in at <URL>  (bot URL <URL>/bot<token>/)`` once it serves, logs every
 answer on stderr, and exits 0 after a signal.
@@ -15,7 +16,7 @@ from collections.abc import Iterable
 
 import trio
 
-from codemojex.standin.bot_api import DEFAULT_LIMITS, TelegramStandIn
+from codemojex.standin.bot_api import DEFAULT_KEEP, DEFAULT_LIMITS, TelegramStandIn
 from echomq_trio.cli import cancel_on_signal
 
 __all__ = ["main"]
@@ -30,9 +31,17 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8081)
     parser.add_argument("--token", default="123456:TEST")
     parser.add_argument("--no-limits", action="store_true", help="do not enforce flood limits")
+    parser.add_argument(
+        "--keep",
+        type=_positive,
+        default=DEFAULT_KEEP,
+        metavar="N",
+        help=f"recent requests and deliveries kept (default {DEFAULT_KEEP})",
+    )
     args = parser.parse_args(None if argv is None else list(argv))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
-    stand_in = TelegramStandIn(args.token, None if args.no_limits else DEFAULT_LIMITS)
+    limits = None if args.no_limits else DEFAULT_LIMITS
+    stand_in = TelegramStandIn(args.token, limits, keep=args.keep)
 
     async def serve() -> None:
         async with trio.open_nursery() as nursery:
@@ -41,6 +50,13 @@ def main(argv: Iterable[str] | None = None) -> int:
 
     trio.run(cancel_on_signal, serve)
     return 0
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
 
 
 if __name__ == "__main__":

@@ -18,11 +18,19 @@ In a trio program (the service, a test), start it in a nursery::
         ...
         assert tg.by_chat()[42] == ["hello"]
 
-Alone: ``python -m codemojex.standin --port 8081 --token 123456:TEST [--no-limits]``.
+Alone: ``python -m codemojex.standin --port 8081 --token 123456:TEST [--no-limits] [--keep N]``.
 
 What it speaks: ``/bot<token>/<method>`` by GET or POST, with parameters in the query string, a
 JSON body or a form-encoded body; methods ``getMe`` and ``sendMessage`` (names are
 case-insensitive, as on Telegram). A wrong token is a 401, an unknown method a 404.
+
+Memory stays bounded however long it runs (the service runs it for weeks): it counts every
+``sendMessage`` (by status, and deliveries per chat: the chat's last message id) and keeps the
+records of only the most recent ``keep`` requests and ``keep`` deliveries (1,000 by default), which
+is what ``requests``, ``deliveries``, ``by_chat`` and ``max_in_window`` read; ``statistics()`` and
+``delivered()`` give the totals. The flood model keeps only the sends its windows still see
+(``codemojex.standin.flood``). What grows with time is one counter per chat ever delivered to
+(Telegram numbers messages per chat) and what the operator scripts.
 """
 
 from __future__ import annotations
@@ -31,9 +39,8 @@ import collections
 import http
 import json
 import logging
-import math
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
@@ -44,6 +51,7 @@ import trio
 from codemojex.asgi import Response, answer, serve_app
 from codemojex.notify.limits import Limits, Window
 from codemojex.notify.notice import MAX_TEXT, telegram_length
+from codemojex.standin.flood import FloodModel, most_in_span
 
 if TYPE_CHECKING:
     from hypercorn.typing import (
@@ -54,12 +62,14 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "DEFAULT_KEEP",
     "DEFAULT_LIMITS",
     "MAX_MESSAGE_LENGTH",
     "Delivery",
     "Limits",
     "RequestRecord",
     "Scripted",
+    "StandInStats",
     "TelegramStandIn",
     "Window",
     "most_in_span",
@@ -78,6 +88,22 @@ JsonObject = dict[str, Any]
 
 
 DEFAULT_LIMITS = Limits()
+DEFAULT_KEEP = 1000
+"""Records kept of the most recent requests, and of the most recent deliveries: with texts of
+about 70 characters a message's two records take about 400 bytes, so 400 KB in all (a text of
+the longest, 4096 UTF-16 units, takes 4 to 16 KB more)."""
+
+
+@attrs.frozen
+class StandInStats:
+    """Totals since the stand-in was made (a snapshot from ``statistics()``), over every
+    ``sendMessage``, whether or not its record is still kept."""
+
+    requests: int = 0  # sendMessage calls answered, whatever the answer
+    delivered: int = 0  # of them, delivered (answered 200)
+    rate_limited: int = 0  # answered 429 because a limit was exceeded (scripted 429s are not)
+    chats: int = 0  # chats delivered to
+    statuses: Mapping[int, int] = attrs.field(factory=dict)  # answers by HTTP status
 
 
 @attrs.frozen
@@ -236,8 +262,10 @@ def _parse_text(value: object) -> str:
 class TelegramStandIn:
     """The stand-in's state and its ASGI app; serve it with :meth:`serve` or :func:`open_stand_in`.
 
-    ``limits=None`` disables rate enforcement. ``clock`` (seconds) timestamps deliveries and
-    drives the rate windows; inject one to control time in unit tests.
+    ``limits=None`` disables rate enforcement. ``keep`` is how many of the most recent requests,
+    and of the most recent deliveries, are kept for reading (``DEFAULT_KEEP``); the totals are
+    counted regardless. ``clock`` (seconds) timestamps deliveries and drives the rate windows;
+    inject one to control time in unit tests.
     """
 
     def __init__(
@@ -245,22 +273,31 @@ class TelegramStandIn:
         token: str,
         limits: Limits | None = DEFAULT_LIMITS,
         *,
+        keep: int = DEFAULT_KEEP,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"keep must be a positive int, got {keep!r}")
         self.token = token
         self.limits = limits
+        self.keep = keep
         self.bot_id = _bot_id(token)
-        self.deliveries: list[Delivery] = []
-        self.requests: list[RequestRecord] = []
-        self.rate_limited = 0
-        """429s issued because a limit was exceeded (scripted 429s are not counted)."""
+        self.flood = None if limits is None else FloodModel(limits)
+        """The flood model the limits are enforced with (``None`` without limits)."""
         self._clock = clock
         self._api_url: str | None = None
+        # Bounded: the most recent ``keep`` of each.
+        self._requests: collections.deque[RequestRecord] = collections.deque(maxlen=keep)
+        self._deliveries: collections.deque[Delivery] = collections.deque(maxlen=keep)
+        # Bounded by the HTTP statuses the stand-in answers (about a dozen).
+        self._statuses: collections.Counter[int] = collections.Counter()
+        # One int per chat ever delivered to (the chat's last message id, as Telegram numbers
+        # messages per chat): bounded by the chats the service has, not by the messages.
+        self._delivered: collections.Counter[int] = collections.Counter()
+        self._rate_limited = 0
+        # Set by the operator (``script``, ``block``): bounded by what the operator sets.
         self._scripts: dict[int, collections.deque[Scripted]] = {}
         self._blocked: dict[int, str] = {}
-        self._next_message_id: dict[int, int] = {}
-        self._times: list[float] = []
-        self._chat_times: dict[int, list[float]] = {}
         self._changed = trio.Event()
 
     # ---- serving ---------------------------------------------------------------------------
@@ -308,33 +345,64 @@ class TelegramStandIn:
     def unblock(self, chat_id: int) -> None:
         self._blocked.pop(chat_id, None)
 
-    # ---- records ---------------------------------------------------------------------------
+    # ---- records: totals ever, and the most recent ``keep`` --------------------------------
+
+    def statistics(self) -> StandInStats:
+        statuses = dict(self._statuses)
+        return StandInStats(
+            requests=sum(statuses.values()),
+            delivered=statuses.get(200, 0),  # a sendMessage answered 200 is a delivery
+            rate_limited=self._rate_limited,
+            chats=len(self._delivered),
+            statuses=statuses,
+        )
+
+    @property
+    def rate_limited(self) -> int:
+        """429s issued because a limit was exceeded (scripted 429s are not counted)."""
+        return self._rate_limited
+
+    def delivered(self, chat_id: int | None = None) -> int:
+        """How many messages were delivered in all, or to ``chat_id`` (its last message id)."""
+        if chat_id is None:
+            return self._statuses[200]
+        return self._delivered[chat_id]  # a Counter: 0 for a chat never delivered to
+
+    @property
+    def requests(self) -> list[RequestRecord]:
+        """The most recent ``keep`` ``sendMessage`` calls, oldest first (a copy)."""
+        return list(self._requests)
+
+    @property
+    def deliveries(self) -> list[Delivery]:
+        """The most recent ``keep`` deliveries, oldest first (a copy)."""
+        return list(self._deliveries)
 
     def by_chat(self) -> dict[int, list[str]]:
-        """Delivered texts per chat, in arrival order."""
+        """Delivered texts per chat, in arrival order, of the kept deliveries."""
         out: dict[int, list[str]] = {}
-        for d in self.deliveries:
+        for d in self._deliveries:
             out.setdefault(d.chat_id, []).append(d.text)
         return out
 
     def max_in_window(self, window_ms: int, chat_id: int | None = None) -> int:
-        """The most deliveries (overall, or to ``chat_id``) within any ``window_ms`` span.
+        """The most kept deliveries (overall, or to ``chat_id``) within any ``window_ms`` span.
 
         A span is half-open, ``[t, t + window)``, matching how the limits are enforced.
         """
-        times = [d.at for d in self.deliveries if chat_id is None or d.chat_id == chat_id]
+        times = [d.at for d in self._deliveries if chat_id is None or d.chat_id == chat_id]
         return most_in_span(sorted(times), window_ms / 1000)
 
     async def wait_deliveries(self, count: int, chat_id: int | None = None) -> list[Delivery]:
-        """Wait until at least ``count`` deliveries (to ``chat_id``, if given) were accepted.
+        """Wait until at least ``count`` messages in all (to ``chat_id``, if given) were
+        delivered, counted by :meth:`delivered`; returns the kept deliveries (to ``chat_id``):
+        all of them while no more than ``keep`` were delivered, else the most recent.
 
         No timeout of its own: put it under ``trio.fail_after``.
         """
-        while True:
-            got = [d for d in self.deliveries if chat_id is None or d.chat_id == chat_id]
-            if len(got) >= count:
-                return got
+        while self.delivered(chat_id) < count:
             await self._changed.wait()
+        return [d for d in self._deliveries if chat_id is None or d.chat_id == chat_id]
 
     # ---- the ASGI app ----------------------------------------------------------------------
 
@@ -408,7 +476,8 @@ class TelegramStandIn:
 
         def answer(reply: _Reply) -> _Reply:
             retry = reply.body.get("parameters", {}).get("retry_after")
-            self.requests.append(
+            self._statuses[reply.status] += 1
+            self._requests.append(
                 RequestRecord(
                     chat_id=chat_id,
                     text=raw_text,
@@ -452,9 +521,9 @@ class TelegramStandIn:
             return answer(_error(400, "Bad Request: unsupported parse_mode"))
 
         now = self._clock()
-        retry_after = self._retry_after(chat_id, now)
+        retry_after = None if self.flood is None else self.flood.retry_after(chat_id, now)
         if retry_after is not None:
-            self.rate_limited += 1
+            self._rate_limited += 1
             return answer(
                 _error(
                     429,
@@ -466,24 +535,11 @@ class TelegramStandIn:
             _Reply(200, {"ok": True, "result": self._deliver(chat_id, text, parse_mode, now)})
         )
 
-    def _retry_after(self, chat_id: int, now: float) -> int | None:
-        """Whole seconds until a message to ``chat_id`` fits every window; ``None`` if it fits."""
-        if self.limits is None:
-            return None
-        waits = [
-            _wait_for_slot(self._times, self.limits.global_, now),
-            _wait_for_slot(self._chat_times.get(chat_id, []), self.limits.for_chat(chat_id), now),
-        ]
-        wait = max(waits)
-        if wait <= 0:
-            return None
-        return max(1, math.ceil(wait))
-
     def _deliver(self, chat_id: int, text: str, parse_mode: str | None, now: float) -> JsonObject:
-        message_id = self._next_message_id.get(chat_id, 1)
-        self._next_message_id[chat_id] = message_id + 1
+        self._delivered[chat_id] += 1
+        message_id = self._delivered[chat_id]
         wall = time.time()
-        self.deliveries.append(
+        self._deliveries.append(
             Delivery(
                 chat_id=chat_id,
                 text=text,
@@ -493,8 +549,8 @@ class TelegramStandIn:
                 parse_mode=parse_mode,
             )
         )
-        self._times.append(now)
-        self._chat_times.setdefault(chat_id, []).append(now)
+        if self.flood is not None:
+            self.flood.record(chat_id, now)
         self._changed.set()
         self._changed = trio.Event()
         log.info("delivered to %s #%s: %r", chat_id, message_id, text)
@@ -505,35 +561,6 @@ class TelegramStandIn:
             "date": int(wall),
             "text": text,
         }
-
-
-def most_in_span(times: Sequence[float], span_s: float) -> int:
-    """The most of ``times`` (ascending) inside any half-open span ``[t, t + span_s)``."""
-    best = 0
-    start = 0
-    for end, t in enumerate(times):
-        while t - times[start] >= span_s:
-            start += 1
-        best = max(best, end - start + 1)
-    return best
-
-
-def _wait_for_slot(times: Sequence[float], window: Window, now: float) -> float:
-    """Seconds until one more message fits ``window`` given earlier ``times`` (0 if it fits now).
-
-    An earlier message at ``t`` still counts while ``now - t < window``.
-    """
-    inside: list[float] = []
-    for t in reversed(times):
-        if now - t >= window.window_s:
-            break
-        inside.append(t)
-    if len(inside) < window.limit:
-        return 0.0
-    inside.reverse()
-    # The oldest len(inside) - limit + 1 must leave the window for one more to fit.
-    frees_at = inside[len(inside) - window.limit] + window.window_s
-    return max(frees_at - now, 1e-9)
 
 
 def _params(scope: HTTPScope, body: bytes) -> dict[str, object]:
@@ -570,10 +597,11 @@ async def open_stand_in(
     token: str = "123456:TEST",
     limits: Limits | None = DEFAULT_LIMITS,
     *,
+    keep: int = DEFAULT_KEEP,
     clock: Callable[[], float] = time.monotonic,
 ) -> AsyncIterator[TelegramStandIn]:
     """Serve a :class:`TelegramStandIn` on a free loopback port for the duration of the block."""
-    stand_in = TelegramStandIn(token, limits, clock=clock)
+    stand_in = TelegramStandIn(token, limits, keep=keep, clock=clock)
     # The body's exception is re-raised outside the nursery, so that a failing test shows its
     # own assertion instead of an ExceptionGroup around it.
     body_error: BaseException | None = None

@@ -1,16 +1,21 @@
 """The live feed over real websockets: snapshot on connect, every change after, a slow viewer
-never holds up a fast one, pings drop dead viewers."""
+never holds up a fast one, pings drop dead viewers, and a stop says goodbye (1001)."""
 
 import json
 import struct
 
 import pytest
 import trio
-from trio_websocket import ConnectionRejected, open_websocket_url
+from trio_websocket import (
+    ConnectionClosed,
+    ConnectionRejected,
+    connect_websocket_url,
+    open_websocket_url,
+)
 
 from codemojex import game
 from codemojex.game import board
-from codemojex.game.feed import Feed
+from codemojex.game.feed import GOODBYE_CODE, GOODBYE_REASON, Feed
 from echomq_trio import Bus
 from tests.conftest import wait_for
 
@@ -177,3 +182,48 @@ async def test_a_change_whose_message_was_lost_reaches_viewers_by_resync(
             await trio.sleep(1.0)  # five resyncs with nothing new
             assert feed.statistics().updates_sent == sent, "a resync pushed an unchanged board"
         nursery.cancel_scope.cancel()
+
+
+async def test_a_stop_sends_every_viewer_a_going_away_close(bus: Bus, room: game.Room) -> None:
+    # The viewers' connections live outside the feed's nursery, so they see what the feed does
+    # as its nursery is cancelled. The deadline is far off: the feed is done as soon as the
+    # viewers have answered the close, not when the deadline passes.
+    feed = Feed(bus, goodbye_s=60)
+    async with trio.open_nursery() as viewers_nursery:
+        with trio.fail_after(10):
+            async with trio.open_nursery() as feed_nursery:
+                port = await feed_nursery.start(feed.serve, "127.0.0.1", 0)
+                url = f"ws://127.0.0.1:{port}/rooms/{room.id}"
+                viewers = [await connect_websocket_url(viewers_nursery, url) for _ in range(3)]
+                for ws in viewers:
+                    assert json.loads(await ws.get_message())["room"] == room.id
+                feed_nursery.cancel_scope.cancel()
+        for ws in viewers:
+            with pytest.raises(ConnectionClosed) as closed:
+                await ws.get_message()
+            reason = closed.value.reason
+            assert reason is not None
+            assert (reason.code, reason.reason) == (GOODBYE_CODE, GOODBYE_REASON)
+            assert GOODBYE_CODE == 1001  # going away
+        assert feed.statistics().viewers == 0
+        viewers_nursery.cancel_scope.cancel()
+
+
+async def test_a_viewer_that_never_answers_the_close_is_cut_at_the_deadline(
+    bus: Bus, room: game.Room
+) -> None:
+    feed = Feed(bus, goodbye_s=0.5)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as feed_nursery:
+            port = await feed_nursery.start(feed.serve, "127.0.0.1", 0)
+            stream = await _raw_viewer(port, room.id)  # completes the handshake, never answers
+            await wait_for(lambda: feed.statistics().viewers == 1)
+            feed_nursery.cancel_scope.cancel()
+    received = b""
+    with trio.fail_after(10):
+        while chunk := await stream.receive_some():  # until the feed closes the connection
+            received += chunk
+    await stream.aclose()
+    reason = GOODBYE_REASON.encode()
+    close_frame = bytes([0x88, 2 + len(reason)]) + GOODBYE_CODE.to_bytes(2, "big") + reason
+    assert received.endswith(close_frame), received[-80:]

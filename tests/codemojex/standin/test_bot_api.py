@@ -18,11 +18,13 @@ import httpx
 import pytest
 import trio
 
+from codemojex.standin.__main__ import main as standin_main
 from codemojex.standin.bot_api import (
     MAX_MESSAGE_LENGTH,
     Delivery,
     Limits,
     Scripted,
+    StandInStats,
     TelegramStandIn,
     Window,
     open_stand_in,
@@ -528,6 +530,53 @@ async def test_wait_deliveries(tg: TelegramStandIn, client: httpx.AsyncClient) -
         await send(client, tg, 4, "one")
         await send(client, tg, 4, "two")
     assert [d.text for d in got] == ["one", "two"]
+
+
+async def test_keeps_the_most_recent_records_and_counts_them_all(
+    client: httpx.AsyncClient,
+) -> None:
+    clock = ManualClock()
+    limits = Limits(global_=Window(100, 1000), private=Window(3, 3000), group=Window(20, 60000))
+    async with open_stand_in(TOKEN, limits, keep=5, clock=clock) as tg:
+        for i in range(12):
+            clock.advance(1.0)  # chat 1 or 2 every 2 s: within the 3 per 3 s
+            assert (await send(client, tg, 1 + i % 2, f"m{i}")).status_code == 200
+        assert (await send(client, tg, 3, "")).status_code == 400
+        for i in range(4):
+            r = await send(client, tg, 4, f"burst {i}")
+            assert r.status_code == (429 if i == 3 else 200)
+        # The records: the most recent 5 of each, oldest first.
+        assert [d.text for d in tg.deliveries] == ["m10", "m11", "burst 0", "burst 1", "burst 2"]
+        assert [(q.chat_id, q.status) for q in tg.requests] == [
+            (3, 400), (4, 200), (4, 200), (4, 200), (4, 429)]  # fmt: skip
+        assert tg.by_chat() == {1: ["m10"], 2: ["m11"], 4: ["burst 0", "burst 1", "burst 2"]}
+        # The totals: everything since the start.
+        assert tg.statistics() == StandInStats(
+            requests=17, delivered=15, rate_limited=1, chats=3, statuses={200: 15, 400: 1, 429: 1}
+        )
+        assert (tg.delivered(), tg.delivered(1), tg.delivered(2), tg.delivered(4)) == (15, 6, 6, 3)
+        assert tg.delivered(3) == 0
+        r = await send(client, tg, 1, "m12")
+        assert r.json()["result"]["message_id"] == 7  # numbering goes on past the kept records
+        # Waiting counts the totals; it returns what is kept.
+        with trio.fail_after(1):
+            assert [d.text for d in await tg.wait_deliveries(16)] == [
+                "m11", "burst 0", "burst 1", "burst 2", "m12"]  # fmt: skip
+            assert [d.text for d in await tg.wait_deliveries(7, chat_id=1)] == ["m12"]
+        # The flood model forgets the chats whose windows have passed.
+        assert tg.flood is not None
+        assert tg.flood.tracked().chats == 3  # 1, 2 and 4 (chat 3 was never delivered to)
+        clock.advance(3.0)
+        assert (await send(client, tg, 5, "later")).status_code == 200
+        assert tg.flood.tracked().chats == 1
+
+
+def test_keep_must_be_positive() -> None:
+    for keep in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="keep"):
+            TelegramStandIn(TOKEN, keep=keep)  # type: ignore[arg-type]
+    with pytest.raises(SystemExit):
+        standin_main(["--keep", "0"])
 
 
 async def test_serve_in_a_nursery(client: httpx.AsyncClient) -> None:

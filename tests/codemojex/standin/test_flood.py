@@ -1,0 +1,100 @@
+"""The stand-in's flood model (pure): forgetting the sends no window sees never changes an
+answer, and what it keeps is bounded by the limits."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from codemojex.notify.limits import Limits, Window
+from codemojex.standin.flood import FloodModel, Tracked, most_in_span, wait_for_slot
+
+LIMITS = Limits(global_=Window(5, 1000), private=Window(2, 300), group=Window(3, 2000))
+CHATS = [1, 2, 3, -4, -5]
+
+
+class Reference:
+    """The model as it was before forgetting: every send kept, the same arithmetic."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.sends: list[tuple[int, float]] = []
+
+    def retry_after(self, chat_id: int, now: float) -> float:
+        chat = [t for c, t in self.sends if c == chat_id]
+        return max(wait_for_slot([t for _, t in self.sends], self.limits.global_, now),
+                   wait_for_slot(chat, self.limits.for_chat(chat_id), now))  # fmt: skip
+
+    def chats_in_window(self, now: float) -> int:
+        last = {c: t for c, t in self.sends}
+        return sum(1 for c, t in last.items() if now - t < self.limits.for_chat(c).window_s)
+
+
+steps = st.lists(
+    st.tuples(st.sampled_from(CHATS), st.sampled_from([0.0, 0.01, 0.1, 0.29, 0.3, 0.7, 2.5])),
+    max_size=300,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(steps)
+def test_forgetting_never_changes_an_answer_and_keeps_only_what_windows_see(
+    events: list[tuple[int, float]],
+) -> None:
+    model, reference = FloodModel(LIMITS), Reference(LIMITS)
+    now = 1000.0
+    for chat, dt in events:
+        now += dt
+        wait = model.retry_after(chat, now)
+        expected = reference.retry_after(chat, now)
+        assert wait == (None if expected <= 0 else max(1, -int(-expected // 1)))
+        kept = model.tracked()
+        # Exactly the chats sent to within their window are kept, each with at most its limit.
+        assert kept.chats == reference.chats_in_window(now)
+        assert kept.sends <= LIMITS.global_.limit + kept.chats * max(w.limit for w in (
+            LIMITS.private, LIMITS.group))  # fmt: skip
+        if wait is None:
+            model.record(chat, now)
+            reference.sends.append((chat, now))
+
+
+def test_a_chat_is_forgotten_once_its_window_has_passed() -> None:
+    model = FloodModel(Limits())  # private 3/3 s, group 20/60 s, the bot 30/1 s
+    for chat in (7, -7):
+        assert model.retry_after(chat, 100.0) is None
+        model.record(chat, 100.0)
+    assert model.tracked() == Tracked(chats=2, sends=4)
+    model.retry_after(7, 102.9)
+    assert model.tracked() == Tracked(chats=2, sends=2)  # the bot's window forgot both
+    model.retry_after(7, 103.0)
+    assert model.tracked() == Tracked(chats=1, sends=1)  # the private chat's 3 s are over
+    model.retry_after(7, 159.9)
+    assert model.tracked().chats == 1
+    model.retry_after(7, 160.0)
+    assert model.tracked() == Tracked(chats=0, sends=0)
+
+
+def test_a_long_run_at_the_limit_keeps_one_window() -> None:
+    # The bot's limit (30/s) spread over 5,000 chats, a fifth of them groups, for 20 simulated
+    # minutes: the model holds the chats of the last 60 s at most (the group window).
+    limits = Limits()
+    model = FloodModel(limits)
+    pool = [c if c % 5 else -c for c in range(1, 5001)]
+    now, most = 0.0, Tracked(0, 0)
+    for i in range(36_000):
+        now += 1 / 30 + 1e-6
+        chat = pool[i % len(pool)]
+        assert model.retry_after(chat, now) is None
+        model.record(chat, now)
+        if i % 30 == 0:  # once a simulated second
+            kept = model.tracked()
+            most = Tracked(max(most.chats, kept.chats), max(most.sends, kept.sends))
+    # 60 s of sends, a fifth of them to groups (360 chats), and 3 s of private ones (72).
+    assert 400 < most.chats <= 360 + 72 + 2
+    assert most.sends <= most.chats + limits.global_.limit
+
+
+def test_most_in_span_is_half_open() -> None:
+    assert most_in_span([], 1.0) == 0
+    assert most_in_span([0.0, 0.5, 1.0, 1.4], 1.0) == 3  # [0.5, 1.5)
+    assert most_in_span([0.0, 1.0], 1.0) == 1
