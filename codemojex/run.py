@@ -59,7 +59,9 @@ async def _summary(
             rooms = await game.list_rooms(bus)
             leaders = []
             for room in rooms[:3]:
-                best = await board.top(bus, room.id, 1)
+                shown = await game.latest_round(bus, room.id)
+                current = None if shown is None else board.round_board(room.id, shown.id)
+                best = [] if current is None else await board.top(bus, current, 1)
                 if best:
                     names = await game.player_names(bus, [best[0].player])
                     leaders.append(f"{names[best[0].player]} {best[0].percentage}% ({room.title})")
@@ -79,7 +81,8 @@ async def _summary(
         say(
             f"notices sent {s.delivered}, deferred {s.deferred}, retried {s.retried}, "
             f"dropped {s.dropped}, 429s {s.flood_waits} | pending {notify_counts.pending}, "
-            f"scheduled {notify_counts.scheduled}{audit} | top: {', '.join(leaders) or '-'}"
+            f"scheduled {notify_counts.scheduled}{audit} | "
+            f"round leaders: {', '.join(leaders) or '-'}"
         )
 
 
