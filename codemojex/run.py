@@ -22,18 +22,19 @@ from functools import partial
 import trio
 
 from codemojex import game
-from codemojex.audit import Archiver, open_replica
+from codemojex.audit import Archiver, ArchiverStats, open_replica
 from codemojex.game import Feed, PageServer, board, demo
-from codemojex.notify import NOTIFY_QUEUE, NotificationWorker, RateLimiter, open_bot
+from codemojex.notify import NOTIFY_QUEUE, NotificationWorker, RateLimiter, WorkerStats, open_bot
 from codemojex.settings import Settings, SettingsError, parse_settings
 from codemojex.standin import TelegramStandIn, open_stand_in
-from echomq_trio import Bus, BusError, Consumer, Metronome, StopConsumer, jobs, open_bus
+from echomq_trio import Bus, BusError, Consumer, Metronome, StopConsumer, jobs, memory, open_bus
 from echomq_trio.cli import cancel_on_signal, first_error
 from echomq_trio.datadir import DataDir, InUse
 
-__all__ = ["main", "run"]
+__all__ = ["MEMORY_REPORT_AT", "main", "memory_note", "run", "summary_line"]
 
 STAND_IN_TOKEN = "123456:LOCAL-STAND-IN"
+MEMORY_REPORT_AT = 0.8  # the summary shows the server's memory past this fraction of its ceiling
 
 
 def say(text: str) -> None:
@@ -49,38 +50,67 @@ async def _telegram(settings: Settings) -> AsyncIterator[tuple[str, str, Telegra
         yield STAND_IN_TOKEN, stand_in.api_url, stand_in
 
 
+async def summary_line(
+    bus: Bus,
+    worker: WorkerStats,
+    archiver: ArchiverStats | None,
+    *,
+    memory_at: float = MEMORY_REPORT_AT,
+) -> str:
+    """The summary line: notices, the notify queue, the archive, each room's leader in its
+    current round (the first three rooms), and the server's memory once its use passes
+    ``memory_at`` of its ceiling. ``BusError`` when the server cannot be read."""
+    notify_counts = await jobs.counts(bus, NOTIFY_QUEUE)
+    rooms = await game.list_rooms(bus)
+    leaders = []
+    for room in rooms[:3]:
+        shown = await game.latest_round(bus, room.id)
+        best = (
+            [] if shown is None else await board.top(bus, board.round_board(room.id, shown.id), 1)
+        )
+        if best:
+            names = await game.player_names(bus, [best[0].player])
+            leaders.append(f"{names[best[0].player]} {best[0].percentage}% ({room.title})")
+    use = await memory.memory_use(bus)
+    audit = ""
+    if archiver is not None:
+        r = archiver.replicator
+        audit = f" | archived {archiver.folder.archived}, segments {r.segments}"
+        audit += f" (FENCED: {r.fenced})" if r.fenced else ""
+        if r.replica_down_since is not None:
+            since = time.strftime("%H:%M:%S", time.localtime(r.replica_down_since))
+            audit += f" (replica down since {since}: {r.replica_error})"
+    return (
+        f"notices sent {worker.delivered}, deferred {worker.deferred}, retried {worker.retried}, "
+        f"dropped {worker.dropped}, 429s {worker.flood_waits} | pending {notify_counts.pending}, "
+        f"scheduled {notify_counts.scheduled}{audit} | round leaders: {', '.join(leaders) or '-'}"
+        + memory_note(use, at=memory_at)
+    )
+
+
+def memory_note(use: memory.MemoryUse, *, at: float = MEMORY_REPORT_AT) -> str:
+    """`` | server memory 850 MiB of 1.0 GiB (83%)`` once the server's used memory passes
+    ``at`` of its ceiling (at the ceiling it refuses writes), else nothing."""
+    fraction = use.fraction
+    if fraction is None or fraction < at:
+        return ""
+    note = (
+        f" | server memory {memory.size_text(use.used_bytes)} of "
+        f"{memory.size_text(use.max_bytes)} ({fraction:.0%})"
+    )
+    return note + (": WRITES REFUSED" if use.used_bytes >= use.max_bytes else "")
+
+
 async def _summary(
     bus: Bus, worker: NotificationWorker, archiver: Archiver | None, every_s: float
 ) -> None:
     while True:
         await trio.sleep(every_s)
         try:
-            notify_counts = await jobs.counts(bus, NOTIFY_QUEUE)
-            rooms = await game.list_rooms(bus)
-            leaders = []
-            for room in rooms[:3]:
-                best = await board.top(bus, room.id, 1)
-                if best:
-                    names = await game.player_names(bus, [best[0].player])
-                    leaders.append(f"{names[best[0].player]} {best[0].percentage}% ({room.title})")
+            stats = None if archiver is None else archiver.statistics()
+            say(await summary_line(bus, worker.statistics(), stats))
         except BusError as exc:
             say(f"summary: server unavailable: {exc}")
-            continue
-        s = worker.statistics()
-        audit = ""
-        if archiver is not None:
-            a = archiver.statistics()
-            r = a.replicator
-            audit = f" | archived {a.folder.archived}, segments {r.segments}"
-            audit += f" (FENCED: {r.fenced})" if r.fenced else ""
-            if r.replica_down_since is not None:
-                since = time.strftime("%H:%M:%S", time.localtime(r.replica_down_since))
-                audit += f" (replica down since {since}: {r.replica_error})"
-        say(
-            f"notices sent {s.delivered}, deferred {s.deferred}, retried {s.retried}, "
-            f"dropped {s.dropped}, 429s {s.flood_waits} | pending {notify_counts.pending}, "
-            f"scheduled {notify_counts.scheduled}{audit} | top: {', '.join(leaders) or '-'}"
-        )
 
 
 class PortInUse(OSError):

@@ -8,6 +8,7 @@ __all__ = [
     "AuthenticationFailed",
     "BusError",
     "ConnectionLost",
+    "OutOfMemory",
     "RequestTimedOut",
     "ServerDied",
     "ServerError",
@@ -27,6 +28,14 @@ class ConnectionLost(BusError):
 class AuthenticationFailed(ConnectionLost):
     """The server refused the URL's credentials (wrong password or user, or none given where one
     is required). Retrying will not help: fix the URL."""
+
+
+class OutOfMemory(ConnectionLost):
+    """The server refused a write because its memory is at its ceiling (``maxmemory``) and it
+    evicts nothing (``noeviction``, as the embedded server runs): nothing was written. Like a
+    dropped connection it may pass (jobs finish, keys expire), so the consumer and the metronome
+    retry it; if it lasts, raise the server's ``maxmemory`` or find what fills it
+    (``INFO memory``, ``MEMORY USAGE <key>``). The wire logs these refusals."""
 
 
 class RequestTimedOut(BusError):

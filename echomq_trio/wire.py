@@ -15,12 +15,19 @@ with a ``ConnectionLost`` saying which, rather than the client library's "timed 
 connection timeout. The probe only ever rules a seed out on a definite answer; a seed that does
 not answer in time is left to the client library. A cluster fails only if every seed is ruled
 out. Credentials the server refuses raise ``AuthenticationFailed``.
+
+A write the server refuses because its memory is at ``maxmemory`` (with ``noeviction``, nothing
+is evicted to make room) raises ``OutOfMemory``, a ``ConnectionLost`` (it may pass, so the
+consumer and the metronome retry it), and is logged as such on ``echomq_trio.wire``: one warning
+at most every ``OOM_REPORT_EVERY_S`` per connection, counting the writes refused since the last.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import re
 import socket
 import ssl
 from collections.abc import AsyncIterator, Sequence
@@ -51,6 +58,7 @@ from echomq_trio.errors import (
     AuthenticationFailed,
     BusError,
     ConnectionLost,
+    OutOfMemory,
     RequestTimedOut,
     ServerError,
 )
@@ -68,6 +76,8 @@ __all__ = [
     "script_source",
 ]
 
+log = logging.getLogger("echomq_trio.wire")
+
 DEFAULT_TIMEOUT_MS = 5000
 DEFAULT_CONNECT_TIMEOUT_MS = 3000
 PROBE_TIMEOUT_S = 1.0  # per step of the pre-flight probe: connect, TLS handshake, plain PING
@@ -75,7 +85,11 @@ _SCHEMES = {"redis": False, "valkey": False, "rediss": True, "valkeys": True}
 _TRUE = {"1", "true", "yes", "on"}
 # Server answers that mean "not now" (loading, failing over, busy): worth retrying like a
 # dropped connection.
-_TRANSIENT = ("LOADING", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "BUSY ", "READONLY", "OOM ")
+_TRANSIENT = ("LOADING", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "BUSY ", "READONLY")
+# A write refused at maxmemory: "OOM command not allowed when used memory > 'maxmemory'", which
+# the client library words "OOM: command ..." (and a script's error quotes inside its own).
+_OUT_OF_MEMORY = re.compile(r"\bOOM\b")
+OOM_REPORT_EVERY_S = 10.0
 _FALSE = {"0", "false", "no", "off"}
 
 
@@ -193,6 +207,8 @@ def _translate(exc: GlideError) -> BusError:
         return ConnectionLost(str(exc))
     if isinstance(exc, RequestError):
         text = str(exc)
+        if _OUT_OF_MEMORY.search(text):
+            return OutOfMemory(f"the server is out of memory and refused a write: {text}")
         low = text.lower()
         if "connection" in low or "broken pipe" in low or any(c in text for c in _TRANSIENT):
             return ConnectionLost(text)
@@ -209,10 +225,29 @@ class Wire:
         self._client = client
         # Bounded by the scripts on disk: a name without one raises before it is added.
         self._scripts: dict[str, Script] = {}
+        self._refused_for_memory = 0  # since the last report
+        self._memory_reported_at: float | None = None
 
     @property
     def cluster(self) -> bool:
         return self.spec.cluster
+
+    def _failure(self, exc: GlideError) -> BusError:
+        """The bus's error for the library's ``exc``; a write refused for memory is logged."""
+        error = _translate(exc)
+        if isinstance(error, OutOfMemory):
+            self._refused_for_memory += 1
+            now = trio.current_time()
+            last = self._memory_reported_at
+            if last is None or now - last >= OOM_REPORT_EVERY_S:
+                log.warning(
+                    "the server at %s is out of memory: %d write(s) refused since the last report "
+                    "(used memory is at its maxmemory and it evicts nothing; free memory or raise "
+                    "maxmemory): %s", self.spec.redacted(), self._refused_for_memory, exc,
+                )  # fmt: skip
+                self._refused_for_memory = 0
+                self._memory_reported_at = now
+        return error
 
     async def script(self, name: str, keys: Sequence[str], args: Sequence[str | bytes]) -> Any:
         """Run the named ``.lua`` script (EVALSHA, loading it on NOSCRIPT); see
@@ -223,14 +258,14 @@ class Wire:
         try:
             return await self._client.invoke_script(script, keys=list(keys), args=list(args))
         except GlideError as exc:
-            raise _translate(exc) from exc
+            raise self._failure(exc) from exc
 
     async def command(self, *args: str | bytes) -> Any:
         """Run one raw command (routed by its key on a cluster)."""
         try:
             return await self._client.custom_command(list(args))
         except GlideError as exc:
-            raise _translate(exc) from exc
+            raise self._failure(exc) from exc
 
     async def blpop(self, key: str, timeout_s: float) -> bytes | None:
         """Pop the head of a list, waiting up to ``timeout_s``; holds this client's connection.

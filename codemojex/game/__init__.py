@@ -4,13 +4,15 @@ How the parts fit: ``rules`` (pure) holds the input limits and ``GameError``; ``
 (pure) scores a guess. ``rooms`` keeps rooms and players in the server, ``rounds`` opens and
 closes rounds and takes guesses, sending their notices through ``codemojex.notify``; ``digest``
 sends every room its daily standings, a recurring job on ``cm.game`` whose handler is
-``game_handler``. ``board`` keeps each room's
-leaderboard and publishes every change; the ``Feed`` pushes each room's top 10 to websocket
-viewers through a one-slot ``Latest`` mailbox each, and the ``PageServer`` (``page``) serves the
-live page that shows it. ``demo`` plays a few rooms with simulated players.
+``game_handler``. ``board`` keeps a leaderboard per round and per day in each room (``days``,
+pure, numbers the days) and publishes every change; the ``Feed`` pushes the top 10 of each
+room's current round to websocket viewers through a one-slot ``Latest`` mailbox each, and the
+``PageServer`` (``page``) serves the live page that shows it. ``demo`` plays a few rooms with
+simulated players. Rounds and boards expire (``ENDED_ROUND_KEEP_MS``, ``DAY_BOARD_KEEP_MS``);
+rooms and players are bounded by the people who play.
 """
 
-from codemojex.game.board import Recorded, Standing
+from codemojex.game.board import DAY_BOARD_KEEP_MS, Board, Recorded, Standing
 from codemojex.game.demo import play
 from codemojex.game.digest import (
     DIGEST_NAME,
@@ -36,7 +38,17 @@ from codemojex.game.rooms import (
     list_rooms,
     player_names,
 )
-from codemojex.game.rounds import GuessResult, Round, current_round, end_round, guess, start_round
+from codemojex.game.rounds import (
+    ENDED_ROUND_KEEP_MS,
+    GuessResult,
+    LatestRound,
+    Round,
+    current_round,
+    end_round,
+    guess,
+    latest_round,
+    start_round,
+)
 from codemojex.game.rules import (
     DAY_MS,
     MAX_NAME,
@@ -49,18 +61,22 @@ from codemojex.game.rules import (
 from codemojex.game.scoring import Score, score
 
 __all__ = [
+    "DAY_BOARD_KEEP_MS",
     "DAY_MS",
     "DIGEST_NAME",
+    "ENDED_ROUND_KEEP_MS",
     "GAME_QUEUE",
     "MAX_NAME",
     "MAX_START_DELAY_MS",
     "MAX_TITLE",
     "TOP_N",
+    "Board",
     "DigestIncomplete",
     "Feed",
     "GameError",
     "GuessResult",
     "Latest",
+    "LatestRound",
     "Notify",
     "PageServer",
     "Player",
@@ -79,6 +95,7 @@ __all__ = [
     "get_player",
     "get_room",
     "guess",
+    "latest_round",
     "list_room_ids",
     "list_rooms",
     "play",

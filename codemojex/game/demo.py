@@ -1,8 +1,11 @@
 """A demo that plays a few rooms with simulated players, so there is something to watch.
 
 Rooms and players are created once and remembered in the server (``cm:demo``), so a restart
-plays on with the same ones. Each room runs rounds of ``round_s`` seconds; players guess at
-random intervals, learning a little from their last score.
+plays on with the same ones. Each room runs rounds of ``round_s`` seconds, back to back; players
+guess at random intervals, learning a little from their last score. Each round has a board of
+its own, so the live page starts empty every round and fills as the players close in; the ended
+rounds expire an hour later (``rounds.ENDED_ROUND_KEEP_MS``), so the demo can run for weeks in
+bounded memory.
 """
 
 from __future__ import annotations

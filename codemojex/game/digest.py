@@ -2,6 +2,11 @@
 occurrences ``send_digest`` turns into one top-10 notice per room; ``game_handler`` is the
 handler of ``cm.game`` jobs.
 
+A digest reports one day's board (``board.day_board``): the UTC day before the one its
+occurrence fired in (the occurrence job id's mint time, so a retried occurrence reports the same
+day), the last complete day. A new registration first fires ``days.DIGEST_AFTER_MIDNIGHT_MS``
+after the next UTC midnight (server clock), so each day is reported once, just after it ends.
+
 The fan-out is idempotent: each room's notice carries the idempotency key
 ``digest:<occurrence job id>:<room>``, so when the occurrence is retried the rooms already
 admitted answer duplicate and only the rest go. Rooms go independently: one that fails is
@@ -15,11 +20,12 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from codemojex.game import board
+from codemojex.game.days import day_label, digest_day, next_digest_in_ms
 from codemojex.game.rooms import Room, get_room, list_room_ids, player_names
 from codemojex.game.rounds import standings_text
 from codemojex.game.rules import DAY_MS, TOP_N
 from codemojex.notify import notifier
-from echomq_trio import Bury, Bus, BusError, Job, repeat
+from echomq_trio import Bury, Bus, BusError, Job, ids, repeat
 from echomq_trio.repeat import Registered
 
 __all__ = [
@@ -52,27 +58,31 @@ class Notify(Protocol):
     ) -> str | None: ...
 
 
-async def digest_text(bus: Bus, room: Room) -> str:
-    standings = await board.top(bus, room.id, TOP_N)
+async def digest_text(bus: Bus, room: Room, day: int) -> str:
+    """The room's standings of ``day`` (its day board's top 10)."""
+    standings = await board.top(bus, board.day_board(room.id, day), TOP_N)
     names = await player_names(bus, [s.player for s in standings])
-    return standings_text(f"Daily standings, {room.title}", standings, names)
+    title = f"Daily standings, {room.title} ({day_label(day)} UTC)"
+    return standings_text(title, standings, names)
 
 
 async def send_digest(bus: Bus, occurrence: str, *, notify: Notify = notifier.notify) -> int:
-    """Send every room its top 10 for the digest occurrence ``occurrence`` (its job id) through
-    the notification pipeline; returns how many rooms' notices are admitted (now or by an
-    earlier attempt of the occurrence, whose key makes this one a duplicate).
+    """Send every room its top 10 of the day before ``occurrence`` fired (``occurrence`` is the
+    occurrence's job id; see the module's docstring) through the notification pipeline; returns
+    how many rooms' notices are admitted (now or by an earlier attempt of the occurrence, whose
+    key makes this one a duplicate).
 
     Each room goes on its own: a room whose notice is invalid (``ValueError``, which includes a
     ``GameError``) is logged and skipped for good; any other failure is logged, the other rooms
     still go, and ``DigestIncomplete`` is raised at the end so the occurrence is retried."""
+    day = digest_day(ids.timestamp_ms(occurrence))
     room_ids = await list_room_ids(bus)
     admitted = 0
     failed: list[str] = []
     for room_id in room_ids:
         try:
             room = await get_room(bus, room_id)
-            text = await digest_text(bus, room)
+            text = await digest_text(bus, room, day)
             await notify(bus, room.chat, text, key=f"digest:{occurrence}:{room_id}")
             admitted += 1
         except ValueError as exc:
@@ -95,8 +105,13 @@ async def send_digest(bus: Bus, occurrence: str, *, notify: Notify = notifier.no
 async def register_digest(
     bus: Bus, *, every_ms: int = DAY_MS, first_in_ms: int | None = None
 ) -> tuple[Registered, int]:
-    """Register the daily digest on ``cm.game`` (idempotent: a live registration is kept)."""
-    first = every_ms if first_in_ms is None else first_in_ms
+    """Register the daily digest on ``cm.game`` (idempotent: a live registration is kept). With
+    no ``first_in_ms`` it first fires ``DIGEST_AFTER_MIDNIGHT_MS`` after the next UTC midnight
+    of the server's clock."""
+    if first_in_ms is None:
+        first = next_digest_in_ms(await bus.wire.server_time_ms())
+    else:
+        first = first_in_ms
     return await repeat.register(bus, GAME_QUEUE, DIGEST_NAME, every_ms, "digest", first)
 
 

@@ -1,11 +1,14 @@
 """The live leaderboard feed: a websocket endpoint per room (``/rooms/<RMM id>``, trio-websocket)
-that sends the room's current top N on connect, then every change.
+that sends the top N of the room's current round on connect, then every change.
 
-Changes come through the server: ``board.record`` publishes on ``cm:board:<room>``, so a score
-recorded by any process reaches every viewer. One subscriber task marks rooms dirty; one
-refresher reads each dirty room's top N once and hands it to each viewer's ``Latest`` slot, so
-a slow viewer gets the newest board, never a backlog, and never slows the others. A ping per
-viewer every ``ping_interval_s`` drops dead connections.
+The board shown is the room's open round's (``rounds.latest_round``), else the last round it
+ended, as final standings, while that round is kept; a new round replaces it with its empty
+board. Changes come through the server: ``board.record`` publishes on ``cm:board:<room>``, and
+so do the scripts that open and close a round, so a score or a new round from any process
+reaches every viewer. One subscriber task marks rooms dirty; one refresher reads each dirty
+room's top N once and hands it to each viewer's ``Latest`` slot, so a slow viewer gets the
+newest board, never a backlog, and never slows the others. A ping per viewer every
+``ping_interval_s`` drops dead connections.
 
 Pub/sub is fire-and-forget: a change published while the subscription's connection is down (the
 server restarting) reaches nobody. So every ``resync_s`` the refresher also re-reads each watched
@@ -23,7 +26,9 @@ Memory: ``_viewers`` holds one ``Latest`` per connected viewer (bounded by the o
 the process's file descriptors), under the room it watches; ``_pushed`` and ``_dirty`` hold one
 entry per watched room, and a room is dropped from all three when its last viewer leaves.
 
-Messages are JSON: ``{"room", "title", "top": [{"rank", "player", "name", "percentage"}]}``.
+Messages are JSON: ``{"room", "title", "round", "open", "top": [{"rank", "player", "name",
+"percentage"}]}``: ``round`` is the round whose board ``top`` is (``null`` when the room has
+none to show, with ``top`` empty), ``open`` whether it is still being played.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from codemojex import ids
 from codemojex.game import board
 from codemojex.game.latest import Latest
 from codemojex.game.rooms import get_room, player_names
+from codemojex.game.rounds import latest_round
 from codemojex.game.rules import GameError
 from codemojex.stats import added
 from echomq_trio import Bus, BusError
@@ -102,11 +108,16 @@ class Feed:
 
     async def snapshot(self, room_id: str) -> dict[str, Any]:
         room = await get_room(self.bus, room_id)
-        standings = await board.top(self.bus, room_id, self.top_n)
+        shown = await latest_round(self.bus, room_id)
+        standings = [] if shown is None else await board.top(
+            self.bus, board.round_board(room_id, shown.id), self.top_n
+        )  # fmt: skip
         names = await player_names(self.bus, [s.player for s in standings])
         return {
             "room": room_id,
             "title": room.title,
+            "round": None if shown is None else shown.id,
+            "open": shown is not None and shown.open,
             "top": [
                 {"rank": s.rank, "player": s.player, "name": names.get(s.player, s.player),
                  "percentage": s.percentage}

@@ -3,6 +3,12 @@ chat), kept in the server. A room's keys carry its id as hash tag (``cm:{<room>}
 ``room_key``), so a room's state, rounds and board share one cluster slot; the set of rooms and
 the players live in ``cm:rooms`` and ``cm:players``. Names and titles are checked against
 ``rules.MAX_NAME`` and ``rules.MAX_TITLE`` (``GameError`` otherwise).
+
+Rooms and players have no lifetime: there is one room per chat that plays and one player per
+person, so they grow with the people who play, never with time (a room is its record, one
+member of ``cm:rooms`` and at most one open round; a player is one field of ``cm:players``, about
+a hundred bytes). What grows with time, rounds and boards, expires (see ``rounds`` and
+``board``).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ __all__ = [
     "list_rooms",
     "player_names",
     "room_key",
+    "round_key",
 ]
 
 ROOMS_KEY = "cm:rooms"
@@ -52,6 +59,17 @@ class Player:
 def room_key(room: str, suffix: str) -> str:
     """The key ``cm:{<room>}:<suffix>``: the room's hash tag keeps its keys in one slot."""
     return f"cm:{{{room}}}:{suffix}"
+
+
+def round_key(room: str, round_id: str) -> str:
+    """``cm:{<room>}:round:<id>``: a round's state, written only by the round scripts (and
+    read by ``board_record``, which checks the round is open). ``ValueError`` for ids that are
+    not a room's and a round's."""
+    if not ids.is_valid(room, ids.ROOM):
+        raise ValueError(f"room must be an RMM id, got {room!r}")
+    if not ids.is_valid(round_id, ids.ROUND):
+        raise ValueError(f"round must be an RND id, got {round_id!r}")
+    return room_key(room, f"round:{round_id}")
 
 
 async def create_room(bus: Bus, chat: int, title: str) -> Room:

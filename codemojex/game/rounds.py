@@ -3,10 +3,17 @@ in the server under the room's hash tag (``cm:{<room>}:round:<id>``).
 
 ``start_round`` opens the round, announces it and schedules its start reminder with
 ``enqueue_at`` (the reminder waits on the bus, so it survives restarts); ``guess`` validates,
-scores, keeps the player's best on the board and tells the player; ``end_round`` closes the
-round and sends the results to the room. A round is opened and closed by one script each
-(``round_start``, ``round_end``), the only writers of its state, so a failure between steps
-never leaves it half changed and of concurrent ``end_round`` calls exactly one sends results.
+scores, keeps the player's best on the round's board and today's (``board``) and tells the
+player; ``end_round`` closes the round and sends the results (the round's board) to the room. A
+round is opened and closed by one script each (``round_start``, ``round_end``), the only writers
+of its state, so a failure between steps never leaves it half changed and of concurrent
+``end_round`` calls exactly one sends results. Both publish on the room's feed channel, so the
+live page switches to the new round's (empty) board, or shows the ended one as final.
+
+Lifetimes: an open round has none (a room has at most one). Ending a round sets it and its
+board to expire ``ENDED_ROUND_KEEP_MS`` later (one hour), in the same script, so the page can
+show a room's last results for a while and the server keeps at most an hour of ended rounds:
+about 110 rounds per room at the demo's pace (30 s rounds), two keys each.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import attrs
 
 from codemojex import ids
 from codemojex.game import board
-from codemojex.game.rooms import get_player, get_room, player_names, room_key
+from codemojex.game.rooms import get_player, get_room, player_names, room_key, round_key
 from codemojex.game.rules import MAX_START_DELAY_MS, TOP_N, GameError
 from codemojex.game.scoring import ALPHABET, SIZE, Score, parse_emojis, score
 from codemojex.notify.notice import Notice, encode
@@ -27,15 +34,21 @@ from echomq_trio import Bus, jobs
 from echomq_trio.protocol import as_text
 
 __all__ = [
+    "ENDED_ROUND_KEEP_MS",
     "GuessResult",
+    "LatestRound",
     "Round",
     "current_round",
     "describe",
     "end_round",
     "guess",
+    "latest_round",
     "standings_text",
     "start_round",
 ]
+
+ENDED_ROUND_KEEP_MS = 3_600_000  # an ended round and its board expire an hour after it ends
+MIN_KEEP_MS = 1_000  # the results are read from the round's board just after it ends
 
 
 @attrs.frozen
@@ -47,11 +60,19 @@ class Round:
 
 
 @attrs.frozen
+class LatestRound:
+    """The round a room's live board shows: its open round, else the last one it ended."""
+
+    id: str
+    open: bool
+
+
+@attrs.frozen
 class GuessResult:
     score: Score
-    best: int
+    best: int  # the player's best in this round
     improved: bool
-    rank: int | None
+    rank: int | None  # on this round's board
 
 
 async def start_round(
@@ -74,8 +95,8 @@ async def start_round(
     round_id = ids.new(ids.ROUND)
     code, value = await bus.wire.script(
         "codemojex.game/round_start",
-        [room_key(room.id, "room"), room_key(room.id, f"round:{round_id}")],
-        [round_id, "".join(secret), str(starts_in_ms)],
+        [room_key(room.id, "room"), round_key(room.id, round_id)],
+        [round_id, "".join(secret), str(starts_in_ms), board.feed_channel(room.id), room.id],
     )
     if code == 0:
         raise GameError(f"a round is already open in {room.title}")
@@ -97,11 +118,25 @@ async def current_round(bus: Bus, room_id: str) -> Round:
     if not rnd:
         raise GameError(f"no round is open in {room.title}")
     secret, starts_at, status = await bus.wire.command(
-        "HMGET", room_key(room.id, f"round:{as_text(rnd)}"), "secret", "starts_at_ms", "status"
+        "HMGET", round_key(room.id, as_text(rnd)), "secret", "starts_at_ms", "status"
     )
     if secret is None or as_text(status) != "open":
         raise GameError(f"no round is open in {room.title}")
     return Round(as_text(rnd), room.id, int(starts_at), tuple(as_text(secret)))
+
+
+async def latest_round(bus: Bus, room_id: str) -> LatestRound | None:
+    """The room's open round, else the last round it ended while that is kept (see
+    ``ENDED_ROUND_KEEP_MS``), else ``None`` (also for a room that does not exist)."""
+    if not ids.is_valid(room_id, ids.ROOM):
+        raise GameError(f"not a room id: {room_id!r}")
+    pointers = await bus.wire.command("HMGET", room_key(room_id, "room"), "round", "last")
+    for rnd in pointers:
+        if rnd:
+            status = await bus.wire.command("HGET", round_key(room_id, as_text(rnd)), "status")
+            if status is not None:
+                return LatestRound(as_text(rnd), as_text(status) == "open")
+    return None
 
 
 def describe(result: Score) -> str:
@@ -111,7 +146,8 @@ def describe(result: Score) -> str:
 
 async def guess(bus: Bus, room_id: str, player_id: str, text: str | Sequence[str]) -> GuessResult:
     """Score a guess of exactly six emojis from the alphabet against the open round, keep the
-    player's best on the board, and notify the player."""
+    player's best on the round's board and today's, and notify the player of their best and
+    rank in the round."""
     try:
         emojis = parse_emojis(text)
     except ValueError as exc:
@@ -122,9 +158,10 @@ async def guess(bus: Bus, room_id: str, player_id: str, text: str | Sequence[str
     if now < rnd.starts_at_ms:
         raise GameError(f"the round starts in {(rnd.starts_at_ms - now + 999) // 1000} s")
     result = score(rnd.secret, emojis)
-    recorded = await board.record(bus, room_id, player.id, result.percentage)
-    standing = await board.rank(bus, room_id, player.id)
-    await notify(bus, player.chat, f"{describe(result)} · best {recorded.best}% · rank {standing}")
+    recorded = await board.record(bus, room_id, rnd.id, player.id, result.percentage)
+    standing = await board.rank(bus, board.round_board(room_id, rnd.id), player.id)
+    await notify(bus, player.chat,
+                 f"{describe(result)} · round best {recorded.best}% · rank {standing}")  # fmt: skip
     return GuessResult(result, recorded.best, recorded.improved, standing)
 
 
@@ -135,19 +172,28 @@ def standings_text(title: str, standings: Sequence[board.Standing], names: dict[
     return f"🏆 {title}\n" + "\n".join(lines)
 
 
-async def end_round(bus: Bus, room_id: str) -> list[board.Standing]:
-    """Close the open round and send the room its secret and standings.
+async def end_round(
+    bus: Bus, room_id: str, *, keep_ms: int = ENDED_ROUND_KEEP_MS
+) -> list[board.Standing]:
+    """Close the open round and send the room its secret and the round's standings.
 
-    Closing is one script (``round_end``): it ends the round and clears the room's pointer
-    together. Of concurrent calls exactly one ends the round and sends the results; the others
-    raise ``GameError`` "no round is open in <title>", as a call with no round open does."""
+    Closing is one script (``round_end``): it ends the round, clears the room's pointer and
+    sets the round and its board to expire after ``keep_ms`` (at least 1000) together. Of
+    concurrent calls exactly one ends the round and sends the results; the others raise
+    ``GameError`` "no round is open in <title>", as a call with no round open does."""
+    if isinstance(keep_ms, bool) or not isinstance(keep_ms, int) or keep_ms < MIN_KEEP_MS:
+        raise ValueError(f"keep_ms must be an int >= {MIN_KEEP_MS}, got {keep_ms!r}")
     room = await get_room(bus, room_id)
-    reply = await bus.wire.script("codemojex.game/round_end", [room_key(room.id, "room")], [])
+    reply = await bus.wire.script(
+        "codemojex.game/round_end",
+        [room_key(room.id, "room")],
+        [str(keep_ms), board.feed_channel(room.id), room.id],
+    )
     if reply[0] != 1:
         raise GameError(f"no round is open in {room.title}")
-    secret = as_text(reply[2])
-    standings = await board.top(bus, room.id, TOP_N)
+    round_id, secret = as_text(reply[1]), as_text(reply[2])
+    standings = await board.top(bus, board.round_board(room.id, round_id), TOP_N)
     names = await player_names(bus, [s.player for s in standings])
     await notify(bus, room.chat, f"Round over, the secret was {secret}\n"
-                 + standings_text(room.title, standings, names))  # fmt: skip
+                 + standings_text(f"{room.title}, round {round_id}", standings, names))  # fmt: skip
     return standings

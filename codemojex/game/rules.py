@@ -5,8 +5,8 @@ of the game raises for a move it refuses.
 Every message the game builds must fit Telegram's 4096 characters, counted as Telegram counts
 them (UTF-16 code units, so a character outside the Basic Multilingual Plane counts 2). The worst
 cases, every character of a name or title counting 2 and ``TOP_N`` standings of 100%: round
-results 1,670 (about 45 + 2·MAX_TITLE + TOP_N·(10 + 2·MAX_NAME)); daily digest 1,647; round
-announcement 368; guess reply about 100 (with the rank's digits); start reminder 55.
+results 1,692 (about 67 + 2·MAX_TITLE + TOP_N·(10 + 2·MAX_NAME)); daily digest 1,664; round
+announcement 368; guess reply about 110 (with the rank's digits); start reminder 55.
 ``tests/codemojex/game/test_game.py`` builds each message at these limits and checks it fits.
 Names and titles holding control or format characters or line breaks (Unicode categories Cc,
 Cf, Cs, Zl, Zp; the zero-width joiner of emoji sequences is allowed) are refused too, so no

@@ -124,9 +124,9 @@ async def _burst(bus: Bus, chats: list[int], per_chat: int) -> list[tuple[int, s
     return sent
 
 
-async def _record(bus: Bus, room: str, player: str, percentage: int) -> bool:
+async def _record(bus: Bus, room: str, round_id: str, player: str, percentage: int) -> bool:
     try:
-        await board.record(bus, room, player, percentage)
+        await board.record(bus, room, round_id, player, percentage)
     except BusError:  # our own connection may not be back yet
         return False
     return True
@@ -155,6 +155,9 @@ async def test_a_server_killed_mid_burst_is_restarted_and_every_notice_arrives_o
             ):
                 room = await game.create_room(bus, -1009000000001, "Chaos")
                 player = await game.create_player(bus, "Pat", 7_100_001)
+                # The page shows the round's board; the round sends the room two notices (its
+                # announcement and its start reminder), counted apart from the burst's.
+                rnd = await game.start_round(bus, room.id, starts_in_ms=0)
                 ws = await connect_websocket_url(
                     nursery, f"ws://127.0.0.1:{ws_port}/rooms/{room.id}"
                 )
@@ -170,16 +173,18 @@ async def test_a_server_killed_mid_burst_is_restarted_and_every_notice_arrives_o
                                     r"restarted it")  # fmt: skip
                 assert len(tg.deliveries) < len(sent), "the burst was over before the kill"
                 # The live feed resumed too: a score recorded now reaches the viewer.
-                await wait_for(partial(_record, bus, room.id, player.id, 42), timeout=30)
+                await wait_for(partial(_record, bus, room.id, rnd.id, player.id, 42), timeout=30)
                 with trio.fail_after(30):
                     top = json.loads(await ws.get_message())["top"]
                 assert [(t["name"], t["percentage"]) for t in top] == [("Pat", 42)]
                 await ws.aclose()
             with trio.fail_after(90):
-                await tg.wait_deliveries(len(sent))
+                await tg.wait_deliveries(len(sent) + 2)
             # The ledger: each notice exactly once, and in order within its chat.
-            delivered = [(d.chat_id, d.text) for d in tg.deliveries]
+            delivered = [(d.chat_id, d.text) for d in tg.deliveries if d.chat_id != room.chat]
             assert collections.Counter(delivered) == collections.Counter(sent)
+            to_room = sorted(d.text[0] for d in tg.deliveries if d.chat_id == room.chat)
+            assert to_room == sorted("🎲⏰"), "the round's two notices, once each"
             by_chat = tg.by_chat()
             for chat in chats:
                 assert by_chat[chat] == [f"burst {chat} #{i}" for i in range(3)]
@@ -188,7 +193,13 @@ async def test_a_server_killed_mid_burst_is_restarted_and_every_notice_arrives_o
                 lambda: archive_rows(tmp_path / "audit.sqlite", "text LIKE 'burst %'") == len(sent),
                 timeout=30,
             )
-            assert archive_rows(tmp_path / "audit.sqlite", "outcome = 'delivered'") == len(sent)
+            await wait_for(
+                lambda: (
+                    archive_rows(tmp_path / "audit.sqlite", "outcome = 'delivered'")
+                    == len(sent) + 2
+                ),
+                timeout=30,
+            )
             proc.send_signal(signal.SIGTERM)
             with trio.fail_after(20):
                 assert await proc.wait() == 0, out.text()

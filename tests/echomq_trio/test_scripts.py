@@ -282,14 +282,17 @@ def test_a_dotted_package_names_its_scripts(app_package: Path) -> None:
 
 async def test_an_app_script_runs_with_the_public_prelude(bus: Bus) -> None:
     # board_record packs the time since the id epoch (now_ms() - ID_EPOCH_MS) into the score.
+    from codemojex import game
     from codemojex.game import board
 
-    room = ids.generate("RMM")
+    room = (await game.create_room(bus, -8_000_000 - ids.node_id(), "Prelude Room")).id
+    rnd = (await game.start_round(bus, room, starts_in_ms=0)).id
     before = await bus.wire.server_time_ms()
-    assert (await board.record(bus, room, ids.generate("USR"), 70)).best == 70
+    assert (await board.record(bus, room, rnd, ids.generate("USR"), 70)).best == 70
     after = await bus.wire.server_time_ms()
-    (_, score), *_ = (await bus.wire.command("ZRANGE", board.board_key(room), "0", "0",
+    key = board.round_board(room, rnd).key
+    (_, score), *_ = (await bus.wire.command("ZRANGE", key, "0", "0",
                                              "WITHSCORES")).items()  # fmt: skip
     reached = ids.EPOCH_MS + 10**13 - 1 - round(float(score)) % 10**13
     assert before <= reached <= after
-    await bus.wire.command("DEL", board.board_key(room))
+    await game.end_round(bus, room)

@@ -1,14 +1,32 @@
--- board_record: keep a player's best percentage on a room's leaderboard, atomically, and tell
--- the live feed. Scores pack the percentage with the time it was first reached, so equal
--- percentages rank the earlier best first: score = pct * 1e13 + (1e13 - 1 - t), t in ms since
--- 2024-01-01, the id epoch (ID_EPOCH_MS, server clock). ZADD GT keeps only improvements (an
--- equal later best is smaller). Uses the bus's public prelude (now_ms, ID_EPOCH_MS).
--- KEYS[1] cm:{<room>}:board
--- ARGV[1] player id, ARGV[2] percentage (0-100), ARGV[3] feed channel, ARGV[4] room id
--- Returns {1 improved | 0 not, best percentage}.
-local since = now_ms() - ID_EPOCH_MS
-local score = tonumber(ARGV[2]) * 1e13 + (1e13 - 1 - since)
-local changed = redis.call('ZADD', KEYS[1], 'GT', 'CH', string.format('%.0f', score), ARGV[1])
-local best = math.floor(tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1])) / 1e13)
+-- board_record: offer a player's percentage in a room's open round: keep their best on the
+-- round's board and on today's board, atomically, and tell the live feed.
+-- KEYS[1] cm:{<room>}:round:<round id> (the round; it must be open), KEYS[2]
+-- cm:{<room>}:board:round:<round id> (its board). Today's board is cm:{<room>}:board:day:<n>,
+-- derived from KEYS[1]'s tag (same slot), n = floor(now_ms / 86400000): the UTC day of the
+-- server's clock, as codemojex.game.days numbers days.
+-- ARGV[1] player id, ARGV[2] percentage (0-100), ARGV[3] feed channel, ARGV[4] room id,
+-- ARGV[5] ms today's board is kept after the day ends.
+-- Scores pack the percentage with the time it was first reached, so equal percentages rank the
+-- earlier best first: score = pct * 1e13 + (1e13 - 1 - t), t in ms since 2024-01-01, the id
+-- epoch (ID_EPOCH_MS, server clock). ZADD GT keeps only improvements (an equal later best is
+-- smaller). Today's board expires ARGV[5] ms after its day ends (set on every record); the
+-- round's board gets its lifetime from round_end, and a round that is not open is refused, so
+-- no board outlives its round. Publishes the room id on the channel when the round's best rose.
+-- Uses the bus's public prelude (now_ms, ID_EPOCH_MS).
+-- Returns {1, 1 improved | 0 not, the player's best in the round, day n} recorded; {0} the
+-- round is not open (nothing written).
+local tag = string.match(KEYS[1], '^(cm:{[^}]*}:)round:[^:]+$')
+if not tag or KEYS[2] ~= tag .. 'board:' .. string.sub(KEYS[1], #tag + 1) then
+  return redis.error_reply('ERR board_record: KEYS must be cm:{<room>}:round:<id> and its board')
+end
+if redis.call('HGET', KEYS[1], 'status') ~= 'open' then return {0} end
+local now = now_ms()
+local score = string.format('%.0f', tonumber(ARGV[2]) * 1e13 + (1e13 - 1 - (now - ID_EPOCH_MS)))
+local changed = redis.call('ZADD', KEYS[2], 'GT', 'CH', score, ARGV[1])
+local best = math.floor(tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1])) / 1e13)
+local day = math.floor(now / 86400000)
+local today = tag .. 'board:day:' .. day
+redis.call('ZADD', today, 'GT', score, ARGV[1])
+redis.call('PEXPIREAT', today, (day + 1) * 86400000 + tonumber(ARGV[5]))
 if changed == 1 then redis.call('PUBLISH', ARGV[3], ARGV[4]) end
-return {changed, best}
+return {1, changed, best, day}

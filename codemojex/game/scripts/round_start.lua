@@ -2,9 +2,12 @@
 -- KEYS[1] cm:{<room>}:room (the room record), KEYS[2] cm:{<room>}:round:<round id> (the new
 -- round; same slot). A round already pointed at is read as cm:{<room>}:round:<id>, derived
 -- from KEYS[1]'s tag.
--- ARGV[1] round id, ARGV[2] secret (six emojis), ARGV[3] ms from the server's now to the start
--- Creates the round hash (secret, starts_at_ms, status open, opened_ms) and points the room at
--- it, or changes nothing: this script is the only writer of a round's opening.
+-- ARGV[1] round id, ARGV[2] secret (six emojis), ARGV[3] ms from the server's now to the start,
+-- ARGV[4] feed channel, ARGV[5] room id
+-- Creates the round hash (secret, starts_at_ms, status open, opened_ms), points the room at it
+-- and publishes the room id on the channel (the live page shows the new, empty board), or
+-- changes nothing: this script is the only writer of a round's opening. An open round has no
+-- lifetime (a room has at most one); round_end gives it one.
 -- Returns {1, starts_at_ms} opened; {0, open round id} refused: a round is open; {-1, ''} no
 -- such room.
 if string.sub(KEYS[1], -5) ~= ':room' then
@@ -21,4 +24,5 @@ local at = now + tonumber(ARGV[3])
 redis.call('HSET', KEYS[2], 'secret', ARGV[2], 'starts_at_ms', at, 'status', 'open',
   'opened_ms', now)
 redis.call('HSET', KEYS[1], 'round', ARGV[1])
+redis.call('PUBLISH', ARGV[4], ARGV[5])
 return {1, at}

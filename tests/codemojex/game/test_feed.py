@@ -1,5 +1,6 @@
-"""The live feed over real websockets: snapshot on connect, every change after, a slow viewer
-never holds up a fast one, pings drop dead viewers, and a stop says goodbye (1001)."""
+"""The live feed over real websockets: the current round's board on connect, every change after,
+a fresh board when a round starts, the final one when it ends; a slow viewer never holds up a
+fast one, pings drop dead viewers, and a stop says goodbye (1001)."""
 
 import json
 import struct
@@ -25,24 +26,31 @@ async def room(bus: Bus) -> game.Room:
     return await game.create_room(bus, -4242, "Feed Room")
 
 
+@pytest.fixture
+async def rnd(bus: Bus, room: game.Room) -> game.Round:
+    """A round open now in ``room``: the board the feed shows."""
+    return await game.start_round(bus, room.id, starts_in_ms=0)
+
+
 async def start_feed(nursery: trio.Nursery, bus: Bus, **kw: float) -> tuple[Feed, str]:
     feed = Feed(bus, **kw)  # type: ignore[arg-type]
     port = await nursery.start(feed.serve, "127.0.0.1", 0)
     return feed, f"ws://127.0.0.1:{port}"
 
 
-async def test_snapshot_then_updates(bus: Bus, room: game.Room) -> None:
+async def test_snapshot_then_updates(bus: Bus, room: game.Room, rnd: game.Round) -> None:
     alice = await game.create_player(bus, "Alice", 1)
     bob = await game.create_player(bus, "Bob", 2)
-    await board.record(bus, room.id, alice.id, 50)
+    await board.record(bus, room.id, rnd.id, alice.id, 50)
     async with trio.open_nursery() as nursery:
         _, base = await start_feed(nursery, bus)
         async with open_websocket_url(f"{base}/rooms/{room.id}") as ws:
             first = json.loads(await ws.get_message())
             assert first["title"] == "Feed Room"
+            assert (first["round"], first["open"]) == (rnd.id, True)
             assert first["top"] == [{"rank": 1, "player": alice.id, "name": "Alice",
                                      "percentage": 50}]  # fmt: skip
-            await board.record(bus, room.id, bob.id, 80)  # as any process would
+            await board.record(bus, room.id, rnd.id, bob.id, 80)  # as any process would
             with trio.fail_after(10):
                 update = json.loads(await ws.get_message())
             top = [(s["name"], s["percentage"]) for s in update["top"]]
@@ -61,7 +69,7 @@ async def test_unknown_rooms_are_refused(bus: Bus) -> None:
 
 
 async def test_a_slow_viewer_gets_the_latest_not_a_backlog_and_never_slows_a_fast_one(
-    bus: Bus, room: game.Room
+    bus: Bus, room: game.Room, rnd: game.Round
 ) -> None:
     players = [await game.create_player(bus, f"P{n:03d}" + "x" * 40, n) for n in range(150)]
     async with trio.open_nursery() as nursery:
@@ -72,7 +80,8 @@ async def test_a_slow_viewer_gets_the_latest_not_a_backlog_and_never_slows_a_fas
             await fast.get_message()
             updates = 300
             for n in range(updates):
-                await board.record(bus, room.id, players[n % 150].id, 1 + n * 99 // updates)
+                await board.record(bus, room.id, rnd.id, players[n % 150].id,
+                                   1 + n * 99 // updates)  # fmt: skip
             final = 1 + (updates - 1) * 99 // updates
             with trio.fail_after(30):  # the fast viewer keeps up while the slow one reads nothing
                 while True:
@@ -124,7 +133,7 @@ async def _raw_viewer(port: int, room: str, *, rcvbuf: int | None = None) -> tri
 
 
 async def test_viewers_vanishing_mid_update_never_take_the_feed_down(
-    bus: Bus, room: game.Room
+    bus: Bus, room: game.Room, rnd: game.Round
 ) -> None:
     players = [await game.create_player(bus, f"P{n}", n) for n in range(20)]
     async with trio.open_nursery() as nursery:
@@ -133,7 +142,8 @@ async def test_viewers_vanishing_mid_update_never_take_the_feed_down(
 
         async def churn_the_board() -> None:
             for n in range(10**6):
-                await board.record(bus, room.id, players[n % 20].id, min(100, 1 + n // 10))
+                await board.record(bus, room.id, rnd.id, players[n % 20].id,
+                                   min(100, 1 + n // 10))  # fmt: skip
 
         nursery.start_soon(churn_the_board)
         for _ in range(40):
@@ -149,7 +159,9 @@ async def test_viewers_vanishing_mid_update_never_take_the_feed_down(
         nursery.cancel_scope.cancel()
 
 
-async def test_pings_drop_a_viewer_whose_window_is_full(bus: Bus, room: game.Room) -> None:
+async def test_pings_drop_a_viewer_whose_window_is_full(
+    bus: Bus, room: game.Room, rnd: game.Round
+) -> None:
     players = [await game.create_player(bus, f"P{n:03d}" + "x" * 55, n) for n in range(150)]
     async with trio.open_nursery() as nursery:
         feed, base = await start_feed(nursery, bus, top_n=150, ping_interval_s=0.2,
@@ -157,14 +169,14 @@ async def test_pings_drop_a_viewer_whose_window_is_full(bus: Bus, room: game.Roo
         stream = await _raw_viewer(int(base.rsplit(":", 1)[1]), room.id, rcvbuf=4096)
         await wait_for(lambda: feed.statistics().viewers == 1)
         for n in range(1500):  # far more than its socket buffers hold; it never reads
-            await board.record(bus, room.id, players[n % 150].id, 1 + n * 99 // 1500)
+            await board.record(bus, room.id, rnd.id, players[n % 150].id, 1 + n * 99 // 1500)
         await wait_for(lambda: feed.statistics().viewers == 0, timeout=30)
         await stream.aclose()
         nursery.cancel_scope.cancel()
 
 
 async def test_a_change_whose_message_was_lost_reaches_viewers_by_resync(
-    bus: Bus, room: game.Room
+    bus: Bus, room: game.Room, rnd: game.Round
 ) -> None:
     # Pub/sub loses what is published while the subscriber's connection is down (a server
     # restart). Here the change is written with no message at all: the resync finds it.
@@ -173,7 +185,7 @@ async def test_a_change_whose_message_was_lost_reaches_viewers_by_resync(
         feed, base = await start_feed(nursery, bus, resync_s=0.2)
         async with open_websocket_url(f"{base}/rooms/{room.id}") as ws:
             assert json.loads(await ws.get_message())["top"] == []
-            key = board.board_key(room.id)
+            key = board.round_board(room.id, rnd.id).key
             await bus.wire.command("ZADD", key, str(70 * 10**13), alice.id)  # no PUBLISH
             with trio.fail_after(10):
                 update = json.loads(await ws.get_message())
@@ -227,3 +239,31 @@ async def test_a_viewer_that_never_answers_the_close_is_cut_at_the_deadline(
     reason = GOODBYE_REASON.encode()
     close_frame = bytes([0x88, 2 + len(reason)]) + GOODBYE_CODE.to_bytes(2, "big") + reason
     assert received.endswith(close_frame), received[-80:]
+
+
+async def test_a_new_round_pushes_a_fresh_board_and_an_ended_one_shows_final(
+    bus: Bus, room: game.Room
+) -> None:
+    alice = await game.create_player(bus, "Alice", 1)
+    async with trio.open_nursery() as nursery:
+        _, base = await start_feed(nursery, bus, resync_s=60)  # only what is published arrives
+        async with open_websocket_url(f"{base}/rooms/{room.id}") as ws:
+            first = json.loads(await ws.get_message())
+            assert (first["round"], first["open"], first["top"]) == (None, False, [])
+
+            async def next_board() -> dict[str, object]:
+                with trio.fail_after(10):
+                    return dict(json.loads(await ws.get_message()))
+
+            one = await game.start_round(bus, room.id, starts_in_ms=0)
+            assert (await next_board())["round"] == one.id
+            await game.guess(bus, room.id, alice.id, one.secret)
+            played = await next_board()
+            assert [(s["name"], s["percentage"]) for s in played["top"]] == [("Alice", 100)]
+            await game.end_round(bus, room.id)
+            final = await next_board()
+            assert (final["round"], final["open"], final["top"]) == (one.id, False, played["top"])
+            two = await game.start_round(bus, room.id, starts_in_ms=0)
+            fresh = await next_board()
+            assert (fresh["round"], fresh["open"], fresh["top"]) == (two.id, True, [])
+        nursery.cancel_scope.cancel()

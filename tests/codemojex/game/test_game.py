@@ -10,7 +10,8 @@ import pytest
 import trio
 
 from codemojex import game, ids
-from codemojex.game import board
+from codemojex.game import board, days
+from codemojex.game.rooms import round_key
 from codemojex.game.scoring import ALPHABET
 from codemojex.notify import notifier
 from codemojex.notify.notice import decode, telegram_length
@@ -83,6 +84,44 @@ async def test_a_round_announces_schedules_its_reminder_and_scores(
         await game.guess(bus, room.id, player.id, worse)
 
 
+async def test_an_ended_round_and_its_board_expire_after_their_keep(
+    bus: Bus, room_and_player: tuple[game.Room, game.Player]
+) -> None:
+    room, player = room_and_player
+
+    async def ttls(rnd: game.Round) -> list[int]:
+        keys = (round_key(room.id, rnd.id), board.round_board(room.id, rnd.id).key)
+        return [int(await bus.wire.command("PTTL", key)) for key in keys]
+
+    # By default an ended round is kept ENDED_ROUND_KEEP_MS; an open one has no lifetime.
+    first = await game.start_round(bus, room.id, starts_in_ms=0)
+    await game.guess(bus, room.id, player.id, first.secret)
+    assert await ttls(first) == [-1, -1]
+    await game.end_round(bus, room.id)
+    assert all(
+        game.ENDED_ROUND_KEEP_MS - 5_000 < t <= game.ENDED_ROUND_KEEP_MS for t in await ttls(first)
+    )
+    # With a short keep: the results are sent, the page shows the round as final, then both
+    # keys are gone and the room has nothing to show.
+    rnd = await game.start_round(bus, room.id, starts_in_ms=0)
+    await game.guess(bus, room.id, player.id, rnd.secret)
+    standings = await game.end_round(bus, room.id, keep_ms=1_500)
+    assert [(s.player, s.percentage) for s in standings] == [(player.id, 100)]
+    assert "Alice 100%" in (await _lane_texts(bus, room.chat))[-1]
+    assert all(0 < t <= 1_500 for t in await ttls(rnd))
+    assert await game.latest_round(bus, room.id) == game.LatestRound(rnd.id, open=False)
+
+    async def expired() -> bool:
+        return await ttls(rnd) == [-2, -2]  # -2: no such key
+
+    await wait_for(expired, timeout=15, step=0.1)
+    assert await game.latest_round(bus, room.id) is None
+    with pytest.raises(game.GameError, match="no round is open"):
+        await game.guess(bus, room.id, player.id, rnd.secret)
+    with pytest.raises(ValueError, match="keep_ms must be an int >= 1000"):
+        await game.end_round(bus, room.id, keep_ms=10)
+
+
 async def test_guess_validation_errors(
     bus: Bus, room_and_player: tuple[game.Room, game.Player]
 ) -> None:
@@ -125,16 +164,35 @@ async def test_digest_sends_every_room_its_top_ten(
 ) -> None:
     room, player = room_and_player
     other = await game.create_room(bus, room.chat - 1, "Other Room")
-    await board.record(bus, room.id, player.id, 42)
+    # The digest reports the day before it fires: yesterday's board (written as board_record
+    # packs a score), not today's, which is not over yet.
+    yesterday = days.digest_day(await bus.wire.server_time_ms())
+    yesterdays = board.day_board(room.id, yesterday).key
+    await bus.wire.command("ZADD", yesterdays, str(42 * 10**13), player.id)
+    rnd = await game.start_round(bus, room.id, starts_in_ms=0)
+    await game.guess(bus, room.id, player.id, rnd.secret)  # 100% today
     handler = game.game_handler(bus)
     await repeat.cancel(bus, game.GAME_QUEUE, game.DIGEST_NAME)
     await game.register_digest(bus, first_in_ms=0)
     await repeat.fire(bus, game.GAME_QUEUE)
     (job,) = await jobs.claim(bus, game.GAME_QUEUE, 10)
     assert await handler(job) is None
-    assert "Alice 42%" in (await _lane_texts(bus, room.chat))[-1]
+    text = (await _lane_texts(bus, room.chat))[-1]
+    assert "Alice 42%" in text and "100%" not in text
+    assert f"({days.day_label(yesterday)} UTC)" in text
     assert "no scores yet" in (await _lane_texts(bus, other.chat))[-1]
     await jobs.ack(bus, game.GAME_QUEUE, job.id, job.token)
+
+
+async def test_a_new_digest_first_fires_just_after_a_utc_midnight(bus: Bus) -> None:
+    await repeat.cancel(bus, game.GAME_QUEUE, game.DIGEST_NAME)
+    before = await bus.wire.server_time_ms()
+    _, first_run = await game.register_digest(bus)
+    # The script adds the delay to its own now, a few ms after the one it was computed from.
+    late = first_run % game.DAY_MS - days.DIGEST_AFTER_MIDNIGHT_MS
+    assert 0 <= late < 5_000
+    assert before < first_run <= before + game.DAY_MS + days.DIGEST_AFTER_MIDNIGHT_MS
+    await repeat.cancel(bus, game.GAME_QUEUE, game.DIGEST_NAME)
 
 
 async def _rooms(bus: Bus, n: int) -> list[game.Room]:
@@ -386,6 +444,10 @@ async def test_every_message_fits_telegram_at_the_input_limits(bus: Bus) -> None
         await game.guess(bus, room.id, player.id, adjacent)
         await game.guess(bus, room.id, player.id, s)  # 100%: the widest percentage
     await game.end_round(bus, room.id)
+    # Tomorrow's digest reports today: today's board as yesterday's, for a digest sent now.
+    today = days.day_of(await bus.wire.server_time_ms())
+    await bus.wire.command("COPY", board.day_board(room.id, today).key,
+                           board.day_board(room.id, today - 1).key)  # fmt: skip
     await game.send_digest(bus, ids.new(ids.JOB))
 
     room_texts = await _lane_texts(bus, chat)

@@ -1,5 +1,7 @@
-"""The leaderboard page in a real headless Chromium: it shows the board, and a new score appears
-without a reload."""
+"""The leaderboard page in a real headless Chromium: it shows the current round's board and says
+so, a new score appears without a reload, and a new round starts an empty board."""
+
+from functools import partial
 
 import pytest
 import trio
@@ -20,7 +22,8 @@ async def test_page_shows_the_board_and_updates_in_place(bus: Bus) -> None:
     room = await game.create_room(bus, -777, "Browser Room")
     alice = await game.create_player(bus, "Alice", 1)
     bob = await game.create_player(bus, "Bob", 2)
-    await board.record(bus, room.id, alice.id, 61)
+    rnd = await game.start_round(bus, room.id, starts_in_ms=0)
+    await board.record(bus, room.id, rnd.id, alice.id, 61)
     async with trio.open_nursery() as nursery:
         feed = Feed(bus)
         feed_port = await nursery.start(feed.serve, "127.0.0.1", 0)
@@ -42,7 +45,9 @@ async def test_page_shows_the_board_and_updates_in_place(bus: Bus) -> None:
                 "Browser Room"
             )
             await page.evaluate("window.__marker = 'same page'")  # gone if the page reloads
-            await board.record(bus, room.id, bob.id, 88)
+            shows = "document.querySelector('#shows').textContent"
+            assert await page.evaluate(shows) == f"Round {rnd.id} · this round's best"
+            await board.record(bus, room.id, rnd.id, bob.id, 88)
 
             async def shows_bob_first() -> bool:
                 text = await board_text()
@@ -51,4 +56,16 @@ async def test_page_shows_the_board_and_updates_in_place(bus: Bus) -> None:
             await wait_for(shows_bob_first, timeout=30, step=0.1)
             assert await page.evaluate("window.__marker") == "same page"
             assert "88%" in await board_text()
+
+            async def says(text: str) -> bool:
+                return bool(await page.evaluate(shows) == text)
+
+            await game.end_round(bus, room.id)
+            await wait_for(partial(says, f"Round {rnd.id} · final standings"), timeout=30, step=0.1)
+            assert "Bob" in await board_text()
+            second = await game.start_round(bus, room.id, starts_in_ms=0)
+            await wait_for(partial(says, f"Round {second.id} · this round's best"), timeout=30,
+                           step=0.1)  # fmt: skip
+            assert await board_text() == ""  # a new round, an empty board
+            assert await page.evaluate("window.__marker") == "same page"
         nursery.cancel_scope.cancel()
