@@ -24,10 +24,13 @@ from tests.support import ROOT, read_line, spawn
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-SCALE = 10
-LIMITS = Limits().scaled(SCALE)
+SCALE = 4
+LIMITS = Limits().scaled(SCALE)  # 30 per 250 ms, 3 per 750 ms per private chat
 TOKEN = "123456:TEST"
-MARGIN_MS = 200  # covers arrival jitter on a loaded 2-core machine (windows are 100-300 ms)
+# A send may arrive up to half the margin off its slot and still fit (rate_take.lua). CI saw
+# arrivals more than 100 ms off on a loaded 2-core machine with three workers, the stand-in and
+# the server sharing it; 600 ms leaves 300 ms for that jitter, at 35 sends/s across the workers.
+MARGIN_MS = 600
 
 
 @asynccontextmanager
@@ -57,8 +60,8 @@ def worker_process(url: str, queue: str, tg: TelegramStandIn, *extra: str):  # t
 async def test_hundred_chats_through_three_processes_in_order_within_limits(
     bus: Bus, queue: str, server_url: str
 ) -> None:
-    chats = [1000 + c for c in range(100)]
-    async with open_stand_in(TOKEN, LIMITS, keep=2000) as tg:  # every delivery's record kept
+    chats, each = [1000 + c for c in range(100)], 8
+    async with open_stand_in(TOKEN, LIMITS, keep=len(chats) * each) as tg:  # every delivery kept  # every delivery's record kept
         async with (
             worker_process(server_url, queue, tg) as w1,
             worker_process(server_url, queue, tg) as w2,
@@ -66,19 +69,19 @@ async def test_hundred_chats_through_three_processes_in_order_within_limits(
         ):
             for w in (w1, w2, w3):
                 assert await read_line(w) == "ready"
-            for n in range(20):
+            for n in range(each):
                 for chat in chats:
                     await notify(bus, chat, f"{chat}:{n}", queue=queue)
             with trio.fail_after(180):
-                await tg.wait_deliveries(2000)
+                await tg.wait_deliveries(len(chats) * each)
         by_chat = tg.by_chat()
         for chat in chats:
-            assert by_chat[chat] == [f"{chat}:{n}" for n in range(20)], f"chat {chat} out of order"
+            assert by_chat[chat] == [f"{chat}:{n}" for n in range(each)], f"chat {chat} out of order"
         assert tg.rate_limited == 0, "the stand-in had to answer a rate-limit 429"
         assert tg.max_in_window(LIMITS.global_.window_ms) <= LIMITS.global_.limit
         for chat in chats:
             assert tg.max_in_window(LIMITS.private.window_ms, chat) <= LIMITS.private.limit
-        assert len(tg.deliveries) == 2000
+        assert len(tg.deliveries) == len(chats) * each
 
 
 @pytest.mark.timeout_s(120)
@@ -132,7 +135,8 @@ async def test_three_server_errors_then_delivered_on_attempt_four(bus: Bus, queu
         async with in_process_worker(bus, queue, tg) as worker:
             await tg.wait_deliveries(1)
             await wait_for(lambda: worker.consumer.statistics().acked == 1)
-        assert await _claimed_attempts(bus, queue) == [1, 2, 3, 4]
+        # A rate-limit deferral claims the same attempt again; the attempts go 1, 2, 3, 4.
+        assert list(dict.fromkeys(await _claimed_attempts(bus, queue))) == [1, 2, 3, 4]
         assert worker.statistics().retried == 3
 
 
