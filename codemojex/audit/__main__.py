@@ -35,6 +35,7 @@ import trio
 from codemojex.audit import segments
 from codemojex.audit.archive import NotAnArchive, read_archive
 from codemojex.audit.archiver import (
+    DEFAULT_FORGET_IDLE_MS,
     DEFAULT_MIN_IDLE_MS,
     DEFAULT_SEGMENT_EVERY_S,
     DEFAULT_SEGMENT_ROWS,
@@ -156,7 +157,8 @@ async def _archive(args: argparse.Namespace) -> None:
         archiver = Archiver(bus, args.db, replica, queue=args.queue,
                             segment_rows=args.segment_rows,
                             segment_every_s=args.segment_every,
-                            min_idle_ms=args.min_idle_ms)  # fmt: skip
+                            min_idle_ms=args.min_idle_ms,
+                            forget_idle_ms=args.forget_idle_ms)  # fmt: skip
         async with trio.open_nursery() as nursery:
             await nursery.start(archiver.run)
             start = {"archiving": args.queue, "server": bus.url, "db": str(args.db),
@@ -200,6 +202,9 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--min-idle-ms", type=int, default=DEFAULT_MIN_IDLE_MS,
                    help="take over records a crashed archiver left idle this many ms "
                    "(default: %(default)s)")  # fmt: skip
+    a.add_argument("--forget-idle-ms", type=int, default=DEFAULT_FORGET_IDLE_MS,
+                   help="remove members of the stream's group (past runs) that hold nothing and "
+                   "have been idle this many ms (default: %(default)s)")  # fmt: skip
     a.add_argument("--json", action="store_true", help="print the start line as JSON")
     for sp in (q, c, s, r, a):
         sp.add_argument("--db", required=True, help="path of the SQLite archive")

@@ -29,7 +29,7 @@ import attrs
 import trio
 
 from codemojex.audit.archive import ArchiveStore
-from codemojex.audit.folder import Folder, FolderStats
+from codemojex.audit.folder import DEFAULT_FORGET_IDLE_MS, Folder, FolderStats
 from codemojex.audit.replica import Replica
 from codemojex.audit.replicator import DEFAULT_REPLICA_RETRY, Replicator, ReplicatorStats
 from codemojex.notify.notifier import NOTIFY_QUEUE
@@ -39,6 +39,7 @@ from echomq_trio.datadir import OwnerLock, hold, private_dir
 
 __all__ = [
     "DEFAULT_BATCH",
+    "DEFAULT_FORGET_IDLE_MS",
     "DEFAULT_MIN_IDLE_MS",
     "DEFAULT_SEGMENT_EVERY_S",
     "DEFAULT_SEGMENT_ROWS",
@@ -76,6 +77,7 @@ class Archiver:
         segment_rows: int = DEFAULT_SEGMENT_ROWS,
         segment_every_s: float = DEFAULT_SEGMENT_EVERY_S,
         min_idle_ms: int = DEFAULT_MIN_IDLE_MS,
+        forget_idle_ms: int = DEFAULT_FORGET_IDLE_MS,
         poll_s: float = 0.2,
         replica_retry: Policy = DEFAULT_REPLICA_RETRY,
         drain_quiet_s: float = 0.5,
@@ -90,8 +92,9 @@ class Archiver:
                                      segment_rows=segment_rows, segment_every_s=segment_every_s,
                                      poll_s=poll_s, retry=replica_retry)  # fmt: skip
         self.folder = Folder(bus, self.store, queue=queue, consumer=self.consumer, batch=batch,
-                             min_idle_ms=min_idle_ms, poll_s=poll_s, drain_quiet_s=drain_quiet_s,
-                             drain_max_s=drain_max_s, may_read=self._may_read)  # fmt: skip
+                             min_idle_ms=min_idle_ms, forget_idle_ms=forget_idle_ms,
+                             poll_s=poll_s, drain_quiet_s=drain_quiet_s, drain_max_s=drain_max_s,
+                             may_read=self._may_read)  # fmt: skip
 
     def statistics(self) -> ArchiverStats:
         return ArchiverStats(self.folder.statistics(), self.replicator.statistics())

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,6 +22,7 @@ import pytest
 import trio
 
 from codemojex.audit import ArchiveDB, Archiver, AuditRow, fold, read_archive, restore
+from codemojex.audit.folder import GROUP
 from codemojex.audit.replica import DirectoryReplica, NameTaken, S3Replica, open_replica
 from codemojex.audit.segments import segment_name
 from codemojex.notify.limits import Limits
@@ -29,9 +31,10 @@ from codemojex.notify.rate_limiter import RateLimiter
 from codemojex.notify.telegram import open_bot
 from codemojex.notify.worker import NotificationWorker
 from codemojex.standin.bot_api import Scripted, TelegramStandIn, open_stand_in
-from echomq_trio import Bus, Exponential, Jitter, Metronome, jobs
+from echomq_trio import Bus, Exponential, Jitter, Metronome, audit, ids, jobs
 from echomq_trio.audit import AuditOutcome, AuditRecord
 from echomq_trio.datadir import InUse
+from echomq_trio.protocol import as_text
 from echomq_trio.server import free_port
 from tests.conftest import wait_for
 from tests.support import ROOT, read_line, spawn
@@ -145,7 +148,7 @@ async def test_archiver_killed_mid_batch_and_restarted_loses_and_doubles_nothing
     db, rep = tmp_path / "audit.sqlite", tmp_path / "replica"
     args = ["archive", "--url", server_url, "--queue", queue, "--db", str(db)]
     args += ["--replica", str(rep), "--segment-rows", "20", "--segment-every", "0.2"]
-    args += ["--min-idle-ms", "300"]
+    args += ["--min-idle-ms", "300", "--forget-idle-ms", "200"]
     sent: list[str] = []
     await jobs.set_audit(bus, queue)  # the queue exists on the server, as the service's would
     async with open_stand_in(TOKEN, LIMITS) as tg, trio.open_nursery() as nursery:
@@ -165,12 +168,67 @@ async def test_archiver_killed_mid_batch_and_restarted_loses_and_doubles_nothing
                 return len(rows_of(db)) >= len(sent)
 
             await wait_for(archived, timeout=60, step=0.2)
+            # The killed run's member is taken over and then removed: only this run's is left.
+            this_run = f"{socket.gethostname()}-{second.pid}"
+            await wait_for(lambda: _members_are(bus, queue, {this_run}), timeout=30)
         nursery.cancel_scope.cancel()
     rows = rows_of(db)
     ids = [r["notice_id"] for r in rows]
     assert len(ids) == len(set(ids)) == len(sent) and set(ids) == set(sent)
     pending = await bus.wire.command("XPENDING", bus.keys(queue).prefix + "audit", "archiver")
     assert int(pending[0]) == 0
+
+
+async def _members(bus: Bus, queue: str) -> dict[str, int]:
+    """The members of the archiver's group on the audit stream, and what each holds."""
+    raw = await bus.wire.command("XINFO", "CONSUMERS", bus.keys(queue).audit, GROUP)
+    return {as_text(m[b"name"]): int(m[b"pending"]) for m in raw}
+
+
+async def _members_are(bus: Bus, queue: str, names: set[str]) -> bool:
+    return set(await _members(bus, queue)) == names
+
+
+async def _settle(bus: Bus, queue: str, n: int) -> list[str]:
+    """``n`` notices settled (acked) at once, without a worker; their notice ids."""
+    sent = [ids.generate("NOT") for _ in range(n)]
+    for notice in sent:
+        payload = json.dumps({"chat": 1, "text": "t", "opts": {}, "id": notice, "attempt": 1})
+        await jobs.enqueue(bus, queue, ids.generate("JOB"), payload)
+    for job in await jobs.claim(bus, queue, n):
+        await jobs.ack(bus, queue, job.id, job.token)
+    return sent
+
+
+@pytest.mark.timeout_s(120)
+async def test_restarts_do_not_grow_the_group_s_members(
+    bus: Bus, queue: str, tmp_path: Path
+) -> None:
+    db, replica = tmp_path / "audit.sqlite", DirectoryReplica(tmp_path / "replica")
+    await audit.enable(bus, queue)
+    await audit.create_group(bus, queue, GROUP)
+    sent = await _settle(bus, queue, 3)
+    crashed = await audit.read(bus, queue, GROUP, "crashed-run", 10)  # and never acknowledged
+    assert len(crashed) == 3 and await _members(bus, queue) == {"crashed-run": 3}
+    forgotten = 0
+    for run in range(4):  # each run is named per process; here, per run
+        archiver = Archiver(bus, db, replica, queue=queue, consumer=f"run-{run}", min_idle_ms=200,
+                            forget_idle_ms=100, poll_s=0.02)  # fmt: skip
+        async with trio.open_nursery() as nursery:
+            await nursery.start(archiver.run)
+            sent += await _settle(bus, queue, 2)
+            # The past run's member goes once what it held is taken over: one member is left.
+            await wait_for(partial(_members_are, bus, queue, {f"run-{run}"}), timeout=30)
+            await wait_for(partial(off_thread, _archived, db, len(sent)), timeout=30)
+            nursery.cancel_scope.cancel()
+        forgotten += archiver.statistics().folder.forgotten
+    assert forgotten == 4, "crashed-run, run-0, run-1 and run-2"
+    assert sorted(r["notice_id"] for r in await off_thread(rows_of, db)) == sorted(sent)
+    assert await _members(bus, queue) == {"run-3": 0}
+
+
+def _archived(db: Path, rows: int) -> bool:
+    return read_archive(db, lambda d: d.max_seq() >= rows)
 
 
 async def test_two_archivers_on_one_replica_the_older_is_fenced(
