@@ -15,7 +15,10 @@ Theory of operation:
   into one database. ``run`` reports started once the local side is ready (lock, database, the
   stream's consumer group); the replica is reached in the background.
 * Cancellation (a clean stop) drains: the folder keeps folding what the workers stopping
-  alongside settle, so after a clean stop the archive has a row for every settled notice.
+  alongside settle, so after a clean stop the archive has a row for every settled notice. Then
+  the replicator writes what is committed but not yet replicated as a final segment (shielded,
+  at most ``final_segment_s``), so after a clean stop the replica is complete too; a replica that
+  is down then is said in one line, and the rows follow at the next start.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from echomq_trio.datadir import OwnerLock, hold, private_dir
 
 __all__ = [
     "DEFAULT_BATCH",
+    "DEFAULT_FINAL_SEGMENT_S",
     "DEFAULT_FORGET_IDLE_MS",
     "DEFAULT_MIN_IDLE_MS",
     "DEFAULT_SEGMENT_EVERY_S",
@@ -51,6 +55,7 @@ DEFAULT_BATCH = 500  # stream entries per read
 DEFAULT_SEGMENT_ROWS = 1000  # rows that make a segment at once
 DEFAULT_SEGMENT_EVERY_S = 5.0  # seconds before fewer rows make a segment
 DEFAULT_MIN_IDLE_MS = 30_000  # a crashed archiver's entries are taken over after this
+DEFAULT_FINAL_SEGMENT_S = 10.0  # a clean stop gives the final segment this long
 
 
 @attrs.frozen
@@ -82,12 +87,14 @@ class Archiver:
         replica_retry: Policy = DEFAULT_REPLICA_RETRY,
         drain_quiet_s: float = 0.5,
         drain_max_s: float = 5.0,
+        final_segment_s: float = DEFAULT_FINAL_SEGMENT_S,
     ) -> None:
         self.bus = bus
         self.store = ArchiveStore(db_path)
         self.replica = replica
         self.queue = queue
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
+        self.final_segment_s = final_segment_s
         self.replicator = Replicator(self.store, replica, holder=self.consumer,
                                      segment_rows=segment_rows, segment_every_s=segment_every_s,
                                      poll_s=poll_s, retry=replica_retry)  # fmt: skip
@@ -120,7 +127,12 @@ class Archiver:
                 task_status.started()
                 if new_db:
                     await self.replicator.reconciled.wait()  # it may start from the replica
-                await self.folder.run()
+                try:
+                    await self.folder.run()
+                except trio.Cancelled:
+                    # A clean stop: the folder has drained; what it committed goes off-box now.
+                    await self.replicator.final_segment(self.final_segment_s)
+                    raise
         finally:
             await self.store.aclose()
             lock.release()

@@ -18,6 +18,10 @@ Theory of operation:
   OS error) is retried with capped exponential backoff and full jitter (``retry``); one line is
   logged when it goes down and one when it is back, and ``statistics`` shows the outage. When it
   is back, every segment still missing is written, in order.
+* A clean stop writes a final segment: once the folder has drained, ``final_segment`` writes
+  every committed row not yet replicated, at once (shielded, with a deadline). One try: a replica
+  that is down, fails, or does not answer in time leaves them in the local archive for the next
+  start, said in one log line; nothing is lost.
 * ``restore`` rebuilds a database from the segments, in order, in one transaction.
 """
 
@@ -269,6 +273,46 @@ class Replicator:
         self._count(segments=self._stats.segments + 1)
         self._last_cut = trio.current_time()
         return n
+
+    async def final_segment(self, within_s: float) -> int:
+        """A clean stop: write every committed row not yet replicated now, as a last segment
+        (several when they are more than ``segment_rows``), shielded for at most ``within_s``
+        seconds; returns the segments written. One try, no backoff: when the replica is down,
+        fails, or does not answer in time, the rows stay in the local archive for the next start,
+        and one line says so. Nothing is written by a fenced replicator."""
+        written, why = 0, None
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + within_s) as scope:
+            async with self._replicating:
+                if self._stats.fenced is not None or not await self._unreplicated():
+                    return 0
+                if not self._stats.replicating:  # no epoch yet: the replica never answered
+                    why = self._stats.replica_error or "the replica has not answered yet"
+                while why is None:
+                    try:
+                        n = await self._replicate(force=True)
+                    except Exception as exc:  # the replica's own errors: OSError, boto's, ...
+                        self._count(replica_errors=self._stats.replica_errors + 1,
+                                    replica_error=one_line(exc))  # fmt: skip
+                        why = self._stats.replica_error
+                        break
+                    if not n:
+                        break
+                    written += 1
+                left = await self._unreplicated()
+                if left and why is None and self._stats.fenced is None:
+                    why = "the replica was busy"
+        if scope.cancelled_caught:
+            left, why = -1, f"no answer within {within_s:g} s"
+        if left and why is not None:
+            log.warning("archiver: stopping with committed rows not replicated to %s (%s); they "
+                        "are kept in %s and follow at the next start", self.replica.describe(),
+                        why, self.store.path)  # fmt: skip
+        return written
+
+    async def _unreplicated(self) -> int:
+        """How many rows (at most) are committed but not replicated."""
+        upto = int(await self.store.get_meta("replicated_seq", "0") or 0)
+        return max(await self.store.max_seq() - upto, 0)
 
 
 def _header_or_none(data: bytes) -> segments.Header | None:

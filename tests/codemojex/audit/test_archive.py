@@ -521,6 +521,59 @@ async def test_a_clean_stop_folds_what_the_workers_settle_while_stopping(
     assert int(audit_len) == 0, "a record was left in the stream"
 
 
+@pytest.mark.parametrize("where", ["directory", "s3"])
+async def test_a_clean_stop_leaves_the_replica_complete(
+    bus: Bus, queue: str, tmp_path: Path, where: str, request: pytest.FixtureRequest
+) -> None:
+    replica = (DirectoryReplica(tmp_path / "replica") if where == "directory"
+               else request.getfixturevalue("s3_replica"))  # fmt: skip
+    db = tmp_path / "audit.sqlite"
+    # Segments are cut at 10,000 rows or hourly: nothing is replicated while it runs.
+    archiver = Archiver(bus, db, replica, queue=queue, segment_rows=10_000, segment_every_s=3600,
+                        poll_s=0.02)  # fmt: skip
+    async with trio.open_nursery() as nursery:
+        await nursery.start(archiver.run)
+        await wait_for(lambda: archiver.statistics().replicator.replicating)
+        sent = await _settle(bus, queue, 25)
+        await wait_for(lambda: archiver.statistics().folder.archived == len(sent))
+        assert archiver.statistics().replicator.segments == 0
+        nursery.cancel_scope.cancel()  # a clean stop
+    assert archiver.statistics().replicator.segments == 1, "one final segment"
+    restored = tmp_path / "restored.sqlite"
+    assert await off_thread(restore, replica, restored) == len(sent)
+    assert await off_thread(rows_of, restored) == await off_thread(rows_of, db)
+
+
+async def test_a_replica_down_at_a_clean_stop_is_one_line_and_the_next_start_catches_up(
+    bus: Bus, queue: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="codemojex.audit.replicator")
+    replica = FlakyReplica(tmp_path / "replica")  # refuses segments while down
+    db = tmp_path / "audit.sqlite"
+    first = Archiver(bus, db, replica, queue=queue, segment_rows=10_000, segment_every_s=3600,
+                     poll_s=0.02)  # fmt: skip
+    async with trio.open_nursery() as nursery:
+        await nursery.start(first.run)
+        await wait_for(lambda: first.statistics().replicator.replicating)
+        sent = await _settle(bus, queue, 10)
+        await wait_for(lambda: first.statistics().folder.archived == len(sent))
+        nursery.cancel_scope.cancel()  # a clean stop, the replica down
+    said = [r.getMessage() for r in caplog.records if r.name == "codemojex.audit.replicator"
+            and r.levelno >= logging.WARNING]  # fmt: skip
+    assert len(said) == 1 and "not replicated" in said[0] and "replica unreachable" in said[0]
+    assert replica.names("segments/") == [] and first.statistics().replicator.segments == 0
+    assert sorted(r["notice_id"] for r in await off_thread(rows_of, db)) == sorted(sent)
+    replica.down = False  # the next start, the replica back: it catches up
+    second = Archiver(bus, db, replica, queue=queue, segment_every_s=0.05, poll_s=0.02)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(second.run)
+        await wait_for(lambda: off_thread(_fully_replicated, db, len(sent)), timeout=30)
+        nursery.cancel_scope.cancel()
+    restored = tmp_path / "restored.sqlite"
+    assert await off_thread(restore, replica, restored) == len(sent)
+    assert await off_thread(rows_of, restored) == await off_thread(rows_of, db)
+
+
 # --- replica outages: a real S3 server process, stopped and started again on its port ---------
 
 
