@@ -1,5 +1,6 @@
 """``Archiver``: folds the notification queue's audit stream into the local archive, off the hot
-path, and replicates committed rows off-box in numbered, create-only segments.
+path, and replicates committed rows off-box in numbered, create-only segments, compacted into
+larger objects under numbered manifests as they accumulate.
 
 Theory of operation:
 
@@ -32,6 +33,7 @@ import attrs
 import trio
 
 from codemojex.audit.archive import ArchiveStore
+from codemojex.audit.compaction import DEFAULT_COMPACT_ROWS, DEFAULT_COMPACT_SEGMENTS
 from codemojex.audit.folder import DEFAULT_FORGET_IDLE_MS, Folder, FolderStats
 from codemojex.audit.replica import Replica
 from codemojex.audit.replicator import DEFAULT_REPLICA_RETRY, Replicator, ReplicatorStats
@@ -42,6 +44,8 @@ from echomq_trio.datadir import OwnerLock, hold, private_dir
 
 __all__ = [
     "DEFAULT_BATCH",
+    "DEFAULT_COMPACT_ROWS",
+    "DEFAULT_COMPACT_SEGMENTS",
     "DEFAULT_FINAL_SEGMENT_S",
     "DEFAULT_FORGET_IDLE_MS",
     "DEFAULT_MIN_IDLE_MS",
@@ -81,6 +85,8 @@ class Archiver:
         batch: int = DEFAULT_BATCH,
         segment_rows: int = DEFAULT_SEGMENT_ROWS,
         segment_every_s: float = DEFAULT_SEGMENT_EVERY_S,
+        compact_segments: int = DEFAULT_COMPACT_SEGMENTS,
+        compact_rows: int = DEFAULT_COMPACT_ROWS,
         min_idle_ms: int = DEFAULT_MIN_IDLE_MS,
         forget_idle_ms: int = DEFAULT_FORGET_IDLE_MS,
         poll_s: float = 0.2,
@@ -97,7 +103,9 @@ class Archiver:
         self.final_segment_s = final_segment_s
         self.replicator = Replicator(self.store, replica, holder=self.consumer,
                                      segment_rows=segment_rows, segment_every_s=segment_every_s,
-                                     poll_s=poll_s, retry=replica_retry)  # fmt: skip
+                                     poll_s=poll_s, retry=replica_retry,
+                                     compact_segments=compact_segments,
+                                     compact_rows=compact_rows)  # fmt: skip
         self.folder = Folder(bus, self.store, queue=queue, consumer=self.consumer, batch=batch,
                              min_idle_ms=min_idle_ms, forget_idle_ms=forget_idle_ms,
                              poll_s=poll_s, drain_quiet_s=drain_quiet_s, drain_max_s=drain_max_s,
@@ -141,6 +149,12 @@ class Archiver:
         """Write the next segment if one is due (``force``: whatever rows wait); returns its
         number, 0 when none was written (see ``Replicator.replicate``)."""
         return await self.replicator.replicate(force=force)
+
+    async def compact(self, *, force: bool = False) -> int:
+        """Compact the replica if it is due (``force``: whatever segments follow its newest
+        manifest); returns the number of the manifest written, 0 when none was (see
+        ``Replicator.compact``)."""
+        return await self.replicator.compact(force=force)
 
     def _hold(self) -> OwnerLock:
         path = self.store.path

@@ -11,8 +11,7 @@ import socket
 import stat
 import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,7 +22,7 @@ import trio
 
 from codemojex.audit import ArchiveDB, Archiver, AuditRow, fold, read_archive, restore
 from codemojex.audit.folder import GROUP
-from codemojex.audit.replica import DirectoryReplica, NameTaken, S3Replica, open_replica
+from codemojex.audit.replica import DirectoryReplica, NameTaken, Replica, S3Replica, open_replica
 from codemojex.audit.segments import segment_name
 from codemojex.notify.limits import Limits
 from codemojex.notify.notifier import notify
@@ -327,40 +326,6 @@ async def test_restore_rebuilds_the_same_rows(bus: Bus, queue: str, tmp_path: Pa
 # --- S3-compatible storage (moto's server on loopback) ----------------------------------------
 
 
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            time.sleep(0.1)  # sync fixture, outside trio
-    else:
-        proc.kill()
-        raise RuntimeError("moto server did not start")
-    yield f"http://127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(10)
-
-
-@pytest.fixture
-def s3_replica(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> S3Replica:
-    import boto3
-
-    for key, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-                       "AWS_DEFAULT_REGION": "us-east-1"}.items():  # fmt: skip
-        monkeypatch.setenv(key, value)
-    bucket = "audit-" + os.urandom(4).hex()
-    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=bucket)
-    return S3Replica(bucket, "cm", endpoint_url=s3_endpoint)
-
-
 def test_s3_segments_are_create_only(s3_replica: S3Replica) -> None:
     s3_replica.put_new("segments/00000000000000000001.jsonl", b"first")
     with pytest.raises(NameTaken):
@@ -544,6 +509,39 @@ async def test_a_clean_stop_leaves_the_replica_complete(
     assert await off_thread(rows_of, restored) == await off_thread(rows_of, db)
 
 
+@pytest.mark.parametrize("where", ["directory", "s3"])
+@pytest.mark.timeout_s(120)
+async def test_the_archiver_compacts_as_it_goes_and_restore_stays_equal(
+    bus: Bus, queue: str, tmp_path: Path, where: str, request: pytest.FixtureRequest
+) -> None:
+    replica = (DirectoryReplica(tmp_path / "replica") if where == "directory"
+               else request.getfixturevalue("s3_replica"))  # fmt: skip
+    db = tmp_path / "audit.sqlite"
+    archiver = Archiver(bus, db, replica, queue=queue, segment_rows=4, segment_every_s=0.02,
+                        compact_segments=3, compact_rows=30, poll_s=0.02)  # fmt: skip
+    sent: list[str] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(archiver.run)
+        for _ in range(12):  # notices settle in batches; segments and compactions follow
+            sent += await _settle(bus, queue, 9)
+            await wait_for(partial(off_thread, _fully_replicated, db, len(sent)), timeout=30)
+        await wait_for(lambda: archiver.statistics().replicator.compactions >= 6, timeout=30)
+
+        async def cleaned_up() -> bool:  # the last compaction's clean-up is done
+            return len(await off_thread(replica.names, "manifests/")) == 2
+
+        await wait_for(cleaned_up, timeout=30)
+        nursery.cancel_scope.cancel()
+    stats = archiver.statistics().replicator
+    assert stats.fenced is None and stats.deleted > 0 and stats.segments >= 27
+    manifests = await off_thread(replica.names, "manifests/")
+    segments_left = await off_thread(replica.names, "segments/")
+    # Segments the newest manifest covers, and those after it (the last, the clean stop's).
+    assert len(manifests) == 2 and len(segments_left) <= 2 * 3, "superseded pieces are gone"
+    assert sorted(r["notice_id"] for r in await off_thread(rows_of, db)) == sorted(sent)
+    await _same_rows_after_restore(replica, db, tmp_path)
+
+
 async def test_a_replica_down_at_a_clean_stop_is_one_line_and_the_next_start_catches_up(
     bus: Bus, queue: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -643,7 +641,7 @@ def _replica_lines(caplog: pytest.LogCaptureFixture) -> tuple[int, int]:
     return sum("is failing" in m for m in said), sum("is back after" in m for m in said)
 
 
-async def _same_rows_after_restore(replica: S3Replica, db: Path, tmp_path: Path) -> None:
+async def _same_rows_after_restore(replica: Replica, db: Path, tmp_path: Path) -> None:
     restored = tmp_path / f"restored-{os.urandom(3).hex()}.sqlite"
     await off_thread(restore, replica, restored)
     assert await off_thread(rows_of, restored) == await off_thread(rows_of, db)
