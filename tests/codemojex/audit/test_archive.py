@@ -21,6 +21,7 @@ import pytest
 import trio
 
 from codemojex.audit import ArchiveDB, Archiver, AuditRow, fold, read_archive, restore
+from codemojex.audit.contents import read_contents
 from codemojex.audit.folder import GROUP
 from codemojex.audit.replica import DirectoryReplica, NameTaken, Replica, S3Replica, open_replica
 from codemojex.audit.segments import segment_name
@@ -527,10 +528,11 @@ async def test_the_archiver_compacts_as_it_goes_and_restore_stays_equal(
             await wait_for(partial(off_thread, _fully_replicated, db, len(sent)), timeout=30)
         await wait_for(lambda: archiver.statistics().replicator.compactions >= 6, timeout=30)
 
-        async def cleaned_up() -> bool:  # the last compaction's clean-up is done
-            return len(await off_thread(replica.names, "manifests/")) == 2
+        async def settled_down() -> bool:  # no compaction due, the last one's clean-up done
+            contents = await off_thread(read_contents, replica)
+            return len(contents.manifests) == 2 and len(contents.after) < 3
 
-        await wait_for(cleaned_up, timeout=30)
+        await wait_for(settled_down, timeout=30)
         nursery.cancel_scope.cancel()
     stats = archiver.statistics().replicator
     assert stats.fenced is None and stats.deleted > 0 and stats.segments >= 27

@@ -276,10 +276,11 @@ async def test_compaction_keeps_restore_equal_to_the_archive_and_never_overwrite
         await wait_for(partial(fully_replicated, replicator), timeout=30)
         await wait_for(lambda: replicator.statistics().compactions >= 8, timeout=30)
 
-        async def cleaned_up() -> bool:  # the last compaction's clean-up is done
-            return len(await off_thread(ledger.names, segments.MANIFESTS)) == 2
+        async def settled_down() -> bool:  # no compaction due, the last one's clean-up done
+            contents = await off_thread(read_contents, ledger)
+            return len(contents.manifests) == 2 and len(contents.after) < 4
 
-        await wait_for(cleaned_up, timeout=30)
+        await wait_for(settled_down, timeout=30)
         stats = replicator.statistics()
     assert stats.fenced is None and stats.compaction_stopped is None and stats.deleted > 0
     assert await off_thread(restored, ledger, tmp_path / "restored.sqlite") == archived(db)
