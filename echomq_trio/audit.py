@@ -16,6 +16,11 @@ Theory of operation:
   a reader but not yet stored is never dropped.
 * Storing is the reader's job and must be idempotent (by job id and outcome): a reader that
   crashes between storing and ``ack_and_trim`` is handed the same records again.
+* A group keeps the name of every reader that ever read from it. A reader named per process
+  (host and pid) leaves one behind at each restart; once it has taken over what such a past
+  reader left pending (``autoclaim``), ``forget_idle_readers`` removes the readers that hold
+  nothing and have been idle a while, in one script, so a reader handed records meanwhile is
+  never removed with them.
 
 Names, counts and stream ids are checked before any I/O (``ValueError``/``TypeError``).
 """
@@ -36,6 +41,7 @@ __all__ = [
     "autoclaim",
     "create_group",
     "enable",
+    "forget_idle_readers",
     "read",
 ]
 
@@ -98,3 +104,18 @@ async def ack_and_trim(bus: Bus, queue: str, group: str, stream_ids: Sequence[st
         got = protocol.audit_ack_reply(await bus.run(call))
         acked, trimmed = acked + got.acked, trimmed + got.trimmed
     return Acknowledged(acked, trimmed)
+
+
+async def forget_idle_readers(
+    bus: Bus, queue: str, group: str, idle_ms: int, *, keep: str | None = None
+) -> list[str]:
+    """Remove from ``group`` every reader (consumer) other than ``keep`` that holds no pending
+    record and has been idle for more than ``idle_ms`` (the server's ``XINFO CONSUMERS`` idle:
+    since its last read or claim), in one script (``audit_forget.lua``); returns the names
+    removed. A reader that holds records is kept, whatever its idle time: take them over first
+    (``autoclaim``). A reader removed that reads again is simply a new reader. ``ServerError``
+    (NOGROUP) when the group does not exist.
+
+    A cancelled call may or may not have run (it is atomic); call again."""
+    call = protocol.audit_forget_call(bus.keys(queue), group, idle_ms, keep)
+    return protocol.audit_forget_reply(await bus.run(call))

@@ -67,6 +67,8 @@ __all__ = [
     "audit_ack_calls",
     "audit_ack_reply",
     "audit_enable_call",
+    "audit_forget_call",
+    "audit_forget_reply",
     "audit_records",
     "autoclaim_command",
     "autoclaim_entries",
@@ -751,3 +753,17 @@ def audit_ack_reply(raw: Sequence[Any]) -> Acknowledged:
     """``{acknowledged, removed}``."""
     acked, trimmed = raw
     return Acknowledged(int(acked), int(trimmed))
+
+
+def audit_forget_call(k: QueueKeys, group: str, idle_ms: int, keep: str | None = None) -> Call:
+    """``audit_forget``: remove the readers of ``group`` that hold no record and have been idle
+    for more than ``idle_ms``, except ``keep``."""
+    name = check_name("group", group)
+    idle = str(check_ms("idle_ms", idle_ms))
+    kept = "" if keep is None else check_name("consumer", keep)
+    return _call("audit_forget", k.audit, [k.prefix, name, idle, kept])
+
+
+def audit_forget_reply(raw: Iterable[object] | None) -> list[str]:
+    """The names of the readers removed."""
+    return [as_text(name) for name in raw or ()]

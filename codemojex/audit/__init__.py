@@ -5,7 +5,9 @@ stream. The ``Archiver`` (``archiver``) runs two tasks: the ``Folder`` (``folder
 records into ``AuditRow``s (``rows``, pure) in a local SQLite ``archive``, acknowledges and
 trims the stream; the ``Replicator`` (``replicator``) claims an epoch in a ``replica`` (a
 directory or S3) and writes the committed rows to it create-only, in numbered segments whose
-format ``segments`` (pure) writes and reads; its ``restore`` rebuilds a database from them.
+format ``segments`` (pure) writes and reads, and compacts them into larger objects under numbered
+manifests by the rules of ``compaction`` (pure), reading the replica through ``contents``; its
+``restore`` rebuilds a database from the newest manifest and the segments after it.
 ``python -m codemojex.audit`` queries, checks and restores archives, or runs an archiver.
 """
 
@@ -15,6 +17,7 @@ from codemojex.audit.folder import Folder, FolderStats
 from codemojex.audit.replica import (
     DirectoryReplica,
     NameTaken,
+    NoSuchName,
     Replica,
     ReplicaBusy,
     S3Replica,
@@ -35,6 +38,7 @@ __all__ = [
     "Folder",
     "FolderStats",
     "NameTaken",
+    "NoSuchName",
     "NotAnArchive",
     "Replica",
     "ReplicaBusy",

@@ -2,7 +2,7 @@
 
     python -m codemojex.audit query   --db PATH [--chat ID] [--since T] [--until T] [--json]
     python -m codemojex.audit counts  --db PATH [--json]
-    python -m codemojex.audit status  --db PATH --replica SPEC [--json]
+    python -m codemojex.audit status  --db PATH --replica SPEC [--json]    # manifest, objects, lag
     python -m codemojex.audit restore --db PATH --replica SPEC [--force] [--json]
     python -m codemojex.audit archive --db PATH --replica SPEC --url URL [--queue Q] [--json]
 
@@ -35,12 +35,16 @@ import trio
 from codemojex.audit import segments
 from codemojex.audit.archive import NotAnArchive, read_archive
 from codemojex.audit.archiver import (
+    DEFAULT_COMPACT_ROWS,
+    DEFAULT_COMPACT_SEGMENTS,
+    DEFAULT_FORGET_IDLE_MS,
     DEFAULT_MIN_IDLE_MS,
     DEFAULT_SEGMENT_EVERY_S,
     DEFAULT_SEGMENT_ROWS,
     Archiver,
 )
-from codemojex.audit.replica import open_replica
+from codemojex.audit.contents import read_contents
+from codemojex.audit.replica import NoSuchName, open_replica
 from codemojex.audit.replicator import restore
 from codemojex.notify.notifier import NOTIFY_QUEUE
 from echomq_trio import BusError
@@ -93,18 +97,24 @@ def cmd_status(args: argparse.Namespace) -> None:
         args.db, lambda db: (db.max_seq(), int(db.get_meta("replicated_seq", "0") or 0))
     )
     replica = open_replica(args.replica, create=False)
-    names = replica.names(segments.SEGMENTS)
-    epochs = replica.names(segments.EPOCHS)
+    contents = read_contents(replica)
+    manifest = contents.manifest
     status = {
         "replica": replica.describe(),
-        "last_segment": names[-1] if names else None,
-        "segments": len(names),
-        "epoch": len(epochs) and segments.number(epochs[-1]),
+        "last_segment": contents.segments[-1] if contents.segments else None,
+        "segments": len(contents.segments),
+        "manifest": manifest.manifest if manifest else 0,
+        "manifest_objects": len(manifest.objects) if manifest else 0,
+        "manifest_last_segment": contents.covered,
+        "compacted": len(contents.compacted),
+        "manifests": len(contents.manifests),
+        "objects": contents.objects,
+        "epoch": len(contents.epochs) and segments.number(contents.epochs[-1]),
         "local_rows": local_rows,
         "replicated_seq": replicated,
         "lag_rows": local_rows - replicated,
     }
-    _print(status, args.json, "\n".join(f"{k:<15} {v}" for k, v in status.items()))
+    _print(status, args.json, "\n".join(f"{k:<22} {v}" for k, v in status.items()))
 
 
 def cmd_restore(args: argparse.Namespace) -> None:
@@ -113,7 +123,7 @@ def cmd_restore(args: argparse.Namespace) -> None:
     if existed and not args.force:
         raise CliError(f"{path} exists; restore rebuilds a missing database (or pass --force)")
     replica = open_replica(args.replica, create=False)
-    if not replica.names(segments.SEGMENTS):
+    if not read_contents(replica).live:
         raise CliError(f"no segments in {replica.describe()}")
     if not path.parent.exists():
         private_dir(path.parent)
@@ -156,7 +166,10 @@ async def _archive(args: argparse.Namespace) -> None:
         archiver = Archiver(bus, args.db, replica, queue=args.queue,
                             segment_rows=args.segment_rows,
                             segment_every_s=args.segment_every,
-                            min_idle_ms=args.min_idle_ms)  # fmt: skip
+                            compact_segments=args.compact_segments,
+                            compact_rows=args.compact_rows,
+                            min_idle_ms=args.min_idle_ms,
+                            forget_idle_ms=args.forget_idle_ms)  # fmt: skip
         async with trio.open_nursery() as nursery:
             await nursery.start(archiver.run)
             start = {"archiving": args.queue, "server": bus.url, "db": str(args.db),
@@ -181,7 +194,8 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--json", action="store_true", help="print a JSON list of rows")
     c = sub.add_parser("counts", help="notices per outcome (read-only)")
     c.add_argument("--json", action="store_true", help="print a JSON object")
-    s = sub.add_parser("status", help="replica status: last segment and lag (read-only)")
+    s = sub.add_parser("status", help="replica status: last segment, manifest, objects and lag "
+                       "(read-only)")  # fmt: skip
     s.add_argument("--json", action="store_true", help="print a JSON object")
     r = sub.add_parser("restore", help="rebuild a missing database from the replica")
     r.add_argument("--force", action="store_true", help="replace an existing database")
@@ -197,9 +211,18 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--segment-every", type=float, default=DEFAULT_SEGMENT_EVERY_S,
                    help="seconds before fewer rows make a segment "
                    "(default: %(default)s)")  # fmt: skip
+    a.add_argument("--compact-segments", type=int, default=DEFAULT_COMPACT_SEGMENTS,
+                   help="compact the replica once this many segments follow its newest manifest "
+                   "(default: %(default)s)")  # fmt: skip
+    a.add_argument("--compact-rows", type=int, default=DEFAULT_COMPACT_ROWS,
+                   help="compacted objects merge while they hold at most this many rows "
+                   "(default: %(default)s)")  # fmt: skip
     a.add_argument("--min-idle-ms", type=int, default=DEFAULT_MIN_IDLE_MS,
                    help="take over records a crashed archiver left idle this many ms "
                    "(default: %(default)s)")  # fmt: skip
+    a.add_argument("--forget-idle-ms", type=int, default=DEFAULT_FORGET_IDLE_MS,
+                   help="remove members of the stream's group (past runs) that hold nothing and "
+                   "have been idle this many ms (default: %(default)s)")  # fmt: skip
     a.add_argument("--json", action="store_true", help="print the start line as JSON")
     for sp in (q, c, s, r, a):
         sp.add_argument("--db", required=True, help="path of the SQLite archive")
@@ -210,7 +233,7 @@ def _parser() -> argparse.ArgumentParser:
 
 COMMANDS = {"query": cmd_query, "counts": cmd_counts, "status": cmd_status,
             "restore": cmd_restore, "archive": cmd_archive}  # fmt: skip
-KNOWN = (CliError, InUse, NotAnArchive, ValueError, OSError, BusError)
+KNOWN = (CliError, InUse, NotAnArchive, NoSuchName, ValueError, OSError, BusError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

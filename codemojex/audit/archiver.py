@@ -1,5 +1,6 @@
 """``Archiver``: folds the notification queue's audit stream into the local archive, off the hot
-path, and replicates committed rows off-box in numbered, create-only segments.
+path, and replicates committed rows off-box in numbered, create-only segments, compacted into
+larger objects under numbered manifests as they accumulate.
 
 Theory of operation:
 
@@ -15,7 +16,10 @@ Theory of operation:
   into one database. ``run`` reports started once the local side is ready (lock, database, the
   stream's consumer group); the replica is reached in the background.
 * Cancellation (a clean stop) drains: the folder keeps folding what the workers stopping
-  alongside settle, so after a clean stop the archive has a row for every settled notice.
+  alongside settle, so after a clean stop the archive has a row for every settled notice. Then
+  the replicator writes what is committed but not yet replicated as a final segment (shielded,
+  at most ``final_segment_s``), so after a clean stop the replica is complete too; a replica that
+  is down then is said in one line, and the rows follow at the next start.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ import attrs
 import trio
 
 from codemojex.audit.archive import ArchiveStore
-from codemojex.audit.folder import Folder, FolderStats
+from codemojex.audit.compaction import DEFAULT_COMPACT_ROWS, DEFAULT_COMPACT_SEGMENTS
+from codemojex.audit.folder import DEFAULT_FORGET_IDLE_MS, Folder, FolderStats
 from codemojex.audit.replica import Replica
 from codemojex.audit.replicator import DEFAULT_REPLICA_RETRY, Replicator, ReplicatorStats
 from codemojex.notify.notifier import NOTIFY_QUEUE
@@ -39,6 +44,10 @@ from echomq_trio.datadir import OwnerLock, hold, private_dir
 
 __all__ = [
     "DEFAULT_BATCH",
+    "DEFAULT_COMPACT_ROWS",
+    "DEFAULT_COMPACT_SEGMENTS",
+    "DEFAULT_FINAL_SEGMENT_S",
+    "DEFAULT_FORGET_IDLE_MS",
     "DEFAULT_MIN_IDLE_MS",
     "DEFAULT_SEGMENT_EVERY_S",
     "DEFAULT_SEGMENT_ROWS",
@@ -50,6 +59,7 @@ DEFAULT_BATCH = 500  # stream entries per read
 DEFAULT_SEGMENT_ROWS = 1000  # rows that make a segment at once
 DEFAULT_SEGMENT_EVERY_S = 5.0  # seconds before fewer rows make a segment
 DEFAULT_MIN_IDLE_MS = 30_000  # a crashed archiver's entries are taken over after this
+DEFAULT_FINAL_SEGMENT_S = 10.0  # a clean stop gives the final segment this long
 
 
 @attrs.frozen
@@ -75,23 +85,31 @@ class Archiver:
         batch: int = DEFAULT_BATCH,
         segment_rows: int = DEFAULT_SEGMENT_ROWS,
         segment_every_s: float = DEFAULT_SEGMENT_EVERY_S,
+        compact_segments: int = DEFAULT_COMPACT_SEGMENTS,
+        compact_rows: int = DEFAULT_COMPACT_ROWS,
         min_idle_ms: int = DEFAULT_MIN_IDLE_MS,
+        forget_idle_ms: int = DEFAULT_FORGET_IDLE_MS,
         poll_s: float = 0.2,
         replica_retry: Policy = DEFAULT_REPLICA_RETRY,
         drain_quiet_s: float = 0.5,
         drain_max_s: float = 5.0,
+        final_segment_s: float = DEFAULT_FINAL_SEGMENT_S,
     ) -> None:
         self.bus = bus
         self.store = ArchiveStore(db_path)
         self.replica = replica
         self.queue = queue
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
+        self.final_segment_s = final_segment_s
         self.replicator = Replicator(self.store, replica, holder=self.consumer,
                                      segment_rows=segment_rows, segment_every_s=segment_every_s,
-                                     poll_s=poll_s, retry=replica_retry)  # fmt: skip
+                                     poll_s=poll_s, retry=replica_retry,
+                                     compact_segments=compact_segments,
+                                     compact_rows=compact_rows)  # fmt: skip
         self.folder = Folder(bus, self.store, queue=queue, consumer=self.consumer, batch=batch,
-                             min_idle_ms=min_idle_ms, poll_s=poll_s, drain_quiet_s=drain_quiet_s,
-                             drain_max_s=drain_max_s, may_read=self._may_read)  # fmt: skip
+                             min_idle_ms=min_idle_ms, forget_idle_ms=forget_idle_ms,
+                             poll_s=poll_s, drain_quiet_s=drain_quiet_s, drain_max_s=drain_max_s,
+                             may_read=self._may_read)  # fmt: skip
 
     def statistics(self) -> ArchiverStats:
         return ArchiverStats(self.folder.statistics(), self.replicator.statistics())
@@ -117,7 +135,12 @@ class Archiver:
                 task_status.started()
                 if new_db:
                     await self.replicator.reconciled.wait()  # it may start from the replica
-                await self.folder.run()
+                try:
+                    await self.folder.run()
+                except trio.Cancelled:
+                    # A clean stop: the folder has drained; what it committed goes off-box now.
+                    await self.replicator.final_segment(self.final_segment_s)
+                    raise
         finally:
             await self.store.aclose()
             lock.release()
@@ -126,6 +149,12 @@ class Archiver:
         """Write the next segment if one is due (``force``: whatever rows wait); returns its
         number, 0 when none was written (see ``Replicator.replicate``)."""
         return await self.replicator.replicate(force=force)
+
+    async def compact(self, *, force: bool = False) -> int:
+        """Compact the replica if it is due (``force``: whatever segments follow its newest
+        manifest); returns the number of the manifest written, 0 when none was (see
+        ``Replicator.compact``)."""
+        return await self.replicator.compact(force=force)
 
     def _hold(self) -> OwnerLock:
         path = self.store.path

@@ -4,7 +4,13 @@ Theory of operation:
 
 * It reads the queue's audit stream with a consumer group (``archiver``): first this consumer's
   own unacknowledged entries (after a crash and restart), then entries a crashed peer left idle
-  for ``min_idle_ms`` (``XAUTOCLAIM``), then new ones. A batch is folded into SQLite and
+  for ``min_idle_ms`` (``XAUTOCLAIM``, at start and every ``min_idle_ms / 2``), then new ones.
+* The group's members stay bounded: a consumer is named per process, so each run leaves its name
+  in the group. After each ``XAUTOCLAIM`` pass (the first at start, once this consumer's own
+  pending entries are read), the members that hold nothing and have been idle for more than
+  ``forget_idle_ms`` are removed (``audit.forget_idle_readers``, one script: a member is never
+  removed with entries). A member that still holds entries is taken over first, and goes at a
+  later pass. A batch is folded into SQLite and
   committed, then acknowledged, then the stream is trimmed below what every reader of the group
   has committed (one script, never a blind cap). A crash between commit and acknowledge replays
   the batch; inserts are idempotent by notice id.
@@ -31,11 +37,14 @@ from codemojex.audit.archive import ArchiveStore
 from codemojex.audit.rows import fold
 from echomq_trio import Bus, BusError, audit, jobs
 
-__all__ = ["GROUP", "Folder", "FolderStats", "one_line"]
+__all__ = ["DEFAULT_FORGET_IDLE_MS", "GROUP", "Folder", "FolderStats", "one_line"]
 
 log = logging.getLogger(__name__)
 
 GROUP = "archiver"
+# A member of the group that holds nothing and has been idle this long is a past run's (a live
+# archiver reads every poll_s): it is removed from the group.
+DEFAULT_FORGET_IDLE_MS = 600_000
 
 
 def one_line(exc: BaseException) -> str:
@@ -47,6 +56,7 @@ def one_line(exc: BaseException) -> str:
 class FolderStats:
     archived: int = 0  # rows inserted (new)
     acknowledged: int = 0  # stream entries committed and acked
+    forgotten: int = 0  # members of past runs removed from the group
     folding: bool = False  # reading the stream (not while a new database waits for the replica)
 
 
@@ -63,6 +73,7 @@ class Folder:
         consumer: str,
         batch: int = 500,
         min_idle_ms: int = 30_000,
+        forget_idle_ms: int = DEFAULT_FORGET_IDLE_MS,
         poll_s: float = 0.2,
         drain_quiet_s: float = 0.5,
         drain_max_s: float = 5.0,
@@ -74,6 +85,7 @@ class Folder:
         self.consumer = consumer
         self.batch = batch
         self.min_idle_ms = min_idle_ms
+        self.forget_idle_ms = forget_idle_ms
         self.poll_s = poll_s
         self.drain_quiet_s = drain_quiet_s
         self.drain_max_s = drain_max_s
@@ -118,6 +130,7 @@ class Folder:
                         got += await self._fold(await audit.autoclaim(
                             self.bus, self.queue, GROUP, self.consumer, self.min_idle_ms,
                             self.batch))  # fmt: skip
+                        await self._forget_past_members()
                     got += await self._fold(await self._read())
                 self._server_ok()
             except BusError as exc:
@@ -147,6 +160,14 @@ class Folder:
                 await trio.sleep(step)
         except BusError as exc:
             log.warning("archiver: stopped draining the audit stream: %s", one_line(exc))
+
+    async def _forget_past_members(self) -> None:
+        gone = await audit.forget_idle_readers(self.bus, self.queue, GROUP, self.forget_idle_ms,
+                                               keep=self.consumer)  # fmt: skip
+        if gone:
+            self._stats = attrs.evolve(self._stats, forgotten=self._stats.forgotten + len(gone))
+            log.info("archiver: removed %d idle member(s) of past runs from the group: %s",
+                     len(gone), ", ".join(gone))  # fmt: skip
 
     def _server_failed(self, exc: BusError) -> None:
         if not self._server_down:

@@ -2,7 +2,9 @@
 S3-compatible storage. ``put_new`` never overwrites: if the name exists it raises
 ``NameTaken`` (S3's 412 Precondition Failed to ``If-None-Match: *``), which is how two writers
 learn that one of them must stop. S3's 409 (a concurrent conditional write) raises
-``ReplicaBusy``: try again. Blocking; callers use ``trio.to_thread``.
+``ReplicaBusy``: try again. ``get`` of a name that is not there raises ``NoSuchName``;
+``delete`` removes names (compaction's clean-up; a missing name is no error). Blocking;
+callers use ``trio.to_thread``.
 
 Every other failure (unreachable, refused credentials, a missing bucket: ``OSError`` or boto's
 errors) is the caller's to retry; an S3 client gives up on a call within seconds (short
@@ -17,13 +19,24 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from echomq_trio.datadir import private_dir
 
-__all__ = ["DirectoryReplica", "NameTaken", "Replica", "ReplicaBusy", "S3Replica", "open_replica"]
+__all__ = [
+    "DirectoryReplica",
+    "NameTaken",
+    "NoSuchName",
+    "Replica",
+    "ReplicaBusy",
+    "S3Replica",
+    "open_replica",
+]
+
+S3_DELETE_MAX = 1000  # keys per DeleteObjects request
 
 
 class NameTaken(Exception):
@@ -34,10 +47,15 @@ class ReplicaBusy(Exception):
     """A concurrent conditional write got in the way; retry."""
 
 
+class NoSuchName(Exception):
+    """The name is not there (deleted since it was listed): list again."""
+
+
 class Replica(Protocol):
     def put_new(self, name: str, data: bytes) -> None: ...
     def get(self, name: str) -> bytes: ...
     def names(self, prefix: str) -> list[str]: ...
+    def delete(self, names: Sequence[str]) -> None: ...
     def describe(self) -> str: ...
 
 
@@ -77,13 +95,20 @@ class DirectoryReplica:
             os.unlink(tmp)
 
     def get(self, name: str) -> bytes:
-        return (self.root / name).read_bytes()
+        try:
+            return (self.root / name).read_bytes()
+        except FileNotFoundError:
+            raise NoSuchName(f"{name} is not in {self.describe()}") from None
 
     def names(self, prefix: str) -> list[str]:
         folder = self.root / prefix
         if not folder.is_dir():
             return []
         return sorted(prefix + p.name for p in folder.iterdir() if not p.name.startswith("."))
+
+    def delete(self, names: Sequence[str]) -> None:
+        for name in names:
+            (self.root / name).unlink(missing_ok=True)
 
 
 class S3Replica:
@@ -125,8 +150,24 @@ class S3Replica:
             raise
 
     def get(self, name: str) -> bytes:
-        body = self.client.get_object(Bucket=self.bucket, Key=self.prefix + name)["Body"]
+        from botocore.exceptions import ClientError
+
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=self.prefix + name)["Body"]
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code", "") in ("NoSuchKey", "404"):
+                raise NoSuchName(f"{name} is not in {self.describe()}") from None
+            raise
         return bytes(body.read())
+
+    def delete(self, names: Sequence[str]) -> None:
+        for start in range(0, len(names), S3_DELETE_MAX):
+            keys = [{"Key": self.prefix + n} for n in names[start : start + S3_DELETE_MAX]]
+            delete = {"Objects": keys, "Quiet": True}
+            failed = self.client.delete_objects(Bucket=self.bucket, Delete=delete).get("Errors")
+            if failed:
+                why = f"{failed[0].get('Key')}: {failed[0].get('Code')}"
+                raise OSError(f"{len(failed)} deletions failed in {self.describe()} ({why}, ...)")
 
     def names(self, prefix: str) -> list[str]:
         out: list[str] = []

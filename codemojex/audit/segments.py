@@ -1,6 +1,7 @@
-"""The replica's layout and the segment format (pure): the one place that writes and reads them.
+"""The replica's layout and its formats (pure): the one place that writes and reads them.
 
-A replica holds two folders of create-only objects:
+A replica holds four folders of create-only objects (never overwritten; superseded ones are
+deleted by compaction, see ``compaction``):
 
 * ``epochs/<n>``: one per archiver start that claimed the replica, ``{"epoch": n, "archiver":
   <name>}``; the newest epoch's holder is the only writer, older ones are fenced.
@@ -11,13 +12,28 @@ A replica holds two folders of create-only objects:
       {"seq": 2001, "notice_id": "NOT...", "job_id": "JOB...", "chat": 42, ...}
 
   ``seq`` is the row's number in the archive; a row's other fields are ``AuditRow``'s.
+* ``compacted/<first>-<last>.jsonl``: segments ``first`` to ``last`` merged into one object: the
+  same row lines, in the same order, under one header::
+
+      {"first_segment": 1, "last_segment": 200, "epoch": 2, "first_seq": 1, "last_seq": 9000,
+       "rows": 9000}
+
+  Its content follows from its name (the rows of those segments, in order), so two writers of
+  one name write the same rows.
+* ``manifests/<n>.json``: which objects make up the archive up to a segment, in order::
+
+      {"manifest": 4, "epoch": 2, "last_segment": 800, "last_seq": 36000, "objects": [
+        {"name": "compacted/…1-…600.jsonl", "first_segment": 1, "last_segment": 600,
+         "rows": 27000}, ...]}
+
+  The archive is the newest manifest's objects, then every segment after its ``last_segment``.
 
 Numbers are written with 20 digits, so names sort as numbers do.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -27,22 +43,37 @@ from cattrs.preconf.json import make_converter
 from codemojex.audit.rows import AuditRow
 
 __all__ = [
+    "COMPACTED",
     "EPOCHS",
+    "MANIFESTS",
     "SEGMENTS",
+    "CompactedHeader",
     "EpochClaim",
     "Header",
+    "Manifest",
+    "Piece",
     "Segment",
+    "compacted_name",
     "decode",
     "decode_header",
+    "decode_manifest",
+    "decode_rows",
     "encode",
     "encode_epoch",
+    "encode_manifest",
     "epoch_name",
+    "header_of",
+    "manifest_name",
+    "merge",
     "number",
     "segment_name",
+    "span",
 ]
 
 EPOCHS = "epochs/"
 SEGMENTS = "segments/"
+COMPACTED = "compacted/"
+MANIFESTS = "manifests/"
 
 _converter = make_converter(forbid_extra_keys=False)
 
@@ -57,9 +88,46 @@ class Header:
 
 
 @attrs.frozen
+class CompactedHeader:
+    first_segment: int  # the segments it holds, first to last
+    last_segment: int
+    epoch: int  # the epoch of the archiver that wrote it
+    first_seq: int
+    last_seq: int
+    rows: int
+
+
+@attrs.frozen
 class Segment:
     header: Header
     rows: tuple[tuple[int, AuditRow], ...]  # (seq, row), in order
+
+
+@attrs.frozen
+class Piece:
+    """An object a manifest names: a compacted object holding segments first to last."""
+
+    name: str
+    first_segment: int
+    last_segment: int
+    rows: int
+
+    @classmethod
+    def of(cls, header: CompactedHeader) -> Piece:
+        """The piece a compacted object is, by its header."""
+        first, last = header.first_segment, header.last_segment
+        return cls(compacted_name(first, last), first, last, header.rows)
+
+
+@attrs.frozen
+class Manifest:
+    """The archive up to segment ``last_segment`` (row ``last_seq``): ``objects``, in order."""
+
+    manifest: int  # its number
+    epoch: int  # the epoch of the archiver that wrote it
+    last_segment: int
+    last_seq: int
+    objects: tuple[Piece, ...]
 
 
 @attrs.frozen
@@ -76,9 +144,29 @@ def epoch_name(n: int) -> str:
     return f"{EPOCHS}{n:020d}"
 
 
+def compacted_name(first: int, last: int) -> str:
+    return f"{COMPACTED}{first:020d}-{last:020d}.jsonl"
+
+
+def manifest_name(n: int) -> str:
+    return f"{MANIFESTS}{n:020d}.json"
+
+
 def number(name: str) -> int:
-    """The number of a segment or epoch name (``segments/000…3.jsonl`` is 3)."""
+    """The number of a segment, epoch or manifest name (``segments/000…3.jsonl`` is 3)."""
     return int(PurePosixPath(name).name.split(".")[0])
+
+
+def span(name: str) -> tuple[int, int]:
+    """The segments an object holds: ``(n, n)`` for segment ``n``, ``(first, last)`` for a
+    compacted object; ``ValueError`` for another name."""
+    stem = PurePosixPath(name).name.split(".")[0]
+    if name.startswith(SEGMENTS):
+        return int(stem), int(stem)
+    if name.startswith(COMPACTED):
+        first, _, last = stem.partition("-")
+        return int(first), int(last)
+    raise ValueError(f"not a segment or a compacted object: {name!r}")
 
 
 def encode(n: int, epoch: int, rows: Sequence[tuple[int, AuditRow]]) -> bytes:
@@ -103,15 +191,86 @@ def decode(data: bytes) -> Segment:
     if not lines:
         raise ValueError("not a segment: it is empty")
     first, *rest = lines
+    return Segment(decode_header(first.encode()), _rows(rest))
+
+
+def _rows(lines: Iterable[str]) -> tuple[tuple[int, AuditRow], ...]:
     rows = []
-    for line in rest:
+    for line in lines:
         if line.strip():
             fields: dict[str, Any] = _structure(line, dict[str, Any], "segment row")
             seq = fields.pop("seq", None)
             if not isinstance(seq, int):
                 raise ValueError(f"not a segment row (no seq): {line[:80]!r}")
             rows.append((seq, _converter.structure(fields, AuditRow)))
-    return Segment(decode_header(first.encode()), tuple(rows))
+    return tuple(rows)
+
+
+def header_of(data: bytes) -> Header | CompactedHeader:
+    """The header of a segment or a compacted object; ``ValueError`` when it is neither."""
+    first = data.split(b"\n", 1)[0]
+    try:
+        return decode_header(first)
+    except ValueError:
+        pass
+    header: CompactedHeader = _structure(first, CompactedHeader, "segment header")
+    return header
+
+
+def decode_rows(data: bytes) -> tuple[tuple[int, AuditRow], ...]:
+    """The rows of a segment or a compacted object, in order; ``ValueError`` when any line is
+    not what it should be, or they are not as many as its header says."""
+    header = header_of(data)
+    rows = _rows(data.decode().splitlines()[1:])
+    if len(rows) != header.rows:
+        raise ValueError(f"not a segment: {len(rows)} rows, its header says {header.rows}")
+    return rows
+
+
+def merge(
+    first: int, last: int, epoch: int, pieces: Sequence[bytes]
+) -> tuple[bytes, CompactedHeader]:
+    """The compacted object ``compacted_name(first, last)`` of ``epoch`` holding ``pieces``
+    (segments and compacted objects, in order, together segments ``first`` to ``last``): their
+    row lines as they are, under one header. Each piece's header is checked against its lines
+    (their count, its first and last ``seq``) and the pieces' rows must follow one another;
+    ``ValueError`` otherwise."""
+    bodies: list[bytes] = []
+    first_seq = last_seq = rows = 0
+    for data in pieces:
+        header = header_of(data)
+        body = data.split(b"\n", 1)[1]
+        lines = body.splitlines()
+        if (len(lines) != header.rows or not lines or _seq(lines[0]) != header.first_seq
+                or _seq(lines[-1]) != header.last_seq):  # fmt: skip
+            raise ValueError(f"not a segment: its lines do not match its header {header}")
+        if header.first_seq <= last_seq:
+            raise ValueError(f"pieces out of order: seq {header.first_seq} after {last_seq}")
+        first_seq = first_seq or header.first_seq
+        last_seq, rows = header.last_seq, rows + header.rows
+        bodies.append(body if body.endswith(b"\n") else body + b"\n")
+    if not rows:
+        raise ValueError("a compacted object holds at least one row")
+    head = CompactedHeader(first, last, epoch, first_seq, last_seq, rows)
+    return _converter.dumps(head).encode() + b"\n" + b"".join(bodies), head
+
+
+def _seq(line: bytes) -> int:
+    fields: dict[str, Any] = _structure(line, dict[str, Any], "segment row")
+    seq = fields.get("seq")
+    if not isinstance(seq, int):
+        raise ValueError(f"not a segment row (no seq): {line[:80]!r}")
+    return seq
+
+
+def encode_manifest(manifest: Manifest) -> bytes:
+    return _converter.dumps(manifest).encode()
+
+
+def decode_manifest(data: bytes) -> Manifest:
+    """A manifest; ``ValueError`` when it is not one."""
+    manifest: Manifest = _structure(data, Manifest, "manifest")
+    return manifest
 
 
 def encode_epoch(n: int, archiver: str) -> bytes:

@@ -1,13 +1,15 @@
 """The audit as a bus feature, on a standalone server and a 3-node cluster: records written by the
 settling scripts, read as typed records by a consumer group, taken over from a crashed reader,
-and acknowledged and trimmed in one script without losing what another reader holds."""
+acknowledged and trimmed in one script without losing what another reader holds, and readers of
+past runs removed from the group once they hold nothing."""
 
 from __future__ import annotations
 
 import pytest
 
-from echomq_trio import Bus, audit, ids, jobs
+from echomq_trio import Bus, audit, ids, jobs, protocol
 from echomq_trio.results import Acknowledged, AuditOutcome
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -91,6 +93,45 @@ async def test_autoclaim_takes_over_a_crashed_reader_s_records(bus: Bus, queue: 
     assert await audit.read(bus, queue, "archive", "gone", 10, pending=True) == []
 
 
+async def _readers(bus: Bus, queue: str, group: str) -> dict[str, int]:
+    """The group's readers and how many records each holds."""
+    raw = await bus.wire.command("XINFO", "CONSUMERS", bus.keys(queue).audit, group)
+    return {protocol.as_text(c[b"name"]): int(c[b"pending"]) for c in raw}
+
+
+async def test_forget_idle_readers_removes_only_idle_readers_that_hold_nothing(
+    bus: Bus, queue: str
+) -> None:
+    await audit.enable(bus, queue)
+    await audit.create_group(bus, queue, "archive")
+    await _settle_three(bus, queue)
+    stored = await audit.read(bus, queue, "archive", "past", 2)  # a past run: stored, acked
+    await audit.ack_and_trim(bus, queue, "archive", [r.stream_id for r in stored])
+    (held,) = await audit.read(bus, queue, "archive", "crashed", 10)  # never acknowledged
+    assert await audit.read(bus, queue, "archive", "me", 10) == []  # the current reader
+    assert await _readers(bus, queue, "archive") == {"past": 0, "crashed": 1, "me": 0}
+    # Nobody has been idle for an hour: nobody goes.
+    assert await audit.forget_idle_readers(bus, queue, "archive", 3_600_000, keep="me") == []
+    removed: list[str] = []
+
+    async def forgotten() -> bool:
+        removed.extend(await audit.forget_idle_readers(bus, queue, "archive", 20, keep="me"))
+        return bool(removed)
+
+    await wait_for(forgotten)  # once "past" has been idle for more than 20 ms
+    assert removed == ["past"], "a reader that holds a record, or the one kept, went"
+    assert await _readers(bus, queue, "archive") == {"crashed": 1, "me": 0}
+    # Once its record is taken over, the crashed reader holds nothing and goes too.
+    assert await audit.autoclaim(bus, queue, "archive", "me", 0) == [held]
+    removed.clear()
+    await wait_for(forgotten)
+    assert removed == ["crashed"]
+    # Without keep, a reader holding a record stays all the same; the record is still there.
+    assert await audit.forget_idle_readers(bus, queue, "archive", 0) == []
+    assert await _readers(bus, queue, "archive") == {"me": 1}
+    assert await audit.read(bus, queue, "archive", "me", 10, pending=True) == [held]
+
+
 async def test_enable_off_stops_records_and_set_audit_is_the_same(bus: Bus, queue: str) -> None:
     await audit.create_group(bus, queue, "archive")
     await jobs.set_audit(bus, queue)
@@ -117,5 +158,9 @@ async def test_bad_input_is_refused_before_any_io(bus: Bus, queue: str) -> None:
         await audit.ack_and_trim(bus, queue, "g", ["1-1", "nope"])
     with pytest.raises(TypeError, match="not one str"):
         await audit.ack_and_trim(bus, queue, "g", "1-1")
+    with pytest.raises(ValueError, match="idle_ms must be >= 0"):
+        await audit.forget_idle_readers(bus, queue, "g", -1)
+    with pytest.raises(ValueError, match="consumer must not contain"):
+        await audit.forget_idle_readers(bus, queue, "g", 0, keep="a b")
     assert not (await jobs.counts(bus, queue)).exists
     assert await bus.wire.command("EXISTS", bus.keys(queue).audit) == 0

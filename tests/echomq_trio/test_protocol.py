@@ -434,6 +434,20 @@ def test_audit_ack_calls(k: QueueKeys, group: str, acked: list[str]) -> None:
         protocol.audit_ack_calls(k, group, ["1-x"])
 
 
+@given(keys_of, names, names, st.integers(0, MAX_DELAY_MS))
+def test_audit_forget_call(k: QueueKeys, group: str, keep: str, idle: int) -> None:
+    call = protocol.audit_forget_call(k, group, idle, keep)
+    _check_call(call, k)
+    assert call.args == (k.prefix, group, str(idle), keep)
+    assert protocol.audit_forget_call(k, group, idle).args[-1] == ""  # nobody kept
+    assert protocol.audit_forget_reply([b"host-1", "host-2"]) == ["host-1", "host-2"]
+    assert protocol.audit_forget_reply([]) == protocol.audit_forget_reply(None) == []
+    with pytest.raises(ValueError, match="idle_ms must be >= 0"):
+        protocol.audit_forget_call(k, group, -1)
+    with pytest.raises(ValueError, match="consumer must not"):
+        protocol.audit_forget_call(k, group, idle, "")
+
+
 def test_audit_ack_goes_in_chunks() -> None:
     k = queue_keys("q")
     many = [f"{i}-0" for i in range(protocol.AUDIT_ACK_MAX + 1)]

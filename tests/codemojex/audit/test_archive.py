@@ -11,8 +11,8 @@ import socket
 import stat
 import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,7 +21,9 @@ import pytest
 import trio
 
 from codemojex.audit import ArchiveDB, Archiver, AuditRow, fold, read_archive, restore
-from codemojex.audit.replica import DirectoryReplica, NameTaken, S3Replica, open_replica
+from codemojex.audit.contents import read_contents
+from codemojex.audit.folder import GROUP
+from codemojex.audit.replica import DirectoryReplica, NameTaken, Replica, S3Replica, open_replica
 from codemojex.audit.segments import segment_name
 from codemojex.notify.limits import Limits
 from codemojex.notify.notifier import notify
@@ -29,9 +31,10 @@ from codemojex.notify.rate_limiter import RateLimiter
 from codemojex.notify.telegram import open_bot
 from codemojex.notify.worker import NotificationWorker
 from codemojex.standin.bot_api import Scripted, TelegramStandIn, open_stand_in
-from echomq_trio import Bus, Exponential, Jitter, Metronome, jobs
+from echomq_trio import Bus, Exponential, Jitter, Metronome, audit, ids, jobs
 from echomq_trio.audit import AuditOutcome, AuditRecord
 from echomq_trio.datadir import InUse
+from echomq_trio.protocol import as_text
 from echomq_trio.server import free_port
 from tests.conftest import wait_for
 from tests.support import ROOT, read_line, spawn
@@ -145,7 +148,7 @@ async def test_archiver_killed_mid_batch_and_restarted_loses_and_doubles_nothing
     db, rep = tmp_path / "audit.sqlite", tmp_path / "replica"
     args = ["archive", "--url", server_url, "--queue", queue, "--db", str(db)]
     args += ["--replica", str(rep), "--segment-rows", "20", "--segment-every", "0.2"]
-    args += ["--min-idle-ms", "300"]
+    args += ["--min-idle-ms", "300", "--forget-idle-ms", "200"]
     sent: list[str] = []
     await jobs.set_audit(bus, queue)  # the queue exists on the server, as the service's would
     async with open_stand_in(TOKEN, LIMITS) as tg, trio.open_nursery() as nursery:
@@ -165,12 +168,67 @@ async def test_archiver_killed_mid_batch_and_restarted_loses_and_doubles_nothing
                 return len(rows_of(db)) >= len(sent)
 
             await wait_for(archived, timeout=60, step=0.2)
+            # The killed run's member is taken over and then removed: only this run's is left.
+            this_run = f"{socket.gethostname()}-{second.pid}"
+            await wait_for(lambda: _members_are(bus, queue, {this_run}), timeout=30)
         nursery.cancel_scope.cancel()
     rows = rows_of(db)
     ids = [r["notice_id"] for r in rows]
     assert len(ids) == len(set(ids)) == len(sent) and set(ids) == set(sent)
     pending = await bus.wire.command("XPENDING", bus.keys(queue).prefix + "audit", "archiver")
     assert int(pending[0]) == 0
+
+
+async def _members(bus: Bus, queue: str) -> dict[str, int]:
+    """The members of the archiver's group on the audit stream, and what each holds."""
+    raw = await bus.wire.command("XINFO", "CONSUMERS", bus.keys(queue).audit, GROUP)
+    return {as_text(m[b"name"]): int(m[b"pending"]) for m in raw}
+
+
+async def _members_are(bus: Bus, queue: str, names: set[str]) -> bool:
+    return set(await _members(bus, queue)) == names
+
+
+async def _settle(bus: Bus, queue: str, n: int) -> list[str]:
+    """``n`` notices settled (acked) at once, without a worker; their notice ids."""
+    sent = [ids.generate("NOT") for _ in range(n)]
+    for notice in sent:
+        payload = json.dumps({"chat": 1, "text": "t", "opts": {}, "id": notice, "attempt": 1})
+        await jobs.enqueue(bus, queue, ids.generate("JOB"), payload)
+    for job in await jobs.claim(bus, queue, n):
+        await jobs.ack(bus, queue, job.id, job.token)
+    return sent
+
+
+@pytest.mark.timeout_s(120)
+async def test_restarts_do_not_grow_the_group_s_members(
+    bus: Bus, queue: str, tmp_path: Path
+) -> None:
+    db, replica = tmp_path / "audit.sqlite", DirectoryReplica(tmp_path / "replica")
+    await audit.enable(bus, queue)
+    await audit.create_group(bus, queue, GROUP)
+    sent = await _settle(bus, queue, 3)
+    crashed = await audit.read(bus, queue, GROUP, "crashed-run", 10)  # and never acknowledged
+    assert len(crashed) == 3 and await _members(bus, queue) == {"crashed-run": 3}
+    forgotten = 0
+    for run in range(4):  # each run is named per process; here, per run
+        archiver = Archiver(bus, db, replica, queue=queue, consumer=f"run-{run}", min_idle_ms=200,
+                            forget_idle_ms=100, poll_s=0.02)  # fmt: skip
+        async with trio.open_nursery() as nursery:
+            await nursery.start(archiver.run)
+            sent += await _settle(bus, queue, 2)
+            # The past run's member goes once what it held is taken over: one member is left.
+            await wait_for(partial(_members_are, bus, queue, {f"run-{run}"}), timeout=30)
+            await wait_for(partial(off_thread, _archived, db, len(sent)), timeout=30)
+            nursery.cancel_scope.cancel()
+        forgotten += archiver.statistics().folder.forgotten
+    assert forgotten == 4, "crashed-run, run-0, run-1 and run-2"
+    assert sorted(r["notice_id"] for r in await off_thread(rows_of, db)) == sorted(sent)
+    assert await _members(bus, queue) == {"run-3": 0}
+
+
+def _archived(db: Path, rows: int) -> bool:
+    return read_archive(db, lambda d: d.max_seq() >= rows)
 
 
 async def test_two_archivers_on_one_replica_the_older_is_fenced(
@@ -267,40 +325,6 @@ async def test_restore_rebuilds_the_same_rows(bus: Bus, queue: str, tmp_path: Pa
 
 
 # --- S3-compatible storage (moto's server on loopback) ----------------------------------------
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            time.sleep(0.1)  # sync fixture, outside trio
-    else:
-        proc.kill()
-        raise RuntimeError("moto server did not start")
-    yield f"http://127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(10)
-
-
-@pytest.fixture
-def s3_replica(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> S3Replica:
-    import boto3
-
-    for key, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-                       "AWS_DEFAULT_REGION": "us-east-1"}.items():  # fmt: skip
-        monkeypatch.setenv(key, value)
-    bucket = "audit-" + os.urandom(4).hex()
-    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=bucket)
-    return S3Replica(bucket, "cm", endpoint_url=s3_endpoint)
 
 
 def test_s3_segments_are_create_only(s3_replica: S3Replica) -> None:
@@ -463,6 +487,93 @@ async def test_a_clean_stop_folds_what_the_workers_settle_while_stopping(
     assert int(audit_len) == 0, "a record was left in the stream"
 
 
+@pytest.mark.parametrize("where", ["directory", "s3"])
+async def test_a_clean_stop_leaves_the_replica_complete(
+    bus: Bus, queue: str, tmp_path: Path, where: str, request: pytest.FixtureRequest
+) -> None:
+    replica = (DirectoryReplica(tmp_path / "replica") if where == "directory"
+               else request.getfixturevalue("s3_replica"))  # fmt: skip
+    db = tmp_path / "audit.sqlite"
+    # Segments are cut at 10,000 rows or hourly: nothing is replicated while it runs.
+    archiver = Archiver(bus, db, replica, queue=queue, segment_rows=10_000, segment_every_s=3600,
+                        poll_s=0.02)  # fmt: skip
+    async with trio.open_nursery() as nursery:
+        await nursery.start(archiver.run)
+        await wait_for(lambda: archiver.statistics().replicator.replicating)
+        sent = await _settle(bus, queue, 25)
+        await wait_for(lambda: archiver.statistics().folder.archived == len(sent))
+        assert archiver.statistics().replicator.segments == 0
+        nursery.cancel_scope.cancel()  # a clean stop
+    assert archiver.statistics().replicator.segments == 1, "one final segment"
+    restored = tmp_path / "restored.sqlite"
+    assert await off_thread(restore, replica, restored) == len(sent)
+    assert await off_thread(rows_of, restored) == await off_thread(rows_of, db)
+
+
+@pytest.mark.parametrize("where", ["directory", "s3"])
+@pytest.mark.timeout_s(120)
+async def test_the_archiver_compacts_as_it_goes_and_restore_stays_equal(
+    bus: Bus, queue: str, tmp_path: Path, where: str, request: pytest.FixtureRequest
+) -> None:
+    replica = (DirectoryReplica(tmp_path / "replica") if where == "directory"
+               else request.getfixturevalue("s3_replica"))  # fmt: skip
+    db = tmp_path / "audit.sqlite"
+    archiver = Archiver(bus, db, replica, queue=queue, segment_rows=4, segment_every_s=0.02,
+                        compact_segments=3, compact_rows=30, poll_s=0.02)  # fmt: skip
+    sent: list[str] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(archiver.run)
+        for _ in range(12):  # notices settle in batches; segments and compactions follow
+            sent += await _settle(bus, queue, 9)
+            await wait_for(partial(off_thread, _fully_replicated, db, len(sent)), timeout=30)
+        await wait_for(lambda: archiver.statistics().replicator.compactions >= 6, timeout=30)
+
+        async def settled_down() -> bool:  # no compaction due, the last one's clean-up done
+            contents = await off_thread(read_contents, replica)
+            return len(contents.manifests) == 2 and len(contents.after) < 3
+
+        await wait_for(settled_down, timeout=30)
+        nursery.cancel_scope.cancel()
+    stats = archiver.statistics().replicator
+    assert stats.fenced is None and stats.deleted > 0 and stats.segments >= 27
+    manifests = await off_thread(replica.names, "manifests/")
+    segments_left = await off_thread(replica.names, "segments/")
+    # Segments the newest manifest covers, and those after it (the last, the clean stop's).
+    assert len(manifests) == 2 and len(segments_left) <= 2 * 3, "superseded pieces are gone"
+    assert sorted(r["notice_id"] for r in await off_thread(rows_of, db)) == sorted(sent)
+    await _same_rows_after_restore(replica, db, tmp_path)
+
+
+async def test_a_replica_down_at_a_clean_stop_is_one_line_and_the_next_start_catches_up(
+    bus: Bus, queue: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="codemojex.audit.replicator")
+    replica = FlakyReplica(tmp_path / "replica")  # refuses segments while down
+    db = tmp_path / "audit.sqlite"
+    first = Archiver(bus, db, replica, queue=queue, segment_rows=10_000, segment_every_s=3600,
+                     poll_s=0.02)  # fmt: skip
+    async with trio.open_nursery() as nursery:
+        await nursery.start(first.run)
+        await wait_for(lambda: first.statistics().replicator.replicating)
+        sent = await _settle(bus, queue, 10)
+        await wait_for(lambda: first.statistics().folder.archived == len(sent))
+        nursery.cancel_scope.cancel()  # a clean stop, the replica down
+    said = [r.getMessage() for r in caplog.records if r.name == "codemojex.audit.replicator"
+            and r.levelno >= logging.WARNING]  # fmt: skip
+    assert len(said) == 1 and "not replicated" in said[0] and "replica unreachable" in said[0]
+    assert replica.names("segments/") == [] and first.statistics().replicator.segments == 0
+    assert sorted(r["notice_id"] for r in await off_thread(rows_of, db)) == sorted(sent)
+    replica.down = False  # the next start, the replica back: it catches up
+    second = Archiver(bus, db, replica, queue=queue, segment_every_s=0.05, poll_s=0.02)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(second.run)
+        await wait_for(lambda: off_thread(_fully_replicated, db, len(sent)), timeout=30)
+        nursery.cancel_scope.cancel()
+    restored = tmp_path / "restored.sqlite"
+    assert await off_thread(restore, replica, restored) == len(sent)
+    assert await off_thread(rows_of, restored) == await off_thread(rows_of, db)
+
+
 # --- replica outages: a real S3 server process, stopped and started again on its port ---------
 
 
@@ -532,7 +643,7 @@ def _replica_lines(caplog: pytest.LogCaptureFixture) -> tuple[int, int]:
     return sum("is failing" in m for m in said), sum("is back after" in m for m in said)
 
 
-async def _same_rows_after_restore(replica: S3Replica, db: Path, tmp_path: Path) -> None:
+async def _same_rows_after_restore(replica: Replica, db: Path, tmp_path: Path) -> None:
     restored = tmp_path / f"restored-{os.urandom(3).hex()}.sqlite"
     await off_thread(restore, replica, restored)
     assert await off_thread(rows_of, restored) == await off_thread(rows_of, db)

@@ -15,6 +15,7 @@ import pytest
 import trio
 
 from codemojex.audit import ArchiveDB, AuditRow, segments
+from codemojex.audit.contents import build_compaction, read_contents
 from codemojex.audit.replica import DirectoryReplica
 from echomq_trio import Bus, jobs
 from tests.support import ROOT, read_line, spawn
@@ -209,3 +210,39 @@ async def test_one_archiver_per_database_and_a_json_start_line(
         assert first.returncode == 0
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
     assert stat.S_IMODE(rep.stat().st_mode) == 0o700
+
+
+def test_status_reports_the_manifest_and_the_objects_and_restore_reads_the_manifest(
+    tmp_path: Path,
+) -> None:
+    db, rep = make_archive(tmp_path)
+    replica = DirectoryReplica(rep)
+    fourth = numbered_rows(db)[3:]  # the row not yet replicated
+    replica.put_new(segments.segment_name(2), segments.encode(2, 1, fourth))
+    built = build_compaction(replica, read_contents(replica), 1, 1000)  # segments 1 and 2
+    assert built is not None
+    replica.put_new(built.piece.name, built.data)
+    replica.put_new(segments.manifest_name(1), segments.encode_manifest(built.manifest))
+    replica.delete([segments.segment_name(1)])  # as a clean-up after a later manifest would
+    out = audit("status", "--db", str(db), "--replica", str(rep), "--json")
+    assert out.returncode == 0, out.stderr
+    status = json.loads(out.stdout)
+    assert {k: status[k] for k in ("manifest", "manifest_objects", "manifest_last_segment",
+                                   "segments", "compacted", "manifests", "objects")} == {
+        "manifest": 1, "manifest_objects": 1, "manifest_last_segment": 2, "segments": 1,
+        "compacted": 1, "manifests": 1, "objects": 4,
+    }  # fmt: skip
+    text = audit("status", "--db", str(db), "--replica", str(rep)).stdout
+    assert "manifest               1" in text and "objects                4" in text
+    restored = tmp_path / "restored.sqlite"
+    out = audit("restore", "--db", str(restored), "--replica", str(rep), "--json")
+    assert json.loads(out.stdout)["restored"] == 4
+    assert numbered_rows(restored) == numbered_rows(db)
+
+
+def numbered_rows(path: Path) -> list[tuple[int, AuditRow]]:
+    db = ArchiveDB(path)
+    try:
+        return db.rows_after(0, 100)
+    finally:
+        db.close()

@@ -1,6 +1,7 @@
-"""The replica's names and the segment format (pure): what every replica already holds must
-still read back, and what is not a segment is refused."""
+"""The replica's names and formats (pure): segments, compacted objects and manifests; what every
+replica already holds must still read back, and what is not one is refused."""
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -83,3 +84,85 @@ def test_names_sort_as_their_numbers_do() -> None:
     assert [segments.number(n) for n in sorted(names)] == [1, 9, 10, 100]
     assert segments.number(segments.epoch_name(12)) == 12
     assert segments.encode_epoch(2, "host-1") == b'{"epoch": 2, "archiver": "host-1"}'
+
+
+# --- compacted objects and manifests -------------------------------------------------------------
+
+ROW2 = attrs.evolve(ROW, notice_id="NOT0ST3A7fpq02", text="ho")
+# Segments 4 and 5 compacted: segment 2's row line, then one more, under one header.
+COMPACTED = (
+    b'{"first_segment": 4, "last_segment": 5, "epoch": 2, "first_seq": 7, "last_seq": 9, '
+    b'"rows": 2}\n' + WRITTEN.split(b"\n", 1)[1] + b'{"seq": 9, "notice_id": "NOT0ST3A7fpq02", '
+    b'"job_id": "JOB0ST3A7fpq01", "chat": -100, "outcome": "delivered", "message_id": 5, '
+    b'"attempts": 1, "reason": null, "enqueued_ms": 1, "settled_ms": 10, "text": "ho"}\n'
+)
+
+
+def test_a_compacted_object_is_its_pieces_row_lines_under_one_header() -> None:
+    data, header = segments.merge(4, 5, 2, [segments.encode(4, 1, [(7, ROW)]),
+                                            segments.encode(5, 1, [(9, ROW2)])])  # fmt: skip
+    assert data == COMPACTED
+    assert header == segments.CompactedHeader(4, 5, 2, 7, 9, 2) == segments.header_of(data)
+    assert segments.decode_rows(data) == ((7, ROW), (9, ROW2))
+    assert segments.decode_rows(WRITTEN) == ((7, ROW),)  # a segment reads the same way
+    piece = segments.Piece.of(header)
+    assert piece == segments.Piece("compacted/00000000000000000004-00000000000000000005.jsonl",
+                                   4, 5, 2)  # fmt: skip
+    assert segments.span(piece.name) == (4, 5) and segments.span(segments.segment_name(3)) == (3, 3)
+    # A compacted object merges again like a segment: its rows, as they are.
+    again, _ = segments.merge(4, 6, 3, [data, segments.encode(6, 3, [(10, ROW)])])
+    assert segments.decode_rows(again) == ((7, ROW), (9, ROW2), (10, ROW))
+    with pytest.raises(ValueError, match="not a segment header"):
+        segments.decode_header(data)  # a compacted object is not a segment
+
+
+@given(st.lists(st.lists(rows, min_size=1, max_size=4), min_size=1, max_size=5),
+       st.integers(1, 10**6))  # fmt: skip
+def test_merged_pieces_read_back_as_their_rows_in_order(pieces: list[list[AuditRow]],
+                                                       first_seq: int) -> None:  # fmt: skip
+    encoded, numbered, seq = [], [], first_seq
+    for n, batch in enumerate(pieces, 1):
+        rows_of_piece = list(enumerate(batch, seq))
+        seq += len(batch) + 1  # a gap: a row replaced later has a newer number
+        encoded.append(segments.encode(n, 1, rows_of_piece))
+        numbered += rows_of_piece
+    data, header = segments.merge(1, len(pieces), 7, encoded)
+    assert segments.decode_rows(data) == tuple(numbered)
+    assert (header.first_seq, header.last_seq, header.rows) == (
+        first_seq, numbered[-1][0], len(numbered),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("pieces", "words"),
+    [
+        ([], "at least one row"),
+        ([WRITTEN, WRITTEN], "out of order"),  # the same rows twice
+        ([WRITTEN.replace(b'"rows": 1', b'"rows": 2')], "do not match its header"),
+        ([WRITTEN.replace(b'"last_seq": 7', b'"last_seq": 8')], "do not match its header"),
+        ([b"not a segment\n"], "not a segment header"),
+    ],
+)
+def test_merge_refuses_pieces_that_are_not_what_they_say(pieces: list[bytes], words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        segments.merge(1, 1, 1, pieces)
+
+
+def test_a_manifest_names_the_objects_in_order() -> None:
+    piece = segments.Piece(segments.compacted_name(1, 5), 1, 5, 40)
+    manifest = segments.Manifest(3, 2, 5, 40, (piece,))
+    data = segments.encode_manifest(manifest)
+    assert data == (
+        b'{"manifest": 3, "epoch": 2, "last_segment": 5, "last_seq": 40, "objects": [{"name": '
+        b'"compacted/00000000000000000001-00000000000000000005.jsonl", "first_segment": 1, '
+        b'"last_segment": 5, "rows": 40}]}'
+    )
+    assert segments.decode_manifest(data) == manifest
+    assert segments.manifest_name(3) == "manifests/00000000000000000003.json"
+    assert segments.number(segments.manifest_name(3)) == 3
+    with pytest.raises(ValueError, match="not a manifest"):
+        segments.decode_manifest(b'{"manifest": 3}')
+    with pytest.raises(ValueError, match="not a segment or a compacted object"):
+        segments.span(segments.manifest_name(3))
+    with pytest.raises(ValueError, match="rows, its header says"):
+        segments.decode_rows(WRITTEN.replace(b'"rows": 1', b'"rows": 3'))
