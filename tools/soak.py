@@ -1,16 +1,17 @@
 """Soak: run ``python -m codemojex.run`` for a while under load and check nothing grows unbounded.
 
-    python3 tools/soak.py --minutes 30 [--rate 25] [--chats 400] [--viewers 5] [--every 30]
+    python3 tools/soak.py --minutes 30 [--rate 12] [--chats 400] [--viewers 5] [--every 30]
 
 It starts the service on a fresh data directory (embedded server, the local Telegram stand-in,
-the demo, the archiver), adds a steady load of notices on top of the demo (``--rate`` a second
-to ``--chats`` private chats: a compressed month of a busy bot), keeps ``--viewers`` websocket
-viewers on the live feed, and samples every ``--every`` seconds:
+the demo, the archiver), adds a steady load of notices on top of the demo (``--rate`` a second,
+well inside the 30/s budget, to ``--chats`` private chats: a compressed month of a busy bot),
+keeps ``--viewers`` websocket viewers on the live feed, and samples every ``--every`` seconds:
 
 * the service process: resident memory (``VmRSS``) and open file descriptors;
 * the embedded server: ``used_memory`` and its resident memory, and the number of keys by
   pattern (ids and numbers folded into ``<id>``/``<n>``, so one pattern per kind of key);
-* the archive's rows and the replica's objects, and the notices settled on the bus.
+* the archive's rows and the replica's objects, the notices settled on the bus and the notify
+  queue's backlog (pending and scheduled: it grows when the load outruns the budget).
 
 After a warm-up (the first fifth of the samples) it fits a line to each measure and reports its
 slope per hour and per 1,000 notices, against a stated bound; it exits 1 if any measure grows
@@ -54,6 +55,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "server_used_kib": (2 * KIB, 50),
     "server_rss_kib": (4 * KIB, 100),
     "keys_total": (50, 5),
+    "notify_pending": (50, 5),  # a backlog that grows: the load is more than the budget's pace
     "replica_objects": (60, 10),
     "archive_rows": (float("inf"), 1010),  # one row per notice (the samples lag a little)
 }
@@ -219,7 +221,16 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                 while await service.stdout.receive_some(65536):  # type: ignore[union-attr]
                     pass
 
+            async def stop_on_signal() -> None:
+                # A background job ignores SIGINT, so SIGTERM too: stop early, report, clean up.
+                with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                    async for signum in signals:
+                        say(f"soak: {signal.Signals(signum).name}: stopping early")
+                        nursery.cancel_scope.cancel()
+                        return
+
             nursery.start_soon(drain_output)
+            nursery.start_soon(stop_on_signal)
             nursery.start_soon(_load, bus, args.rate, args.chats, sent)
             rooms = json.loads(await _get(page + "/rooms.json"))
             ws_port = json.loads(await _get(page + "/config.json"))["ws_port"]
@@ -237,6 +248,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                     "server_used_kib": await _info_kib(bus, "used_memory"),
                     "server_rss_kib": _proc_status(server_pid, "VmRSS"),
                     "keys_total": sum(patterns.values()),
+                    "notify_pending": counts.pending + counts.scheduled,
                     "archive_rows": _rows(data / "audit.sqlite"),
                     "replica_objects": _objects(data / "replica"),
                     **{f"keys {p}": n for p, n in patterns.items()},
@@ -284,7 +296,7 @@ async def _get(url: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="tools/soak.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=30.0)
-    p.add_argument("--rate", type=float, default=25.0, help="extra notices per second")
+    p.add_argument("--rate", type=float, default=12.0, help="extra notices per second")
     p.add_argument("--chats", type=int, default=400, help="private chats the load goes to")
     p.add_argument("--viewers", type=int, default=5)
     p.add_argument("--every", type=float, default=30.0, help="seconds between samples")
