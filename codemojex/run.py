@@ -176,7 +176,10 @@ async def run(
                 await jobs.set_audit(bus, NOTIFY_QUEUE, False)  # nobody would trim the stream
             else:
                 archiver = Archiver(
-                    bus, settings.archive_db_path, open_replica(settings.replica_spec)
+                    bus,
+                    settings.archive_db_path,
+                    open_replica(settings.replica_spec),
+                    compact_segments=settings.compact_segments,
                 )
                 await nursery.start(archiver.run)  # before the worker: every notice is audited
             await nursery.start(worker.run)
@@ -194,7 +197,8 @@ async def run(
             say(f"  telegram: {'local stand-in at ' + api_url if stand_in else 'the real Bot API'}")
             say(f"  daily digest: {answer.value}, next run at server ms {next_run}")
             if settings.demo:
-                nursery.start_soon(demo.play, bus)
+                keep_ms = round(settings.round_keep_s * 1000)
+                nursery.start_soon(partial(demo.play, bus, round_keep_ms=keep_ms))
             if archiver is not None:
                 say(f"  audit: {settings.archive_db_path}, replicated to "
                     f"{archiver.replica.describe()}")  # fmt: skip

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import attrs
 
+from codemojex.audit.compaction import DEFAULT_COMPACT_SEGMENTS
+from codemojex.game.rounds import ENDED_ROUND_KEEP_MS, MIN_KEEP_MS
 from codemojex.notify import DEFAULT_API_URL, Limits, Window
 
 __all__ = ["Settings", "SettingsError", "parse_settings"]
@@ -47,6 +49,8 @@ class Settings:
     archive: bool = True
     archive_db: Path | None = None  # default: <data_dir>/audit.sqlite
     replica: str | None = None  # default: the directory <data_dir>/replica
+    compact_segments: int = DEFAULT_COMPACT_SEGMENTS
+    round_keep_s: float = ENDED_ROUND_KEEP_MS / 1000
 
     @property
     def archive_db_path(self) -> Path:
@@ -84,6 +88,10 @@ _HELP = {
     "archive_db": ("--archive-db", "CODEMOJEX_ARCHIVE_DB", "the audit archive's SQLite file"),
     "replica": ("--replica", "CODEMOJEX_REPLICA",
                 "where archive segments are replicated: a directory or s3://bucket/prefix"),
+    "compact_segments": ("--compact-segments", "CODEMOJEX_COMPACT_SEGMENTS",
+                         "replica segments after the newest manifest that start a compaction"),
+    "round_keep_s": ("--round-keep", "CODEMOJEX_ROUND_KEEP",
+                     "seconds an ended round and its board are kept (its results stay readable)"),
 }  # fmt: skip
 
 
@@ -96,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
         "host": d.host, "page_port": str(d.page_port), "feed_port": str(d.feed_port),
         "demo": _on_off(d.demo), "summary_every_s": str(d.summary_every_s),
         "archive": _on_off(d.archive), "archive_db": None, "replica": None,
+        "compact_segments": str(d.compact_segments), "round_keep_s": f"{d.round_keep_s:g}",
     }  # fmt: skip
     parser = argparse.ArgumentParser(
         prog="python -m codemojex.run",
@@ -126,6 +135,8 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
         ) from None
     if summary < 0:
         raise SettingsError("--summary-every must be >= 0")
+    compact = _number("--compact-segments", ns.compact_segments, int, 2)
+    keep = _number("--round-keep", ns.round_keep_s, float, MIN_KEEP_MS / 1000)
     token = ns.telegram_token or None
     if token is not None and ("/" in token or any(c.isspace() for c in token)):
         raise SettingsError("--telegram-token must not contain '/' or spaces")
@@ -154,7 +165,20 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
         archive=archive,
         archive_db=Path(ns.archive_db) if ns.archive_db else None,
         replica=_replica(ns.replica),
+        compact_segments=int(compact),
+        round_keep_s=float(keep),
     )
+
+
+def _number(name: str, text: str, kind: type[int] | type[float], least: float) -> int | float:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise SettingsError(f"{name} must be {'an integer' if kind is int else 'a number'}, "
+                            f"got {text!r}") from None  # fmt: skip
+    if not value >= least:  # also refuses nan
+        raise SettingsError(f"{name} must be >= {least:g}, got {text!r}")
+    return value
 
 
 def _on_off(value: bool) -> str:

@@ -13,6 +13,10 @@ keeps ``--viewers`` websocket viewers on the live feed, and samples every ``--ev
 * the archive's rows and the replica's objects, the notices settled on the bus and the notify
   queue's backlog (pending and scheduled: it grows when the load outruns the budget).
 
+What is bounded by a threshold or a lifetime plateaus only once that is reached, so the service
+runs with its own settings scaled down to fit a soak (``--compact-segments 20`` instead of 200,
+``--round-keep 120`` seconds instead of an hour): the same mechanisms, within the warm-up.
+
 After a warm-up (the first fifth of the samples) it fits a line to each measure and reports its
 slope per hour and per 1,000 notices, against a stated bound; it exits 1 if any measure grows
 faster than its bound. It prints ONE JSON object on stdout; progress goes to stderr. This is a
@@ -186,7 +190,8 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     service = await trio.lowlevel.open_process(
         [sys.executable, "-m", "codemojex.run", "--data-dir", str(data), "--page-port", "0",
-         "--feed-port", "0", "--summary-every", "60"],
+         "--feed-port", "0", "--summary-every", "60", "--compact-segments",
+         str(args.compact_segments), "--round-keep", str(args.round_keep)],
         cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
     )  # fmt: skip
     assert service.stdout is not None
@@ -275,6 +280,8 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         "rate_per_s": args.rate,
         "chats": args.chats,
         "viewers": args.viewers,
+        "compact_segments": args.compact_segments,
+        "round_keep_s": args.round_keep,
         "notices_enqueued_by_soak": sent[0],
         "notices_settled": samples[-1].notices if samples else 0,
         "feed_messages": received[0],
@@ -301,6 +308,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--viewers", type=int, default=5)
     p.add_argument("--every", type=float, default=30.0, help="seconds between samples")
     p.add_argument("--data-dir", help="default: a new temporary directory (kept)")
+    p.add_argument(
+        "--compact-segments",
+        type=int,
+        default=20,
+        help="the service's --compact-segments (its default, 200, compacts the "
+        "replica first after about 16 minutes)",
+    )
+    p.add_argument("--round-keep", type=float, default=120.0,
+                   help="the service's --round-keep in seconds (its default, an hour, is longer "
+                   "than a soak's warm-up)")  # fmt: skip
     args = p.parse_args(argv)
     if args.minutes <= 0 or args.rate <= 0 or args.chats < 1 or args.every <= 0:
         p.error("--minutes, --rate and --every must be positive, --chats at least 1")

@@ -18,7 +18,7 @@ import random
 import trio
 
 from codemojex.game.rooms import Player, Room, create_player, create_room, get_player, get_room
-from codemojex.game.rounds import end_round, guess, start_round
+from codemojex.game.rounds import ENDED_ROUND_KEEP_MS, end_round, guess, start_round
 from codemojex.game.rules import GameError
 from codemojex.game.scoring import ALPHABET, SIZE
 from echomq_trio import Bus, BusError
@@ -50,10 +50,10 @@ async def _setup(bus: Bus) -> tuple[list[Room], list[Player]]:
 
 
 async def _room(bus: Bus, room: Room, players: list[Player], round_s: float,
-                rng: random.Random) -> None:  # fmt: skip
+                rng: random.Random, keep_ms: int) -> None:  # fmt: skip
     while True:
         with contextlib.suppress(GameError):
-            await end_round(bus, room.id)  # one left open by a previous run
+            await end_round(bus, room.id, keep_ms=keep_ms)  # one left open by a previous run
         await start_round(bus, room.id, starts_in_ms=2_000, rng=rng)
         await trio.sleep(2.1)
         deadline = trio.current_time() + round_s
@@ -70,11 +70,17 @@ async def _room(bus: Bus, room: Room, players: list[Player], round_s: float,
                 attempt[rng.randrange(SIZE)] = rng.choice([e for e in ALPHABET if e not in attempt])
             with contextlib.suppress(GameError):
                 await guess(bus, room.id, player.id, attempt)
-        await end_round(bus, room.id)
+        await end_round(bus, room.id, keep_ms=keep_ms)
 
 
-async def play(bus: Bus, *, round_s: float = 30.0, seed: int | None = None) -> None:
-    """Play until cancelled."""
+async def play(
+    bus: Bus,
+    *,
+    round_s: float = 30.0,
+    seed: int | None = None,
+    round_keep_ms: int = ENDED_ROUND_KEEP_MS,
+) -> None:
+    """Play until cancelled; each ended round is kept ``round_keep_ms``."""
     rng = random.Random(seed)
     for errors in itertools.count(1):
         try:
@@ -87,14 +93,14 @@ async def play(bus: Bus, *, round_s: float = 30.0, seed: int | None = None) -> N
         for n, room in enumerate(rooms):
             members = players[n :: len(rooms)] + rng.sample(players, 2)
             nursery.start_soon(_keep_playing, bus, room, list(dict.fromkeys(members)), round_s,
-                               random.Random(rng.random()))  # fmt: skip
+                               random.Random(rng.random()), round_keep_ms)  # fmt: skip
 
 
 async def _keep_playing(bus: Bus, room: Room, players: list[Player], round_s: float,
-                        rng: random.Random) -> None:  # fmt: skip
+                        rng: random.Random, round_keep_ms: int) -> None:  # fmt: skip
     while True:
         try:
-            await _room(bus, room, players, round_s, rng)
+            await _room(bus, room, players, round_s, rng, round_keep_ms)
         except BusError as exc:  # the server restarting: play on when it is back
             print(f"demo: {room.title}: {exc}; retrying", flush=True)
             await trio.sleep(1)

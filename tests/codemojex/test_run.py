@@ -69,6 +69,10 @@ async def test_run_serves_delivers_and_stops_cleanly_then_resumes(tmp_path: Path
         (["--demo", "maybe"], "--demo must be on or off"),
         (["--url", "http://x"], "--url: server URL scheme"),
         (["--summary-every", "-1"], "--summary-every must be >= 0"),
+        (["--compact-segments", "1"], "--compact-segments must be >= 2"),
+        (["--compact-segments", "many"], "--compact-segments must be an integer"),
+        (["--round-keep", "0.5"], "--round-keep must be >= 1"),
+        (["--round-keep", "nan"], "--round-keep must be >= 1"),
     ],
 )
 async def test_bad_settings_are_one_clear_line(args: list[str], words: str) -> None:
@@ -89,6 +93,7 @@ async def test_help_documents_every_setting() -> None:
     text = done.stdout.decode()
     for flag in ("--url", "--data-dir", "--telegram-token", "--global-limit", "--private-limit",
                  "--group-limit", "--host", "--page-port", "--feed-port", "--demo",
-                 "--archive", "--archive-db", "--replica", "--summary-every"):  # fmt: skip
+                 "--archive", "--archive-db", "--replica", "--summary-every",
+                 "--compact-segments", "--round-keep"):  # fmt: skip
         assert flag in text
     assert "CODEMOJEX_TELEGRAM_TOKEN" in text
