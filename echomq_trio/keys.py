@@ -54,6 +54,7 @@ SCHEMA: tuple[KeySpec, ...] = (
     # fair lanes
     KeySpec("lane", "g:<group>", "zset", "a lane's waiting jobs; score 0 (id order)"),
     KeySpec("lane_groups", "groups", "set", "groups whose lane holds waiting jobs"),
+    KeySpec("lane_index", "lanes", "zset", "lanes with waiting jobs, jobs in flight, a pause or a wait; score 0, paged in name order"),  # noqa: E501
     KeySpec("ring", "ring", "list", "lanes being served, round-robin"),
     KeySpec("on_ring", "inring", "set", "the groups on the ring (each at most once)"),
     KeySpec("paused", "paused", "set", "lanes held until resumed"),
@@ -69,8 +70,8 @@ SCHEMA: tuple[KeySpec, ...] = (
     KeySpec("tick", "tick", "list", "one token that wakes a sleeping metronome"),
     KeySpec("events", "events", "stream", "every transition, capped at about 10,000 entries"),
     KeySpec("audit", "audit", "stream", "settled jobs' records (meta.audit = 1); trimmed by its reader"),  # noqa: E501
-    KeySpec("meta", "meta", "hash", "created_ms, and audit = 1 when the queue keeps an audit"),
-    KeySpec("metrics", "metrics", "hash", "running totals: completed, retried, dead, deferred"),
+    KeySpec("meta", "meta", "hash", "created_ms; audit = 1 when the queue keeps an audit; counted = 1 once metrics.lane_pending is exact"),  # noqa: E501
+    KeySpec("metrics", "metrics", "hash", "running totals: completed, retried, dead, deferred; lane_pending: jobs waiting in lanes"),  # noqa: E501
     # the application's own
     KeySpec("app", "app:<name>", "any", "an application's keys in the queue's slot"),
 )  # fmt: skip
@@ -90,6 +91,7 @@ class QueueKeys:
     active: str = attrs.field(repr=False)
     dead: str = attrs.field(repr=False)
     lane_groups: str = attrs.field(repr=False)
+    lane_index: str = attrs.field(repr=False)
     ring: str = attrs.field(repr=False)
     on_ring: str = attrs.field(repr=False)
     paused: str = attrs.field(repr=False)

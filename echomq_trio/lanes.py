@@ -17,11 +17,14 @@ from collections.abc import Iterable, Sequence
 
 from echomq_trio import protocol
 from echomq_trio.bus import Bus
-from echomq_trio.protocol import DEFAULT_KEY_TTL_MS
-from echomq_trio.results import JobInfo, LaneStatus, Outcome
+from echomq_trio.protocol import DEFAULT_KEY_TTL_MS, LANE_PAGE_MAX
+from echomq_trio.results import JobInfo, LanePage, LaneStatus, Outcome
+from echomq_trio.upgrade import run_counted
 
 __all__ = [
     "DEFAULT_KEY_TTL_MS",
+    "LANE_PAGE_MAX",
+    "LanePage",
     "LaneStatus",
     "configure",
     "enqueue",
@@ -31,6 +34,7 @@ __all__ = [
     "pause_until",
     "resume",
     "status",
+    "status_page",
 ]
 
 
@@ -114,10 +118,32 @@ async def configure(
 
 
 async def status(bus: Bus, queue: str, groups: Sequence[str] = ()) -> list[LaneStatus]:
-    """Lanes' depth, in-flight count, settings and holds (all known lanes when none named).
+    """Lanes' depth, in-flight count, settings and holds: of the ``groups`` named (one call), or
+    when none are named of every listed lane (with waiting jobs, jobs in flight, a pause or a
+    wait), in name order, read a page at a time (``status_page``), so the server never walks
+    them all in one call. Read only: a cancelled call changed nothing."""
+    k = bus.keys(queue)
+    if groups:
+        return protocol.lane_status_reply(await bus.run(protocol.lane_status_call(k, groups))).lanes
+    out: list[LaneStatus] = []
+    after: str | None = ""
+    while after is not None:
+        page = await status_page(bus, queue, after, protocol.LANE_PAGE_MAX)
+        out += page.lanes
+        after = page.next
+    return out
+
+
+async def status_page(bus: Bus, queue: str, after: str = "", count: int = 100) -> LanePage:
+    """The next ``count`` (at most ``LANE_PAGE_MAX``, 1,000) lanes in name order after the cursor
+    ``after`` (``''``: the first page; else the ``next`` of the page before), each with its
+    status, and the cursor of the page after (``None`` after the last). Listed lanes are those
+    with waiting jobs, jobs in flight, a pause or a wait; a lane that comes or goes between two
+    pages is seen or not, every other lane exactly once. O(count) on the server.
     Read only: a cancelled call changed nothing."""
-    call = protocol.lane_status_call(bus.keys(queue), groups)
-    return protocol.lane_status_reply(await bus.run(call))
+    k = bus.keys(queue)
+    call = protocol.lane_status_page_call(k, after, count)
+    return protocol.lane_status_reply(await run_counted(bus, k, call))
 
 
 async def jobs(

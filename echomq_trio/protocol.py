@@ -41,6 +41,7 @@ from echomq_trio.results import (
     Fired,
     Job,
     JobInfo,
+    LanePage,
     LaneStatus,
     Outcome,
     Promoted,
@@ -54,6 +55,7 @@ __all__ = [
     "AUDIT_ACK_MAX",
     "DEFAULT_KEY_TTL_MS",
     "ENQUEUE_CHUNK",
+    "LANE_PAGE_MAX",
     "STATE_SETS",
     "Call",
     "StreamEntry",
@@ -74,6 +76,8 @@ __all__ = [
     "autoclaim_entries",
     "claim_call",
     "claim_reply",
+    "count_lanes_call",
+    "count_lanes_reply",
     "counts_call",
     "counts_reply",
     "create_group_command",
@@ -96,6 +100,7 @@ __all__ = [
     "lane_resume_call",
     "lane_resume_reply",
     "lane_status_call",
+    "lane_status_page_call",
     "lane_status_reply",
     "last_id_command",
     "outcome_reply",
@@ -119,6 +124,7 @@ __all__ = [
     "state_set",
     "stream_ack_command",
     "stream_entries",
+    "uncounted",
     "unregister_call",
     "unregister_reply",
 ]
@@ -433,6 +439,22 @@ def counts_reply(raw: Sequence[Any]) -> Counts:
     return Counts(bool(values[0]), *values[1:])
 
 
+def uncounted(raw: object) -> bool:
+    """Whether a reply of ``counts`` or a ``lane_status`` page says the queue was written before
+    the lane counter and index: run ``count_lanes`` once, then ask again."""
+    return isinstance(raw, list) and len(raw) == 1 and as_text(raw[0]) == "uncounted"
+
+
+def count_lanes_call(k: QueueKeys) -> Call:
+    return _call("count_lanes", k.meta, [k.prefix])
+
+
+def count_lanes_reply(raw: Sequence[Any]) -> tuple[int, int]:
+    """``(lanes indexed, jobs waiting in lanes)``; ``(0, 0)`` when counted already."""
+    lanes, waiting = raw
+    return int(lanes), int(waiting)
+
+
 # Where a job in each state waits, by ``SCHEMA`` name (a pending lane job waits in its lane
 # instead); the table of states in scripts/README.md says the same, and a test checks it.
 STATE_SETS = {"pending": "pending", "scheduled": "schedule", "active": "active", "dead": "dead"}
@@ -527,12 +549,29 @@ def lane_config_reply(raw: Sequence[Any]) -> tuple[int | None, int]:
     return (int(limit) or None, int(weight))
 
 
-def lane_status_call(k: QueueKeys, groups: Sequence[str] = ()) -> Call:
-    return _call("lane_status", k.ring, [k.prefix, *(check_group(g) for g in groups)])
+LANE_PAGE_MAX = 1000  # most lanes in one page of lane status
 
 
-def lane_status_reply(raw: Iterable[Sequence[Any]]) -> list[LaneStatus]:
-    return [
+def lane_status_call(k: QueueKeys, groups: Sequence[str]) -> Call:
+    """``lane_status`` of the lanes named."""
+    named = [check_group(g) for g in groups]
+    return _call("lane_status", k.lane_index, [k.prefix, "groups", *named])
+
+
+def lane_status_page_call(k: QueueKeys, after: str = "", count: int = 100) -> Call:
+    """``lane_status`` of the next ``count`` (1 to ``LANE_PAGE_MAX``) lanes of the lane index
+    after the cursor ``after`` (``''``: from the first)."""
+    cursor = "" if after == "" else check_group(after)
+    n = check_int("count", count, 1)
+    if n > LANE_PAGE_MAX:
+        raise ValueError(f"count must be <= {LANE_PAGE_MAX}, got {n}")
+    return _call("lane_status", k.lane_index, [k.prefix, "page", cursor, str(n)])
+
+
+def lane_status_reply(raw: Sequence[Any]) -> LanePage:
+    """The next page's cursor (``''``: none) and per lane its row."""
+    nxt = as_text(raw[0])
+    lanes = [
         LaneStatus(
             group=as_text(r[0]),
             depth=int(r[1]),
@@ -543,8 +582,9 @@ def lane_status_reply(raw: Iterable[Sequence[Any]]) -> list[LaneStatus]:
             wait_until_ms=int(r[6]) or None,
             on_ring=bool(r[7]),
         )
-        for r in raw
+        for r in raw[1:]
     ]
+    return LanePage(lanes, nxt or None)
 
 
 # --- recurring schedules -------------------------------------------------------------------------
@@ -601,11 +641,12 @@ def fire_reply(raw: Sequence[Any]) -> Fired:
     return Fired(int(n), _time(nxt), int(now))
 
 
-def repeats_call(k: QueueKeys, which: str, limit: int) -> Call:
-    """``repeats``: ``which`` is ``"all"`` or ``"due"``."""
+def repeats_call(k: QueueKeys, which: str, limit: int, offset: int = 0) -> Call:
+    """``repeats``: ``which`` is ``"all"`` (from ``offset`` in next-run order) or ``"due"``."""
     if which not in ("all", "due"):
         raise ValueError(f"which must be 'all' or 'due', got {which!r}")
-    return _call("repeats", k.repeats, [k.prefix, which, str(check_int("limit", limit, 1))])
+    lim, off = str(check_int("limit", limit, 1)), str(check_int("offset", offset, 0))
+    return _call("repeats", k.repeats, [k.prefix, which, lim, off])
 
 
 def repeats_reply(raw: Iterable[Sequence[object]]) -> list[Registration]:

@@ -68,9 +68,12 @@ async def fire(bus: Bus, queue: str, batch: int = 100) -> Fired:
     return protocol.fire_reply(await bus.run(protocol.fire_call(k, fresh)))
 
 
-async def list_repeats(bus: Bus, queue: str, limit: int = 1000) -> list[Registration]:
-    """Registrations, soonest next run first. Read only."""
-    call = protocol.repeats_call(bus.keys(queue), "all", limit)
+async def list_repeats(
+    bus: Bus, queue: str, limit: int = 1000, offset: int = 0
+) -> list[Registration]:
+    """Registrations, soonest next run first: ``limit`` of them from rank ``offset`` (a page;
+    O(log n + limit) on the server). Read only."""
+    call = protocol.repeats_call(bus.keys(queue), "all", limit, offset)
     return protocol.repeats_reply(await bus.run(call))
 
 

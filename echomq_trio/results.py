@@ -20,6 +20,7 @@ __all__ = [
     "Fired",
     "Job",
     "JobInfo",
+    "LanePage",
     "LaneStatus",
     "Outcome",
     "Promoted",
@@ -152,6 +153,15 @@ class LaneStatus:
     paused: bool
     wait_until_ms: int | None
     on_ring: bool  # being served now
+
+
+@attrs.frozen
+class LanePage:
+    """A page of ``lanes.status_page``: lanes in name order, and the cursor of the next page
+    (``None`` after the last)."""
+
+    lanes: list[LaneStatus]
+    next: str | None
 
 
 @attrs.frozen

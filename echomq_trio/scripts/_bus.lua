@@ -20,9 +20,14 @@
 --   lane_ready(qp, g, now)     is lane g serviceable: non-empty, not paused, not waiting, below
 --                              its limit
 --   ring_add(qp, g, now)       put a serviceable lane on the ring once, and wake a consumer
---   lane_push(qp, g, id, now)  put a job into its lane (at its id's place: mint order)
+--   lane_push(qp, g, id, now)  put a job into its lane (at its id's place: mint order), count it
+--                              in metrics.lane_pending and list the lane in the lane index
+--   lane_forget(qp, g)         take a lane with nothing left (no waiting jobs, none in flight, no
+--                              pause, no wait) out of the lane groups and the lane index
 --   lane_done(qp, g, now)      one fewer job of lane g in flight; re-ring it if it can go on
 --   lane_wait(qp, g, until_ms) hold lane g until a time; a wait only ever extends
+--   created(qp, now)           note the queue's creation once (meta.created_ms); a queue created
+--                              so has its lane counter exact from the start (meta.counted)
 --   schedule_at(qp, id, at)    put a job on the schedule (and tell the metronome if it is first)
 --   next_run(at, every, now)   a repeat's next run: the first at + n*every after now
 --   audit(qp, id, outcome, attempts, now, note, err)
@@ -78,25 +83,47 @@ local function ring_add(qp, g, now)
 end
 
 local function lane_push(qp, g, id, now)
-  redis.call('ZADD', qp .. KEY.lane .. g, 0, id)
+  if redis.call('ZADD', qp .. KEY.lane .. g, 0, id) == 1 then
+    redis.call('HINCRBY', qp .. KEY.metrics, 'lane_pending', 1)
+  end
   redis.call('SADD', qp .. KEY.lane_groups, g)
+  redis.call('ZADD', qp .. KEY.lane_index, 0, g)
   ring_add(qp, g, now)
+end
+
+local function lane_forget(qp, g)
+  if redis.call('ZCARD', qp .. KEY.lane .. g) > 0 then return end
+  redis.call('SREM', qp .. KEY.lane_groups, g)
+  if redis.call('HEXISTS', qp .. KEY.lane_in_flight, g) == 1
+    or redis.call('SISMEMBER', qp .. KEY.paused, g) == 1
+    or redis.call('ZSCORE', qp .. KEY.lane_waits, g) then
+    return
+  end
+  redis.call('ZREM', qp .. KEY.lane_index, g)
 end
 
 local function lane_done(qp, g, now)
   if redis.call('HINCRBY', qp .. KEY.lane_in_flight, g, -1) <= 0 then
     redis.call('HDEL', qp .. KEY.lane_in_flight, g)
+    lane_forget(qp, g)
   end
   ring_add(qp, g, now)
 end
 
 local function lane_wait(qp, g, until_ms)
+  redis.call('ZADD', qp .. KEY.lane_index, 0, g)
   -- Tell the metronome when this is now the earliest wait.
   local cur = redis.call('ZSCORE', qp .. KEY.lane_waits, g)
   if cur and tonumber(cur) >= until_ms then return end
   redis.call('ZADD', qp .. KEY.lane_waits, until_ms, g)
   local head = redis.call('ZRANGE', qp .. KEY.lane_waits, 0, 0)
   if head[1] == g then tick(qp) end
+end
+
+local function created(qp, now)
+  if redis.call('HSETNX', qp .. KEY.meta, 'created_ms', now) == 1 then
+    redis.call('HSET', qp .. KEY.meta, 'counted', 1)
+  end
 end
 
 local function schedule_at(qp, id, at)

@@ -19,6 +19,7 @@ local KEY = {
   idempotency = 'key:',           -- string key:<key>
   lane = 'g:',                    -- zset g:<group>
   lane_groups = 'groups',         -- set groups
+  lane_index = 'lanes',           -- zset lanes
   ring = 'ring',                  -- list ring
   on_ring = 'inring',             -- set inring
   paused = 'paused',              -- set paused

@@ -8,6 +8,7 @@
 -- the ring.
 -- Returns one word per job: 'acked', 'stale' (the token no longer holds: the job was claimed
 -- again), 'gone' (no such row).
+-- cost: O(jobs acked), each O(log n) in the size of the sets touched
 local qp = ARGV[1]
 local now = now_ms()
 local out = {}
@@ -22,7 +23,10 @@ for i = 2, #ARGV, 3 do
       redis.call('ZREM', KEYS[1], id)
       if job.group then lane_done(qp, job.group, now) end
     elseif job.group then
-      redis.call('ZREM', qp .. KEY.lane .. job.group, id)
+      if redis.call('ZREM', qp .. KEY.lane .. job.group, id) == 1 then
+        redis.call('HINCRBY', qp .. KEY.metrics, 'lane_pending', -1)
+      end
+      lane_forget(qp, job.group)
     else
       redis.call('ZREM', qp .. KEY.pending, id)
     end

@@ -5,6 +5,7 @@
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] name
 -- Returns the next run in server ms, or -1 when the registration is absent (its entry is
 -- dropped).
+-- cost: O(log n)
 local qp = ARGV[1]
 local name = ARGV[2]
 local every = redis.call('HGET', qp .. KEY.registration .. name, 'every_ms')

@@ -7,6 +7,7 @@
 -- Keeps everything from the oldest entry still pending in the group, or, when none is, from just
 -- past the last entry delivered to it.
 -- Returns {entries acknowledged (of those given, the ones pending), entries removed}.
+-- cost: O(ids acknowledged + the group's readers + entries removed)
 local group = ARGV[1]
 local acked = 0
 for i = 2, #ARGV, 1000 do

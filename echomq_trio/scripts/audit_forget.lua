@@ -7,6 +7,7 @@
 -- more than this, by XINFO CONSUMERS' idle, goes), ARGV[4] a reader to keep whatever its state
 -- ('' for none)
 -- Returns the names of the readers removed (an error NOGROUP when there is no such group).
+-- cost: O(the group's readers)
 local qp = ARGV[1]
 local stream = qp .. KEY.audit
 local group, idle_ms, keep = ARGV[2], tonumber(ARGV[3]), ARGV[4]

@@ -8,8 +8,13 @@
 -- the fencing token that ack, retry, defer, extend and release must present. It only ever
 -- grows (attempts go back down when a job is deferred or released), so a token is never handed
 -- out twice. The lease deadline (server ms) is the job's score in active.
+-- Lanes leave the ring lazily: a lane paused, waiting or at its limit stays on it until a claim
+-- meets it. A claim takes at most SKIP_MAX such lanes off per call (then it takes what it can
+-- from the flat set and leaves a wake token, so the next claim goes on where it stopped).
 -- Returns {lease deadline, then per job: id, payload, attempts, token, group or ''}.
+-- cost: O(batch + SKIP_MAX) (each step O(log n))
 local qp = ARGV[1]
+local SKIP_MAX = 100
 local want = tonumber(ARGV[2])
 local now = now_ms()
 local deadline = now + tonumber(ARGV[3])
@@ -37,9 +42,15 @@ local function take_flat(n)
 end
 
 -- Each turn either claims from a lane or takes a lane off the ring, so this loop ends.
+local skipped = 0
 while want > 0 do
   if redis.call('LLEN', qp .. KEY.ring) == 0 then
     take_flat(want)
+    break
+  end
+  if skipped >= SKIP_MAX then
+    take_flat(want)
+    wake(qp, 1)
     break
   end
   local g = redis.call('LMOVE', qp .. KEY.ring, qp .. KEY.ring, 'LEFT', 'RIGHT')
@@ -57,8 +68,11 @@ while want > 0 do
     for i = 1, #popped, 2 do take(popped[i], g) end
     local got = #popped / 2
     redis.call('HINCRBY', qp .. KEY.lane_in_flight, g, got)
+    redis.call('HINCRBY', qp .. KEY.metrics, 'lane_pending', -got)
     want = want - got
     if redis.call('ZCARD', lane) == 0 then redis.call('SREM', qp .. KEY.lane_groups, g) end
+  else
+    skipped = skipped + 1
   end
   if not lane_ready(qp, g, now) then
     -- g was just rotated to the tail: take it off the ring until it can go on.

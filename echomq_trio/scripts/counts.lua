@@ -2,19 +2,26 @@
 -- transition: none (read only)
 -- KEYS[1] emq:{q}:pending (the other keys are ARGV[1]'s, same slot)
 -- ARGV[1] queue prefix emq:{q}:
+-- Jobs waiting in lanes are the counter metrics.lane_pending, kept by every script that puts a
+-- job into a lane or takes one out; a queue from before that counter answers {'uncounted'}
+-- until count_lanes has run on it once.
 -- Returns {exists (1 if the queue was ever used), pending (flat + lanes), scheduled, active,
 -- dead, lanes with jobs, paused lanes, waiting lanes, completed total, retried total,
--- dead total, deferred total, repeats}.
+-- dead total, deferred total, repeats}, or {'uncounted'}.
+-- cost: O(1)
 local qp = ARGV[1]
-local pending = redis.call('ZCARD', KEYS[1])
-local groups = redis.call('SMEMBERS', qp .. KEY.lane_groups)
-for _, g in ipairs(groups) do pending = pending + redis.call('ZCARD', qp .. KEY.lane .. g) end
-local m = redis.call('HMGET', qp .. KEY.metrics, 'completed', 'retried', 'dead', 'deferred')
+local exists = redis.call('EXISTS', qp .. KEY.meta)
+if exists == 1 and redis.call('HGET', qp .. KEY.meta, 'counted') ~= '1' then
+  return {'uncounted'}
+end
+local m = redis.call('HMGET', qp .. KEY.metrics, 'completed', 'retried', 'dead', 'deferred',
+  'lane_pending')
 return {
-  redis.call('EXISTS', qp .. KEY.meta),
-  pending, redis.call('ZCARD', qp .. KEY.schedule),
+  exists,
+  redis.call('ZCARD', KEYS[1]) + tonumber(m[5] or 0), redis.call('ZCARD', qp .. KEY.schedule),
   redis.call('ZCARD', qp .. KEY.active), redis.call('ZCARD', qp .. KEY.dead),
-  #groups, redis.call('SCARD', qp .. KEY.paused), redis.call('ZCARD', qp .. KEY.lane_waits),
+  redis.call('SCARD', qp .. KEY.lane_groups), redis.call('SCARD', qp .. KEY.paused),
+  redis.call('ZCARD', qp .. KEY.lane_waits),
   tonumber(m[1] or 0), tonumber(m[2] or 0), tonumber(m[3] or 0), tonumber(m[4] or 0),
   redis.call('ZCARD', qp .. KEY.repeats),
 }

@@ -6,6 +6,7 @@
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] job id, ARGV[3] fencing token (lease number),
 -- ARGV[4] delay ms, ARGV[5] reason
 -- Returns 'deferred', 'stale' (the token does not hold the job's lease) or 'gone' (no row).
+-- cost: O(log n)
 local qp = ARGV[1]
 local id = ARGV[2]
 local job, why = held(qp, id, ARGV[3])

@@ -5,6 +5,7 @@
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] group, ARGV[3] limit ('' keeps it, '0' clears it),
 -- ARGV[4] weight ('' keeps it)
 -- Returns {limit or 0, weight}.
+-- cost: O(1)
 local qp = ARGV[1]
 local g = ARGV[2]
 if ARGV[3] == '0' then
@@ -13,12 +14,8 @@ elseif ARGV[3] ~= '' then
   redis.call('HSET', qp .. KEY.lane_limits, g, ARGV[3])
 end
 if ARGV[4] ~= '' then redis.call('HSET', qp .. KEY.lane_weights, g, ARGV[4]) end
-local now = now_ms()
-if not lane_ready(qp, g, now) then
-  if redis.call('SREM', qp .. KEY.on_ring, g) == 1 then redis.call('LREM', KEYS[1], 0, g) end
-else
-  ring_add(qp, g, now)
-end
+-- A lane that can no longer go on stays on the ring until a claim meets it (claim.lua).
+ring_add(qp, g, now_ms())
 return {
   tonumber(redis.call('HGET', qp .. KEY.lane_limits, g) or '0'),
   tonumber(redis.call('HGET', qp .. KEY.lane_weights, g) or '1'),

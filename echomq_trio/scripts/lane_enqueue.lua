@@ -9,6 +9,7 @@
 -- so it is remembered for the TTL even after the job has finished.
 -- Jobs of a lane are claimed in id (mint) order; lanes are served round-robin.
 -- Returns one word per job: 'enqueued', or 'duplicate' (nothing is changed).
+-- cost: O(jobs admitted), each O(log n); at most ENQUEUE_CHUNK (10,000) jobs a call
 local qp = ARGV[1]
 local g = ARGV[2]
 local guard = nil
@@ -18,7 +19,7 @@ if ARGV[4] ~= '' then
   if redis.call('EXISTS', guard) == 1 then return {'duplicate'} end
 end
 local now = now_ms()
-redis.call('HSETNX', qp .. KEY.meta, 'created_ms', now)
+created(qp, now)
 if ARGV[3] ~= '' then redis.call('HSET', qp .. KEY.lane_limits, g, ARGV[3]) end
 local out = {}
 local added = 0
@@ -35,9 +36,7 @@ for i = 6, #ARGV, 2 do
   end
 end
 if added == 0 then
-  -- As when jobs were admitted (to_waiting): the lane is known, and goes on the ring if its
-  -- new limit lets it.
-  redis.call('SADD', qp .. KEY.lane_groups, g)
+  -- Nothing admitted: the lane goes on the ring if its new limit lets it.
   ring_add(qp, g, now)
 end
 return out

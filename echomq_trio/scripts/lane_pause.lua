@@ -4,17 +4,20 @@
 -- KEYS[1] emq:{q}:ring (the other keys are ARGV[1]'s, same slot)
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] group, ARGV[3] 'pause' or 'until', ARGV[4] until ms
 -- ('until')
+-- The lane stays on the ring until a claim meets it and takes it off (claim.lua), so a pause
+-- never scans the ring.
 -- Returns the lane's wait end in server ms ('until'), or 0 ('pause').
+-- cost: O(log n)
 local qp = ARGV[1]
 local g = ARGV[2]
-redis.call('HSETNX', qp .. KEY.meta, 'created_ms', now_ms())
+created(qp, now_ms())
 if ARGV[3] == 'pause' then
   redis.call('SADD', qp .. KEY.paused, g)
+  redis.call('ZADD', qp .. KEY.lane_index, 0, g)
   emit(qp, 'paused', g)
 else
   lane_wait(qp, g, tonumber(ARGV[4]))
   emit(qp, 'paused', g, 'until', ARGV[4])
 end
-if redis.call('SREM', qp .. KEY.on_ring, g) == 1 then redis.call('LREM', KEYS[1], 0, g) end
 if ARGV[3] == 'pause' then return 0 end
 return tonumber(redis.call('ZSCORE', qp .. KEY.lane_waits, g))

@@ -5,6 +5,7 @@
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] batch (most jobs and most lanes handled by this call)
 -- Returns {jobs moved, lanes resumed, next due time (earliest run-at or lane wait, server ms;
 -- -1 when none), server now ms}.
+-- cost: O(batch), each O(log n)
 local qp = ARGV[1]
 local batch = tonumber(ARGV[2])
 local now = now_ms()
@@ -19,6 +20,7 @@ local lanes = redis.call('ZRANGE', qp .. KEY.lane_waits, '-inf', now, 'BYSCORE',
 for _, g in ipairs(lanes) do
   redis.call('ZREM', qp .. KEY.lane_waits, g)
   ring_add(qp, g, now)
+  lane_forget(qp, g)
 end
 local nxt = -1
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

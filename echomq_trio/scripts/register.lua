@@ -6,6 +6,7 @@
 -- ARGV[5] first run in ms from the server's now, ARGV[6] lane group ('' for flat pending)
 -- Returns {'registered', first run in server ms} or {'exists', next run in server ms (-1 when
 -- the record has no entry)}.
+-- cost: O(log n)
 local qp = ARGV[1]
 local name = ARGV[2]
 local record = qp .. KEY.registration .. name
@@ -13,7 +14,7 @@ if redis.call('EXISTS', record) == 1 then
   return {'exists', tonumber(redis.call('ZSCORE', KEYS[1], name) or '-1')}
 end
 local now = now_ms()
-redis.call('HSETNX', qp .. KEY.meta, 'created_ms', now)
+created(qp, now)
 local at = now + tonumber(ARGV[5])
 redis.call('HSET', record, 'every_ms', ARGV[3], 'template', ARGV[4], 'group', ARGV[6],
   'registered_ms', now)

@@ -1,8 +1,10 @@
 -- repeats: read registrations (read only).
 -- transition: none (read only)
 -- KEYS[1] emq:{q}:repeat (the other keys are ARGV[1]'s, same slot)
--- ARGV[1] queue prefix emq:{q}:, ARGV[2] 'all' or 'due', ARGV[3] limit
+-- ARGV[1] queue prefix emq:{q}:, ARGV[2] 'all' or 'due', ARGV[3] limit, ARGV[4] offset ('all':
+-- the page from that rank in next-run order)
 -- Returns per registration {name, next run ms, every ms, template, group, last fired ms or ''}.
+-- cost: O(log n + limit)
 local qp = ARGV[1]
 local limit = tonumber(ARGV[3])
 local entries
@@ -10,7 +12,8 @@ if ARGV[2] == 'due' then
   entries = redis.call('ZRANGE', KEYS[1], '-inf', now_ms(), 'BYSCORE', 'WITHSCORES', 'LIMIT', 0,
     limit)
 else
-  entries = redis.call('ZRANGE', KEYS[1], 0, limit - 1, 'WITHSCORES')
+  local off = tonumber(ARGV[4])
+  entries = redis.call('ZRANGE', KEYS[1], off, off + limit - 1, 'WITHSCORES')
 end
 local out = {}
 for i = 1, #entries, 2 do

@@ -4,6 +4,7 @@
 -- KEYS[1] emq:{q}:dead (the other keys are ARGV[1]'s, same slot)
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] job id
 -- Returns 'replayed', 'not_dead' (the job is in another state) or 'gone' (no row).
+-- cost: O(log n)
 local qp = ARGV[1]
 local id = ARGV[2]
 local job = fields(qp .. KEY.job .. id, 'state', 'group')

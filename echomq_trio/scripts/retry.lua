@@ -10,6 +10,7 @@
 -- wait on the schedule and return to their lane when due.
 -- Returns 'scheduled' (to run again), 'dead', 'stale' (the token does not hold the job's lease)
 -- or 'gone' (no row).
+-- cost: O(log n)
 local qp = ARGV[1]
 local id = ARGV[2]
 local job, why = held(qp, id, ARGV[3])

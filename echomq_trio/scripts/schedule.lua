@@ -5,12 +5,13 @@
 -- now), ARGV[3] group ('' for the flat pending set), then triples: job id, payload, time or delay
 -- Returns per job, in order: {'scheduled', run-at in server ms}, or {'duplicate'} (a row with
 -- that id exists; nothing is changed).
+-- cost: O(jobs admitted), each O(log n); at most ENQUEUE_CHUNK (10,000) jobs a call
 local qp = ARGV[1]
 local relative = ARGV[2] == 'in'
 local g = ARGV[3]
 if g == '' then g = nil end
 local now = now_ms()
-redis.call('HSETNX', qp .. KEY.meta, 'created_ms', now)
+created(qp, now)
 local out = {}
 for i = 4, #ARGV, 3 do
   local id = ARGV[i]

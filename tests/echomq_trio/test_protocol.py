@@ -25,6 +25,7 @@ from echomq_trio.results import (
     Counts,
     Job,
     JobInfo,
+    LanePage,
     LaneStatus,
     Outcome,
     Reaped,
@@ -295,6 +296,13 @@ def test_counts_reply(values: list[int]) -> None:
     got = protocol.counts_reply(values)
     assert attrs.astuple(got) == (bool(values[0]), *values[1:])
     assert len(attrs.fields(Counts)) == 13
+    assert not protocol.uncounted(values)
+
+
+@given(keys_of, st.integers(0, 2**40), st.integers(0, 2**40))
+def test_count_lanes(k: QueueKeys, lanes: int, waiting: int) -> None:
+    _check_call(protocol.count_lanes_call(k), k)
+    assert protocol.count_lanes_reply([lanes, waiting]) == (lanes, waiting)
 
 
 infos = st.builds(
@@ -334,9 +342,29 @@ statuses = st.builds(
 def test_lane_status_round_trip(k: QueueKeys, lanes: list[LaneStatus]) -> None:
     call = protocol.lane_status_call(k, [s.group for s in lanes])
     _check_call(call, k)
-    raw = [[s.group.encode(), s.depth, s.in_flight, s.limit or 0, s.weight, int(s.paused),
-            s.wait_until_ms or 0, int(s.on_ring)] for s in lanes]  # fmt: skip
-    assert protocol.lane_status_reply(raw) == lanes
+    rows = [[s.group.encode(), s.depth, s.in_flight, s.limit or 0, s.weight, int(s.paused),
+             s.wait_until_ms or 0, int(s.on_ring)] for s in lanes]  # fmt: skip
+    assert protocol.lane_status_reply([b"", *rows]) == LanePage(lanes, None)
+    assert protocol.lane_status_reply([b"zz", *rows]) == LanePage(lanes, "zz")
+
+
+@given(keys_of, st.just("") | names, st.integers(1, protocol.LANE_PAGE_MAX))
+def test_lane_status_page_call(k: QueueKeys, after: str, count: int) -> None:
+    call = protocol.lane_status_page_call(k, after, count)
+    _check_call(call, k)
+    assert list(call.args[1:]) == ["page", after, str(count)]
+    assert not protocol.uncounted([b"", [b"g", 1, 0, 0, 1, 0, 0, 1]])
+    assert protocol.uncounted([b"uncounted"]) and protocol.uncounted(["uncounted"])
+
+
+def test_lane_status_page_count_is_bounded() -> None:
+    k = queue_keys("q")
+    with pytest.raises(ValueError, match="count must be <= 1000"):
+        protocol.lane_status_page_call(k, "", protocol.LANE_PAGE_MAX + 1)
+    with pytest.raises(ValueError, match="count must be >= 1"):
+        protocol.lane_status_page_call(k, "", 0)
+    with pytest.raises(ValueError, match="group"):
+        protocol.lane_status_page_call(k, "has space", 10)
 
 
 @given(keys_of, names, st.none() | st.integers(0, 99), st.none() | st.integers(1, 99), times)
@@ -391,6 +419,9 @@ def test_repeat_round_trips(k: QueueKeys, reg: Registration, answer: Registered,
     assert protocol.unregister_reply(b"absent") is False
     with pytest.raises(ValueError):
         protocol.repeats_call(k, "some", 5)
+    assert list(protocol.repeats_call(k, "all", 5, 10).args[1:]) == ["all", "5", "10"]
+    with pytest.raises(ValueError, match="offset must be >= 0"):
+        protocol.repeats_call(k, "all", 5, -1)
 
 
 # --- streams and the audit -----------------------------------------------------------------------

@@ -123,3 +123,12 @@ async def test_three_metronome_processes_fire_every_occurrence_once(
     assert len(occurrences) == len(set(occurrences)), "an occurrence fired twice"
     assert all((o - at) % every == 0 for o in occurrences)
     assert (await jobs.counts(bus, queue)).pending == len(fired)
+
+
+async def test_list_repeats_pages_in_next_run_order(bus: Bus, queue: str) -> None:
+    for n in range(7):
+        await repeat.register(bus, queue, f"r{n}", 60_000, "t", first_in_ms=1_000 * (n + 1))
+    pages = [await repeat.list_repeats(bus, queue, limit=3, offset=o) for o in (0, 3, 6, 9)]
+    assert [[r.name for r in page] for page in pages] == [
+        ["r0", "r1", "r2"], ["r3", "r4", "r5"], ["r6"], [],
+    ]  # fmt: skip

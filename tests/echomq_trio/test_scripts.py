@@ -203,6 +203,18 @@ def test_each_header_arrow_is_the_table_s(name: str) -> None:
             assert _states_of(alternative, kind == "lane") <= vocabulary, alternative
 
 
+@pytest.mark.parametrize("name", BUS_SCRIPTS)
+def test_each_header_states_its_cost_bounded_by_its_batch(name: str) -> None:
+    """No script walks every lane, job, repeat or dead job (the server runs one script at a
+    time): each header says its cost, O(1), O(log n) or O(the batch it was asked for); only the
+    one-time bookkeeping of a queue from an earlier version walks its lanes."""
+    lines = re.findall(r"^-- cost: (.*)$", (SCRIPTS / f"{name}.lua").read_text(), re.M)
+    assert len(lines) == 1, f"{name}.lua needs exactly one '-- cost:' header line"
+    assert lines[0].startswith("O("), lines[0]
+    if name != "count_lanes":
+        assert not re.search(r"\blanes\b|\bjobs\)|every", lines[0]), (name, lines[0])
+
+
 def test_the_states_table_names_declared_keys_and_agrees_with_the_protocol() -> None:
     rows = {row[0].strip("`"): row[1] for row in _table("Job states")}
     assert set(rows) == JOB_STATES - {"registered"}
