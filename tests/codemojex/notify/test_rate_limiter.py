@@ -39,19 +39,35 @@ async def test_both_or_neither(bus: Bus, queue: str) -> None:
 
 
 async def test_global_waiters_queue_in_order_for_the_next_free_slots(bus: Bus, queue: str) -> None:
-    rl = limiter(bus, queue, margin_ms=40)  # windows of 440 ms
+    # Windows of 2 s + a 200 ms margin, so a loaded machine's slow round trips and late wake-ups
+    # (bracketed below by the server's clock) stay well inside them.
+    limits = Limits(global_=Window(5, 2000), private=Window(2, 2000), group=Window(3, 5000))
+    rl = RateLimiter(bus, limits, tag=queue, margin_ms=200)
+    window = 2200
+    began = await server_ms(bus)
     for chat in range(1, 6):
         assert (await rl.take(chat)).ok
     waits = [(await rl.take(10 + i)).wait_ms for i in range(7)]
-    # Served in the order they asked (each wait is measured from its own "now": allow 2 ms).
-    assert all(b >= a - 2 for a, b in itertools.pairwise(waits)), waits
-    assert all(340 < w <= 441 for w in waits[:5])  # the next window's five slots
-    assert all(780 < w <= 881 for w in waits[5:])  # then the one after
-    # A waiter coming back at its time sends in its reserved slot, without taking again...
+    elapsed = await server_ms(bus) - began  # every take above happened within this
+    # Served in the order they asked: each waits for a slot no earlier than the one before.
+    assert all(b >= a - elapsed for a, b in itertools.pairwise(waits)), waits
+    # The next window's five slots, then the one after; a wait ends half a margin early.
+    early = 100
+    assert all(window - early - elapsed - 1 <= w <= window - early + 1 for w in waits[:5]), (
+        waits, elapsed)  # fmt: skip
+    assert all(2 * window - early - elapsed - 1 <= w <= 2 * window - early + 1
+               for w in waits[5:]), (waits, elapsed)  # fmt: skip
+    # A waiter coming back at its time (within half the margin) sends in its reserved slot,
+    # without taking again...
     await trio.sleep(waits[0] / 1000)
     assert (await rl.take(10)).ok
     # ...and the slots are spoken for: a newcomer's slot is no earlier than the seventh's.
-    assert (await rl.take(99)).wait_ms >= waits[-1] - waits[0] - 3
+    assert (await rl.take(99)).wait_ms >= waits[-1] - waits[0] - elapsed
+
+
+async def server_ms(bus: Bus) -> int:
+    seconds, micros = await bus.wire.command("TIME")
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 async def test_a_late_reservation_sends_when_the_window_holds_it(bus: Bus, queue: str) -> None:
