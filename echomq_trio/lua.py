@@ -4,7 +4,9 @@ A script's source is the public prelude (``scripts/_prelude.lua``), for the bus'
 the bus's helpers (``scripts/_bus.lua``), then the script's file. ``"name"`` is
 ``echomq_trio/scripts/<name>.lua``; ``"package/name"`` is ``<package>/scripts/<name>.lua`` of any
 importable package, dotted or not (``"codemojex/rate_take"``, ``"codemojex.notify/rate_take"``),
-and gets the public prelude alone.
+and gets the public prelude alone. The bus's scripts are read when this module is imported, so
+a running process keeps the scripts of its version when a newer one is installed under it; an
+application's scripts are read at their first use.
 
 Key names are folded as the source is assembled: the prelude's table ``KEY`` (the mirror of
 ``keys.SCHEMA``) is read here, and every ``KEY.<name>`` in code becomes its suffix as a literal
@@ -40,6 +42,13 @@ def _prelude() -> tuple[str, dict[str, str]]:
 
 _PRELUDE, KEY = _prelude()  # KEY: the prelude's table, name -> the key's fixed part
 _BUS_HELPERS = (_SCRIPTS / "_bus.lua").read_text()
+# Every bus script is read now, with the Python that calls it: a process keeps the scripts of
+# its version even when a newer one is installed under it while it runs.
+_BUS_SCRIPTS = {
+    p.name[: -len(".lua")]: p.read_text()
+    for p in _SCRIPTS.iterdir()
+    if p.name.endswith(".lua") and not p.name.startswith("_")
+}
 
 
 def _fold(text: str, name: str) -> str:
@@ -66,6 +75,8 @@ def script_source(name: str) -> str:
     for a script that does not exist or names an undeclared key."""
     package, _, base = name.rpartition("/")
     package = package or "echomq_trio"
+    if package == "echomq_trio" and base in _BUS_SCRIPTS:
+        return _fold("\n".join([_PRELUDE, _BUS_HELPERS, _BUS_SCRIPTS[base]]), name)
     try:
         path = resources.files(package) / "scripts" / f"{base}.lua"
     except ModuleNotFoundError:

@@ -6,6 +6,7 @@ scripts get the public prelude alone (by a plain or a dotted package name)."""
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -308,3 +309,26 @@ async def test_an_app_script_runs_with_the_public_prelude(bus: Bus) -> None:
     reached = ids.EPOCH_MS + 10**13 - 1 - round(float(score)) % 10**13
     assert before <= reached <= after
     await game.end_round(bus, room)
+
+
+def test_bus_scripts_are_read_at_import_so_a_running_process_keeps_its_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A newer version installed under a running process must not mix its scripts with the
+    process's Python: the bus's scripts are read when ``echomq_trio.lua`` is imported."""
+    import importlib
+
+    copy = tmp_path / "echomq_trio"
+    shutil.copytree(Path(lua.__file__).parent, copy)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    saved = {m: sys.modules.pop(m) for m in list(sys.modules) if m.startswith("echomq_trio")}
+    try:
+        fresh = importlib.import_module("echomq_trio.lua")
+        before = fresh.script_source("counts")
+        (copy / "scripts" / "counts.lua").write_text("return 'a newer version'\n")
+        fresh.script_source.cache_clear()
+        assert fresh.script_source("counts") == before
+    finally:
+        for m in [m for m in sys.modules if m.startswith("echomq_trio")]:
+            del sys.modules[m]
+        sys.modules.update(saved)
