@@ -8,12 +8,14 @@ Listing: the index is a sorted set of room ids, every score 0, so it is ordered 
 mint order (ids are time-ordered). ``room_page`` reads the ids after a cursor (the last id of the
 page before) with one ``ZRANGE ... BYLEX LIMIT`` and the rooms' records with one concurrent wave
 of ``HMGET`` (pipelined on the client's connection): two round trips and O(log rooms + page) on
-the server, however many rooms exist. A room created while someone pages has a later id, so it
-appears on a later page; every room appears exactly once. The index holds only ids: a room's
-chat and title are in its record alone. The two cannot be written by one script (the index has
-no room's hash tag, so on a cluster it lives in another slot), so ``create_room`` writes the
-record first and the index second: a failure between them leaves a room that works but is not
-listed, never a listed room without a record (a page skips such an id anyway).
+the server, however many rooms exist. Every room appears exactly once, and a room created while
+someone pages has a later id, so it appears on a later page (ids come from the host's clock: one
+minted on a host whose clock is behind may sort before a cursor already passed). The index holds
+only ids: a room's chat and title are in its record alone. The two cannot be written by one
+script (the index has no room's hash tag, so on a cluster it lives in another slot), so
+``create_room`` writes the record first and the index second: a failure between them leaves a
+room that works but is not listed, never a listed room without a record (a page skips such an
+id anyway).
 
 Data written before the index (the set ``cm:rooms``) is moved into it by ``migrate_room_index``,
 which ``codemojex.run`` calls once at start: idempotent, safe to run from several processes at
