@@ -14,7 +14,8 @@ real client; ``ms`` figures are the median of ``SAMPLES`` runs, with the largest
    gives the first three a round with a score each, so the summary line has leaders to show;
    with ``--chats`` (100,000) it enqueues one notice in each of that many chats (one lane
    each) with ``notify``, as a bot with that many chats has.
-2. ``rooms_json_first_page``: ``GET /rooms.json`` (the default page) from the real
+2. ``room_page``: ``game.room_page(bus)`` in this process (the default page, no HTTP).
+   ``rooms_json_first_page``: ``GET /rooms.json`` (the default page) from the real
    ``PageServer`` over HTTP on loopback with ``httpx``: time and body size. ``server_usec``:
    the server's own time per call of the commands a page runs (``INFO commandstats`` over the
    samples).
@@ -181,6 +182,7 @@ async def bench(n_rooms: int, n_chats: int) -> dict[str, Any]:
         result["notify_chats_s"] = round(
             await _fill(n_chats, lambda i: notify(bus, 1_000_000 + i, "hello")), 3
         )
+        result["room_page"] = await _timed(lambda: game.room_page(bus))
         async with trio.open_nursery() as nursery, httpx.AsyncClient() as client:
             url = await nursery.start(PageServer(bus, 0).serve, "127.0.0.1", 0)
             result |= await _rooms_json(bus, client, url, n_rooms)
