@@ -35,6 +35,7 @@ __all__ = ["MEMORY_REPORT_AT", "main", "memory_note", "run", "summary_line"]
 
 STAND_IN_TOKEN = "123456:LOCAL-STAND-IN"
 MEMORY_REPORT_AT = 0.8  # the summary shows the server's memory past this fraction of its ceiling
+SUMMARY_ROOMS = 3  # the summary shows the round leaders of the first rooms, this many
 
 
 def say(text: str) -> None:
@@ -58,12 +59,13 @@ async def summary_line(
     memory_at: float = MEMORY_REPORT_AT,
 ) -> str:
     """The summary line: notices, the notify queue, the archive, each room's leader in its
-    current round (the first three rooms), and the server's memory once its use passes
-    ``memory_at`` of its ceiling. ``BusError`` when the server cannot be read."""
+    current round (the first three rooms: one page of three, so the cost does not grow with the
+    number of rooms), and the server's memory once its use passes ``memory_at`` of its
+    ceiling. ``BusError`` when the server cannot be read."""
     notify_counts = await jobs.counts(bus, NOTIFY_QUEUE)
-    rooms = await game.list_rooms(bus)
+    first = await game.room_page(bus, count=SUMMARY_ROOMS)
     leaders = []
-    for room in rooms[:3]:
+    for room in first.rooms:
         shown = await game.latest_round(bus, room.id)
         best = (
             [] if shown is None else await board.top(bus, board.round_board(room.id, shown.id), 1)
@@ -170,6 +172,7 @@ async def run(
         limiter = RateLimiter(bus, settings.limits)
         worker = NotificationWorker(bus, bot, limiter)
         answer, next_run = await game.register_digest(bus)
+        moved = await game.migrate_room_index(bus)  # rooms kept before the index (see rooms)
         async with trio.open_nursery() as nursery:
             archiver = None
             if not settings.archive:
@@ -196,6 +199,8 @@ async def run(
             say(f"  server: {bus.url}" + ("" if url else f" (data in {settings.data_dir})"))
             say(f"  telegram: {'local stand-in at ' + api_url if stand_in else 'the real Bot API'}")
             say(f"  daily digest: {answer.value}, next run at server ms {next_run}")
+            if moved:
+                say(f"  rooms: moved {moved} room(s) of the old set cm:rooms into the index")
             if settings.demo:
                 keep_ms = round(settings.round_keep_s * 1000)
                 nursery.start_soon(partial(demo.play, bus, round_keep_ms=keep_ms))

@@ -237,7 +237,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             nursery.start_soon(drain_output)
             nursery.start_soon(stop_on_signal)
             nursery.start_soon(_load, bus, args.rate, args.chats, sent)
-            rooms = json.loads(await _get(page + "/rooms.json"))
+            rooms = json.loads(await _get(page + "/rooms.json"))["rooms"]  # the first page
             ws_port = json.loads(await _get(page + "/config.json"))["ws_port"]
             for i in range(args.viewers):
                 room = rooms[i % len(rooms)]["id"] if rooms else "RMM00000000000"

@@ -1,15 +1,16 @@
 """The game: rooms, players and rounds of six secret emojis, leaderboards, and the live page.
 
 How the parts fit: ``rules`` (pure) holds the input limits and ``GameError``; ``scoring``
-(pure) scores a guess. ``rooms`` keeps rooms and players in the server, ``rounds`` opens and
-closes rounds and takes guesses, sending their notices through ``codemojex.notify``; ``digest``
-sends every room its daily standings, a recurring job on ``cm.game`` whose handler is
-``game_handler``. ``board`` keeps a leaderboard per round and per day in each room (``days``,
-pure, numbers the days) and publishes every change; the ``Feed`` pushes the top 10 of each
-room's current round to websocket viewers through a one-slot ``Latest`` mailbox each, and the
-``PageServer`` (``page``) serves the live page that shows it. ``demo`` plays a few rooms with
-simulated players. Rounds and boards expire (``ENDED_ROUND_KEEP_MS``, ``DAY_BOARD_KEEP_MS``);
-rooms and players are bounded by the people who play.
+(pure) scores a guess. ``rooms`` keeps rooms and players in the server and lists rooms a page
+at a time (``room_page``); ``rounds`` opens and closes rounds and takes guesses, sending their
+notices through ``codemojex.notify``; ``digest`` sends every room its daily standings, a
+recurring job on ``cm.game`` whose handler is ``game_handler``. ``board`` keeps a leaderboard
+per round and per day in each room (``days``, pure, numbers the days) and publishes every
+change; the ``Feed`` pushes the top 10 of each room's current round to websocket viewers
+through a one-slot ``Latest`` mailbox each, and the ``PageServer`` (``page``) serves the live
+page that shows it. ``demo`` plays a few rooms with simulated players. Rounds and boards expire
+(``ENDED_ROUND_KEEP_MS``, ``DAY_BOARD_KEEP_MS``); rooms and players are bounded by the people
+who play.
 """
 
 from codemojex.game.board import DAY_BOARD_KEEP_MS, Board, Recorded, Standing
@@ -30,13 +31,15 @@ from codemojex.game.page import PageServer
 from codemojex.game.rooms import (
     Player,
     Room,
+    RoomPage,
     create_player,
     create_room,
     get_player,
     get_room,
     list_room_ids,
-    list_rooms,
+    migrate_room_index,
     player_names,
+    room_page,
 )
 from codemojex.game.rounds import (
     ENDED_ROUND_KEEP_MS,
@@ -82,6 +85,7 @@ __all__ = [
     "Player",
     "Recorded",
     "Room",
+    "RoomPage",
     "Round",
     "Score",
     "Standing",
@@ -97,10 +101,11 @@ __all__ = [
     "guess",
     "latest_round",
     "list_room_ids",
-    "list_rooms",
+    "migrate_room_index",
     "play",
     "player_names",
     "register_digest",
+    "room_page",
     "score",
     "send_digest",
     "start_round",

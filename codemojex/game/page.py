@@ -1,30 +1,66 @@
 """The page server: the live leaderboard page (one static file in the package), plus the two
 small JSON documents it reads (``config.json``: where the feed is; ``rooms.json``). A tiny ASGI
-app on hypercorn, on trio."""
+app on hypercorn, on trio.
+
+``rooms.json`` is one page of rooms (``rooms.room_page``), so its cost does not grow with the
+number of rooms: ``?count=<n>`` rooms (1-``MAX_ROOM_PAGE``, default ``DEFAULT_ROOM_PAGE``) after
+the cursor ``?after=<room id>`` (none: from the first), answered as ``{"rooms": [{"id",
+"title"}], "next": <cursor or null>}``; the next page is ``?after=<next>``. A parameter that is
+malformed, repeated or unknown is answered 400 with ``{"error": "<what is wrong>"}``."""
 
 from __future__ import annotations
 
 import json
 from importlib import resources
 from typing import TYPE_CHECKING
+from urllib.parse import parse_qsl
 
 import trio
 
 from codemojex.asgi import Response, answer, serve_app
-from codemojex.game.rooms import list_rooms
+from codemojex.game.rooms import DEFAULT_ROOM_PAGE, MAX_ROOM_PAGE, room_page
+from codemojex.game.rules import GameError
 from echomq_trio import Bus, BusError
 
 if TYPE_CHECKING:
     from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope
 
-__all__ = ["PageServer"]
+__all__ = ["PageServer", "page_parameters"]
 
 PAGE = (resources.files("codemojex.game") / "web" / "index.html").read_bytes()
+
+
+_JSON = b"application/json"
+_PAGE_PARAMETERS = ("after", "count")
 
 
 def _fresh(status: int, content_type: bytes, body: bytes) -> Response:
     """An answer the browser must not cache (the rooms change; the page is the service's)."""
     return Response(status, content_type, body, [(b"cache-control", b"no-store")])
+
+
+def _error(status: int, message: str) -> Response:
+    return _fresh(status, _JSON, json.dumps({"error": message}).encode())
+
+
+def page_parameters(query: bytes) -> tuple[str | None, int]:
+    """The cursor and count a ``rooms.json`` query asks for; ``GameError`` saying what is wrong
+    with it otherwise (the cursor itself is checked by ``room_page``)."""
+    try:
+        pairs = parse_qsl(query.decode("ascii"), keep_blank_values=True, strict_parsing=False)
+    except UnicodeDecodeError:
+        raise GameError("the query must be ASCII") from None
+    given: dict[str, str] = {}
+    for name, value in pairs:
+        if name not in _PAGE_PARAMETERS:
+            raise GameError(f"unknown parameter {name!r}: use after and count")
+        if name in given:
+            raise GameError(f"parameter {name} given twice")
+        given[name] = value
+    count_text = given.get("count", str(DEFAULT_ROOM_PAGE))
+    if not count_text.isascii() or not count_text.isdigit() or len(count_text) > 6:
+        raise GameError(f"count must be an integer 1-{MAX_ROOM_PAGE}")
+    return given.get("after"), int(count_text)
 
 
 class PageServer:
@@ -38,20 +74,25 @@ class PageServer:
         await answer(scope, receive, send, self._answer)
 
     async def _answer(self, scope: HTTPScope, _receive: ASGIReceiveCallable) -> Response:
-        json_type = b"application/json"
         path = scope["path"]
         if path in ("/", "/index.html"):
             return _fresh(200, b"text/html; charset=utf-8", PAGE)
         if path == "/config.json":
-            return _fresh(200, json_type, json.dumps({"ws_port": self.feed_port}).encode())
+            return _fresh(200, _JSON, json.dumps({"ws_port": self.feed_port}).encode())
         if path == "/rooms.json":
-            try:
-                rooms = await list_rooms(self.bus)
-            except BusError:  # the server is restarting: the page retries
-                return _fresh(503, json_type, b'{"error": "the server is unavailable"}')
-            body = json.dumps([{"id": r.id, "title": r.title} for r in rooms]).encode()
-            return _fresh(200, json_type, body)
+            return await self._rooms(scope["query_string"])
         return _fresh(404, b"text/plain", b"not found")
+
+    async def _rooms(self, query: bytes) -> Response:
+        try:
+            after, count = page_parameters(query)
+            page = await room_page(self.bus, after, count)
+        except GameError as exc:
+            return _error(400, str(exc))
+        except BusError:  # the server is restarting: the page retries
+            return _error(503, "the server is unavailable")
+        rooms = [{"id": r.id, "title": r.title} for r in page.rooms]
+        return _fresh(200, _JSON, json.dumps({"rooms": rooms, "next": page.next}).encode())
 
     async def serve(
         self,

@@ -1,5 +1,6 @@
 """``python -m codemojex.run`` as a user runs it: it serves the page, delivers notices to the
-Telegram stand-in, exits cleanly on SIGTERM, and a second start resumes."""
+Telegram stand-in, exits cleanly on SIGTERM, and a second start resumes; a start on data written
+before the room index lists those rooms."""
 
 import os
 import signal
@@ -10,7 +11,10 @@ import httpx
 import pytest
 import trio
 
-from tests.support import ROOT, Lines, start_service
+from codemojex import ids
+from codemojex.game.rooms import room_key
+from echomq_trio import open_bus
+from tests.support import ROOT, Lines, start_service, stop_process
 
 pytestmark = pytest.mark.slow
 
@@ -59,6 +63,31 @@ async def test_run_serves_delivers_and_stops_cleanly_then_resumes(tmp_path: Path
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+@pytest.mark.timeout_s(90)
+async def test_a_start_moves_the_rooms_of_the_old_set_into_the_index(tmp_path: Path) -> None:
+    old = [(ids.new(ids.ROOM), f"Old Room {i}") for i in range(2)]
+    async with open_bus(data_dir=tmp_path) as bus:  # rooms as the code before the index kept them
+        for i, (room, title) in enumerate(old):
+            await bus.wire.command("HSET", room_key(room, "room"), "chat", str(-70 - i),
+                                   "title", title)  # fmt: skip
+            await bus.wire.command("SADD", "cm:rooms", room)
+    proc = await start_service(tmp_path, "--demo", "off", "--summary-every", "0")
+    try:
+        out = Lines(proc)
+        with trio.fail_after(60):
+            page_url = (await out.until(r"Leaderboard: (http://\S+)"))[1]
+            await out.until(r"rooms: moved 2 room\(s\) of the old set cm:rooms into the index")
+        async with httpx.AsyncClient() as client:
+            listed = (await client.get(page_url + "/rooms.json")).json()
+        assert listed == {"rooms": [{"id": r, "title": t} for r, t in old], "next": None}
+        proc.send_signal(signal.SIGTERM)
+        with trio.fail_after(15):
+            await proc.wait()
+        assert proc.returncode == 0, "\n".join(out.seen)
+    finally:
+        await stop_process(proc)
 
 
 @pytest.mark.parametrize(

@@ -41,7 +41,7 @@ async def _lane_texts(bus: Bus, chat: int) -> list[str]:
 
 async def _fresh(bus: Bus) -> None:
     # The game uses fixed queue names; start each test from an empty notification queue.
-    for key in ("cm:rooms", "cm:players"):
+    for key in ("cm:room-index", "cm:rooms", "cm:players"):
         await bus.wire.command("DEL", key)
 
 
@@ -253,7 +253,7 @@ async def test_a_room_whose_digest_is_invalid_is_skipped_and_not_retried(
 ) -> None:
     rooms = await _rooms(bus, 3)
     ghost = ids.new(ids.ROOM)  # listed, but its record is gone
-    await bus.wire.command("SADD", "cm:rooms", ghost)
+    await bus.wire.command("ZADD", "cm:room-index", "0", ghost)
     notices = queue + ".notices"
 
     async def picky(bus: Bus, chat: int, text: str, *, key: str | None = None) -> str | None:
@@ -414,7 +414,7 @@ async def test_names_and_titles_are_refused_over_the_limit_or_with_control_chara
             await game.create_player(bus, value, 5)  # type: ignore[arg-type]
         else:
             await game.create_room(bus, -5, value)  # type: ignore[arg-type]
-    assert await bus.wire.command("EXISTS", "cm:players", "cm:rooms") == 0
+    assert await bus.wire.command("EXISTS", "cm:players", "cm:room-index") == 0
 
 
 async def test_names_and_titles_at_the_limit_are_accepted(bus: Bus) -> None:

@@ -1,24 +1,28 @@
 """The leaderboard page in a real headless Chromium: it shows the current round's board and says
-so, a new score appears without a reload, and a new round starts an empty board."""
+so, a new score appears without a reload, a new round starts an empty board, and the room list
+loads a page at a time. ``rooms.json`` over real HTTP: pages that follow ``next``, and 400 with a
+one-line JSON error for a bad query."""
 
+import json
 from functools import partial
 
+import httpx
 import pytest
 import trio
 
 from codemojex import game
 from codemojex.game import board
 from codemojex.game.feed import Feed
-from codemojex.game.page import PageServer
+from codemojex.game.page import PageServer, page_parameters
+from codemojex.game.rooms import DEFAULT_ROOM_PAGE, MAX_ROOM_PAGE
 from echomq_trio import Bus
 from tests.codemojex.game.browser import open_page
 from tests.conftest import wait_for
 
-pytestmark = pytest.mark.slow
 
-
+@pytest.mark.slow
 async def test_page_shows_the_board_and_updates_in_place(bus: Bus) -> None:
-    await bus.wire.command("DEL", "cm:rooms")
+    await bus.wire.command("DEL", "cm:room-index")
     room = await game.create_room(bus, -777, "Browser Room")
     alice = await game.create_player(bus, "Alice", 1)
     bob = await game.create_player(bus, "Bob", 2)
@@ -68,4 +72,80 @@ async def test_page_shows_the_board_and_updates_in_place(bus: Bus) -> None:
                            step=0.1)  # fmt: skip
             assert await board_text() == ""  # a new round, an empty board
             assert await page.evaluate("window.__marker") == "same page"
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.slow
+async def test_page_lists_the_first_page_of_rooms_and_more_on_demand(bus: Bus) -> None:
+    await bus.wire.command("DEL", "cm:room-index")
+    rooms = [await game.create_room(bus, -900 - i, f"R{i}") for i in range(DEFAULT_ROOM_PAGE + 3)]
+    async with trio.open_nursery() as nursery:
+        feed_port = await nursery.start(Feed(bus).serve, "127.0.0.1", 0)
+        page_url = await nursery.start(PageServer(bus, feed_port).serve, "127.0.0.1", 0)
+        async with open_page() as page:
+            await page.goto(f"{page_url}/")
+            links = "[...document.querySelectorAll('#rooms a')].map((a) => a.textContent)"
+            more_shown = "!document.querySelector('#more').hidden"
+
+            async def links_are(n: int) -> bool:
+                return len(await page.evaluate(links)) == n
+
+            await wait_for(partial(links_are, DEFAULT_ROOM_PAGE), timeout=30, step=0.1)
+            assert await page.evaluate(links) == [r.title for r in rooms[:DEFAULT_ROOM_PAGE]]
+            assert await page.evaluate(more_shown) is True
+            current = "document.querySelector('#rooms a.current').textContent"
+            assert await page.evaluate(current) == "R0"  # no room asked for: the first one
+            await page.evaluate("document.querySelector('#more').click()")
+            await wait_for(partial(links_are, len(rooms)), timeout=30, step=0.1)
+            assert await page.evaluate(links) == [r.title for r in rooms]
+            assert await page.evaluate(more_shown) is False
+        nursery.cancel_scope.cancel()
+
+
+def test_page_parameters_are_read_or_refused_with_the_reason() -> None:
+    assert page_parameters(b"") == (None, DEFAULT_ROOM_PAGE)
+    assert page_parameters(b"after=RMMx&count=7") == ("RMMx", 7)  # room_page checks the cursor
+    refused = {
+        b"count=": "count must be an integer",
+        b"count=abc": "count must be an integer",
+        b"count=-1": "count must be an integer",
+        b"count=1e3": "count must be an integer",
+        b"count=99999999999999999999": "count must be an integer",
+        b"count=1&count=2": "parameter count given twice",
+        b"cursor=x": "unknown parameter 'cursor'",
+        b"count=%FF": "count must be an integer",
+        b"\xff": "the query must be ASCII",
+    }
+    for query, reason in refused.items():
+        with pytest.raises(game.GameError, match=reason):
+            page_parameters(query)
+
+
+async def test_rooms_json_pages_follow_next_and_bad_queries_get_400(bus: Bus) -> None:
+    await bus.wire.command("DEL", "cm:room-index")
+    rooms = [await game.create_room(bus, -800 - i, f"Room {i}") for i in range(5)]
+    async with trio.open_nursery() as nursery, httpx.AsyncClient() as client:
+        url = await nursery.start(PageServer(bus, 0).serve, "127.0.0.1", 0)
+        listed: list[dict[str, str]] = []
+        bodies = []
+        query = "?count=2"
+        while True:
+            reply = await client.get(f"{url}/rooms.json{query}")
+            assert reply.status_code == 200 and reply.headers["cache-control"] == "no-store"
+            bodies.append(reply.json())
+            listed += reply.json()["rooms"]
+            if reply.json()["next"] is None:
+                break
+            query = f"?after={reply.json()['next']}&count=2"
+        assert listed == [{"id": r.id, "title": r.title} for r in rooms]
+        assert [len(b["rooms"]) for b in bodies] == [2, 2, 1]
+        whole = (await client.get(f"{url}/rooms.json")).json()  # the default count: all five
+        assert whole == {"rooms": listed, "next": None}
+        for query in ("count=0", f"count={MAX_ROOM_PAGE + 1}", "count=x", "after=nope", "x=1",
+                      "count=1&count=1", f"after={rooms[0].id}&after={rooms[1].id}"):  # fmt: skip
+            reply = await client.get(f"{url}/rooms.json?{query}")
+            assert reply.status_code == 400, query
+            assert reply.text.count("\n") == 0 and set(reply.json()) == {"error"}, reply.text
+        reason = json.loads((await client.get(f"{url}/rooms.json?count=0")).text)["error"]
+        assert reason == f"count must be an integer 1-{MAX_ROOM_PAGE}, got 0"
         nursery.cancel_scope.cancel()
