@@ -1,12 +1,12 @@
 """Scale benchmark of the echomq_trio job bus (many lanes, many waiting jobs); prints ONE JSON
 object on stdout, progress and a short table on stderr.
 
-Run ``python tools/bench_scale.py`` (about 5 minutes on a 2-core machine; ``--lanes 10000
---jobs 100000 --waiting 100000 --scheduled 100000`` for a quick run). It starts the embedded
-server (``open_bus()`` with no URL) and owns it: it changes the server's slow log settings and
-empties it between parts, so it takes no ``--url``. ``--server-config NAME=VALUE`` (repeatable)
-applies ``CONFIG SET`` before anything is written, to compare server settings (for example
-``hash-max-listpack-value=64``, the servers' own default).
+Run ``python tools/bench_scale.py`` (4 to 5 minutes on a 2-core machine; ``--lanes 10000
+--jobs 100000 --waiting 100000 --scheduled 100000`` for a run of about a minute). It starts
+the embedded server (``open_bus()`` with no URL) and owns it: it changes the server's slow log
+settings and empties it between parts, so it takes no ``--url``. ``--server-config
+NAME=VALUE`` (repeatable) applies ``CONFIG SET`` before anything is written, to compare server
+settings (for example ``hash-max-listpack-value=64``, the servers' own default).
 
 What each number means:
 
