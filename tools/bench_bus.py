@@ -46,7 +46,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
-from _bench import drop_queue, info, server_version
+from _bench import drop_queue, enqueue_batches, info, run_noop_consumer, server_version
 
 import echomq_trio
 from echomq_trio import Bus, Consumer, Job, Metronome, RetryIn, ids, jobs, open_bus
@@ -57,7 +57,6 @@ BATCH = 1_000
 PAYLOAD = b'{"kind":"bench","value":12345}'
 HARD_LIMIT_S = 170.0  # the whole run is cancelled after this
 WORKER_LIMIT_S = 120.0  # a worker that has not finished by then gives up
-DONE_POLL_S = 0.002  # how often a consumer run checks whether all jobs are acked
 URL_ENV = "BENCH_BUS_URL"  # the worker's server URL (kept out of argv: it holds the password)
 THIS_FILE = os.path.abspath(__file__)
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(echomq_trio.__file__)))
@@ -124,57 +123,6 @@ async def _server_load(bus: Bus) -> dict[str, Any]:
         "aof_rewrites": int(fields.get("aof_rewrites", "0")),
         "forks": int(fields.get("total_forks", "0")),
         "latest_fork_ms": _round(int(fields.get("latest_fork_usec", "0")) / 1000, 2),
-    }
-
-
-async def _enqueue_batches(bus: Bus, queue: str, total: int) -> float:
-    """Enqueue ``total`` jobs with ``enqueue_many`` in batches of ``BATCH``; jobs per second."""
-    start = trio.current_time()
-    for first in range(0, total, BATCH):
-        items = [(ids.generate("JOB"), PAYLOAD) for _ in range(min(BATCH, total - first))]
-        outcomes = await jobs.enqueue_many(bus, queue, items)
-        if any(o is not Outcome.ENQUEUED for o in outcomes):
-            raise RuntimeError(f"enqueue_many on {queue} reported a duplicate")
-    return total / (trio.current_time() - start)
-
-
-# --- consumer runs -------------------------------------------------------------------------
-
-
-async def run_noop_consumer(bus: Bus, queue: str, total: int) -> dict[str, Any]:
-    """Drain ``total`` pre-enqueued jobs with a no-op handler; time from the start of claiming
-    (just after ``nursery.start`` returns) to the moment all ``total`` jobs are acked."""
-    first_handle: list[float] = []
-
-    async def handler(job: Job) -> RetryIn | None:
-        if not first_handle:
-            first_handle.append(trio.current_time())
-        return None
-
-    # Warm up the client and the claim/ack scripts (a first EVALSHA may meet NOSCRIPT) on a queue
-    # of our own, so the timing below is of steady-state work.
-    warm_queue = queue + "-warmup"
-    await jobs.claim(bus, warm_queue, 1)
-    await jobs.ack(bus, warm_queue, ids.generate("JOB"), 1)
-    consumer = Consumer(bus, queue, handler, concurrency=64, prefetch=256, claim_batch=256)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(consumer.run)
-        start = trio.current_time()
-        # Consumer offers no hook for "acked", so poll its counters (2 ms granularity).
-        while consumer.statistics().acked < total:  # noqa: ASYNC110
-            await trio.sleep(DONE_POLL_S)
-        end = trio.current_time()
-        nursery.cancel_scope.cancel()
-    stats = consumer.statistics()
-    elapsed = end - start
-    return {
-        "jobs": total,
-        "elapsed_s": _round(elapsed, 4),
-        "per_s": _round(total / elapsed),
-        "first_handle_after_ms": _round((first_handle[0] - start) * 1000, 2),
-        "acked": stats.acked,
-        "stale": stats.stale,
-        "released": stats.released,
     }
 
 
@@ -342,9 +290,9 @@ async def bench(url: str | None, quick: bool) -> dict[str, Any]:
         # 3 and 4. Batched enqueue (which also fills the queues of the no-op runs), then drain.
         q_sub = queue("noop-sub")
         q_in = queue("noop-in")
-        batched_sub = await _enqueue_batches(bus, q_sub, noop_jobs)
+        batched_sub = await enqueue_batches(bus, q_sub, noop_jobs, PAYLOAD, BATCH)
         sub = await _noop_subprocess(server_url, q_sub, noop_jobs)
-        batched_in = await _enqueue_batches(bus, q_in, noop_jobs)
+        batched_in = await enqueue_batches(bus, q_in, noop_jobs, PAYLOAD, BATCH)
         inproc = await run_noop_consumer(bus, q_in, noop_jobs)
         out["enqueue_batched_per_s"] = _round(batched_sub)
         out["noop_throughput_per_s"] = sub["per_s"]

@@ -1,6 +1,6 @@
 """The embedded server's memory: a ceiling and no eviction, so a write past the ceiling is
 refused (and logged as such) while every earlier key stays; ``memory_use`` reports how full it
-is. Each on a real server with a tiny ``maxmemory``."""
+is; job rows are kept compact. Each on a real server (a tiny ``maxmemory`` for the ceiling)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from echomq_trio import Bus, OutOfMemory, ids, jobs, memory, open_bus
 from echomq_trio.server import (
     AOF_REWRITE_MIN_SIZE,
     AOF_REWRITE_PERCENTAGE,
+    COMPACT_ROWS,
     MAXMEMORY_CAP_BYTES,
     default_maxmemory_bytes,
     machine_memory_bytes,
@@ -56,6 +57,20 @@ async def test_the_embedded_server_runs_with_the_default_ceiling(tmp_path: Path)
         use = await memory.memory_use(bus)
         assert (use.max_bytes, use.policy) == (default_maxmemory_bytes(), "noeviction")
         assert 0 < use.used_bytes < use.max_bytes
+
+
+@pytest.mark.server
+async def test_the_embedded_server_keeps_job_rows_compact(tmp_path: Path) -> None:
+    async with open_bus(data_dir=tmp_path) as bus:
+        for name, value in COMPACT_ROWS:
+            config = await bus.wire.command("CONFIG", "GET", name)  # a map in RESP3
+            assert config == {name.encode(): value.encode()}
+        # A row with a 500-byte payload (a hash table at the servers' default of 64) is one
+        # listpack ("ziplist" on Redis 6.2).
+        job = ids.generate("JOB")
+        await jobs.enqueue(bus, "rows", job, b"x" * 500)
+        encoding = await bus.wire.command("OBJECT", "ENCODING", bus.keys("rows").job(job))
+        assert encoding in (b"listpack", b"ziplist")
 
 
 @pytest.mark.server
