@@ -17,6 +17,8 @@ from echomq_trio import Bus, BusError
 if TYPE_CHECKING:
     from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope
 
+    from codemojex.metrics import ServiceMetrics
+
 __all__ = ["PageServer"]
 
 PAGE = (resources.files("codemojex.game") / "web" / "index.html").read_bytes()
@@ -30,9 +32,10 @@ def _fresh(status: int, content_type: bytes, body: bytes) -> Response:
 class PageServer:
     """Serve with ``url = await nursery.start(pages.serve, host, port)``."""
 
-    def __init__(self, bus: Bus, feed_port: int) -> None:
+    def __init__(self, bus: Bus, feed_port: int, metrics: ServiceMetrics | None = None) -> None:
         self.bus = bus
         self.feed_port = feed_port
+        self.metrics = metrics  # answers /metrics (codemojex.metrics)
 
     async def app(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
         await answer(scope, receive, send, self._answer)
@@ -51,6 +54,8 @@ class PageServer:
                 return _fresh(503, json_type, b'{"error": "the server is unavailable"}')
             body = json.dumps([{"id": r.id, "title": r.title} for r in rooms]).encode()
             return _fresh(200, json_type, body)
+        if path == "/metrics" and self.metrics is not None:
+            return await self.metrics.response()
         return _fresh(404, b"text/plain", b"not found")
 
     async def serve(
