@@ -2,10 +2,10 @@
 
 With no settings: an embedded server (data in ``./codemojex-data``, so a restart resumes
 scheduled jobs), metronomes for ``cm.notify`` and ``cm.game``, the notification worker, the game
-worker (the daily digest), the live feed and its page, the local Telegram stand-in as the
-transport, and a demo. It prints where to look and a short live summary. Ctrl-C or SIGTERM shuts
-it all down cleanly within a few seconds (jobs in hand go back to pending); a second start
-resumes. ``--help`` lists the settings.
+worker (the daily digest), the live feed and its page (with Prometheus metrics at ``/metrics``,
+``codemojex.metrics``), the local Telegram stand-in as the transport, and a demo. It prints
+where to look and a short live summary. Ctrl-C or SIGTERM shuts it all down cleanly within a few
+seconds (jobs in hand go back to pending); a second start resumes. ``--help`` lists the settings.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import trio
 from codemojex import game
 from codemojex.audit import Archiver, ArchiverStats, open_replica
 from codemojex.game import Feed, PageServer, board, demo
+from codemojex.metrics import ServiceMetrics
 from codemojex.notify import NOTIFY_QUEUE, NotificationWorker, RateLimiter, WorkerStats, open_bot
 from codemojex.settings import Settings, SettingsError, parse_settings
 from codemojex.standin import TelegramStandIn, open_stand_in
@@ -170,7 +171,9 @@ async def run(
         open_bot(token, api_url) as bot,
     ):
         limiter = RateLimiter(bus, settings.limits)
-        worker = NotificationWorker(bus, bot, limiter)
+        metrics = ServiceMetrics(bus, [NOTIFY_QUEUE, game.GAME_QUEUE])
+        worker = NotificationWorker(bus, bot, limiter, metrics=metrics.notify)
+        metrics.watch(worker=worker)
         answer, next_run = await game.register_digest(bus)
         moved = await game.migrate_room_index(bus)  # rooms kept before the index (see rooms)
         async with trio.open_nursery() as nursery:
@@ -184,18 +187,22 @@ async def run(
                     open_replica(settings.replica_spec),
                     compact_segments=settings.compact_segments,
                 )
+                metrics.watch(archiver=archiver)
                 await nursery.start(archiver.run)  # before the worker: every notice is audited
             await nursery.start(worker.run)
-            await nursery.start(Metronome(bus, NOTIFY_QUEUE, beat_ms=500).run)
-            await nursery.start(Metronome(bus, game.GAME_QUEUE).run)
-            await nursery.start(Consumer(bus, game.GAME_QUEUE, game.game_handler(bus)).run)
+            on = metrics.bus_metrics
+            await nursery.start(Metronome(bus, NOTIFY_QUEUE, beat_ms=500, metrics=on).run)
+            await nursery.start(Metronome(bus, game.GAME_QUEUE, metrics=on).run)
+            game_consumer = Consumer(bus, game.GAME_QUEUE, game.game_handler(bus), metrics=on)
+            await nursery.start(game_consumer.run)
             feed = Feed(bus)
             feed_port = await nursery.start(feed.serve, settings.host, settings.feed_port)
             page_url = await nursery.start(
-                PageServer(bus, feed_port).serve, settings.host, settings.page_port
+                PageServer(bus, feed_port, metrics).serve, settings.host, settings.page_port
             )
             where = {"page": page_url, "feed": f"ws://{settings.host}:{feed_port}/rooms/<room>"}
             say(f"codemojex is running. Leaderboard: {page_url}")
+            say(f"  metrics: {page_url}/metrics")
             say(f"  server: {bus.url}" + ("" if url else f" (data in {settings.data_dir})"))
             say(f"  telegram: {'local stand-in at ' + api_url if stand_in else 'the real Bot API'}")
             say(f"  daily digest: {answer.value}, next run at server ms {next_run}")

@@ -10,12 +10,25 @@ every key of a queue once (``Bus.keys(q)``), ``checks`` checks input before any 
 scheduled jobs when they come due and reaps expired leases. Both are trio tasks for your nursery;
 cancelling the nursery shuts them down cleanly; what a handler's result does to its job is
 decided by ``settlement``, pure. ``ids`` mints the branded job ids, ``backoff`` computes retry
-delays, ``memory`` reads how full the server is. Everything talks to the server through a
-``Transport``: only ``wire`` (the one ``open_bus`` gives) talks to the client library, and
-``testing.FaultyTransport`` wraps one to fail or cancel chosen calls in tests.
+delays, ``memory`` reads how full the server is, ``metrics`` exposes Prometheus metrics (what a
+consumer and a metronome observe, and the queues' state read per scrape). Everything talks to
+the server through a ``Transport``: only ``wire`` (the one ``open_bus`` gives) talks to the
+client library, and ``testing.FaultyTransport`` wraps one to fail or cancel chosen calls in
+tests.
 """
 
-from echomq_trio import audit, backoff, events, ids, jobs, lanes, memory, repeat, settlement
+from echomq_trio import (
+    audit,
+    backoff,
+    events,
+    ids,
+    jobs,
+    lanes,
+    memory,
+    metrics,
+    repeat,
+    settlement,
+)
 from echomq_trio.backoff import Exponential, Fixed, Jitter
 from echomq_trio.bus import Bus, open_bus
 from echomq_trio.consumer import (
@@ -73,6 +86,7 @@ __all__ = [
     "jobs",
     "lanes",
     "memory",
+    "metrics",
     "open_bus",
     "repeat",
     "settlement",

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import TypeVar
 
@@ -44,6 +44,7 @@ from echomq_trio.backoff import Exponential, Jitter, Policy, reconnect_delay_s
 from echomq_trio.bus import Bus
 from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut, first_error
 from echomq_trio.jobs import Job, Outcome
+from echomq_trio.metrics import BusMetrics
 from echomq_trio.settlement import (
     Ack,
     AckJob,
@@ -127,7 +128,8 @@ def _check_positive(name: str, value: float) -> None:
 class Consumer:
     """Drains one queue with ``concurrency`` handler tasks. Run it with ``await consumer.run()``
     inside a nursery (``nursery.start(consumer.run)`` returns once it is claiming); cancel the
-    nursery to stop it cleanly."""
+    nursery to stop it cleanly. With ``metrics`` (``echomq_trio.metrics.BusMetrics``) it observes
+    its claim batch sizes and the jobs it settles; without, nothing."""
 
     def __init__(
         self,
@@ -143,6 +145,7 @@ class Consumer:
         max_attempts: int = 3,
         backoff: Policy = DEFAULT_BACKOFF,
         grace_s: float = 5.0,
+        metrics: BusMetrics | None = None,
     ) -> None:
         bus.keys(queue)  # validates the name
         for name, value in [
@@ -170,6 +173,9 @@ class Consumer:
         self._held: dict[str, Job] = {}  # bounded: at most _max_held (the claim's semaphore)
         self._stats = ConsumerStats()
         self._stopping = False
+        # Process-local instruments (echomq_trio.metrics), bound to this queue once; None: none.
+        self._claim_sizes = None if metrics is None else metrics.claim_batch.labels(queue)
+        self._settled = None if metrics is None else metrics.settled(queue)
 
     @property
     def max_attempts(self) -> int:
@@ -186,6 +192,12 @@ class Consumer:
     def _count(self, **more: int) -> None:
         s = self._stats
         self._stats = attrs.evolve(s, **{name: getattr(s, name) + n for name, n in more.items()})
+
+    def _count_settled(self, outcomes: Mapping[str, int]) -> None:
+        self._count(**outcomes)
+        if self._settled is not None:
+            for name, n in outcomes.items():
+                self._settled[name].inc(n)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Claim and handle jobs until cancelled; then shut down as described above."""
@@ -269,6 +281,8 @@ class Consumer:
                 for _ in range(want - len(claimed)):
                     slots.release()
                 self._count(claimed=len(claimed))
+                if self._claim_sizes is not None and claimed:
+                    self._claim_sizes.observe(len(claimed))
                 for job in claimed:
                     self._held[job.id] = job
                 if self._stopping:
@@ -338,7 +352,7 @@ class Consumer:
         ]
         if acks:
             outcomes = await self._persist(partial(jobs.ack_many, self.bus, self.queue, acks))
-            self._count(**Counter(_COUNTER[o] for o in outcomes))
+            self._count_settled(Counter(_COUNTER[o] for o in outcomes))
         for d in batch:
             job = d.job
             match d.transition:
@@ -363,7 +377,7 @@ class Consumer:
                         buried=True,
                     )
             outcome = await self._persist(call)
-            self._count(**{_COUNTER[outcome]: 1})
+            self._count_settled({_COUNTER[outcome]: 1})
             if outcome is Outcome.DEAD:
                 log.warning(
                     "job %s on %s is dead after %d attempts: %s",

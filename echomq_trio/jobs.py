@@ -146,13 +146,15 @@ async def enqueue_in(
     return await _schedule(bus, queue, (job_id, payload, delay_ms), True, group)
 
 
-async def promote(bus: Bus, queue: str, batch: int = 1000) -> Promoted:
+async def promote(bus: Bus, queue: str, batch: int = 1000, *, lateness: bool = False) -> Promoted:
     """Move up to ``batch`` due scheduled jobs to pending (or their lanes), and put lanes whose
-    wait has ended back in rotation.
+    wait has ended back in rotation. With ``lateness`` the answer also says how late (server
+    clock) each moved job was (``Promoted.lateness_ms``).
 
     A cancelled call may or may not have moved them; calling again is always safe (each job is
     promoted exactly once)."""
-    return protocol.promote_reply(await bus.run(protocol.promote_call(bus.keys(queue), batch)))
+    call = protocol.promote_call(bus.keys(queue), batch, lateness=lateness)
+    return protocol.promote_reply(await bus.run(call))
 
 
 async def claim(bus: Bus, queue: str, batch: int = 1, lease_ms: int = 30_000) -> list[Job]:

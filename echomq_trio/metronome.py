@@ -22,6 +22,7 @@ from echomq_trio import jobs, repeat
 from echomq_trio.backoff import reconnect_delay_s
 from echomq_trio.bus import Bus
 from echomq_trio.errors import BusError
+from echomq_trio.metrics import BusMetrics
 
 __all__ = ["Metronome", "MetronomeStats"]
 
@@ -45,9 +46,19 @@ class MetronomeStats:
 
 
 class Metronome:
-    """Run with ``nursery.start(metronome.run)``; cancel its nursery to stop it."""
+    """Run with ``nursery.start(metronome.run)``; cancel its nursery to stop it. With ``metrics``
+    (``echomq_trio.metrics.BusMetrics``) it observes how late each job it promotes was (the
+    server answers it with the move); without, nothing."""
 
-    def __init__(self, bus: Bus, queue: str, *, beat_ms: int = 1_000, batch: int = 1_000) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        queue: str,
+        *,
+        beat_ms: int = 1_000,
+        batch: int = 1_000,
+        metrics: BusMetrics | None = None,
+    ) -> None:
         bus.keys(queue)
         if not isinstance(beat_ms, int) or beat_ms <= 0:
             raise ValueError(f"beat_ms must be a positive int, got {beat_ms!r}")
@@ -58,6 +69,7 @@ class Metronome:
         self.beat_s = beat_ms / 1000
         self.batch = batch
         self._stats = MetronomeStats()
+        self._lateness = None if metrics is None else metrics.lateness.labels(queue)
 
     def statistics(self) -> MetronomeStats:
         """A snapshot of the counters."""
@@ -72,8 +84,13 @@ class Metronome:
 
         Each step is one atomic script, counted as soon as it answers; cancelled (or failing)
         between steps, the steps done stay done and the next sweep does the rest."""
-        p = await jobs.promote(self.bus, self.queue, self.batch)
+        p = await jobs.promote(
+            self.bus, self.queue, self.batch, lateness=self._lateness is not None
+        )
         self._count(promoted=p.moved, lanes_resumed=p.lanes_resumed)
+        if self._lateness is not None:
+            for ms in p.lateness_ms:
+                self._lateness.observe(ms / 1000)
         f = await repeat.fire(self.bus, self.queue, FIRE_BATCH)
         self._count(fired=f.fired)
         more = p.moved >= self.batch or p.lanes_resumed >= self.batch or f.fired >= FIRE_BATCH

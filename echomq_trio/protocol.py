@@ -312,13 +312,15 @@ def schedule_reply(raw: Iterable[Sequence[Any]]) -> list[Scheduled]:
 # --- promote, claim, reap ------------------------------------------------------------------------
 
 
-def promote_call(k: QueueKeys, batch: int) -> Call:
-    return _call("promote", k.schedule, [k.prefix, str(check_int("batch", batch, 1))])
+def promote_call(k: QueueKeys, batch: int, *, lateness: bool = False) -> Call:
+    """``lateness``: the reply also carries how late each moved job was."""
+    args = [k.prefix, str(check_int("batch", batch, 1))]
+    return _call("promote", k.schedule, [*args, "1"] if lateness else args)
 
 
 def promote_reply(raw: Sequence[Any]) -> Promoted:
-    moved, lanes, nxt, now = raw
-    return Promoted(int(moved), int(lanes), _time(nxt), int(now))
+    moved, lanes, nxt, now, *late = raw
+    return Promoted(int(moved), int(lanes), _time(nxt), int(now), tuple(int(ms) for ms in late))
 
 
 def claim_call(k: QueueKeys, batch: int, lease_ms: int) -> Call:

@@ -96,6 +96,9 @@ class Promoted:
     lanes_resumed: int  # lanes whose wait ended
     next_due_ms: int | None  # earliest run-at or lane wait still ahead
     server_now_ms: int
+    # When asked for (``promote(lateness=True)``): per moved job, server now minus its score (its
+    # run-at, or the end of its backoff or deferral), ms.
+    lateness_ms: tuple[int, ...] = ()
 
 
 @attrs.frozen

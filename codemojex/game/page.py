@@ -25,6 +25,8 @@ from echomq_trio import Bus, BusError
 if TYPE_CHECKING:
     from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope
 
+    from codemojex.metrics import ServiceMetrics
+
 __all__ = ["PageServer", "page_parameters"]
 
 PAGE = (resources.files("codemojex.game") / "web" / "index.html").read_bytes()
@@ -66,9 +68,10 @@ def page_parameters(query: bytes) -> tuple[str | None, int]:
 class PageServer:
     """Serve with ``url = await nursery.start(pages.serve, host, port)``."""
 
-    def __init__(self, bus: Bus, feed_port: int) -> None:
+    def __init__(self, bus: Bus, feed_port: int, metrics: ServiceMetrics | None = None) -> None:
         self.bus = bus
         self.feed_port = feed_port
+        self.metrics = metrics  # answers /metrics (codemojex.metrics)
 
     async def app(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
         await answer(scope, receive, send, self._answer)
@@ -81,6 +84,8 @@ class PageServer:
             return _fresh(200, _JSON, json.dumps({"ws_port": self.feed_port}).encode())
         if path == "/rooms.json":
             return await self._rooms(scope["query_string"])
+        if path == "/metrics" and self.metrics is not None:
+            return await self.metrics.response()
         return _fresh(404, b"text/plain", b"not found")
 
     async def _rooms(self, query: bytes) -> Response:

@@ -1,5 +1,6 @@
 """What travels with a notice, as JSON (de)serialized with cattrs (pure): the payload
-``{chat, text, opts, id, attempt}`` the notifier enqueues, and the ``DeliveryNote``
+``{chat, text, opts, id, attempt}`` the notifier enqueues (a notice scheduled ahead, such as a
+round's reminder, also carries ``due_ms``: when it is due), and the ``DeliveryNote``
 ``{chat, message_id}`` the worker acks a delivered notice with, which the audit's fold reads."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+from cattrs.gen import make_dict_unstructure_fn, override
 from cattrs.preconf.json import make_converter
 
 __all__ = [
@@ -40,6 +42,15 @@ class Notice:
     opts: dict[str, Any] = attrs.Factory(dict)
     id: str = ""
     attempt: int = 1
+    # When a notice scheduled ahead is due (Unix ms, server clock); None: due when enqueued. The
+    # worker's delivery delay counts from it (else from the id's mint time). Left out of the
+    # payload when None.
+    due_ms: int | None = None
+
+
+_converter.register_unstructure_hook(
+    Notice, make_dict_unstructure_fn(Notice, _converter, due_ms=override(omit_if_default=True))
+)
 
 
 def check_notice(chat: object, text: object, opts: object) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import random
+from typing import TYPE_CHECKING
 
 import attrs
 import trio
@@ -29,6 +30,9 @@ from codemojex.notify.telegram import TelegramBot
 from codemojex.stats import added
 from echomq_trio import Ack, Bury, Bus, Consumer, DeferIn, Job, RetryIn, StopConsumer
 from echomq_trio.backoff import Exponential, Jitter, delay_ms
+
+if TYPE_CHECKING:
+    from codemojex.metrics import NotifyMetrics
 
 __all__ = ["NotificationWorker", "WorkerStats"]
 
@@ -52,7 +56,9 @@ class WorkerStats:
 
 
 class NotificationWorker:
-    """Run with ``nursery.start(worker.run)``; cancel to stop (notices in hand go back)."""
+    """Run with ``nursery.start(worker.run)``; cancel to stop (notices in hand go back). With
+    ``metrics`` (``codemojex.metrics.NotifyMetrics``) its consumer observes its claims and
+    settlements, and each delivery its delay; without, nothing."""
 
     def __init__(
         self,
@@ -64,6 +70,7 @@ class NotificationWorker:
         concurrency: int = 16,
         lease_ms: int = 15_000,
         rng: random.Random | None = None,
+        metrics: NotifyMetrics | None = None,
     ) -> None:
         self.bus = bus
         self.bot = bot
@@ -71,6 +78,7 @@ class NotificationWorker:
         self.queue = queue
         self._stats = WorkerStats()
         self._rng = rng or random.Random()
+        self._metrics = metrics
         # On the server, not in this process: old chat id -> new chat id, one field per group
         # that Telegram upgraded to a supergroup (once each), so bounded by the group chats.
         self._migrations = bus.keys(queue).app("migrated")
@@ -82,6 +90,7 @@ class NotificationWorker:
             lease_ms=lease_ms,
             max_attempts=MAX_ATTEMPTS,
             beat_ms=1000,
+            metrics=None if metrics is None else metrics.bus,
         )
 
     def statistics(self) -> WorkerStats:
@@ -121,6 +130,8 @@ class NotificationWorker:
     ) -> Ack | RetryIn | DeferIn | Bury | None:
         if isinstance(verdict, Delivered):
             self._stats = added(self._stats, delivered=1)
+            if self._metrics is not None:
+                self._metrics.delivered(notice, chat)
             return Ack(encode_note(DeliveryNote(chat, verdict.message_id)))
         if isinstance(verdict, RetryLater):
             if verdict.flood:

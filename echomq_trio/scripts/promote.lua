@@ -2,18 +2,24 @@
 -- bring lanes whose wait is over back onto the ring.
 -- transition: scheduled -> pending | pending (lane)
 -- KEYS[1] emq:{q}:schedule (the other keys are ARGV[1]'s, same slot)
--- ARGV[1] queue prefix emq:{q}:, ARGV[2] batch (most jobs and most lanes handled by this call)
+-- ARGV[1] queue prefix emq:{q}:, ARGV[2] batch (most jobs and most lanes handled by this call),
+-- ARGV[3] (optional) '1': also answer how late each moved job was
 -- Returns {jobs moved, lanes resumed, next due time (earliest run-at or lane wait, server ms;
--- -1 when none), server now ms}.
+-- -1 when none), server now ms}; with ARGV[3] = '1', followed by each moved job's lateness
+-- (now minus its score: its run-at, or the end of its backoff or deferral; ms).
 -- cost: O(batch), each O(log n)
 local qp = ARGV[1]
 local batch = tonumber(ARGV[2])
+local report = ARGV[3] == '1'
 local now = now_ms()
-local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, batch)
+local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, batch, 'WITHSCORES')
 local flat = 0
-for _, id in ipairs(due) do
+local late = {}
+for i = 1, #due, 2 do
+  local id = due[i]
   redis.call('ZREM', KEYS[1], id)
   flat = flat + to_waiting(qp, id, redis.call('HGET', qp .. KEY.job .. id, 'group') or nil, now)
+  if report then late[#late + 1] = now - tonumber(due[i + 1]) end
 end
 wake(qp, flat)
 local lanes = redis.call('ZRANGE', qp .. KEY.lane_waits, '-inf', now, 'BYSCORE', 'LIMIT', 0, batch)
@@ -27,4 +33,6 @@ local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if head[2] then nxt = tonumber(head[2]) end
 head = redis.call('ZRANGE', qp .. KEY.lane_waits, 0, 0, 'WITHSCORES')
 if head[2] and (nxt < 0 or tonumber(head[2]) < nxt) then nxt = tonumber(head[2]) end
-return {#due, #lanes, nxt, now}
+local out = {#due / 2, #lanes, nxt, now}
+for _, ms in ipairs(late) do out[#out + 1] = ms end
+return out

@@ -50,3 +50,11 @@ def test_the_fold_reads_the_note_the_worker_writes() -> None:
     (dropped,) = fold([dropped_record])
     assert (dropped.chat, dropped.message_id) == (-100, None)  # the payload's chat
     assert decode(encode(notice)) == notice
+
+
+def test_a_due_time_travels_only_when_given() -> None:
+    plain = Notice(chat=1, text="now", id="NOT0ST3A7fpq0Q")
+    assert "due_ms" not in json.loads(encode(plain))
+    later = attrs.evolve(plain, due_ms=1_796_035_496_083)
+    assert json.loads(encode(later))["due_ms"] == 1_796_035_496_083
+    assert decode(encode(later)) == later and decode(encode(plain)) == plain

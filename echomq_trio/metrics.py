@@ -1,0 +1,176 @@
+"""Prometheus metrics of the bus, with ``prometheus_client`` and no global state: the caller makes
+a ``CollectorRegistry`` (one per service) and everything here registers into it, never into the
+library's default registry.
+
+Two kinds of numbers, named so that they never clash:
+
+* Process-local instruments (``BusMetrics``), observed as they happen by the consumers and
+  metronomes this process runs: pass one ``BusMetrics`` as ``Consumer(..., metrics=...)`` and
+  ``Metronome(..., metrics=...)``; without it (the default, ``None``) they observe nothing.
+
+  - ``echomq_claim_batch_size{queue}`` (histogram): jobs per claim round trip that got any (an
+    idle claim that gets none is not observed); its ``_count`` is such claims, its ``_sum`` the
+    jobs claimed.
+  - ``echomq_consumer_jobs_total{queue,outcome}`` (counter): jobs this process's consumers
+    settled, by the server's answer: ``acked``, ``retried``, ``deferred``, ``dead``, ``stale``
+    (the counters of ``Consumer.statistics()``, summed over this process's consumers).
+  - ``echomq_scheduled_lateness_seconds{queue}`` (histogram): for each job a metronome moved
+    from the schedule to pending, the server's time of the move minus the job's score there (its
+    run-at, or the end of its backoff or deferral). It is the metronome's lateness; the wait in
+    pending until a consumer claims the job is not in it.
+
+* The server's state (``QueueReadings``), read per scrape with ``jobs.counts``: the same answer
+  in every process that reads it.
+
+  - ``echomq_jobs{queue,state}`` (gauge): jobs ``pending`` (lanes included), ``scheduled``,
+    ``active``, ``dead`` now.
+  - ``echomq_lanes{queue,state}`` (gauge): lanes ``with_jobs``, ``paused``, ``waiting``.
+  - ``echomq_repeats{queue}`` (gauge): recurring schedules registered.
+  - ``echomq_queue_jobs_total{queue,outcome}`` (counter): the queue's running totals kept by its
+    scripts since it was made, by every process: ``completed``, ``retried``, ``dead``,
+    ``deferred``.
+
+Reading the server is async, but prometheus_client collects synchronously, so a scrape is two
+steps: await fresh readings, then render the registry, whose collectors read that snapshot.
+``render`` does both; a ``BusError`` while reading propagates (answer 503).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Protocol
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from echomq_trio import jobs
+from echomq_trio.bus import Bus
+from echomq_trio.results import Counts
+
+__all__ = [
+    "CLAIM_BATCH_BUCKETS",
+    "CONTENT_TYPE_LATEST",
+    "LATENESS_BUCKETS_S",
+    "SETTLED_OUTCOMES",
+    "BusMetrics",
+    "QueueReadings",
+    "Readings",
+    "render",
+]
+
+CLAIM_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+LATENESS_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+# The outcome label of echomq_consumer_jobs_total: the settling counters of ConsumerStats.
+SETTLED_OUTCOMES = ("acked", "retried", "deferred", "dead", "stale")
+
+
+class BusMetrics:
+    """The process-local instruments, registered into ``registry``. One per registry: share it
+    between every consumer and metronome of the process (they label by queue)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.claim_batch = Histogram(
+            "echomq_claim_batch_size",
+            "Jobs per claim round trip that got any, by this process's consumers.",
+            ["queue"],
+            buckets=CLAIM_BATCH_BUCKETS,
+            registry=registry,
+        )
+        self.consumer_jobs = Counter(
+            "echomq_consumer_jobs",
+            "Jobs settled by this process's consumers, by the server's answer.",
+            ["queue", "outcome"],
+            registry=registry,
+        )
+        self.lateness = Histogram(
+            "echomq_scheduled_lateness_seconds",
+            "Server time a metronome of this process moved a due job to pending, minus the "
+            "time it was due (run-at, or the end of its backoff or deferral).",
+            ["queue"],
+            buckets=LATENESS_BUCKETS_S,
+            registry=registry,
+        )
+
+    def settled(self, queue: str) -> dict[str, Counter]:
+        """The settled counter's child per outcome for ``queue`` (bind once, count cheaply)."""
+        return {outcome: self.consumer_jobs.labels(queue, outcome) for outcome in SETTLED_OUTCOMES}
+
+
+class Readings(Protocol):
+    """What ``render`` refreshes before each scrape."""
+
+    async def read(self) -> None: ...
+
+
+_DEPTH = ("pending", "scheduled", "active", "dead")
+_LANES = (("with_jobs", "lanes"), ("paused", "paused_lanes"), ("waiting", "waiting_lanes"))
+_TOTALS = (("completed", "completed_total"), ("retried", "retried_total"),
+           ("dead", "dead_total"), ("deferred", "deferred_total"))  # fmt: skip
+
+
+class QueueReadings(Collector):
+    """The server's state of ``queues``: ``await read()`` fetches it (one ``jobs.counts`` per
+    queue; ``BusError`` when the server cannot be read, and the last reading stays), and the
+    registry's collection reports the last reading. Registers into ``registry`` when given."""
+
+    def __init__(
+        self, bus: Bus, queues: Sequence[str], registry: CollectorRegistry | None = None
+    ) -> None:
+        for queue in queues:
+            bus.keys(queue)  # validates the name
+        self.bus = bus
+        self.queues = tuple(queues)
+        self._last: dict[str, Counts] = {}
+        if registry is not None:
+            registry.register(self)
+
+    async def read(self) -> None:
+        fresh = {queue: await jobs.counts(self.bus, queue) for queue in self.queues}
+        self._last = fresh
+
+    def last(self) -> dict[str, Counts]:
+        """The last reading, per queue (empty before the first)."""
+        return dict(self._last)
+
+    def collect(self) -> Iterator[Metric]:
+        depth = GaugeMetricFamily(
+            "echomq_jobs", "Jobs in the queue now, by state (read from the server).",
+            labels=["queue", "state"],
+        )  # fmt: skip
+        lanes = GaugeMetricFamily(
+            "echomq_lanes", "Lanes of the queue now, by state (read from the server).",
+            labels=["queue", "state"],
+        )  # fmt: skip
+        repeats = GaugeMetricFamily(
+            "echomq_repeats", "Recurring schedules registered on the queue (read from the server).",
+            labels=["queue"],
+        )  # fmt: skip
+        totals = CounterMetricFamily(
+            "echomq_queue_jobs",
+            "The queue's running totals by every process, kept by the server, by outcome.",
+            labels=["queue", "outcome"],
+        )
+        for queue, c in self._last.items():
+            for state in _DEPTH:
+                depth.add_metric([queue, state], getattr(c, state))
+            for state, field in _LANES:
+                lanes.add_metric([queue, state], getattr(c, field))
+            repeats.add_metric([queue], c.repeats)
+            for outcome, field in _TOTALS:
+                totals.add_metric([queue, outcome], getattr(c, field))
+        yield from (depth, lanes, repeats, totals)
+
+
+async def render(registry: CollectorRegistry, readings: Iterable[Readings] = ()) -> bytes:
+    """Await fresh ``readings`` (``BusError`` when the server cannot be read), then the
+    registry in the Prometheus text format (``CONTENT_TYPE_LATEST``)."""
+    for r in readings:
+        await r.read()
+    return generate_latest(registry)
