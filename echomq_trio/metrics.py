@@ -29,6 +29,9 @@ Two kinds of numbers, named so that they never clash:
   - ``echomq_queue_jobs_total{queue,outcome}`` (counter): the queue's running totals kept by its
     scripts since it was made, by every process: ``completed``, ``retried``, ``dead``,
     ``deferred``.
+  - ``echomq_server_memory_used_bytes`` and ``echomq_server_memory_max_bytes`` (gauges): the
+    server's memory and its ``maxmemory`` (0: none), so an alert can fire before a
+    ``noeviction`` server refuses writes.
 
 Reading the server is async, but prometheus_client collects synchronously, so a scrape is two
 steps: await fresh readings, then render the registry, whose collectors read that snapshot.
@@ -50,7 +53,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from echomq_trio import jobs
+from echomq_trio import jobs, memory
 from echomq_trio.bus import Bus
 from echomq_trio.results import Counts
 
@@ -128,11 +131,13 @@ class QueueReadings(Collector):
         self.bus = bus
         self.queues = tuple(queues)
         self._last: dict[str, Counts] = {}
+        self._memory: memory.MemoryUse | None = None
         if registry is not None:
             registry.register(self)
 
     async def read(self) -> None:
         fresh = {queue: await jobs.counts(self.bus, queue) for queue in self.queues}
+        self._memory = await memory.memory_use(self.bus)
         self._last = fresh
 
     def last(self) -> dict[str, Counts]:
@@ -166,6 +171,17 @@ class QueueReadings(Collector):
             for outcome, field in _TOTALS:
                 totals.add_metric([queue, outcome], getattr(c, field))
         yield from (depth, lanes, repeats, totals)
+        if self._memory is not None:
+            yield GaugeMetricFamily(
+                "echomq_server_memory_used_bytes",
+                "The server's used memory (on a cluster: the primary nearest its ceiling).",
+                value=self._memory.used_bytes,
+            )
+            yield GaugeMetricFamily(
+                "echomq_server_memory_max_bytes",
+                "The server's maxmemory (0: no ceiling); at it a noeviction server refuses writes.",
+                value=self._memory.max_bytes,
+            )
 
 
 async def render(registry: CollectorRegistry, readings: Iterable[Readings] = ()) -> bytes:

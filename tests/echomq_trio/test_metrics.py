@@ -17,7 +17,7 @@ from hypercorn.trio import serve
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from echomq_trio import Bury, Bus, Consumer, Job, Metronome, RetryIn, jobs
+from echomq_trio import Bury, Bus, Consumer, Job, Metronome, RetryIn, jobs, memory
 from echomq_trio.metrics import CONTENT_TYPE_LATEST, BusMetrics, QueueReadings, render
 from tests.conftest import wait_for
 
@@ -125,6 +125,10 @@ async def test_a_scrape_during_a_burst_matches_what_the_bus_reports(bus: Bus, qu
             counts, f"{outcome}_total"
         )
     assert value(got, "echomq_repeats", queue=queue) == 0
+    # The server's memory, for its pressure against maxmemory (the test servers have a ceiling).
+    use = await memory.memory_use(bus)
+    assert value(got, "echomq_server_memory_max_bytes") == use.max_bytes > 0
+    assert 0 < value(got, "echomq_server_memory_used_bytes") <= use.max_bytes
     # Process-local: what this consumer settled, as its statistics count it.
     stats = consumer.statistics()
     assert (stats.acked, stats.retried, stats.dead) == (75, 5, 5)
