@@ -83,11 +83,16 @@ local function ring_add(qp, g, now)
 end
 
 local function lane_push(qp, g, id, now)
-  if redis.call('ZADD', qp .. KEY.lane .. g, 0, id) == 1 then
+  local lane = qp .. KEY.lane .. g
+  if redis.call('ZADD', lane, 0, id) == 1 then
     redis.call('HINCRBY', qp .. KEY.metrics, 'lane_pending', 1)
+    -- A lane that held jobs already is in the lane groups and the index: only its first job
+    -- lists it, so a batch into one lane writes them once.
+    if redis.call('ZCARD', lane) == 1 then
+      redis.call('SADD', qp .. KEY.lane_groups, g)
+      redis.call('ZADD', qp .. KEY.lane_index, 0, g)
+    end
   end
-  redis.call('SADD', qp .. KEY.lane_groups, g)
-  redis.call('ZADD', qp .. KEY.lane_index, 0, g)
   ring_add(qp, g, now)
 end
 
