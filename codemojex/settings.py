@@ -127,14 +127,7 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
         page_port, feed_port = int(ns.page_port), int(ns.feed_port)
     except ValueError:
         raise SettingsError("--page-port and --feed-port must be integers") from None
-    try:
-        summary = float(ns.summary_every_s)
-    except ValueError:
-        raise SettingsError(
-            f"--summary-every must be a number, got {ns.summary_every_s!r}"
-        ) from None
-    if summary < 0:
-        raise SettingsError("--summary-every must be >= 0")
+    summary = _number("--summary-every", ns.summary_every_s, float, 0)
     compact = _number("--compact-segments", ns.compact_segments, int, 2)
     keep = _number("--round-keep", ns.round_keep_s, float, MIN_KEEP_MS / 1000)
     token = ns.telegram_token or None
@@ -161,7 +154,7 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
         page_port=_port("--page-port", page_port),
         feed_port=_port("--feed-port", feed_port),
         demo=demo,
-        summary_every_s=summary,
+        summary_every_s=float(summary),
         archive=archive,
         archive_db=Path(ns.archive_db) if ns.archive_db else None,
         replica=_replica(ns.replica),
