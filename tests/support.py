@@ -1,6 +1,6 @@
 """Helpers shared by tests of both packages: helper processes started from a test (and ended
 with it), processes of a data directory, and running ``python -m codemojex.run`` as a user
-does, reading its output line by line."""
+does, reading its output line by line; samples of a Prometheus scrape by name and labels."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import trio
+from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -135,3 +136,19 @@ class Lines:
 
     def text(self) -> str:
         return "\n".join(self.seen)
+
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def parse(text: str) -> Samples:
+    """Every sample by name and sorted labels."""
+    out: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples[(name, tuple(sorted(labels.items())))]

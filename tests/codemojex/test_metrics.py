@@ -13,7 +13,6 @@ import httpx
 import pytest
 import trio
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from codemojex.game import PageServer
 from codemojex.metrics import NotifyMetrics, SendWindow, ServiceMetrics
@@ -28,24 +27,10 @@ from echomq_trio import Bus, ConnectionLost, Metronome, jobs
 from echomq_trio.metrics import CONTENT_TYPE_LATEST, BusMetrics
 from echomq_trio.testing import FaultyTransport, scripts
 from tests.conftest import wait_for
-from tests.support import Lines, start_service, stop_process
+from tests.support import Lines, parse, start_service, stop_process, value
 
 LIMITS = Limits().scaled(4)
 TOKEN = "123456:METRICS"
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def parse(text: str) -> Samples:
-    out: Samples = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
-def value(samples: Samples, name: str, **labels: str) -> float:
-    return samples[(name, tuple(sorted(labels.items())))]
 
 
 @asynccontextmanager

@@ -4,16 +4,13 @@ job enters or leaves a lane. After every transition (and after a worker holding 
 killed) they must equal what a walk of every lane finds. The walk is a test-only script run
 with EVAL: the bus itself never walks its lanes."""
 
-import signal
-
 import pytest
 import trio
 
 from echomq_trio import Bus, ids, jobs, lanes, repeat
 from echomq_trio.keys import queue_keys
 from tests.conftest import wait_for
-from tests.echomq_trio.proc import done_key
-from tests.support import read_line, spawn
+from tests.echomq_trio.workers import finish_with_a_second_worker, finished, kill_a_worker_mid_run
 
 pytestmark = pytest.mark.cluster
 
@@ -240,36 +237,13 @@ async def test_counters_are_exact_after_a_worker_holding_lane_jobs_is_killed(
         batch = [jid() for _ in range(5)]
         all_ids += batch
         await lanes.enqueue_many(bus, queue, f"chat{chat}", [(i, "x") for i in batch])
-    key = done_key(queue)
-
-    async def recorded() -> int:
-        return int(await bus.wire.command("LLEN", key))
-
-    async with spawn(
-        "worker", server_url, queue, "--handle-ms", "50", "--lease-ms", "1000",
-        "--concurrency", "5",
-    ) as first:  # fmt: skip
-        assert await read_line(first) == "ready"
-        await wait_for(lambda: _at_least(recorded, 20), timeout=60)
-        first.send_signal(signal.SIGKILL)
-        await first.wait()
+    await kill_a_worker_mid_run(bus, server_url, queue)
     assert (await jobs.counts(bus, queue)).active > 0, "the kill should leave leased jobs"
     await check_exact(bus, queue)
-    async with spawn("worker", server_url, queue, "--metronome") as second:
-        assert await read_line(second) == "ready"
-
-        async def all_done() -> bool:
-            c = await jobs.counts(bus, queue)
-            return c.pending == c.active == c.scheduled == 0
-
-        await wait_for(all_done, timeout=60)
-    done = {x.decode() for x in await bus.wire.command("LRANGE", key, "0", "-1")}
+    await finish_with_a_second_worker(bus, server_url, queue)
+    done = set(await finished(bus, queue))
     assert done == set(all_ids)
     await check_exact(bus, queue)
     assert await lanes.status(bus, queue) == []
     with trio.fail_after(5):
         assert (await jobs.counts(bus, queue)).lanes == 0
-
-
-async def _at_least(count, n: int) -> bool:  # type: ignore[no-untyped-def]
-    return bool(await count() >= n)

@@ -1,14 +1,13 @@
 """kill -9 a worker mid-run: its jobs come back through lease expiry and the reaper, and a second
 worker finishes them all. Nothing is missing; only jobs in flight at the kill may run twice."""
 
-import signal
-
 import pytest
 import trio
 
 from echomq_trio import Bus, ids, jobs
 from tests.conftest import wait_for
 from tests.echomq_trio.proc import done_key
+from tests.echomq_trio.workers import finish_with_a_second_worker, finished, kill_a_worker_mid_run
 from tests.support import read_line, spawn
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -18,37 +17,14 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 async def test_sigkill_mid_run_loses_nothing(bus: Bus, queue: str, server_url: str) -> None:
     all_ids = [ids.generate("JOB") for _ in range(200)]
     await jobs.enqueue_many(bus, queue, [(i, "x") for i in all_ids])
-    key = done_key(queue)
-
-    async def recorded() -> int:
-        return int(await bus.wire.command("LLEN", key))
-
-    async with spawn(
-        "worker", server_url, queue, "--handle-ms", "50", "--lease-ms", "1000",
-        "--concurrency", "5",
-    ) as first:  # fmt: skip
-        assert await read_line(first) == "ready"
-        await wait_for(lambda: _at_least(recorded, 20), timeout=60)
-        first.send_signal(signal.SIGKILL)
-        await first.wait()
+    await kill_a_worker_mid_run(bus, server_url, queue)
     c = await jobs.counts(bus, queue)
     assert c.active > 0, "the kill should have left leased jobs behind"
-    async with spawn("worker", server_url, queue, "--metronome") as second:
-        assert await read_line(second) == "ready"
-
-        async def all_done() -> bool:
-            c = await jobs.counts(bus, queue)
-            return c.pending == c.active == c.scheduled == 0
-
-        await wait_for(all_done, timeout=60)
-    done = [x.decode() for x in await bus.wire.command("LRANGE", key, "0", "-1")]
+    await finish_with_a_second_worker(bus, server_url, queue)
+    done = await finished(bus, queue)
     assert set(done) == set(all_ids), "a job was lost"
     assert len(done) - len(set(done)) <= 5  # at most the kill's in-flight jobs ran twice
     assert (await jobs.counts(bus, queue)).dead == 0
-
-
-async def _at_least(count, n: int) -> bool:  # type: ignore[no-untyped-def]
-    return bool(await count() >= n)
 
 
 @pytest.mark.timeout_s(180)

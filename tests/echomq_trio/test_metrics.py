@@ -15,28 +15,13 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 from prometheus_client import CollectorRegistry
-from prometheus_client.parser import text_string_to_metric_families
 
 from echomq_trio import Bury, Bus, Consumer, Job, Metronome, RetryIn, jobs, memory
 from echomq_trio.metrics import CONTENT_TYPE_LATEST, BusMetrics, QueueReadings, render
 from tests.conftest import wait_for
+from tests.support import parse, value
 
 pytestmark = pytest.mark.cluster
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def parse(text: str) -> Samples:
-    """Every sample by name and sorted labels."""
-    out: Samples = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
-def value(samples: Samples, name: str, **labels: str) -> float:
-    return samples[(name, tuple(sorted(labels.items())))]
 
 
 @asynccontextmanager
