@@ -61,7 +61,7 @@ import attrs
 import trio
 from _bench import enqueue_batches, info, run_noop_consumer, server_version
 
-from echomq_trio import Bus, ids, jobs, lanes, open_bus, protocol
+from echomq_trio import Bus, ids, jobs, lanes, memory, open_bus, protocol
 from echomq_trio.jobs import Outcome
 from echomq_trio.lua import script_source
 from echomq_trio.protocol import as_text
@@ -118,7 +118,7 @@ async def encoding_limits(bus: Bus) -> dict[str, str]:
 
 
 async def used_memory(bus: Bus) -> int:
-    return int((await info(bus, "memory"))["used_memory"])
+    return (await memory.memory_use(bus)).used_bytes
 
 
 async def empty_server(bus: Bus) -> None:
@@ -340,6 +340,17 @@ async def bench_many_lanes(run: Run) -> tuple[dict[str, Any], dict[str, Any], fl
     return result, calls, bytes_per_job
 
 
+def weighed(total: int, before: int, after: int, rate: float) -> dict[str, Any]:
+    """What ``total`` jobs added to the server's used memory, per job."""
+    return {
+        "jobs": total,
+        "bytes_per_job": round((after - before) / total, 1),
+        "used_memory_before": before,
+        "used_memory_after": after,
+        "fill_per_s": round(rate, 1),
+    }
+
+
 async def bytes_per_waiting_job(run: Run) -> dict[str, Any]:
     bus, queue, total = run.bus, run.queue("waiting"), run.sizes.waiting
     await empty_server(bus)
@@ -350,13 +361,7 @@ async def bytes_per_waiting_job(run: Run) -> dict[str, Any]:
     counted = await jobs.counts(bus, queue)
     if counted.pending != total:
         raise RuntimeError(f"{counted.pending} jobs pending, expected {total}")
-    return {
-        "jobs": total,
-        "bytes_per_job": round((after - before) / total, 1),
-        "used_memory_before": before,
-        "used_memory_after": after,
-        "fill_per_s": round(rate, 1),
-    }
+    return weighed(total, before, after, rate)
 
 
 async def bytes_per_scheduled_job(run: Run) -> dict[str, Any]:
@@ -379,13 +384,7 @@ async def bytes_per_scheduled_job(run: Run) -> dict[str, Any]:
     counted = await jobs.counts(bus, queue)
     if counted.scheduled != total:
         raise RuntimeError(f"{counted.scheduled} jobs scheduled, expected {total}")
-    return {
-        "jobs": total,
-        "bytes_per_job": round((after - before) / total, 1),
-        "used_memory_before": before,
-        "used_memory_after": after,
-        "fill_per_s": round(rate, 1),
-    }
+    return weighed(total, before, after, rate)
 
 
 # --- the benchmark -------------------------------------------------------------------------
