@@ -23,7 +23,8 @@
 --   lane_push(qp, g, id, now)  put a job into its lane (at its id's place: mint order), count it
 --                              in metrics.lane_pending and list the lane in the lane index
 --   lane_forget(qp, g)         take a lane with nothing left (no waiting jobs, none in flight, no
---                              pause, no wait) out of the lane groups and the lane index
+--                              pause, no wait) out of the lane index (whoever empties a lane
+--                              takes it out of the lane groups: claim, ack)
 --   lane_done(qp, g, now)      one fewer job of lane g in flight; re-ring it if it can go on
 --   lane_wait(qp, g, until_ms) hold lane g until a time; a wait only ever extends
 --   created(qp, now)           note the queue's creation once (meta.created_ms); a queue created
@@ -98,7 +99,6 @@ end
 
 local function lane_forget(qp, g)
   if redis.call('ZCARD', qp .. KEY.lane .. g) > 0 then return end
-  redis.call('SREM', qp .. KEY.lane_groups, g)
   if redis.call('HEXISTS', qp .. KEY.lane_in_flight, g) == 1
     or redis.call('SISMEMBER', qp .. KEY.paused, g) == 1
     or redis.call('ZSCORE', qp .. KEY.lane_waits, g) then

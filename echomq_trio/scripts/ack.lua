@@ -23,8 +23,12 @@ for i = 2, #ARGV, 3 do
       redis.call('ZREM', KEYS[1], id)
       if job.group then lane_done(qp, job.group, now) end
     elseif job.group then
-      if redis.call('ZREM', qp .. KEY.lane .. job.group, id) == 1 then
+      local lane = qp .. KEY.lane .. job.group
+      if redis.call('ZREM', lane, id) == 1 then
         redis.call('HINCRBY', qp .. KEY.metrics, 'lane_pending', -1)
+        if redis.call('ZCARD', lane) == 0 then
+          redis.call('SREM', qp .. KEY.lane_groups, job.group)
+        end
       end
       lane_forget(qp, job.group)
     else
