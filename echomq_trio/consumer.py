@@ -26,6 +26,11 @@ Theory of operation:
   (kill -9), or a release the server never answers, returns held jobs through lease expiry and
   the metronome's reaper instead. ``tests/echomq_trio/test_cancellations.py`` cancels and fails
   every call to the server in turn and checks that no job is lost or settled twice.
+* Scheduled jobs, retries and recurring schedules become claimable only when a metronome moves
+  them. A consumer that idles looks, at most once per ``OVERDUE_BEATS`` beats, whether a
+  scheduled job or a repeat is overdue by more than that many beats (``ZCOUNT`` on the two
+  sorted sets: O(log n)); if one is, no metronome serves the queue, and it says so once in the
+  log. A ``Worker`` runs a metronome beside its consumers and turns the check off.
 """
 
 from __future__ import annotations
@@ -78,6 +83,7 @@ T = TypeVar("T")
 SETTLE_BATCH = 512
 DEFAULT_BACKOFF: Policy = Jitter(Exponential(1_000, 60_000))
 SETTLE_TIME_S = 5.0  # after the grace period, the longest we spend settling and releasing
+OVERDUE_BEATS = 5  # a due job this many beats late means no metronome runs; checked as often
 
 
 class StopConsumer(Exception):
@@ -146,6 +152,7 @@ class Consumer:
         backoff: Policy = DEFAULT_BACKOFF,
         grace_s: float = 5.0,
         metrics: BusMetrics | None = None,
+        metronome_check: bool = True,
     ) -> None:
         bus.keys(queue)  # validates the name
         for name, value in [
@@ -173,6 +180,9 @@ class Consumer:
         self._held: dict[str, Job] = {}  # bounded: at most _max_held (the claim's semaphore)
         self._stats = ConsumerStats()
         self._stopping = False
+        # When idle, look now and then for overdue scheduled jobs (no metronome); warn once.
+        self._metronome_check = metronome_check
+        self._next_check = 0.0
         # Process-local instruments (echomq_trio.metrics), bound to this queue once; None: none.
         self._claim_sizes = None if metrics is None else metrics.claim_batch.labels(queue)
         self._settled = None if metrics is None else metrics.settled(queue)
@@ -259,6 +269,7 @@ class Consumer:
     ) -> None:
         wake = self.bus.keys(self.queue).wake
         failures = 0
+        self._next_check = trio.current_time() + OVERDUE_BEATS * self.beat_ms / 1000
         async with work_send:
             while True:
                 await slots.acquire()
@@ -290,10 +301,35 @@ class Consumer:
                 for job in claimed:
                     work_send.send_nowait(job)
                 if len(claimed) < want:
+                    await self._look_for_overdue_jobs()
                     try:
                         await parker.blpop(wake, self.beat_ms / 1000)
                     except (ConnectionLost, RequestTimedOut):
                         await trio.sleep(min(self.beat_ms / 1000, 0.5))
+
+    async def _look_for_overdue_jobs(self) -> None:
+        if not self._metronome_check or trio.current_time() < self._next_check:
+            return
+        self._next_check = trio.current_time() + OVERDUE_BEATS * self.beat_ms / 1000
+        k = self.bus.keys(self.queue)
+        try:
+            late = await self.bus.wire.server_time_ms() - OVERDUE_BEATS * self.beat_ms
+            overdue = [
+                int(await self.bus.wire.command("ZCOUNT", key, "-inf", str(late)))
+                for key in (k.schedule, k.repeats)
+            ]
+        except BusError:
+            return  # best effort: the next idle moment looks again
+        if any(overdue):
+            self._metronome_check = False
+            log.warning(
+                "consumer on %s: %d scheduled jobs and %d recurring schedules are overdue by "
+                "more than %d ms: no metronome serves this queue, so they never run. Serve it "
+                "with echomq_trio.Worker, or start a Metronome for it.",
+                self.queue,
+                *overdue,
+                OVERDUE_BEATS * self.beat_ms,
+            )
 
     async def _handler_loop(
         self, work: trio.MemoryReceiveChannel[Job], done: trio.MemorySendChannel[_Settle]
