@@ -32,7 +32,7 @@ from echomq_trio import (
     settlement,
 )
 from echomq_trio.backoff import Exponential, Fixed, Jitter
-from echomq_trio.bus import Bus, open_bus
+from echomq_trio.bus import Bus, CommandArg, Reply, open_bus
 from echomq_trio.consumer import (
     Ack,
     Bury,
@@ -63,6 +63,7 @@ __all__ = [
     "Bury",
     "Bus",
     "BusError",
+    "CommandArg",
     "ConnectionLost",
     "Consumer",
     "ConsumerStats",
@@ -76,6 +77,7 @@ __all__ = [
     "OutOfMemory",
     "Outcome",
     "QueueStats",
+    "Reply",
     "RequestTimedOut",
     "RetryIn",
     "Serve",

@@ -16,10 +16,11 @@ calling again is safe.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
 
 from echomq_trio import audit, protocol
 from echomq_trio.bus import Bus
-from echomq_trio.protocol import DEFAULT_KEY_TTL_MS, ENQUEUE_CHUNK
+from echomq_trio.protocol import DEFAULT_KEY_TTL_MS, ENQUEUE_CHUNK, When
 from echomq_trio.results import (
     Counts,
     Extended,
@@ -104,7 +105,7 @@ async def enqueue_many(
 
 
 async def _schedule(
-    bus: Bus, queue: str, item: tuple[str, str | bytes, int], relative: bool, group: str | None
+    bus: Bus, queue: str, item: tuple[str, str | bytes, When], relative: bool, group: str | None
 ) -> Scheduled:
     call = protocol.schedule_call(
         bus.keys(queue), [item], bus.max_payload_bytes, relative=relative, group=group
@@ -118,11 +119,13 @@ async def enqueue_at(
     queue: str,
     job_id: str,
     payload: str | bytes,
-    run_at_ms: int,
+    run_at_ms: int | float | datetime,
     *,
     group: str | None = None,
 ) -> Scheduled:
-    """Schedule a job for an absolute time (Unix ms). It is not claimable before then; a
+    """Schedule a job for an absolute time: Unix ms (an int, or a float rounded UP to the
+    next ms) or an aware ``datetime`` (rounded up to the next ms; a naive one raises
+    ``ValueError``): rounding up means it never runs early. It is not claimable before then; a
     metronome moves it to pending (or into lane ``group``) when the server clock reaches it.
 
     A cancelled call may or may not have scheduled the job; call again with the same id:
@@ -135,11 +138,12 @@ async def enqueue_in(
     queue: str,
     job_id: str,
     payload: str | bytes,
-    delay_ms: int,
+    delay_ms: int | float | timedelta,
     *,
     group: str | None = None,
 ) -> Scheduled:
-    """Schedule a job ``delay_ms`` from now, where now is the server's clock, not this host's.
+    """Schedule a job ``delay_ms`` from now, where now is the server's clock, not this host's:
+    ms (an int, or a float rounded UP to the next ms) or a ``timedelta`` (rounded up).
 
     A cancelled call may or may not have scheduled the job; call again with the same id:
     ``DUPLICATE`` then means the first call went through (``get_job`` shows its run-at)."""

@@ -17,6 +17,7 @@ test_protocol.py). Replies arrive as the client library gives them: bulk strings
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -30,6 +31,7 @@ from echomq_trio.checks import (
     check_name,
     check_payload,
     check_stream_id,
+    check_when,
 )
 from echomq_trio.keys import QueueKeys
 from echomq_trio.results import (
@@ -135,6 +137,9 @@ AUDIT_ACK_MAX = 10_000  # stream ids per audit_ack call
 
 Arg = str | bytes
 Payload = str | bytes
+# A run-at (int or float Unix ms, or an aware datetime) or a delay (int or float ms, or a
+# timedelta): ``checks.check_when`` rounds it up to whole ms.
+When = int | float | dt.datetime | dt.timedelta
 
 
 # --- calls and stream entries -------------------------------------------------------------------
@@ -282,17 +287,20 @@ def admitted_reply(raw: Iterable[object]) -> list[Outcome]:
 
 def schedule_call(
     k: QueueKeys,
-    items: Sequence[tuple[str, Payload, int]],
+    items: Sequence[tuple[str, Payload, When]],
     max_bytes: int,
     *,
     relative: bool,
     group: str | None = None,
 ) -> Call:
-    """``schedule``: ``(job id, payload, time)`` each, the time a run-at (Unix ms, checked as
-    ``run_at_ms``) or with ``relative`` a delay from the server's now (``delay_ms``)."""
+    """``schedule``: ``(job id, payload, time)`` each, the time a run-at (Unix ms, or an aware
+    datetime; checked as ``run_at_ms``) or with ``relative`` a delay from the server's now
+    (``delay_ms``, or a timedelta); a float or a datetime is rounded up to the next ms
+    (``checks.check_when``)."""
     flat: list[Arg] = []
     for job_id, payload, when in items:
-        ms = check_ms("delay_ms", when) if relative else check_ms("run_at_ms", when, absolute=True)
+        name = "delay_ms" if relative else "run_at_ms"
+        ms = check_when(name, when, absolute=not relative)
         flat += [check_job_id(job_id), check_payload(payload, max_bytes), str(ms)]
     lane = "" if group is None else check_group(group)
     mode = "in" if relative else "at"

@@ -6,6 +6,7 @@ same calls with input at the limit do raise ``ConnectionLost``). And on a real s
 call leaves no key behind.
 """
 
+import datetime as dt
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -18,6 +19,7 @@ from echomq_trio.checks import (
     MAX_DELAY_MS,
     MAX_PAYLOAD_BYTES,
     MAX_TIME_MS,
+    check_when,
 )
 from echomq_trio.server import free_port
 
@@ -173,3 +175,54 @@ async def test_the_payload_limit_is_the_bus_s(server_url: str, queue: str) -> No
         assert await lanes.enqueue(small, queue, "g", ids.generate("JOB"), "x" * 10) == "enqueued"
         with pytest.raises(ValueError, match="payload is 11 bytes, over the bus's limit of 10"):
             await lanes.enqueue(small, queue, "g", ids.generate("JOB"), "x" * 11)
+
+
+@pytest.mark.parametrize(
+    ("value", "absolute", "ms"),
+    [
+        (5, True, 5),
+        (1000.0, True, 1000),
+        (1000.001, True, 1001),  # rounded up: never early
+        (-0.5, False, 0),
+        (dt.datetime(1970, 1, 1, 0, 0, 1, 1, tzinfo=dt.UTC), True, 1001),
+        (dt.datetime(1970, 1, 1, 1, 0, 1, tzinfo=dt.timezone(dt.timedelta(hours=1))), True, 1000),
+        (dt.timedelta(microseconds=1500), False, 2),
+        (dt.timedelta(seconds=3), False, 3000),
+    ],
+)
+def test_times_and_delays_in_whole_ms_rounded_up(value: Any, absolute: bool, ms: int) -> None:
+    assert check_when("t", value, absolute=absolute) == ms
+
+
+@pytest.mark.parametrize(
+    ("value", "absolute", "error", "message"),
+    [
+        (dt.datetime(2030, 1, 1), True, ValueError, "naive datetime: give it a time zone"),
+        (float("nan"), True, ValueError, "finite"),
+        (float("inf"), False, ValueError, "finite"),
+        (-1.5, True, ValueError, ">= 0"),
+        (dt.datetime(1969, 12, 31, tzinfo=dt.UTC), True, ValueError, ">= 0"),
+        (dt.timedelta(seconds=1), True, TypeError, "must be an int"),  # a delay is no time
+        (dt.datetime(2030, 1, 1, tzinfo=dt.UTC), False, TypeError, "must be an int"),
+        ("5", True, TypeError, "must be an int"),
+        (True, False, TypeError, "must be an int"),
+        (float(MAX_TIME_MS) * 2, True, ValueError, "at most"),
+    ],
+)
+def test_bad_times_are_refused(value: Any, absolute: bool, error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        check_when("t", value, absolute=absolute)
+
+
+async def test_enqueue_at_takes_float_ms_and_aware_datetimes(bus: Bus, queue: str) -> None:
+    at = dt.datetime(2100, 1, 1, 0, 0, 0, 250, tzinfo=dt.UTC)
+    got = await jobs.enqueue_at(bus, queue, ids.generate("JOB"), "x", at)
+    assert got.run_at_ms == 4102444800001
+    got = await jobs.enqueue_at(bus, queue, ids.generate("JOB"), "x", 4102444800000.5)
+    assert got.run_at_ms == 4102444800001
+    before = await bus.wire.server_time_ms()
+    got = await jobs.enqueue_in(bus, queue, ids.generate("JOB"), "x", dt.timedelta(hours=1))
+    assert got.run_at_ms is not None and got.run_at_ms >= before + 3_600_000
+    with pytest.raises(ValueError, match="naive"):
+        await jobs.enqueue_at(bus, queue, ids.generate("JOB"), "x", dt.datetime(2100, 1, 1))
+    assert (await jobs.counts(bus, queue)).scheduled == 3
