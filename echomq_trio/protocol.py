@@ -23,7 +23,9 @@ from typing import Any
 
 import attrs
 
+from echomq_trio import ids
 from echomq_trio.checks import (
+    JOB_NS,
     check_group,
     check_int,
     check_job_id,
@@ -36,6 +38,7 @@ from echomq_trio.checks import (
 from echomq_trio.keys import QueueKeys
 from echomq_trio.results import (
     Acknowledged,
+    Admitted,
     AuditOutcome,
     AuditRecord,
     Counts,
@@ -50,7 +53,6 @@ from echomq_trio.results import (
     Reaped,
     Registered,
     Registration,
-    Scheduled,
 )
 
 __all__ = [
@@ -129,6 +131,7 @@ __all__ = [
     "uncounted",
     "unregister_call",
     "unregister_reply",
+    "with_ids",
 ]
 
 ENQUEUE_CHUNK = 10_000  # jobs per script call, so one call never holds the server for long
@@ -211,6 +214,21 @@ def outcome_reply(raw: object) -> Outcome:
 # --- argument building ---------------------------------------------------------------------------
 
 
+Item = Payload | tuple[str, Payload]  # a payload (the bus mints its id), or (job id, payload)
+
+
+def with_ids(items: Iterable[Item], job_id: str | None = None) -> list[tuple[str, Payload]]:
+    """``(job id, payload)`` per item: a bare payload gets a fresh ``JOB`` id (or ``job_id``,
+    given for a single item), a pair keeps its id (checked with the rest of the call)."""
+    out: list[tuple[str, Payload]] = []
+    for item in items:
+        if isinstance(item, tuple):
+            out.append(item)
+        else:
+            out.append((job_id or ids.generate(JOB_NS), item))
+    return out
+
+
 def _pairs(items: Iterable[tuple[str, Payload]], max_bytes: int) -> list[Arg]:
     flat: list[Arg] = []
     for job_id, payload in items:
@@ -280,9 +298,10 @@ def lane_enqueue_call(
     return _call("lane_enqueue", lane, [k.prefix, group, lim, *guard, *flat])
 
 
-def admitted_reply(raw: Iterable[object]) -> list[Outcome]:
-    """``enqueue``/``lane_enqueue``: ``ENQUEUED`` or ``DUPLICATE`` per job, in order."""
-    return _outcomes(raw)
+def admitted_reply(raw: Iterable[object], job_ids: Sequence[str]) -> list[Admitted]:
+    """``enqueue``/``lane_enqueue``: ``ENQUEUED`` or ``DUPLICATE`` per job of ``job_ids`` (the
+    call's, in order)."""
+    return [Admitted(i, o) for i, o in zip(job_ids, _outcomes(raw), strict=True)]
 
 
 def schedule_call(
@@ -307,13 +326,14 @@ def schedule_call(
     return _call("schedule", k.schedule, [k.prefix, mode, lane, *flat])
 
 
-def schedule_reply(raw: Iterable[Sequence[Any]]) -> list[Scheduled]:
-    """``schedule``: ``{'scheduled', run-at}`` or ``{'duplicate'}`` per job."""
+def schedule_reply(raw: Iterable[Sequence[Any]], job_ids: Sequence[str]) -> list[Admitted]:
+    """``schedule``: ``{'scheduled', run-at}`` or ``{'duplicate'}`` per job of ``job_ids`` (the
+    call's, in order)."""
     out = []
-    for answer in raw:
+    for job_id, answer in zip(job_ids, raw, strict=True):
         outcome = _outcome(answer[0])
         at = int(answer[1]) if outcome is Outcome.SCHEDULED else None
-        out.append(Scheduled(outcome, at))
+        out.append(Admitted(job_id, outcome, at))
     return out
 
 

@@ -51,7 +51,7 @@ async def enqueue_batches(bus: Bus, queue: str, total: int, payload: bytes, batc
     for first in range(0, total, batch):
         items = [(ids.generate("JOB"), payload) for _ in range(min(batch, total - first))]
         outcomes = await jobs.enqueue_many(bus, queue, items)
-        if any(o is not Outcome.ENQUEUED for o in outcomes):
+        if any(o.outcome is not Outcome.ENQUEUED for o in outcomes):
             raise RuntimeError(f"enqueue_many on {queue} reported a duplicate")
     return total / (trio.current_time() - start)
 

@@ -49,7 +49,7 @@ import trio
 from _bench import drop_queue, enqueue_batches, info, run_noop_consumer, server_version
 
 import echomq_trio
-from echomq_trio import Bus, Consumer, Job, Metronome, RetryIn, ids, jobs, open_bus
+from echomq_trio import Bus, Consumer, Job, Metronome, RetryIn, jobs, open_bus
 from echomq_trio.jobs import Outcome
 
 CONCURRENT_TASKS = 64
@@ -194,7 +194,7 @@ async def bench_lateness(
             nonlocal scheduled_late
             for i in range(first, count, CONCURRENT_TASKS):
                 run_at = base + i * step_ms
-                got = await jobs.enqueue_at(bus, queue, ids.generate("JOB"), str(run_at), run_at)
+                got = await jobs.enqueue_at(bus, queue, str(run_at), run_at)
                 if got.outcome is not Outcome.SCHEDULED:
                     raise RuntimeError(f"enqueue_at answered {got.outcome}")
                 if time.time() * 1000 + offset_ms > run_at:
@@ -278,7 +278,7 @@ async def bench(url: str | None, quick: bool) -> dict[str, Any]:
         q_single = queue("single")
 
         async def enqueue_once() -> object:
-            return await jobs.enqueue(bus, q_single, ids.generate("JOB"), PAYLOAD)
+            return await jobs.enqueue(bus, q_single, PAYLOAD)
 
         for _ in range(200):  # also loads the script
             await enqueue_once()

@@ -61,7 +61,7 @@ async def test_picks_up_jobs_enqueued_while_parked(bus: Bus, queue: str) -> None
         await nursery.start(consumer.run)
         for _ in range(3):
             a = jid()
-            await jobs.enqueue(bus, queue, a, "x")
+            await jobs.enqueue(bus, queue, "x", job_id=a)
             # Woken by the wake list, not by the 5 s beat.
             with trio.fail_after(2):
                 await wait_for(lambda a=a: a in seen)  # type: ignore[misc]
@@ -94,7 +94,7 @@ async def test_raise_retries_with_backoff_then_dies_with_the_error_text(
     bus: Bus, queue: str
 ) -> None:
     a = jid()
-    await jobs.enqueue(bus, queue, a, "x")
+    await jobs.enqueue(bus, queue, "x", job_id=a)
     attempts: list[int] = []
 
     async def handler(job: Job) -> None:
@@ -117,7 +117,7 @@ async def test_raise_retries_with_backoff_then_dies_with_the_error_text(
 
 async def test_retry_in_asks_for_a_specific_delay(bus: Bus, queue: str) -> None:
     a = jid()
-    await jobs.enqueue(bus, queue, a, "x")
+    await jobs.enqueue(bus, queue, "x", job_id=a)
     stamps: list[int] = []
 
     async def handler(job: Job) -> RetryIn | None:
@@ -137,7 +137,7 @@ async def test_retry_in_asks_for_a_specific_delay(bus: Bus, queue: str) -> None:
 
 async def test_leases_are_renewed_while_a_handler_runs(bus: Bus, queue: str) -> None:
     a = jid()
-    await jobs.enqueue(bus, queue, a, "x")
+    await jobs.enqueue(bus, queue, "x", job_id=a)
     calls = 0
 
     async def handler(job: Job) -> None:
@@ -156,7 +156,7 @@ async def test_leases_are_renewed_while_a_handler_runs(bus: Bus, queue: str) -> 
 
 async def test_stop_consumer_stops_and_hands_the_job_back(bus: Bus, queue: str) -> None:
     a = jid()
-    await jobs.enqueue(bus, queue, a, "x")
+    await jobs.enqueue(bus, queue, "x", job_id=a)
 
     async def handler(job: Job) -> None:
         raise StopConsumer("token revoked")

@@ -77,7 +77,7 @@ async def test_open_bus_without_url_keeps_data_in_data_dir(tmp_path: Path) -> No
     a = ids.generate("JOB")
     async with open_bus(data_dir=tmp_path) as bus:
         assert bus.server is not None
-        await jobs.enqueue(bus, "keep", a, "x")
+        await jobs.enqueue(bus, "keep", "x", job_id=a)
     async with open_bus(data_dir=tmp_path) as bus:
         (job,) = await jobs.claim(bus, "keep")
         assert job.id == a

@@ -65,7 +65,7 @@ async def test_scheduled_and_recurring_jobs_run_without_a_separate_metronome(
     async def handle(job: Job) -> None:
         got.append(job.text)
 
-    await jobs.enqueue_in(bus, queue, ids.generate("JOB"), "delayed", 200)
+    await jobs.enqueue_in(bus, queue, "delayed", 200)
     await repeat.register(bus, queue, "tick", 150, "again", first_in_ms=100)
     worker = Worker(bus, [Serve(queue, handle, beat_ms=100)])
     async with trio.open_nursery() as nursery:
@@ -146,7 +146,7 @@ async def test_open_worker_lets_the_blocks_error_out_and_hands_jobs_back(
 
 
 async def test_a_stop_consumer_stops_the_worker(bus: Bus, queue: str) -> None:
-    await jobs.enqueue(bus, queue, ids.generate("JOB"), "x")
+    await jobs.enqueue(bus, queue, "x")
 
     async def handle(job: Job) -> None:
         raise StopConsumer("revoked")
@@ -182,7 +182,7 @@ async def test_a_consumer_without_a_metronome_says_so_once(
     bus: Bus, queue: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     now = await bus.wire.server_time_ms()
-    await jobs.enqueue_at(bus, queue, ids.generate("JOB"), "late", now - 60_000)
+    await jobs.enqueue_at(bus, queue, "late", now - 60_000)
     faulty = FaultyTransport(bus.wire)
 
     async def handle(job: Job) -> None:
