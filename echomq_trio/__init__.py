@@ -52,13 +52,14 @@ from echomq_trio.errors import (
     ServerError,
     ServerNotFound,
 )
-from echomq_trio.jobs import Job, Outcome
+from echomq_trio.jobs import Admitted, Job, Outcome
 from echomq_trio.metronome import Metronome, MetronomeStats
 from echomq_trio.transport import Transport
 from echomq_trio.worker import QueueStats, Serve, Worker, WorkerState, WorkerStats, open_worker
 
 __all__ = [
     "Ack",
+    "Admitted",
     "AuthenticationFailed",
     "Bury",
     "Bus",

@@ -14,6 +14,7 @@ import attrs
 
 from echomq_trio.checks import DEFAULT_MAX_PAYLOAD_BYTES, check_max_payload_bytes
 from echomq_trio.datadir import DataDir
+from echomq_trio.gather import Gatherer
 from echomq_trio.keys import QueueKeys, queue_keys
 from echomq_trio.protocol import Call
 from echomq_trio.server import EmbeddedServer, start_server
@@ -55,6 +56,21 @@ class Bus:
     wire: Transport
     server: EmbeddedServer | None = None
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES  # larger payloads raise before any I/O
+    # Per queue, the single enqueues being coalesced (echomq_trio.gather); an idle queue's
+    # entry is dropped, so this holds only the queues with enqueues in flight.
+    _gatherers: dict[str, Gatherer] = attrs.field(factory=dict, init=False, repr=False)
+
+    def gatherer(self, queue: str) -> Gatherer:
+        """The ``gather.Gatherer`` of ``queue``'s single enqueues (``jobs.enqueue`` uses it)."""
+        g = self._gatherers.get(queue)
+        if g is None:
+            g = self._gatherers[queue] = Gatherer(self.wire.spec.timeout_ms / 1000 + 1)
+        return g
+
+    def release_gatherer(self, queue: str, g: Gatherer) -> None:
+        """Forget ``queue``'s gatherer once it is idle."""
+        if g.idle and self._gatherers.get(queue) is g:
+            del self._gatherers[queue]
 
     def keys(self, queue: str) -> QueueKeys:
         """The keys of ``queue`` (every key of its schema, and ``app(name)`` for an

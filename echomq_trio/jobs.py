@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
+from functools import partial
 
 from echomq_trio import audit, protocol
 from echomq_trio.bus import Bus
@@ -84,14 +85,37 @@ async def enqueue(
     is admitted and the key remembered, in the same step. A retried fan-out uses it to admit
     each of its jobs once.
 
-    A cancelled call may or may not have admitted the job; call again with the same ``job_id``
-    (or key): enqueue is idempotent, and ``DUPLICATE`` then means the first call went through
-    (without a ``job_id`` or key, a second call admits a second job)."""
+    Concurrent calls for one queue coalesce into shared script calls (``echomq_trio.gather``):
+    each caller still gets its own answer or its own error.
+
+    A cancelled call may or may not have admitted the job (one cancelled while its coalesced
+    batch was still gathering admitted nothing; one whose batch had gone out returns its
+    answer); call again with the same ``job_id`` (or key): enqueue is idempotent, and
+    ``DUPLICATE`` then means the first call went through (without a ``job_id`` or key, a second
+    call admits a second job)."""
     items = protocol.with_ids([payload], job_id)
-    (call,) = protocol.enqueue_calls(
-        bus.keys(queue), items, bus.max_payload_bytes, key=key, key_ttl_ms=key_ttl_ms
-    )
-    (out,) = protocol.admitted_reply(await bus.run(call), [items[0][0]])
+    if key is not None:  # a key guards exactly one job: its own script call
+        (call,) = protocol.enqueue_calls(
+            bus.keys(queue), items, bus.max_payload_bytes, key=key, key_ttl_ms=key_ttl_ms
+        )
+        (out,) = protocol.admitted_reply(await bus.run(call), [items[0][0]])
+        return out
+    (item,) = protocol.checked_pairs(items, bus.max_payload_bytes)  # a bad job fails here only
+    g = bus.gatherer(queue)
+    try:
+        return await g.enqueue(item, partial(_enqueue_batch, bus, queue))
+    finally:
+        bus.release_gatherer(queue, g)
+
+
+async def _enqueue_batch(
+    bus: Bus, queue: str, pairs: Sequence[tuple[str, str | bytes]]
+) -> list[Admitted]:
+    calls = protocol.enqueue_calls(bus.keys(queue), pairs, bus.max_payload_bytes)
+    out: list[Admitted] = []
+    for n, call in enumerate(calls):
+        chunk = pairs[n * ENQUEUE_CHUNK : (n + 1) * ENQUEUE_CHUNK]
+        out.extend(protocol.admitted_reply(await bus.run(call), [i for i, _ in chunk]))
     return out
 
 
@@ -101,13 +125,7 @@ async def enqueue_many(bus: Bus, queue: str, items: Iterable[Item]) -> list[Admi
 
     A cancelled call may have admitted some chunks of ``ENQUEUE_CHUNK`` jobs (each chunk all or
     nothing); call again with the same ids: those admitted answer ``DUPLICATE``."""
-    pairs = protocol.with_ids(items)
-    calls = protocol.enqueue_calls(bus.keys(queue), pairs, bus.max_payload_bytes)
-    out: list[Admitted] = []
-    for n, call in enumerate(calls):
-        chunk = pairs[n * ENQUEUE_CHUNK : (n + 1) * ENQUEUE_CHUNK]
-        out.extend(protocol.admitted_reply(await bus.run(call), [i for i, _ in chunk]))
-    return out
+    return await _enqueue_batch(bus, queue, protocol.with_ids(items))
 
 
 async def _schedule(

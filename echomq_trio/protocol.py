@@ -78,6 +78,7 @@ __all__ = [
     "audit_records",
     "autoclaim_command",
     "autoclaim_entries",
+    "checked_pairs",
     "claim_call",
     "claim_reply",
     "count_lanes_call",
@@ -227,6 +228,12 @@ def with_ids(items: Iterable[Item], job_id: str | None = None) -> list[tuple[str
         else:
             out.append((job_id or ids.generate(JOB_NS), item))
     return out
+
+
+def checked_pairs(items: Iterable[tuple[str, Payload]], max_bytes: int) -> list[tuple[str, bytes]]:
+    """Each ``(job id, payload)`` checked (``ValueError``/``TypeError`` for a bad one), the
+    payload as bytes."""
+    return [(check_job_id(i), check_payload(p, max_bytes)) for i, p in items]
 
 
 def _pairs(items: Iterable[tuple[str, Payload]], max_bytes: int) -> list[Arg]:
