@@ -30,18 +30,17 @@ import attrs
 import trio
 
 from echomq_trio.errors import RequestTimedOut
-from echomq_trio.protocol import Payload
 from echomq_trio.results import Admitted
 
 __all__ = ["Gatherer"]
 
 GATHER_TICKS = 2  # scheduler ticks a leader waits for others to join its batch
-Send = Callable[[Sequence[tuple[str, Payload]]], Awaitable[list[Admitted]]]
+Send = Callable[[Sequence[tuple[str, bytes]]], Awaitable[list[Admitted]]]
 
 
 @attrs.define(eq=False)
 class _Waiter:
-    item: tuple[str, Payload]
+    item: tuple[str, bytes]
     done: trio.Event = attrs.Factory(trio.Event)
     taken: bool = False
     answer: Admitted | None = None
@@ -63,7 +62,7 @@ class Gatherer:
     def idle(self) -> bool:
         return self.in_flight == 0 and self._batch is None
 
-    async def enqueue(self, item: tuple[str, Payload], send: Send) -> Admitted:
+    async def enqueue(self, item: tuple[str, bytes], send: Send) -> Admitted:
         """Admit ``item`` (a checked ``(job id, payload)``) through ``send``, alone or with the
         items of other callers."""
         if self.idle:

@@ -109,9 +109,9 @@ async def enqueue(
 
 
 async def _enqueue_batch(
-    bus: Bus, queue: str, pairs: Sequence[tuple[str, str | bytes]]
+    bus: Bus, queue: str, pairs: Sequence[tuple[str, bytes]]
 ) -> list[Admitted]:
-    calls = protocol.enqueue_calls(bus.keys(queue), pairs, bus.max_payload_bytes)
+    calls = protocol.enqueue_checked_calls(bus.keys(queue), pairs)
     out: list[Admitted] = []
     for n, call in enumerate(calls):
         chunk = pairs[n * ENQUEUE_CHUNK : (n + 1) * ENQUEUE_CHUNK]
@@ -125,7 +125,8 @@ async def enqueue_many(bus: Bus, queue: str, items: Iterable[Item]) -> list[Admi
 
     A cancelled call may have admitted some chunks of ``ENQUEUE_CHUNK`` jobs (each chunk all or
     nothing); call again with the same ids: those admitted answer ``DUPLICATE``."""
-    return await _enqueue_batch(bus, queue, protocol.with_ids(items))
+    pairs = protocol.checked_pairs(protocol.with_ids(items), bus.max_payload_bytes)
+    return await _enqueue_batch(bus, queue, pairs)
 
 
 async def _schedule(

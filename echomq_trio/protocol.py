@@ -88,6 +88,7 @@ __all__ = [
     "create_group_command",
     "defer_call",
     "enqueue_calls",
+    "enqueue_checked_calls",
     "extend_call",
     "extend_reply",
     "fire_call",
@@ -278,6 +279,15 @@ def enqueue_calls(
     flat = _pairs(items, max_bytes)
     if key is not None and len(flat) != 2:
         raise ValueError("an idempotency key guards exactly one job")
+    return _enqueue_chunks(k, guard, flat)
+
+
+def enqueue_checked_calls(k: QueueKeys, pairs: Sequence[tuple[str, bytes]]) -> list[Call]:
+    """``enqueue_calls`` for pairs already checked by ``checked_pairs`` (no key)."""
+    return _enqueue_chunks(k, ["", ""], [a for pair in pairs for a in pair])
+
+
+def _enqueue_chunks(k: QueueKeys, guard: list[Arg], flat: list[Arg]) -> list[Call]:
     step = 2 * ENQUEUE_CHUNK
     return [
         _call("enqueue", k.pending, [k.prefix, *guard, *flat[start : start + step]])

@@ -41,8 +41,9 @@ local function wake(qp, n)
   if n > 64 then n = 64 end
   local tokens = {}
   for i = 1, n do tokens[i] = '1' end
-  redis.call('LPUSH', qp .. KEY.wake, unpack(tokens))
-  redis.call('LTRIM', qp .. KEY.wake, 0, 63)
+  if redis.call('LPUSH', qp .. KEY.wake, unpack(tokens)) > 64 then
+    redis.call('LTRIM', qp .. KEY.wake, 0, 63)
+  end
 end
 
 local function tick(qp)
