@@ -4,8 +4,11 @@ Theory of operation:
 
 * The claimer leases batches (one round trip each) only while there is room: at most
   ``concurrency + prefetch`` jobs are held at once, so a slow handler pushes back on claiming
-  rather than growing a list. With nothing to claim it parks on the queue's wake list, on a client
-  of its own, for at most a beat.
+  rather than growing a list. Untuned (no ``prefetch``), up to ``ADAPTIVE_PREFETCH`` jobs may
+  be held ahead, and the claim batch follows the backlog (``claim_window``): it doubles while
+  claims come back full and halves while they come back short, so a deep queue is drained in
+  large batches and a shallow one is not hoarded by one consumer. With nothing to claim it parks
+  on the queue's wake list, on a client of its own, for at most a beat.
 * Handlers run the user's function. Returning ``None`` acks; returning ``RetryIn`` schedules a
   retry after that delay; returning ``DeferIn`` puts the job back to wait without spending an
   attempt (a lane job keeps its place and its lane waits); returning ``Bury`` sends it to the
@@ -47,6 +50,7 @@ import trio
 from echomq_trio import jobs
 from echomq_trio.backoff import Exponential, Jitter, Policy, reconnect_delay_s
 from echomq_trio.bus import Bus
+from echomq_trio.claim_window import ClaimWindow
 from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut, first_error
 from echomq_trio.jobs import Job, Outcome
 from echomq_trio.metrics import BusMetrics
@@ -83,6 +87,7 @@ T = TypeVar("T")
 SETTLE_BATCH = 512
 DEFAULT_BACKOFF: Policy = Jitter(Exponential(1_000, 60_000))
 SETTLE_TIME_S = 5.0  # after the grace period, the longest we spend settling and releasing
+ADAPTIVE_PREFETCH = 128  # untuned, the most jobs claimed ahead of the handlers
 OVERDUE_BEATS = 5  # a due job this many beats late means no metronome runs; checked as often
 
 
@@ -170,8 +175,16 @@ class Consumer:
         self.queue = queue
         self.handler = handler
         self.concurrency = concurrency
-        self.prefetch = concurrency if prefetch is None else prefetch
+        # Untuned (prefetch None), the claim window adapts to the backlog: up to
+        # ADAPTIVE_PREFETCH jobs ahead, the claim batch doubling while claims come back full
+        # and halving while they come back short (``claim_window``).
+        self.adaptive = prefetch is None
+        self.prefetch = max(ADAPTIVE_PREFETCH, concurrency) if prefetch is None else prefetch
         self.claim_batch = claim_batch or concurrency + self.prefetch
+        self._window = ClaimWindow(
+            least=min(2 * concurrency, self.claim_batch) if self.adaptive else self.claim_batch,
+            most=self.claim_batch,
+        )
         self.lease_ms = lease_ms
         self.beat_ms = beat_ms
         self.policy = SettlePolicy(max_attempts, backoff)
@@ -274,7 +287,7 @@ class Consumer:
             while True:
                 await slots.acquire()
                 want = 1
-                while want < self.claim_batch and slots.value > 0:
+                while want < self._window.size and slots.value > 0:
                     slots.acquire_nowait()
                     want += 1
                 try:
@@ -289,6 +302,7 @@ class Consumer:
                     await trio.sleep(reconnect_delay_s(failures))
                     continue
                 failures = 0
+                self._window.claimed(want, len(claimed))
                 for _ in range(want - len(claimed)):
                     slots.release()
                 self._count(claimed=len(claimed))
