@@ -29,6 +29,7 @@ from echomq_trio import (
     memory,
     metrics,
     repeat,
+    retention,
     settlement,
 )
 from echomq_trio.backoff import Exponential, Fixed, Jitter
@@ -101,5 +102,6 @@ __all__ = [
     "open_bus",
     "open_worker",
     "repeat",
+    "retention",
     "settlement",
 ]

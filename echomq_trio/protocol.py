@@ -53,6 +53,7 @@ from echomq_trio.results import (
     Reaped,
     Registered,
     Registration,
+    Retention,
 )
 
 __all__ = [
@@ -124,6 +125,8 @@ __all__ = [
     "repeats_call",
     "repeats_reply",
     "replay_call",
+    "retention_call",
+    "retention_reply",
     "retry_call",
     "schedule_call",
     "schedule_reply",
@@ -468,6 +471,45 @@ def release_reply(raw: Any) -> int:
 
 def replay_call(k: QueueKeys, job_id: str) -> Call:
     return _call("replay", k.dead, [k.prefix, check_job_id(job_id)])
+
+
+def retention_call(
+    k: QueueKeys,
+    *,
+    dead_max: int | None = None,
+    dead_max_age_ms: int | None = None,
+    events: bool = True,
+    events_max_len: int | None = None,
+    read_only: bool = False,
+) -> Call:
+    """``retention``: set the queue's bounds (``None``: no bound; ``events_max_len`` ``None``:
+    the bus's default), or with ``read_only`` only read them."""
+    if read_only:
+        return _call("retention", k.meta, [k.prefix, "0"])
+    args = [
+        "" if dead_max is None else str(check_int("dead_max", dead_max, 0)),
+        "" if dead_max_age_ms is None else str(check_ms("dead_max_age_ms", dead_max_age_ms, 1)),
+        "1" if _check_bool("events", events) else "0",
+        "" if events_max_len is None else str(check_int("events_max_len", events_max_len, 1)),
+    ]
+    return _call("retention", k.meta, [k.prefix, "1", *args])
+
+
+def _check_bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
+
+
+def retention_reply(raw: Sequence[Any]) -> Retention:
+    """``retention``: the settings in effect."""
+    dead_max, dead_age, events, max_len = (as_text(v) for v in raw)
+    return Retention(
+        int(dead_max) if dead_max else None,
+        int(dead_age) if dead_age else None,
+        events != "0",
+        int(max_len),
+    )
 
 
 def audit_enable_call(k: QueueKeys, on: bool) -> Call:

@@ -28,6 +28,7 @@ __all__ = [
     "Reaped",
     "Registered",
     "Registration",
+    "Retention",
 ]
 
 
@@ -216,3 +217,16 @@ class Acknowledged:
 
     acked: int
     trimmed: int
+
+
+@attrs.frozen
+class Retention:
+    """How much history a queue keeps (``retention.configure``): at most ``dead_max`` dead jobs
+    and none older than ``dead_max_age_ms`` (``None``: no bound), and its events stream when
+    ``events``, capped at about ``events_max_len`` entries. Completed, retried and dead totals
+    are always kept (``jobs.counts``)."""
+
+    dead_max: int | None
+    dead_max_age_ms: int | None
+    events: bool
+    events_max_len: int

@@ -9,7 +9,7 @@ import sys
 import pytest
 import trio
 
-from echomq_trio import Bus, ids, jobs, open_bus, repeat
+from echomq_trio import Bus, ids, jobs, open_bus, repeat, retention
 from echomq_trio.server import free_port
 from tests.support import ROOT
 
@@ -43,9 +43,14 @@ async def test_stats_ls_show_replay_cancel(standalone_url: str, queue: str) -> N
         assert out.returncode == 0, out.stderr
         text = out.stdout.decode()
         assert "pending" in text and "dead" in text and queue in text
+        assert "retention.dead_max" in text and "retention.events_max_len" in text
+        await retention.configure(bus, queue, dead_max=50, events=False)
         out = await echomq("--url", standalone_url, "--json", "stats", queue)
         stats = json.loads(out.stdout)
         assert (stats["pending"], stats["dead"], stats["repeats"]) == (1, 1, 1)
+        assert stats["retention"] == {
+            "dead_max": 50, "dead_max_age_ms": None, "events": False, "events_max_len": 10_000
+        }  # fmt: skip
 
         out = await echomq("ls", queue, "dead", url=standalone_url)
         assert dead in out.stdout.decode() and "ValueError: bad input" in out.stdout.decode()
