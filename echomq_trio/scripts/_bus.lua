@@ -61,9 +61,9 @@ local kept = nil
 local function retention(qp)
   if kept == nil then
     local m = redis.call('HMGET', qp .. KEY.meta, 'events', 'events_maxlen', 'dead_max',
-      'dead_max_age_ms')
+      'dead_max_age_ms', 'created_ms')
     kept = {events = m[1] ~= '0', maxlen = tonumber(m[2]) or EVENTS_MAXLEN,
-      dead_max = tonumber(m[3]), dead_age = tonumber(m[4])}
+      dead_max = tonumber(m[3]), dead_age = tonumber(m[4]), created = m[5]}
   end
   return kept
 end
@@ -171,9 +171,12 @@ local function lane_wait(qp, g, until_ms)
 end
 
 local function created(qp, now)
+  local r = retention(qp)  -- the same read as the retention's: one command when it exists
+  if r.created then return end
   if redis.call('HSETNX', qp .. KEY.meta, 'created_ms', now) == 1 then
     redis.call('HSET', qp .. KEY.meta, 'counted', 1)
   end
+  r.created = now
 end
 
 local function schedule_at(qp, id, at)
