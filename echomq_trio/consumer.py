@@ -51,7 +51,7 @@ from echomq_trio import jobs
 from echomq_trio.backoff import Exponential, Jitter, Policy, reconnect_delay_s
 from echomq_trio.bus import Bus
 from echomq_trio.claim_window import ClaimWindow
-from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut, first_error
+from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut, raising_first
 from echomq_trio.jobs import Job, Outcome
 from echomq_trio.metrics import BusMetrics
 from echomq_trio.settlement import (
@@ -239,28 +239,24 @@ class Consumer:
                 shield.deadline = now + self.grace_s + SETTLE_TIME_S
 
         try:
-            async with self.bus.wire.blocking() as parker, trio.open_nursery() as outer:
-                outer.start_soon(self._claim_loop, work_send, parker, slots)
-                outer.start_soon(self._watch, begin_stop)
-                task_status.started()
-                with shield:
-                    async with trio.open_nursery() as core:
-                        core.start_soon(self._settle_loop, done_recv, slots)
-                        renew_scope = trio.CancelScope()
-                        core.start_soon(self._renew_loop, renew_scope)
-                        with handler_scope:
-                            async with trio.open_nursery() as handlers, done_send, work_recv:
-                                for _ in range(self.concurrency):
-                                    handlers.start_soon(
-                                        self._handler_loop, work_recv.clone(), done_send.clone()
-                                    )
-                        renew_scope.cancel()
-                outer.cancel_scope.cancel()
-        except BaseExceptionGroup as group:
-            stop = first_error(group, (StopConsumer,))
-            if stop is not None:
-                raise stop from group
-            raise
+            with raising_first(StopConsumer):
+                async with self.bus.wire.blocking() as parker, trio.open_nursery() as outer:
+                    outer.start_soon(self._claim_loop, work_send, parker, slots)
+                    outer.start_soon(self._watch, begin_stop)
+                    task_status.started()
+                    with shield:
+                        async with trio.open_nursery() as core:
+                            core.start_soon(self._settle_loop, done_recv, slots)
+                            renew_scope = trio.CancelScope()
+                            core.start_soon(self._renew_loop, renew_scope)
+                            with handler_scope:
+                                async with trio.open_nursery() as handlers, done_send, work_recv:
+                                    for _ in range(self.concurrency):
+                                        handlers.start_soon(
+                                            self._handler_loop, work_recv.clone(), done_send.clone()
+                                        )
+                            renew_scope.cancel()
+                    outer.cancel_scope.cancel()
         finally:
             await self._release_held()
 

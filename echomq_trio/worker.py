@@ -35,7 +35,7 @@ import trio
 from echomq_trio.backoff import Policy
 from echomq_trio.bus import Bus
 from echomq_trio.consumer import DEFAULT_BACKOFF, Consumer, ConsumerStats, Handler, StopConsumer
-from echomq_trio.errors import first_error
+from echomq_trio.errors import raising_first
 from echomq_trio.metrics import BusMetrics
 from echomq_trio.metronome import Metronome, MetronomeStats
 
@@ -179,24 +179,20 @@ class Worker:
             raise RuntimeError(f"a Worker runs once (this one is {self._state.value})")
         self._state = WorkerState.STARTING
         try:
-            async with trio.open_nursery() as metronomes:
-                for m in self._metronomes.values():
-                    await metronomes.start(m.run)
-                async with trio.open_nursery() as consumers:
-                    for group in self._consumers.values():
-                        for c in group:
-                            await consumers.start(c.run)
-                    self._state = WorkerState.RUNNING
-                    task_status.started()
-                    await self._stop.wait()
-                    self._state = WorkerState.STOPPING
-                    consumers.cancel_scope.cancel()
-                metronomes.cancel_scope.cancel()
-        except BaseExceptionGroup as group:
-            stop = first_error(group, (StopConsumer,))
-            if stop is not None:
-                raise stop from group
-            raise
+            with raising_first(StopConsumer):
+                async with trio.open_nursery() as metronomes:
+                    for m in self._metronomes.values():
+                        await metronomes.start(m.run)
+                    async with trio.open_nursery() as consumers:
+                        for group in self._consumers.values():
+                            for c in group:
+                                await consumers.start(c.run)
+                        self._state = WorkerState.RUNNING
+                        task_status.started()
+                        await self._stop.wait()
+                        self._state = WorkerState.STOPPING
+                        consumers.cancel_scope.cancel()
+                    metronomes.cancel_scope.cancel()
         finally:
             self._state = WorkerState.STOPPED
 

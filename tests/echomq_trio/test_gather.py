@@ -36,6 +36,13 @@ class Gate(FaultyTransport):
         return await super().script(name, keys, args)
 
 
+def gated_bus(bus: Bus) -> tuple[Gate, FaultyTransport, Bus]:
+    """A bus whose first enqueue waits for ``gate.open``, with faults planned on ``faulty``."""
+    gate = Gate(bus.wire)
+    faulty = FaultyTransport(gate)
+    return gate, faulty, Bus(faulty)
+
+
 async def test_concurrent_enqueues_share_calls_and_each_caller_gets_its_own_answer(
     bus: Bus, queue: str
 ) -> None:
@@ -100,9 +107,7 @@ async def test_a_bad_payload_fails_only_its_caller(bus: Bus, queue: str) -> None
 
 
 async def test_a_failed_batch_gives_each_of_its_callers_its_own_error(bus: Bus, queue: str) -> None:
-    gate = Gate(bus.wire)
-    gated = FaultyTransport(gate)
-    fb = Bus(gated)
+    gate, gated, fb = gated_bus(bus)
     fault = gated.fail(scripts("enqueue"), ConnectionLost("injected"), nth=2)
     outcomes: dict[int, object] = {}
 
@@ -132,9 +137,7 @@ async def test_a_failed_batch_gives_each_of_its_callers_its_own_error(bus: Bus, 
 async def test_a_cancelled_caller_admitted_nothing_unless_its_batch_went_out(
     bus: Bus, queue: str
 ) -> None:
-    gate = Gate(bus.wire)
-    gated = FaultyTransport(gate)
-    fb = Bus(gated)
+    gate, _, fb = gated_bus(bus)
     first, a, b = (ids.generate("JOB") for _ in range(3))
     got: dict[str, Admitted] = {}
     raised: list[str] = []
@@ -168,9 +171,7 @@ async def test_a_cancelled_caller_admitted_nothing_unless_its_batch_went_out(
 async def test_a_caller_cancelled_once_its_batch_went_out_gets_its_outcome(
     bus: Bus, queue: str
 ) -> None:
-    gate = Gate(bus.wire)
-    gated = FaultyTransport(gate)
-    fb = Bus(gated)
+    gate, gated, fb = gated_bus(bus)
     scope = trio.CancelScope()
     # The second enqueue call is the gathered batch: the follower is cancelled as it goes out.
     cut = gated.cancel(scripts("enqueue"), scope, nth=2)

@@ -27,33 +27,25 @@ async def test_an_idempotency_key_admits_once_even_after_the_job_finished(
     bus: Bus, queue: str
 ) -> None:
     a, b = jid(), jid()
-    assert (
-        await jobs.enqueue(bus, queue, "one", job_id=a, key="fan:1")
-    ).outcome is Outcome.ENQUEUED
+
+    async def admit(payload: str, job_id: str, key: str) -> Outcome:
+        return (await jobs.enqueue(bus, queue, payload, job_id=job_id, key=key)).outcome
+
+    assert await admit("one", a, "fan:1") is Outcome.ENQUEUED
     assert await bus.wire.command("GET", bus.keys(queue).idempotency("fan:1")) == a.encode()
     # While the job is pending, a retry under a fresh id is a duplicate and changes nothing.
-    assert (
-        await jobs.enqueue(bus, queue, "two", job_id=b, key="fan:1")
-    ).outcome is Outcome.DUPLICATE
+    assert await admit("two", b, "fan:1") is Outcome.DUPLICATE
     assert await jobs.get_job(bus, queue, b) is None
     assert (await jobs.counts(bus, queue)).pending == 1
     (job,) = await jobs.claim(bus, queue, 5)
     assert await jobs.ack(bus, queue, job.id, job.token) is Outcome.ACKED
     # The row is gone (the id alone would be admitted again); the key still remembers it.
-    assert (
-        await jobs.enqueue(bus, queue, "one", job_id=a, key="fan:1")
-    ).outcome is Outcome.DUPLICATE
-    assert (
-        await jobs.enqueue(bus, queue, "two", job_id=b, key="fan:1")
-    ).outcome is Outcome.DUPLICATE
+    assert await admit("one", a, "fan:1") is Outcome.DUPLICATE
+    assert await admit("two", b, "fan:1") is Outcome.DUPLICATE
     assert (await jobs.counts(bus, queue)).pending == 0
-    assert (
-        await jobs.enqueue(bus, queue, "two", job_id=b, key="fan:2")
-    ).outcome is Outcome.ENQUEUED
+    assert await admit("two", b, "fan:2") is Outcome.ENQUEUED
     # A live id under a new key is a duplicate by id, and the new key is not taken.
-    assert (
-        await jobs.enqueue(bus, queue, "two", job_id=b, key="fan:3")
-    ).outcome is Outcome.DUPLICATE
+    assert await admit("two", b, "fan:3") is Outcome.DUPLICATE
     assert await bus.wire.command("EXISTS", bus.keys(queue).idempotency("fan:3")) == 0
 
 
