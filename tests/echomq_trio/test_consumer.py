@@ -18,6 +18,8 @@ from echomq_trio import (
     ids,
     jobs,
 )
+from echomq_trio.consumer import ADAPTIVE_PREFETCH
+from echomq_trio.testing import FaultyTransport
 from tests.conftest import wait_for
 
 
@@ -246,3 +248,24 @@ async def test_a_huge_or_bad_delay_never_stops_the_consumer(bus: Bus, queue: str
     info = await jobs.get_job(bus, queue, huge)
     assert info is not None and info.state == "scheduled"
     assert tries["bad"] == 2
+
+
+async def test_an_untuned_consumer_claims_more_at_once_while_the_backlog_lasts(
+    bus: Bus, queue: str
+) -> None:
+    await jobs.enqueue_many(bus, queue, [b"x"] * 600)
+    faulty = FaultyTransport(bus.wire)
+    consumer = Consumer(Bus(faulty), queue, _noop, concurrency=4)  # no prefetch: adaptive
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await wait_for(lambda: consumer.statistics().acked == 600)
+        nursery.cancel_scope.cancel()
+    asked = [int(c.args[1]) for c in faulty.calls if c.name == "claim"]
+    assert asked[0] == 8  # 2 x concurrency to start with
+    assert max(asked) > 64  # grown with the backlog, up to concurrency + 128
+    assert max(asked) <= 4 + ADAPTIVE_PREFETCH
+    assert consumer.statistics().held == 0
+
+
+async def _noop(job: Job) -> None:
+    return None
