@@ -55,8 +55,6 @@ class Gatherer:
     timeout_s: float
     in_flight: int = 0
     _batch: list[_Waiter] | None = None  # the batch being gathered (its leader is waiting)
-    calls: int = 0  # batches sent (each one script call per ENQUEUE_CHUNK jobs)
-    jobs: int = 0  # jobs sent in them
 
     @property
     def idle(self) -> bool:
@@ -65,8 +63,13 @@ class Gatherer:
     async def enqueue(self, item: tuple[str, bytes], send: Send) -> Admitted:
         """Admit ``item`` (a checked ``(job id, payload)``) through ``send``, alone or with the
         items of other callers."""
-        if self.idle:
-            return (await self._send([_Waiter(item)], send, alone=True))[0]
+        if self.idle:  # an ordinary call: cancellable, like every other call of the bus
+            self.in_flight += 1
+            try:
+                (answer,) = await send([item])
+            finally:
+                self.in_flight -= 1
+            return answer
         me = _Waiter(item)
         if self._batch is not None:
             self._batch.append(me)
@@ -83,23 +86,18 @@ class Gatherer:
                 w.taken = True
         finally:
             self.in_flight -= 1
-        await self._send(batch, send, alone=False)
+        await self._send(batch, send)
         return self._result(me)
 
-    async def _send(self, batch: list[_Waiter], send: Send, *, alone: bool) -> list[Admitted]:
+    async def _send(self, batch: list[_Waiter], send: Send) -> None:
         self.in_flight += 1
-        self.calls += 1
-        self.jobs += len(batch)
         try:
-            if alone:  # an ordinary call: cancellable, like every other call of the bus
-                return await send([w.item for w in batch])
             with trio.CancelScope(shield=True, deadline=trio.current_time() + self.timeout_s):
                 answers = await send([w.item for w in batch])
                 for w, a in zip(batch, answers, strict=True):
                     w.answer = a
             if any(w.answer is None for w in batch):
                 raise RequestTimedOut("an enqueue batch passed its deadline")
-            return answers
         except BaseException as exc:
             for w in batch:
                 w.error = exc
