@@ -8,10 +8,12 @@ every key of a queue once (``Bus.keys(q)``), ``checks`` checks input before any 
 ``protocol`` builds each script's KEYS and ARGV and parses its reply into ``results``. A
 ``Consumer`` claims jobs in batches and runs a handler on N tasks; a ``Metronome`` promotes
 scheduled jobs when they come due and reaps expired leases. Both are trio tasks for your nursery;
-cancelling the nursery shuts them down cleanly; what a handler's result does to its job is
-decided by ``settlement``, pure. ``ids`` mints the branded job ids, ``backoff`` computes retry
-delays, ``memory`` reads how full the server is, ``metrics`` exposes Prometheus metrics (what a
-consumer and a metronome observe, and the queues' state read per scrape). Everything talks to
+cancelling the nursery shuts them down cleanly. A ``Worker`` (``open_worker``) runs both for
+one or more queues (``Serve`` entries) with a grace period at shutdown. What a handler's result
+does to its job is decided by ``settlement``, pure. ``ids`` mints the branded job ids,
+``backoff`` computes retry delays, ``memory`` reads how full the server is, ``metrics`` exposes
+Prometheus metrics (what a consumer and a metronome observe, and the queues' state read per
+scrape). Everything talks to
 the server through a ``Transport``: only ``wire`` (the one ``open_bus`` gives) talks to the
 client library, and ``testing.FaultyTransport`` wraps one to fail or cancel chosen calls in
 tests.
@@ -27,10 +29,11 @@ from echomq_trio import (
     memory,
     metrics,
     repeat,
+    retention,
     settlement,
 )
 from echomq_trio.backoff import Exponential, Fixed, Jitter
-from echomq_trio.bus import Bus, open_bus
+from echomq_trio.bus import Bus, CommandArg, Reply, open_bus
 from echomq_trio.consumer import (
     Ack,
     Bury,
@@ -50,16 +53,19 @@ from echomq_trio.errors import (
     ServerError,
     ServerNotFound,
 )
-from echomq_trio.jobs import Job, Outcome
+from echomq_trio.jobs import Admitted, Job, Outcome
 from echomq_trio.metronome import Metronome, MetronomeStats
 from echomq_trio.transport import Transport
+from echomq_trio.worker import QueueStats, Serve, Worker, WorkerState, WorkerStats, open_worker
 
 __all__ = [
     "Ack",
+    "Admitted",
     "AuthenticationFailed",
     "Bury",
     "Bus",
     "BusError",
+    "CommandArg",
     "ConnectionLost",
     "Consumer",
     "ConsumerStats",
@@ -72,13 +78,19 @@ __all__ = [
     "MetronomeStats",
     "OutOfMemory",
     "Outcome",
+    "QueueStats",
+    "Reply",
     "RequestTimedOut",
     "RetryIn",
+    "Serve",
     "ServerDied",
     "ServerError",
     "ServerNotFound",
     "StopConsumer",
     "Transport",
+    "Worker",
+    "WorkerState",
+    "WorkerStats",
     "audit",
     "backoff",
     "events",
@@ -88,6 +100,8 @@ __all__ = [
     "memory",
     "metrics",
     "open_bus",
+    "open_worker",
     "repeat",
+    "retention",
     "settlement",
 ]

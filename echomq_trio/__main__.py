@@ -27,10 +27,11 @@ from typing import Any
 import attrs
 import trio
 
-from echomq_trio import events, jobs, lanes, repeat
+from echomq_trio import events, jobs, lanes, repeat, retention
 from echomq_trio.bus import Bus, open_bus
 from echomq_trio.cli import CliError, Stopped, cancel_on_signal, silence_stdout
 from echomq_trio.errors import BusError
+from echomq_trio.results import Retention
 
 DEFAULT_URL = "redis://127.0.0.1:6379"
 
@@ -76,10 +77,18 @@ async def _known(bus: Bus, queue: str) -> jobs.Counts:
 
 async def _stats(bus: Bus, args: argparse.Namespace) -> Any:
     c = await _known(bus, args.queue)
-    if args.json:
-        return c
+    kept = await retention.get(bus, args.queue)
+    if args.json:  # the counts' fields, and the retention under its own name
+        return _jsonable(c) | {"retention": kept}
     rows = [(f.name, getattr(c, f.name)) for f in attrs.fields(jobs.Counts) if f.name != "exists"]
+    rows += [
+        (f"retention.{f.name}", _bound(getattr(kept, f.name))) for f in attrs.fields(Retention)
+    ]
     return _table(["", args.queue], rows)
+
+
+def _bound(value: object) -> object:
+    return "none" if value is None else value
 
 
 async def _ls(bus: Bus, args: argparse.Namespace) -> Any:

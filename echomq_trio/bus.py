@@ -3,6 +3,7 @@ embedded server when no URL is given."""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,18 +14,36 @@ import attrs
 
 from echomq_trio.checks import DEFAULT_MAX_PAYLOAD_BYTES, check_max_payload_bytes
 from echomq_trio.datadir import DataDir
+from echomq_trio.gather import Gatherer
 from echomq_trio.keys import QueueKeys, queue_keys
 from echomq_trio.protocol import Call
 from echomq_trio.server import EmbeddedServer, start_server
 from echomq_trio.transport import Transport
 from echomq_trio.wire import open_wire, parse_url
 
-__all__ = ["Bus", "open_bus"]
+__all__ = ["Bus", "CommandArg", "Reply", "open_bus"]
+
+log = logging.getLogger("echomq_trio.bus")
+
+CommandArg = str | bytes | int | float
+# What a raw command answers, as the client decodes it (RESP3): bulk strings as bytes, simple
+# strings as str, integers, doubles, nil as None, arrays as lists, maps as dicts, sets as sets.
+Reply = (
+    bytes | str | int | float | bool | None | list["Reply"] | dict["Reply", "Reply"] | set["Reply"]
+)
 
 
 @lru_cache(maxsize=1024)  # bounded: the key sets of the 1024 queues used last
 def _keys(queue: str) -> QueueKeys:
     return queue_keys(queue)
+
+
+def _command_arg(arg: CommandArg) -> str | bytes:
+    if isinstance(arg, str | bytes):
+        return arg
+    if isinstance(arg, bool) or not isinstance(arg, int | float):
+        raise TypeError(f"a command argument must be str, bytes, int or float, got {arg!r}")
+    return repr(arg)
 
 
 @attrs.define(eq=False)
@@ -37,6 +56,21 @@ class Bus:
     wire: Transport
     server: EmbeddedServer | None = None
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES  # larger payloads raise before any I/O
+    # Per queue, the single enqueues being coalesced (echomq_trio.gather); an idle queue's
+    # entry is dropped, so this holds only the queues with enqueues in flight.
+    _gatherers: dict[str, Gatherer] = attrs.field(factory=dict, init=False, repr=False)
+
+    def gatherer(self, queue: str) -> Gatherer:
+        """The ``gather.Gatherer`` of ``queue``'s single enqueues (``jobs.enqueue`` uses it)."""
+        g = self._gatherers.get(queue)
+        if g is None:
+            g = self._gatherers[queue] = Gatherer(self.wire.spec.timeout_ms / 1000 + 1)
+        return g
+
+    def release_gatherer(self, queue: str, g: Gatherer) -> None:
+        """Forget ``queue``'s gatherer once it is idle."""
+        if g.idle and self._gatherers.get(queue) is g:
+            del self._gatherers[queue]
 
     def keys(self, queue: str) -> QueueKeys:
         """The keys of ``queue`` (every key of its schema, and ``app(name)`` for an
@@ -46,6 +80,15 @@ class Bus:
     async def run(self, call: Call) -> Any:
         """Run one script call built by ``protocol`` and return the server's raw reply."""
         return await self.wire.script(call.script, call.keys, call.args)
+
+    async def command(self, *args: CommandArg) -> Reply:
+        """Run one raw command on the bus's connection (routed by its key on a cluster), e.g.
+        ``await bus.command("HSET", key, "n", 1)``; ints and floats are sent as their decimal
+        text (a bool or another type raises ``TypeError``). Failures raise ``BusError``
+        subclasses, as every call of the bus does. Use ``bus.keys(q).app(name)`` for a key in a
+        queue's slot. A cancelled call may or may not have run on the server."""
+        reply: Reply = await self.wire.command(*map(_command_arg, args))
+        return reply
 
     @property
     def url(self) -> str:
@@ -72,6 +115,11 @@ async def open_bus(
     payload the bus admits; a larger one raises ``ValueError`` before any I/O.
     """
     check_max_payload_bytes(max_payload_bytes)
+    if url == "":
+        raise ValueError(
+            "open_bus got an empty URL: give a server URL (redis://host:6379), or no URL at all "
+            "to start an embedded server"
+        )
     if url is not None:
         if data_dir is not None:
             raise ValueError("data_dir applies only to the embedded server (url=None)")
@@ -80,4 +128,10 @@ async def open_bus(
             yield Bus(wire, max_payload_bytes=max_payload_bytes)
         return
     async with start_server(data_dir) as server, open_wire(server.url) as wire:
+        where = "a temporary directory, removed on exit" if data_dir is None else "kept"
+        log.info(
+            "open_bus: no URL given, so it started an embedded server (pid %s, port %d); its "
+            "data lives in %s (%s)",
+            server.pid, server.port, server.data_dir, where,
+        )  # fmt: skip
         yield Bus(wire, server, max_payload_bytes=max_payload_bytes)

@@ -5,6 +5,8 @@ type) naming the argument and the limit, so nothing is written.
 
 from __future__ import annotations
 
+import datetime as dt
+import math
 import re
 
 from echomq_trio import ids
@@ -25,6 +27,7 @@ __all__ = [
     "check_payload",
     "check_queue",
     "check_stream_id",
+    "check_when",
 ]
 
 JOB_NS = "JOB"
@@ -94,6 +97,31 @@ def check_ms(name: str, value: object, minimum: int = 0, *, absolute: bool = Fal
             f"plus it stays exact in a sorted-set score), got {ms}"
         )
     return ms
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_US = dt.timedelta(microseconds=1)
+
+
+def check_when(name: str, value: object, *, absolute: bool) -> int:
+    """A time (``absolute``: Unix ms) or a delay, in whole ms, checked by ``check_ms``. Besides
+    an int it takes a float number of ms, and an aware ``datetime`` (a time) or a ``timedelta``
+    (a delay): each is rounded UP to the next whole ms, so a job never runs early. A naive
+    ``datetime`` (no tzinfo: which clock?) or a float that is not finite raises ``ValueError``."""
+    if absolute and isinstance(value, dt.datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(
+                f"{name} is a naive datetime: give it a time zone, e.g. "
+                f"datetime.now(timezone.utc) or dt.replace(tzinfo=ZoneInfo(...))"
+            )
+        value = -((_EPOCH - value) // _US // 1000)  # whole µs, then ms rounded up
+    elif not absolute and isinstance(value, dt.timedelta):
+        value = -(-value // _US // 1000)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number of ms, got {value}")
+        value = math.ceil(value)
+    return check_ms(name, value, absolute=absolute)
 
 
 def check_group(group: object) -> str:

@@ -4,8 +4,11 @@ Theory of operation:
 
 * The claimer leases batches (one round trip each) only while there is room: at most
   ``concurrency + prefetch`` jobs are held at once, so a slow handler pushes back on claiming
-  rather than growing a list. With nothing to claim it parks on the queue's wake list, on a client
-  of its own, for at most a beat.
+  rather than growing a list. Untuned (no ``prefetch``), up to ``ADAPTIVE_PREFETCH`` jobs may
+  be held ahead, and the claim batch follows the backlog (``claim_window``): it doubles while
+  claims come back full and halves while they come back short, so a deep queue is drained in
+  large batches and a shallow one is not hoarded by one consumer. With nothing to claim it parks
+  on the queue's wake list, on a client of its own, for at most a beat.
 * Handlers run the user's function. Returning ``None`` acks; returning ``RetryIn`` schedules a
   retry after that delay; returning ``DeferIn`` puts the job back to wait without spending an
   attempt (a lane job keeps its place and its lane waits); returning ``Bury`` sends it to the
@@ -26,6 +29,11 @@ Theory of operation:
   (kill -9), or a release the server never answers, returns held jobs through lease expiry and
   the metronome's reaper instead. ``tests/echomq_trio/test_cancellations.py`` cancels and fails
   every call to the server in turn and checks that no job is lost or settled twice.
+* Scheduled jobs, retries and recurring schedules become claimable only when a metronome moves
+  them. A consumer that idles looks, at most once per ``OVERDUE_BEATS`` beats, whether a
+  scheduled job or a repeat is overdue by more than that many beats (``ZCOUNT`` on the two
+  sorted sets: O(log n)); if one is, no metronome serves the queue, and it says so once in the
+  log. A ``Worker`` runs a metronome beside its consumers and turns the check off.
 """
 
 from __future__ import annotations
@@ -42,7 +50,8 @@ import trio
 from echomq_trio import jobs
 from echomq_trio.backoff import Exponential, Jitter, Policy, reconnect_delay_s
 from echomq_trio.bus import Bus
-from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut, first_error
+from echomq_trio.claim_window import ClaimWindow
+from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut, raising_first
 from echomq_trio.jobs import Job, Outcome
 from echomq_trio.metrics import BusMetrics
 from echomq_trio.settlement import (
@@ -78,6 +87,8 @@ T = TypeVar("T")
 SETTLE_BATCH = 512
 DEFAULT_BACKOFF: Policy = Jitter(Exponential(1_000, 60_000))
 SETTLE_TIME_S = 5.0  # after the grace period, the longest we spend settling and releasing
+ADAPTIVE_PREFETCH = 128  # untuned, the most jobs claimed ahead of the handlers
+OVERDUE_BEATS = 5  # a due job this many beats late means no metronome runs; checked as often
 
 
 class StopConsumer(Exception):
@@ -146,6 +157,7 @@ class Consumer:
         backoff: Policy = DEFAULT_BACKOFF,
         grace_s: float = 5.0,
         metrics: BusMetrics | None = None,
+        metronome_check: bool = True,
     ) -> None:
         bus.keys(queue)  # validates the name
         for name, value in [
@@ -163,8 +175,16 @@ class Consumer:
         self.queue = queue
         self.handler = handler
         self.concurrency = concurrency
-        self.prefetch = concurrency if prefetch is None else prefetch
+        # Untuned (prefetch None), the claim window adapts to the backlog: up to
+        # ADAPTIVE_PREFETCH jobs ahead, the claim batch doubling while claims come back full
+        # and halving while they come back short (``claim_window``).
+        self.adaptive = prefetch is None
+        self.prefetch = max(ADAPTIVE_PREFETCH, concurrency) if prefetch is None else prefetch
         self.claim_batch = claim_batch or concurrency + self.prefetch
+        self._window = ClaimWindow(
+            least=min(2 * concurrency, self.claim_batch) if self.adaptive else self.claim_batch,
+            most=self.claim_batch,
+        )
         self.lease_ms = lease_ms
         self.beat_ms = beat_ms
         self.policy = SettlePolicy(max_attempts, backoff)
@@ -173,6 +193,9 @@ class Consumer:
         self._held: dict[str, Job] = {}  # bounded: at most _max_held (the claim's semaphore)
         self._stats = ConsumerStats()
         self._stopping = False
+        # When idle, look now and then for overdue scheduled jobs (no metronome); warn once.
+        self._metronome_check = metronome_check
+        self._next_check = 0.0
         # Process-local instruments (echomq_trio.metrics), bound to this queue once; None: none.
         self._claim_sizes = None if metrics is None else metrics.claim_batch.labels(queue)
         self._settled = None if metrics is None else metrics.settled(queue)
@@ -216,28 +239,24 @@ class Consumer:
                 shield.deadline = now + self.grace_s + SETTLE_TIME_S
 
         try:
-            async with self.bus.wire.blocking() as parker, trio.open_nursery() as outer:
-                outer.start_soon(self._claim_loop, work_send, parker, slots)
-                outer.start_soon(self._watch, begin_stop)
-                task_status.started()
-                with shield:
-                    async with trio.open_nursery() as core:
-                        core.start_soon(self._settle_loop, done_recv, slots)
-                        renew_scope = trio.CancelScope()
-                        core.start_soon(self._renew_loop, renew_scope)
-                        with handler_scope:
-                            async with trio.open_nursery() as handlers, done_send, work_recv:
-                                for _ in range(self.concurrency):
-                                    handlers.start_soon(
-                                        self._handler_loop, work_recv.clone(), done_send.clone()
-                                    )
-                        renew_scope.cancel()
-                outer.cancel_scope.cancel()
-        except BaseExceptionGroup as group:
-            stop = first_error(group, (StopConsumer,))
-            if stop is not None:
-                raise stop from group
-            raise
+            with raising_first(StopConsumer):
+                async with self.bus.wire.blocking() as parker, trio.open_nursery() as outer:
+                    outer.start_soon(self._claim_loop, work_send, parker, slots)
+                    outer.start_soon(self._watch, begin_stop)
+                    task_status.started()
+                    with shield:
+                        async with trio.open_nursery() as core:
+                            core.start_soon(self._settle_loop, done_recv, slots)
+                            renew_scope = trio.CancelScope()
+                            core.start_soon(self._renew_loop, renew_scope)
+                            with handler_scope:
+                                async with trio.open_nursery() as handlers, done_send, work_recv:
+                                    for _ in range(self.concurrency):
+                                        handlers.start_soon(
+                                            self._handler_loop, work_recv.clone(), done_send.clone()
+                                        )
+                            renew_scope.cancel()
+                    outer.cancel_scope.cancel()
         finally:
             await self._release_held()
 
@@ -259,11 +278,12 @@ class Consumer:
     ) -> None:
         wake = self.bus.keys(self.queue).wake
         failures = 0
+        self._next_check = trio.current_time() + OVERDUE_BEATS * self.beat_ms / 1000
         async with work_send:
             while True:
                 await slots.acquire()
                 want = 1
-                while want < self.claim_batch and slots.value > 0:
+                while want < self._window.size and slots.value > 0:
                     slots.acquire_nowait()
                     want += 1
                 try:
@@ -278,6 +298,7 @@ class Consumer:
                     await trio.sleep(reconnect_delay_s(failures))
                     continue
                 failures = 0
+                self._window.claimed(want, len(claimed))
                 for _ in range(want - len(claimed)):
                     slots.release()
                 self._count(claimed=len(claimed))
@@ -290,10 +311,35 @@ class Consumer:
                 for job in claimed:
                     work_send.send_nowait(job)
                 if len(claimed) < want:
+                    await self._look_for_overdue_jobs()
                     try:
                         await parker.blpop(wake, self.beat_ms / 1000)
                     except (ConnectionLost, RequestTimedOut):
                         await trio.sleep(min(self.beat_ms / 1000, 0.5))
+
+    async def _look_for_overdue_jobs(self) -> None:
+        if not self._metronome_check or trio.current_time() < self._next_check:
+            return
+        self._next_check = trio.current_time() + OVERDUE_BEATS * self.beat_ms / 1000
+        k = self.bus.keys(self.queue)
+        try:
+            late = await self.bus.wire.server_time_ms() - OVERDUE_BEATS * self.beat_ms
+            overdue = [
+                int(await self.bus.wire.command("ZCOUNT", key, "-inf", str(late)))
+                for key in (k.schedule, k.repeats)
+            ]
+        except BusError:
+            return  # best effort: the next idle moment looks again
+        if any(overdue):
+            self._metronome_check = False
+            log.warning(
+                "consumer on %s: %d scheduled jobs and %d recurring schedules are overdue by "
+                "more than %d ms: no metronome serves this queue, so they never run. Serve it "
+                "with echomq_trio.Worker, or start a Metronome for it.",
+                self.queue,
+                *overdue,
+                OVERDUE_BEATS * self.beat_ms,
+            )
 
     async def _handler_loop(
         self, work: trio.MemoryReceiveChannel[Job], done: trio.MemorySendChannel[_Settle]

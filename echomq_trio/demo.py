@@ -25,13 +25,15 @@ async def main() -> None:
         say(f"embedded server {bus.server.binary} on 127.0.0.1:{bus.server.port}")
         now = await bus.wire.server_time_ms()
         batch = [(ids.generate("JOB"), f"hello #{n}") for n in range(1, 4)]
-        say(f"enqueue_many: {[o.value for o in await jobs.enqueue_many(bus, QUEUE, batch)]}")
-        say(f"enqueue again: {(await jobs.enqueue(bus, QUEUE, batch[0][0], 'x')).value}")
+        admitted = await jobs.enqueue_many(bus, QUEUE, batch)
+        say(f"enqueue_many: {[a.outcome.value for a in admitted]}")
+        again = await jobs.enqueue(bus, QUEUE, "x", job_id=batch[0][0])
+        say(f"enqueue again: {again.outcome.value}")
         for secs in (1, 2):
-            r = await jobs.enqueue_at(bus, QUEUE, ids.generate("JOB"), f"due in {secs}s",
+            r = await jobs.enqueue_at(bus, QUEUE, f"due in {secs}s",
                                       now + secs * 1000)  # fmt: skip
             say(f"enqueue_at +{secs}s: {r.outcome.value}")
-        await jobs.enqueue_in(bus, QUEUE, ids.generate("JOB"), "flaky", 0)
+        await jobs.enqueue_in(bus, QUEUE, "flaky", 0)
         say(f"counts: {await jobs.counts(bus, QUEUE)}")
 
         async def handler(job: Job) -> RetryIn | None:

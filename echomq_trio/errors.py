@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 __all__ = [
@@ -14,6 +16,7 @@ __all__ = [
     "ServerError",
     "ServerNotFound",
     "first_error",
+    "raising_first",
 ]
 
 
@@ -69,3 +72,17 @@ def first_error(exc: BaseException, kinds: tuple[type[E], ...]) -> E | None:
             if (found := first_error(inner, kinds)) is not None:
                 return found
     return None
+
+
+@contextmanager
+def raising_first(*kinds: type[BaseException]) -> Iterator[None]:
+    """Leaving the block with exception groups that hold one of ``kinds``, raise the first
+    such exception itself (from the group); any other exception as it is. For a task whose
+    caller expects that exception bare, such as ``StopConsumer``."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        found = first_error(group, kinds)
+        if found is not None:
+            raise found from group
+        raise

@@ -35,11 +35,11 @@ _ID = re.compile(r"[A-Z]{3}[0-9A-Za-z]{11}")
 
 
 def _encode(value: int) -> str:
-    out = []
-    for _ in range(_WIDTH):
+    out = [""] * _WIDTH
+    for i in range(_WIDTH - 1, -1, -1):
         value, rem = divmod(value, 62)
-        out.append(ALPHABET[rem])
-    return "".join(reversed(out))
+        out[i] = ALPHABET[rem]
+    return "".join(out)
 
 
 def _decode(text: str) -> int:
@@ -47,6 +47,9 @@ def _decode(text: str) -> int:
     for c in text:
         value = value * 62 + _INDEX[c]
     return value
+
+
+_MAX_TEXT = _encode(_MAX)
 
 
 def _check_namespace(ns: str) -> None:
@@ -101,7 +104,7 @@ def is_valid(value: object, ns: str | None = None) -> bool:
         return False
     if ns is not None and value[:3] != ns:
         return False
-    return _decode(value[3:]) <= _MAX
+    return value[3:] <= _MAX_TEXT  # the alphabet is in ASCII order: text order is value order
 
 
 def namespace(value: str) -> str:

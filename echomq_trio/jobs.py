@@ -16,11 +16,14 @@ calling again is safe.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from functools import partial
 
 from echomq_trio import audit, protocol
 from echomq_trio.bus import Bus
-from echomq_trio.protocol import DEFAULT_KEY_TTL_MS, ENQUEUE_CHUNK
+from echomq_trio.protocol import DEFAULT_KEY_TTL_MS, ENQUEUE_CHUNK, Item, When
 from echomq_trio.results import (
+    Admitted,
     Counts,
     Extended,
     Job,
@@ -28,13 +31,13 @@ from echomq_trio.results import (
     Outcome,
     Promoted,
     Reaped,
-    Scheduled,
 )
 from echomq_trio.upgrade import run_counted
 
 __all__ = [
     "DEFAULT_KEY_TTL_MS",
     "ENQUEUE_CHUNK",
+    "Admitted",
     "Counts",
     "Extended",
     "Job",
@@ -42,7 +45,6 @@ __all__ = [
     "Outcome",
     "Promoted",
     "Reaped",
-    "Scheduled",
     "ack",
     "ack_many",
     "claim",
@@ -68,82 +70,121 @@ __all__ = [
 async def enqueue(
     bus: Bus,
     queue: str,
-    job_id: str,
     payload: str | bytes,
     *,
+    job_id: str | None = None,
     key: str | None = None,
     key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
-) -> Outcome:
-    """Admit one job to pending: ``ENQUEUED``, or ``DUPLICATE`` (a live job has this id).
+) -> Admitted:
+    """Admit one job to pending: ``Admitted(id, ENQUEUED)``, or ``DUPLICATE`` (a live job has
+    this id). The bus mints a fresh ``JOB`` id unless ``job_id`` gives one (a branded ``JOB``
+    id, e.g. ``ids.generate("JOB")``): give one to make a retried enqueue idempotent.
 
     ``key`` is an idempotency key: if it was used in the last ``key_ttl_ms`` (even by a job
     that has since finished) the answer is ``DUPLICATE`` and nothing changes; otherwise the job
     is admitted and the key remembered, in the same step. A retried fan-out uses it to admit
     each of its jobs once.
 
-    A cancelled call may or may not have admitted the job; call again with the same id (and
-    key): enqueue is idempotent, and ``DUPLICATE`` then means the first call went through."""
-    (call,) = protocol.enqueue_calls(
-        bus.keys(queue), [(job_id, payload)], bus.max_payload_bytes, key=key, key_ttl_ms=key_ttl_ms
-    )
-    (out,) = protocol.admitted_reply(await bus.run(call))
+    Concurrent calls for one queue coalesce into shared script calls (``echomq_trio.gather``):
+    each caller still gets its own answer or its own error.
+
+    A cancelled call may or may not have admitted the job (one cancelled while its coalesced
+    batch was still gathering admitted nothing; one whose batch had gone out returns its
+    answer); call again with the same ``job_id`` (or key): enqueue is idempotent, and
+    ``DUPLICATE`` then means the first call went through (without a ``job_id`` or key, a second
+    call admits a second job)."""
+    items = protocol.with_ids([payload], job_id)
+    if key is not None:  # a key guards exactly one job: its own script call
+        (call,) = protocol.enqueue_calls(
+            bus.keys(queue), items, bus.max_payload_bytes, key=key, key_ttl_ms=key_ttl_ms
+        )
+        (out,) = protocol.admitted_reply(await bus.run(call), [items[0][0]])
+        return out
+    (item,) = protocol.checked_pairs(items, bus.max_payload_bytes)  # a bad job fails here only
+    g = bus.gatherer(queue)
+    try:
+        return await g.enqueue(item, partial(_enqueue_batch, bus, queue))
+    finally:
+        bus.release_gatherer(queue, g)
+
+
+async def _enqueue_batch(
+    bus: Bus, queue: str, pairs: Sequence[tuple[str, bytes]]
+) -> list[Admitted]:
+    calls = protocol.enqueue_checked_calls(bus.keys(queue), pairs)
+    out: list[Admitted] = []
+    for n, call in enumerate(calls):
+        chunk = pairs[n * ENQUEUE_CHUNK : (n + 1) * ENQUEUE_CHUNK]
+        out.extend(protocol.admitted_reply(await bus.run(call), [i for i, _ in chunk]))
     return out
 
 
-async def enqueue_many(
-    bus: Bus, queue: str, items: Iterable[tuple[str, str | bytes]]
-) -> list[Outcome]:
+async def enqueue_many(bus: Bus, queue: str, items: Iterable[Item]) -> list[Admitted]:
     """Admit many jobs in one round trip (per ``ENQUEUE_CHUNK`` jobs); answers in input order.
+    Each item is a payload (the bus mints its id) or a ``(job_id, payload)`` pair.
 
     A cancelled call may have admitted some chunks of ``ENQUEUE_CHUNK`` jobs (each chunk all or
     nothing); call again with the same ids: those admitted answer ``DUPLICATE``."""
-    out: list[Outcome] = []
-    for call in protocol.enqueue_calls(bus.keys(queue), items, bus.max_payload_bytes):
-        out.extend(protocol.admitted_reply(await bus.run(call)))
-    return out
+    pairs = protocol.checked_pairs(protocol.with_ids(items), bus.max_payload_bytes)
+    return await _enqueue_batch(bus, queue, pairs)
 
 
 async def _schedule(
-    bus: Bus, queue: str, item: tuple[str, str | bytes, int], relative: bool, group: str | None
-) -> Scheduled:
+    bus: Bus,
+    queue: str,
+    payload: str | bytes,
+    when: When,
+    job_id: str | None,
+    relative: bool,
+    group: str | None,
+) -> Admitted:
+    ((job, body),) = protocol.with_ids([payload], job_id)
     call = protocol.schedule_call(
-        bus.keys(queue), [item], bus.max_payload_bytes, relative=relative, group=group
+        bus.keys(queue), [(job, body, when)], bus.max_payload_bytes, relative=relative, group=group
     )
-    (out,) = protocol.schedule_reply(await bus.run(call))
+    (out,) = protocol.schedule_reply(await bus.run(call), [job])
     return out
 
 
 async def enqueue_at(
     bus: Bus,
     queue: str,
-    job_id: str,
     payload: str | bytes,
-    run_at_ms: int,
+    run_at_ms: int | float | datetime,
     *,
+    job_id: str | None = None,
     group: str | None = None,
-) -> Scheduled:
-    """Schedule a job for an absolute time (Unix ms). It is not claimable before then; a
-    metronome moves it to pending (or into lane ``group``) when the server clock reaches it.
+) -> Admitted:
+    """Schedule a job for an absolute time: ``Admitted(id, SCHEDULED, run_at_ms)``, or
+    ``DUPLICATE``. The time is Unix ms (an int, or a float rounded UP to the next ms) or an
+    aware ``datetime`` (rounded up to the next ms; a naive one raises ``ValueError``): rounding
+    up means it never runs early. It is not claimable before then; a metronome moves it to
+    pending (or into lane ``group``) when the server clock reaches it. ``job_id`` as for
+    ``enqueue``.
 
-    A cancelled call may or may not have scheduled the job; call again with the same id:
-    ``DUPLICATE`` then means the first call went through (``get_job`` shows its run-at)."""
-    return await _schedule(bus, queue, (job_id, payload, run_at_ms), False, group)
+    A cancelled call may or may not have scheduled the job; call again with the same
+    ``job_id``: ``DUPLICATE`` then means the first call went through (``get_job`` shows its
+    run-at)."""
+    return await _schedule(bus, queue, payload, run_at_ms, job_id, False, group)
 
 
 async def enqueue_in(
     bus: Bus,
     queue: str,
-    job_id: str,
     payload: str | bytes,
-    delay_ms: int,
+    delay_ms: int | float | timedelta,
     *,
+    job_id: str | None = None,
     group: str | None = None,
-) -> Scheduled:
-    """Schedule a job ``delay_ms`` from now, where now is the server's clock, not this host's.
+) -> Admitted:
+    """Schedule a job ``delay_ms`` from now, where now is the server's clock, not this host's:
+    ms (an int, or a float rounded UP to the next ms) or a ``timedelta`` (rounded up). Answers
+    as ``enqueue_at``.
 
-    A cancelled call may or may not have scheduled the job; call again with the same id:
-    ``DUPLICATE`` then means the first call went through (``get_job`` shows its run-at)."""
-    return await _schedule(bus, queue, (job_id, payload, delay_ms), True, group)
+    A cancelled call may or may not have scheduled the job; call again with the same
+    ``job_id``: ``DUPLICATE`` then means the first call went through (``get_job`` shows its
+    run-at)."""
+    return await _schedule(bus, queue, payload, delay_ms, job_id, True, group)
 
 
 async def promote(bus: Bus, queue: str, batch: int = 1000, *, lateness: bool = False) -> Promoted:

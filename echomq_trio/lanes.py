@@ -17,13 +17,14 @@ from collections.abc import Iterable, Sequence
 
 from echomq_trio import protocol
 from echomq_trio.bus import Bus
-from echomq_trio.protocol import DEFAULT_KEY_TTL_MS, LANE_PAGE_MAX
-from echomq_trio.results import JobInfo, LanePage, LaneStatus, Outcome
+from echomq_trio.protocol import DEFAULT_KEY_TTL_MS, LANE_PAGE_MAX, Item
+from echomq_trio.results import Admitted, JobInfo, LanePage, LaneStatus
 from echomq_trio.upgrade import run_counted
 
 __all__ = [
     "DEFAULT_KEY_TTL_MS",
     "LANE_PAGE_MAX",
+    "Admitted",
     "LanePage",
     "LaneStatus",
     "configure",
@@ -42,24 +43,27 @@ async def enqueue(
     bus: Bus,
     queue: str,
     group: str,
-    job_id: str,
     payload: str | bytes,
     *,
+    job_id: str | None = None,
     limit: int | None = None,
     key: str | None = None,
     key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
-) -> Outcome:
-    """Admit a job to ``group``'s lane: ``ENQUEUED`` or ``DUPLICATE``. ``limit`` also sets the
-    lane's concurrency limit in the same step (``limit=1``: strictly ordered). ``key`` is an
+) -> Admitted:
+    """Admit a job to ``group``'s lane: ``Admitted(id, ENQUEUED)`` or ``DUPLICATE``. The bus
+    mints its ``JOB`` id unless ``job_id`` gives one. ``limit`` also sets the lane's
+    concurrency limit in the same step (``limit=1``: strictly ordered). ``key`` is an
     idempotency key, as for ``jobs.enqueue``: used within ``key_ttl_ms`` → ``DUPLICATE``.
 
-    A cancelled call may or may not have admitted the job; call again with the same id (and
-    key): enqueue is idempotent, and ``DUPLICATE`` then means the first call went through."""
+    A cancelled call may or may not have admitted the job; call again with the same ``job_id``
+    (or key): enqueue is idempotent, and ``DUPLICATE`` then means the first call went
+    through."""
+    items = protocol.with_ids([payload], job_id)
     call = protocol.lane_enqueue_call(
-        bus.keys(queue), group, [(job_id, payload)], bus.max_payload_bytes,
+        bus.keys(queue), group, items, bus.max_payload_bytes,
         limit=limit, key=key, key_ttl_ms=key_ttl_ms,
     )  # fmt: skip
-    (out,) = protocol.admitted_reply(await bus.run(call))
+    (out,) = protocol.admitted_reply(await bus.run(call), [items[0][0]])
     return out
 
 
@@ -67,18 +71,20 @@ async def enqueue_many(
     bus: Bus,
     queue: str,
     group: str,
-    items: Iterable[tuple[str, str | bytes]],
+    items: Iterable[Item],
     *,
     limit: int | None = None,
-) -> list[Outcome]:
-    """Admit several jobs to one lane in one round trip, in order.
+) -> list[Admitted]:
+    """Admit several jobs to one lane in one round trip, in order. Each item is a payload (the
+    bus mints its id) or a ``(job_id, payload)`` pair.
 
     A cancelled call admitted all of them or none; call again with the same ids: they answer
     ``DUPLICATE`` if the first call went through."""
+    pairs = protocol.with_ids(items)
     call = protocol.lane_enqueue_call(
-        bus.keys(queue), group, items, bus.max_payload_bytes, limit=limit
+        bus.keys(queue), group, pairs, bus.max_payload_bytes, limit=limit
     )
-    return protocol.admitted_reply(await bus.run(call))
+    return protocol.admitted_reply(await bus.run(call), [i for i, _ in pairs])
 
 
 async def pause(bus: Bus, queue: str, group: str) -> None:

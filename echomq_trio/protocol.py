@@ -17,12 +17,15 @@ test_protocol.py). Replies arrive as the client library gives them: bulk strings
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
+from echomq_trio import ids
 from echomq_trio.checks import (
+    JOB_NS,
     check_group,
     check_int,
     check_job_id,
@@ -30,10 +33,12 @@ from echomq_trio.checks import (
     check_name,
     check_payload,
     check_stream_id,
+    check_when,
 )
 from echomq_trio.keys import QueueKeys
 from echomq_trio.results import (
     Acknowledged,
+    Admitted,
     AuditOutcome,
     AuditRecord,
     Counts,
@@ -48,7 +53,7 @@ from echomq_trio.results import (
     Reaped,
     Registered,
     Registration,
-    Scheduled,
+    Retention,
 )
 
 __all__ = [
@@ -74,6 +79,7 @@ __all__ = [
     "audit_records",
     "autoclaim_command",
     "autoclaim_entries",
+    "checked_pairs",
     "claim_call",
     "claim_reply",
     "count_lanes_call",
@@ -83,6 +89,7 @@ __all__ = [
     "create_group_command",
     "defer_call",
     "enqueue_calls",
+    "enqueue_checked_calls",
     "extend_call",
     "extend_reply",
     "fire_call",
@@ -118,6 +125,8 @@ __all__ = [
     "repeats_call",
     "repeats_reply",
     "replay_call",
+    "retention_call",
+    "retention_reply",
     "retry_call",
     "schedule_call",
     "schedule_reply",
@@ -127,6 +136,7 @@ __all__ = [
     "uncounted",
     "unregister_call",
     "unregister_reply",
+    "with_ids",
 ]
 
 ENQUEUE_CHUNK = 10_000  # jobs per script call, so one call never holds the server for long
@@ -135,6 +145,9 @@ AUDIT_ACK_MAX = 10_000  # stream ids per audit_ack call
 
 Arg = str | bytes
 Payload = str | bytes
+# A run-at (int or float Unix ms, or an aware datetime) or a delay (int or float ms, or a
+# timedelta): ``checks.check_when`` rounds it up to whole ms.
+When = int | float | dt.datetime | dt.timedelta
 
 
 # --- calls and stream entries -------------------------------------------------------------------
@@ -206,6 +219,27 @@ def outcome_reply(raw: object) -> Outcome:
 # --- argument building ---------------------------------------------------------------------------
 
 
+Item = Payload | tuple[str, Payload]  # a payload (the bus mints its id), or (job id, payload)
+
+
+def with_ids(items: Iterable[Item], job_id: str | None = None) -> list[tuple[str, Payload]]:
+    """``(job id, payload)`` per item: a bare payload gets a fresh ``JOB`` id (or ``job_id``,
+    given for a single item), a pair keeps its id (checked with the rest of the call)."""
+    out: list[tuple[str, Payload]] = []
+    for item in items:
+        if isinstance(item, tuple):
+            out.append(item)
+        else:
+            out.append((job_id or ids.generate(JOB_NS), item))
+    return out
+
+
+def checked_pairs(items: Iterable[tuple[str, Payload]], max_bytes: int) -> list[tuple[str, bytes]]:
+    """Each ``(job id, payload)`` checked (``ValueError``/``TypeError`` for a bad one), the
+    payload as bytes."""
+    return [(check_job_id(i), check_payload(p, max_bytes)) for i, p in items]
+
+
 def _pairs(items: Iterable[tuple[str, Payload]], max_bytes: int) -> list[Arg]:
     flat: list[Arg] = []
     for job_id, payload in items:
@@ -248,6 +282,15 @@ def enqueue_calls(
     flat = _pairs(items, max_bytes)
     if key is not None and len(flat) != 2:
         raise ValueError("an idempotency key guards exactly one job")
+    return _enqueue_chunks(k, guard, flat)
+
+
+def enqueue_checked_calls(k: QueueKeys, pairs: Sequence[tuple[str, bytes]]) -> list[Call]:
+    """``enqueue_calls`` for pairs already checked by ``checked_pairs`` (no key)."""
+    return _enqueue_chunks(k, ["", ""], [a for pair in pairs for a in pair])
+
+
+def _enqueue_chunks(k: QueueKeys, guard: list[Arg], flat: list[Arg]) -> list[Call]:
     step = 2 * ENQUEUE_CHUNK
     return [
         _call("enqueue", k.pending, [k.prefix, *guard, *flat[start : start + step]])
@@ -275,37 +318,42 @@ def lane_enqueue_call(
     return _call("lane_enqueue", lane, [k.prefix, group, lim, *guard, *flat])
 
 
-def admitted_reply(raw: Iterable[object]) -> list[Outcome]:
-    """``enqueue``/``lane_enqueue``: ``ENQUEUED`` or ``DUPLICATE`` per job, in order."""
-    return _outcomes(raw)
+def admitted_reply(raw: Iterable[object], job_ids: Sequence[str]) -> list[Admitted]:
+    """``enqueue``/``lane_enqueue``: ``ENQUEUED`` or ``DUPLICATE`` per job of ``job_ids`` (the
+    call's, in order)."""
+    return [Admitted(i, o) for i, o in zip(job_ids, _outcomes(raw), strict=True)]
 
 
 def schedule_call(
     k: QueueKeys,
-    items: Sequence[tuple[str, Payload, int]],
+    items: Sequence[tuple[str, Payload, When]],
     max_bytes: int,
     *,
     relative: bool,
     group: str | None = None,
 ) -> Call:
-    """``schedule``: ``(job id, payload, time)`` each, the time a run-at (Unix ms, checked as
-    ``run_at_ms``) or with ``relative`` a delay from the server's now (``delay_ms``)."""
+    """``schedule``: ``(job id, payload, time)`` each, the time a run-at (Unix ms, or an aware
+    datetime; checked as ``run_at_ms``) or with ``relative`` a delay from the server's now
+    (``delay_ms``, or a timedelta); a float or a datetime is rounded up to the next ms
+    (``checks.check_when``)."""
     flat: list[Arg] = []
     for job_id, payload, when in items:
-        ms = check_ms("delay_ms", when) if relative else check_ms("run_at_ms", when, absolute=True)
+        name = "delay_ms" if relative else "run_at_ms"
+        ms = check_when(name, when, absolute=not relative)
         flat += [check_job_id(job_id), check_payload(payload, max_bytes), str(ms)]
     lane = "" if group is None else check_group(group)
     mode = "in" if relative else "at"
     return _call("schedule", k.schedule, [k.prefix, mode, lane, *flat])
 
 
-def schedule_reply(raw: Iterable[Sequence[Any]]) -> list[Scheduled]:
-    """``schedule``: ``{'scheduled', run-at}`` or ``{'duplicate'}`` per job."""
+def schedule_reply(raw: Iterable[Sequence[Any]], job_ids: Sequence[str]) -> list[Admitted]:
+    """``schedule``: ``{'scheduled', run-at}`` or ``{'duplicate'}`` per job of ``job_ids`` (the
+    call's, in order)."""
     out = []
-    for answer in raw:
+    for job_id, answer in zip(job_ids, raw, strict=True):
         outcome = _outcome(answer[0])
         at = int(answer[1]) if outcome is Outcome.SCHEDULED else None
-        out.append(Scheduled(outcome, at))
+        out.append(Admitted(job_id, outcome, at))
     return out
 
 
@@ -423,6 +471,45 @@ def release_reply(raw: Any) -> int:
 
 def replay_call(k: QueueKeys, job_id: str) -> Call:
     return _call("replay", k.dead, [k.prefix, check_job_id(job_id)])
+
+
+def retention_call(
+    k: QueueKeys,
+    *,
+    dead_max: int | None = None,
+    dead_max_age_ms: int | None = None,
+    events: bool = True,
+    events_max_len: int | None = None,
+    read_only: bool = False,
+) -> Call:
+    """``retention``: set the queue's bounds (``None``: no bound; ``events_max_len`` ``None``:
+    the bus's default), or with ``read_only`` only read them."""
+    if read_only:
+        return _call("retention", k.meta, [k.prefix, "0"])
+    args = [
+        "" if dead_max is None else str(check_int("dead_max", dead_max, 0)),
+        "" if dead_max_age_ms is None else str(check_ms("dead_max_age_ms", dead_max_age_ms, 1)),
+        "1" if _check_bool("events", events) else "0",
+        "" if events_max_len is None else str(check_int("events_max_len", events_max_len, 1)),
+    ]
+    return _call("retention", k.meta, [k.prefix, "1", *args])
+
+
+def _check_bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
+
+
+def retention_reply(raw: Sequence[Any]) -> Retention:
+    """``retention``: the settings in effect."""
+    dead_max, dead_age, events, max_len = (as_text(v) for v in raw)
+    return Retention(
+        int(dead_max) if dead_max else None,
+        int(dead_age) if dead_age else None,
+        events != "0",
+        int(max_len),
+    )
 
 
 def audit_enable_call(k: QueueKeys, on: bool) -> Call:

@@ -13,6 +13,7 @@ import attrs
 
 __all__ = [
     "Acknowledged",
+    "Admitted",
     "AuditOutcome",
     "AuditRecord",
     "Counts",
@@ -27,7 +28,7 @@ __all__ = [
     "Reaped",
     "Registered",
     "Registration",
-    "Scheduled",
+    "Retention",
 ]
 
 
@@ -64,11 +65,22 @@ class AuditOutcome(enum.StrEnum):
 
 
 @attrs.frozen
-class Scheduled:
-    """Answer of ``enqueue_at``/``enqueue_in``: ``run_at_ms`` (server clock) unless a duplicate."""
+class Admitted:
+    """The answer of every way of admitting a job (``jobs.enqueue``, ``enqueue_at``,
+    ``enqueue_in``, ``enqueue_many``, ``lanes.enqueue``, ``lanes.enqueue_many``): the job's ``id``
+    (minted by the bus unless given), the ``outcome`` (``ENQUEUED``: ready in pending or its
+    lane; ``SCHEDULED``: waiting for ``run_at_ms``, server clock; ``DUPLICATE``: a live job has
+    this id, or the idempotency key was used, and nothing changed) and ``ok``, true unless a
+    duplicate."""
 
+    id: str
     outcome: Outcome
-    run_at_ms: int | None
+    run_at_ms: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        """The job was admitted by this call (not a duplicate)."""
+        return self.outcome is not Outcome.DUPLICATE
 
 
 @attrs.frozen
@@ -205,3 +217,16 @@ class Acknowledged:
 
     acked: int
     trimmed: int
+
+
+@attrs.frozen
+class Retention:
+    """How much history a queue keeps (``retention.configure``): at most ``dead_max`` dead jobs
+    and none older than ``dead_max_age_ms`` (``None``: no bound), and its events stream when
+    ``events``, capped at about ``events_max_len`` entries. Completed, retried and dead totals
+    are always kept (``jobs.counts``)."""
+
+    dead_max: int | None
+    dead_max_age_ms: int | None
+    events: bool
+    events_max_len: int

@@ -11,7 +11,14 @@ from echomq_trio import Bus, Consumer, Job, RetryIn, ids, jobs
 from echomq_trio.jobs import Outcome
 from echomq_trio.protocol import as_text
 
-__all__ = ["drop_queue", "enqueue_batches", "info", "run_noop_consumer", "server_version"]
+__all__ = [
+    "TUNED",
+    "drop_queue",
+    "enqueue_batches",
+    "info",
+    "run_noop_consumer",
+    "server_version",
+]
 
 DONE_POLL_S = 0.002  # how often a consumer run checks whether all jobs are acked
 
@@ -51,15 +58,21 @@ async def enqueue_batches(bus: Bus, queue: str, total: int, payload: bytes, batc
     for first in range(0, total, batch):
         items = [(ids.generate("JOB"), payload) for _ in range(min(batch, total - first))]
         outcomes = await jobs.enqueue_many(bus, queue, items)
-        if any(o is not Outcome.ENQUEUED for o in outcomes):
+        if any(o.outcome is not Outcome.ENQUEUED for o in outcomes):
             raise RuntimeError(f"enqueue_many on {queue} reported a duplicate")
     return total / (trio.current_time() - start)
 
 
-async def run_noop_consumer(bus: Bus, queue: str, total: int) -> dict[str, Any]:
-    """Drain ``total`` pre-enqueued jobs with a no-op handler through one
-    ``Consumer(concurrency=64, prefetch=256, claim_batch=256)``; time from the start of claiming
-    (just after ``nursery.start`` returns) to the moment all ``total`` jobs are acked."""
+TUNED = {"concurrency": 64, "prefetch": 256, "claim_batch": 256}  # the best settings found
+
+
+async def run_noop_consumer(
+    bus: Bus, queue: str, total: int, *, tuned: bool = True
+) -> dict[str, Any]:
+    """Drain ``total`` pre-enqueued jobs with a no-op handler through one ``Consumer``: with
+    ``tuned`` ``Consumer(concurrency=64, prefetch=256, claim_batch=256)`` (``TUNED``), else
+    with no settings at all (the defaults); time from the start of claiming (just after
+    ``nursery.start`` returns) to the moment all ``total`` jobs are acked."""
     first_handle: list[float] = []
 
     async def handler(job: Job) -> RetryIn | None:
@@ -72,7 +85,7 @@ async def run_noop_consumer(bus: Bus, queue: str, total: int) -> dict[str, Any]:
     warm_queue = queue + "-warmup"
     await jobs.claim(bus, warm_queue, 1)
     await jobs.ack(bus, warm_queue, ids.generate("JOB"), 1)
-    consumer = Consumer(bus, queue, handler, concurrency=64, prefetch=256, claim_batch=256)
+    consumer = Consumer(bus, queue, handler, **(TUNED if tuned else {}))
     async with trio.open_nursery() as nursery:
         await nursery.start(consumer.run)
         start = trio.current_time()

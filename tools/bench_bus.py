@@ -4,16 +4,17 @@ Run ``python tools/bench_bus.py [--url URL] [--quick]``. Without ``--url`` it st
 server (``open_bus()`` with no URL: a redis-server child process in a temporary directory). The
 machine this was written for has 2 noisy cores, so every figure is measured in the same run and
 the JSON carries ratios against plain SET round trips, which are less sensitive to that noise than
-absolute numbers. Stops by itself within about three minutes (a hard limit cancels it).
+absolute numbers. Stops by itself within about four minutes (a hard limit cancels it).
 
 What each number means (rates are operations per second of wall time):
 
 * ``set_sequential_per_s``: ``await bus.wire.command("SET", key, "v")`` one at a time, so one
   client round trip each; the floor every other figure is compared with.
 * ``set_concurrent_per_s``: the same from 64 trio tasks at once (the client pipelines them).
-* ``enqueue_single_per_s``: ``jobs.enqueue(bus, q, ids.generate("JOB"), payload)`` one at a time
-  (one EVALSHA round trip each, including minting the id); ``enqueue_single_concurrent_per_s``
-  is the same from 64 tasks.
+* ``enqueue_single_per_s``: ``jobs.enqueue(bus, q, payload)`` one at a time (one EVALSHA round
+  trip each, including minting the id); goal: >= 0.85 of ``set_sequential_per_s``.
+  ``enqueue_single_concurrent_per_s`` is the same from 64 tasks (their enqueues coalesce into
+  shared script calls); goal: >= 40,000 jobs/s.
 * ``enqueue_batched_per_s``: ``jobs.enqueue_many`` with batches of 1,000 jobs, one at a time.
   Goal: >= 40,000 jobs/s.
 * ``noop_throughput_per_s``: end to end with one consumer in a separate Python process. N jobs
@@ -21,6 +22,8 @@ What each number means (rates are operations per second of wall time):
   ``Consumer(concurrency=64, prefetch=256, claim_batch=256)`` with a handler that does nothing and
   reports N divided by the time from starting to claim to the last ack. Goal: >= 10,000 jobs/s.
   ``noop_inprocess_per_s`` is the same with the consumer inside the benchmark process.
+  ``noop_default_per_s`` is the worker process again with ``Consumer(bus, q, handler)``: no
+  settings at all; goal: >= 0.9 of ``noop_throughput_per_s`` (the tuned one).
 * ``lateness_ms``: 1,000 jobs scheduled with ``jobs.enqueue_at`` at run-at = server now + 500 ms +
   i * 2 ms (500 jobs/s coming due for 2 s), a ``Metronome(beat_ms=1000)`` and a ``Consumer`` in
   this process. Lateness is server time when the handler starts minus run-at; server time is
@@ -46,16 +49,16 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
-from _bench import drop_queue, enqueue_batches, info, run_noop_consumer, server_version
+from _bench import TUNED, drop_queue, enqueue_batches, info, run_noop_consumer, server_version
 
 import echomq_trio
-from echomq_trio import Bus, Consumer, Job, Metronome, RetryIn, ids, jobs, open_bus
+from echomq_trio import Bus, Consumer, Job, Metronome, RetryIn, jobs, open_bus
 from echomq_trio.jobs import Outcome
 
 CONCURRENT_TASKS = 64
 BATCH = 1_000
 PAYLOAD = b'{"kind":"bench","value":12345}'
-HARD_LIMIT_S = 170.0  # the whole run is cancelled after this
+HARD_LIMIT_S = 240.0  # the whole run is cancelled after this
 WORKER_LIMIT_S = 120.0  # a worker that has not finished by then gives up
 URL_ENV = "BENCH_BUS_URL"  # the worker's server URL (kept out of argv: it holds the password)
 THIS_FILE = os.path.abspath(__file__)
@@ -63,6 +66,9 @@ PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(echomq_trio.__fil
 
 GOAL_ENQUEUE_BATCHED_PER_S = 40_000
 GOAL_NOOP_PER_S = 10_000
+GOAL_ENQUEUE_VS_SET = 0.85
+GOAL_ENQUEUE_CONCURRENT_PER_S = 40_000
+GOAL_DEFAULT_VS_TUNED = 0.9
 GOAL_LATENESS_P99_MS = 10.0
 EARLY_TOLERANCE_MS = 1.0
 
@@ -126,19 +132,23 @@ async def _server_load(bus: Bus) -> dict[str, Any]:
     }
 
 
-async def _worker_main(queue: str, total: int) -> None:
+async def _worker_main(queue: str, total: int, tuned: bool) -> None:
     url = os.environ[URL_ENV]
     with trio.fail_after(WORKER_LIMIT_S):
         async with open_bus(url) as bus:
-            result = await run_noop_consumer(bus, queue, total)
+            result = await run_noop_consumer(bus, queue, total, tuned=tuned)
     print(json.dumps(result), flush=True)
 
 
-async def _noop_subprocess(url: str, queue: str, total: int) -> dict[str, Any]:
+async def _noop_subprocess(
+    url: str, queue: str, total: int, *, tuned: bool = True
+) -> dict[str, Any]:
     # The worker imports echomq_trio from wherever this process did (PYTHONPATH may be unset).
     path = os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, URL_ENV: url, "PYTHONPATH": path}
     argv = [sys.executable, THIS_FILE, "--worker", queue, str(total)]
+    if not tuned:
+        argv.append("--defaults")
     with trio.fail_after(WORKER_LIMIT_S + 10):
         done = await trio.run_process(argv, capture_stdout=True, env=env, check=False)
     if done.returncode != 0:
@@ -194,7 +204,7 @@ async def bench_lateness(
             nonlocal scheduled_late
             for i in range(first, count, CONCURRENT_TASKS):
                 run_at = base + i * step_ms
-                got = await jobs.enqueue_at(bus, queue, ids.generate("JOB"), str(run_at), run_at)
+                got = await jobs.enqueue_at(bus, queue, str(run_at), run_at)
                 if got.outcome is not Outcome.SCHEDULED:
                     raise RuntimeError(f"enqueue_at answered {got.outcome}")
                 if time.time() * 1000 + offset_ms > run_at:
@@ -278,7 +288,7 @@ async def bench(url: str | None, quick: bool) -> dict[str, Any]:
         q_single = queue("single")
 
         async def enqueue_once() -> object:
-            return await jobs.enqueue(bus, q_single, ids.generate("JOB"), PAYLOAD)
+            return await jobs.enqueue(bus, q_single, PAYLOAD)
 
         for _ in range(200):  # also loads the script
             await enqueue_once()
@@ -289,22 +299,28 @@ async def bench(url: str | None, quick: bool) -> dict[str, Any]:
 
         # 3 and 4. Batched enqueue (which also fills the queues of the no-op runs), then drain.
         q_sub = queue("noop-sub")
+        q_default = queue("noop-default")
         q_in = queue("noop-in")
         batched_sub = await enqueue_batches(bus, q_sub, noop_jobs, PAYLOAD, BATCH)
         sub = await _noop_subprocess(server_url, q_sub, noop_jobs)
+        batched_default = await enqueue_batches(bus, q_default, noop_jobs, PAYLOAD, BATCH)
+        default = await _noop_subprocess(server_url, q_default, noop_jobs, tuned=False)
         batched_in = await enqueue_batches(bus, q_in, noop_jobs, PAYLOAD, BATCH)
         inproc = await run_noop_consumer(bus, q_in, noop_jobs)
         out["enqueue_batched_per_s"] = _round(batched_sub)
         out["noop_throughput_per_s"] = sub["per_s"]
+        out["noop_default_per_s"] = default["per_s"]
         out["noop_inprocess_per_s"] = inproc["per_s"]
-        after_sub = await jobs.counts(bus, q_sub)
-        after_in = await jobs.counts(bus, q_in)
-        details["enqueue_batched_runs_per_s"] = [_round(batched_sub), _round(batched_in)]
+        after = [await jobs.counts(bus, q) for q in (q_sub, q_default, q_in)]
+        details["enqueue_batched_runs_per_s"] = [
+            _round(batched_sub), _round(batched_default), _round(batched_in)
+        ]  # fmt: skip
         details["noop_subprocess"] = sub
+        details["noop_default_subprocess"] = default
         details["noop_inprocess"] = inproc
+        details["noop_tuned_settings"] = TUNED
         details["noop_queues_drained"] = all(
-            c.pending == c.active == c.dead == 0 and c.completed_total == noop_jobs
-            for c in (after_sub, after_in)
+            c.pending == c.active == c.dead == 0 and c.completed_total == noop_jobs for c in after
         )
 
         # 5. Scheduled-job lateness.
@@ -335,12 +351,21 @@ async def bench(url: str | None, quick: bool) -> dict[str, Any]:
         "noop_inprocess_vs_noop": _round(
             out["noop_inprocess_per_s"] / out["noop_throughput_per_s"], 3
         ),
+        "noop_default_vs_tuned": _round(
+            out["noop_default_per_s"] / out["noop_throughput_per_s"], 3
+        ),
     }
     out["goals"] = {
         "enqueue_batched_ge_40000": out["enqueue_batched_per_s"] >= GOAL_ENQUEUE_BATCHED_PER_S,
         "noop_ge_10000": out["noop_throughput_per_s"] >= GOAL_NOOP_PER_S,
         "lateness_p99_le_10ms": out["lateness_ms"]["p99"] <= GOAL_LATENESS_P99_MS,
         "none_early": out["early_count"] == 0,
+        "enqueue_single_ge_085_set": out["ratios"]["enqueue_single_vs_set_sequential"]
+        >= GOAL_ENQUEUE_VS_SET,
+        "enqueue_64_tasks_ge_40000": out["enqueue_single_concurrent_per_s"]
+        >= GOAL_ENQUEUE_CONCURRENT_PER_S,
+        "noop_default_ge_090_tuned": out["ratios"]["noop_default_vs_tuned"]
+        >= GOAL_DEFAULT_VS_TUNED,
     }
     details["total_s"] = _round(trio.current_time() - began, 1)
     out["details"] = details
@@ -363,10 +388,13 @@ def main(argv: list[str] | None = None) -> None:
         metavar=("QUEUE", "N"),
         help=f"internal: drain N jobs of QUEUE with a no-op consumer (URL from ${URL_ENV})",
     )
+    parser.add_argument(
+        "--defaults", action="store_true", help="internal: the worker runs an untuned Consumer"
+    )
     args = parser.parse_args(argv)
     if args.worker:
         queue, total = args.worker
-        trio.run(_worker_main, queue, int(total))
+        trio.run(_worker_main, queue, int(total), not args.defaults)
     else:
         trio.run(_main, args.url, args.quick)
 

@@ -193,8 +193,8 @@ async def fill_lanes(bus: Bus, queue: str, count: int, payload: bytes) -> float:
 
     async def admit(first: int) -> None:
         for index in range(first, count, FILL_TASKS):
-            got = await lanes.enqueue(bus, queue, lane_name(index), ids.generate("JOB"), payload)
-            if got is not Outcome.ENQUEUED:
+            got = await lanes.enqueue(bus, queue, lane_name(index), payload)
+            if got.outcome is not Outcome.ENQUEUED:
                 raise RuntimeError(f"lanes.enqueue on {queue} answered {got}")
 
     async with trio.open_nursery() as nursery:
@@ -208,7 +208,7 @@ async def fill_one_lane(bus: Bus, queue: str, count: int, payload: bytes) -> flo
     for first in range(0, count, BATCH):
         items = [(ids.generate("JOB"), payload) for _ in range(min(BATCH, count - first))]
         outcomes = await lanes.enqueue_many(bus, queue, lane_name(0), items)
-        if any(o is not Outcome.ENQUEUED for o in outcomes):
+        if any(o.outcome is not Outcome.ENQUEUED for o in outcomes):
             raise RuntimeError(f"lanes.enqueue_many on {queue} reported a duplicate")
     return count / (trio.current_time() - start)
 
@@ -376,7 +376,7 @@ async def bytes_per_scheduled_job(run: Run) -> dict[str, Any]:
         size = min(BATCH, total - first)
         items = [(ids.generate("JOB"), run.payload, run_at + first + i) for i in range(size)]
         call = protocol.schedule_call(keys, items, bus.max_payload_bytes, relative=False)
-        answers = protocol.schedule_reply(await bus.run(call))
+        answers = protocol.schedule_reply(await bus.run(call), [i[0] for i in items])
         if any(a.outcome is not Outcome.SCHEDULED for a in answers):
             raise RuntimeError(f"schedule on {queue} reported a duplicate")
     rate = total / (trio.current_time() - start)

@@ -105,7 +105,7 @@ async def start_round(
     rnd = Round(round_id, room.id, int(value), secret)
     reminder = Notice(room.chat, f"⏰ Round {rnd.id} has started: guess the 6 emojis!",
                       id=ids.new(ids.NOTICE), due_ms=rnd.starts_at_ms)  # fmt: skip
-    await jobs.enqueue_at(bus, NOTIFY_QUEUE, ids.new(ids.JOB), encode(reminder), rnd.starts_at_ms,
+    await jobs.enqueue_at(bus, NOTIFY_QUEUE, encode(reminder), rnd.starts_at_ms,
                           group=str(room.chat))  # fmt: skip
     await notify(bus, room.chat, f"🎲 New round {rnd.id} in {room.title}: it starts in "
                  f"{starts_in_ms // 1000} s. Emojis: {''.join(ALPHABET)}")  # fmt: skip

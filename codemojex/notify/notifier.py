@@ -37,7 +37,5 @@ async def notify(
     except (TypeError, ValueError) as exc:
         raise ValueError(f"opts must be JSON-serializable: {exc}") from exc
     notice = Notice(chat=chat, text=text, opts=dict(opts or {}), id=ids.new(ids.NOTICE))
-    out = await lanes.enqueue(
-        bus, queue, str(chat), ids.new(ids.JOB), encode(notice), limit=1, key=key
-    )
-    return notice.id if out is Outcome.ENQUEUED else None
+    out = await lanes.enqueue(bus, queue, str(chat), encode(notice), limit=1, key=key)
+    return notice.id if out.outcome is Outcome.ENQUEUED else None

@@ -5,7 +5,10 @@
 -- transitions between them are the table in scripts/README.md.
 --   wake(qp, n)                push up to n (<= 64) wake tokens for parked consumers
 --   tick(qp)                   nudge a sleeping metronome (an earlier due time exists)
---   emit(qp, event, id, ...)   append to the queue's capped events stream
+--   emit(qp, event, id, ...)   append to the queue's events stream, capped at its events_maxlen,
+--                              unless the queue keeps no events (meta, see retention.lua)
+--   trim_dead(qp, now)         drop at most 16 of the oldest dead jobs over the queue's dead_max
+--                              or older than its dead_max_age_ms
 --   held(qp, id, token, or_pending)
 --                              the row of a job whose lease `token` holds (state active, or with
 --                              or_pending also pending: reaped, not claimed again) as a table
@@ -41,8 +44,9 @@ local function wake(qp, n)
   if n > 64 then n = 64 end
   local tokens = {}
   for i = 1, n do tokens[i] = '1' end
-  redis.call('LPUSH', qp .. KEY.wake, unpack(tokens))
-  redis.call('LTRIM', qp .. KEY.wake, 0, 63)
+  if redis.call('LPUSH', qp .. KEY.wake, unpack(tokens)) > 64 then
+    redis.call('LTRIM', qp .. KEY.wake, 0, 63)
+  end
 end
 
 local function tick(qp)
@@ -50,8 +54,49 @@ local function tick(qp)
   redis.call('LTRIM', qp .. KEY.tick, 0, 0)
 end
 
+-- The queue's retention (meta: events, events_maxlen, dead_max, dead_max_age_ms), read once per
+-- script run: nil until the first helper that needs it.
+local kept = nil
+
+local function retention(qp)
+  if kept == nil then
+    local m = redis.call('HMGET', qp .. KEY.meta, 'events', 'events_maxlen', 'dead_max',
+      'dead_max_age_ms', 'created_ms')
+    kept = {events = m[1] ~= '0', maxlen = tonumber(m[2]) or EVENTS_MAXLEN,
+      dead_max = tonumber(m[3]), dead_age = tonumber(m[4]), created = m[5]}
+  end
+  return kept
+end
+
 local function emit(qp, event, id, ...)
-  redis.call('XADD', qp .. KEY.events, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'e', event, 'id', id, ...)
+  local r = retention(qp)
+  if not r.events then return end
+  redis.call('XADD', qp .. KEY.events, 'MAXLEN', '~', r.maxlen, '*', 'e', event, 'id', id, ...)
+end
+
+-- Keep the dead set within the queue's bounds: at most DEAD_TRIM_STEP of the oldest dead jobs
+-- (rows and all) go per call, over the count bound or older than the age bound, so a call stays
+-- O(log n) and the set converges as jobs keep dying.
+local DEAD_TRIM_STEP = 16
+local function trim_dead(qp, now)
+  local r = retention(qp)
+  local dead = qp .. KEY.dead
+  local gone = {}
+  if r.dead_max then
+    local over = redis.call('ZCARD', dead) - r.dead_max
+    if over > 0 then
+      local popped = redis.call('ZPOPMIN', dead, math.min(over, DEAD_TRIM_STEP))
+      for i = 1, #popped, 2 do gone[#gone + 1] = popped[i] end
+    end
+  end
+  if r.dead_age and #gone < DEAD_TRIM_STEP then
+    local old = redis.call('ZRANGEBYSCORE', dead, '-inf', now - r.dead_age, 'LIMIT', 0,
+      DEAD_TRIM_STEP - #gone)
+    if #old > 0 then redis.call('ZREM', dead, unpack(old)) end
+    for _, id in ipairs(old) do gone[#gone + 1] = id end
+  end
+  for _, id in ipairs(gone) do redis.call('DEL', qp .. KEY.job .. id) end
+  return #gone
 end
 
 local function held(qp, id, token, or_pending)
@@ -126,9 +171,12 @@ local function lane_wait(qp, g, until_ms)
 end
 
 local function created(qp, now)
+  local r = retention(qp)  -- the same read as the retention's: one command when it exists
+  if r.created then return end
   if redis.call('HSETNX', qp .. KEY.meta, 'created_ms', now) == 1 then
     redis.call('HSET', qp .. KEY.meta, 'counted', 1)
   end
+  r.created = now
 end
 
 local function schedule_at(qp, id, at)

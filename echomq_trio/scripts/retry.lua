@@ -8,6 +8,7 @@
 -- A job of a lane with concurrency limit 1 (a strictly ordered lane) goes back to the head of
 -- its lane and the lane waits out the delay, so nothing behind it overtakes it; other lane jobs
 -- wait on the schedule and return to their lane when due.
+-- A job that dies makes room in the dead set when the queue bounds it (trim_dead).
 -- Returns 'scheduled' (to run again), 'dead', 'stale' (the token does not hold the job's lease)
 -- or 'gone' (no row).
 -- cost: O(log n)
@@ -22,6 +23,7 @@ redis.call('HSET', qp .. KEY.job .. id, 'last_error', ARGV[6], 'failed_ms', now)
 if ARGV[7] == '1' or tonumber(job.attempts) >= tonumber(ARGV[5]) then
   redis.call('HSET', qp .. KEY.job .. id, 'state', 'dead')
   redis.call('ZADD', qp .. KEY.dead, now, id)
+  trim_dead(qp, now)
   redis.call('HINCRBY', qp .. KEY.metrics, 'dead', 1)
   emit(qp, 'dead', id, 'attempt', job.attempts, 'error', ARGV[6])
   local outcome = 'dead'

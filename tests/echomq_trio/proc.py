@@ -17,7 +17,7 @@ import sys
 
 import trio
 
-from echomq_trio import Consumer, Job, Metronome, ids, jobs, open_bus, repeat
+from echomq_trio import Consumer, Job, Metronome, jobs, open_bus, repeat
 
 
 def done_key(queue: str) -> str:
@@ -57,7 +57,7 @@ async def register(args: argparse.Namespace) -> None:
 async def produce(args: argparse.Namespace) -> None:
     async with open_bus(args.url) as bus:
         for _ in range(args.count):
-            await jobs.enqueue(bus, args.queue, ids.generate("JOB"), "x")
+            await jobs.enqueue(bus, args.queue, "x")
     print("produced", flush=True)
 
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 import trio
 
-from echomq_trio import Bus, ids, jobs, open_bus, repeat
+from echomq_trio import Bus, ids, jobs, open_bus, repeat, retention
 from echomq_trio.server import free_port
 from tests.support import ROOT
 
@@ -43,9 +43,14 @@ async def test_stats_ls_show_replay_cancel(standalone_url: str, queue: str) -> N
         assert out.returncode == 0, out.stderr
         text = out.stdout.decode()
         assert "pending" in text and "dead" in text and queue in text
+        assert "retention.dead_max" in text and "retention.events_max_len" in text
+        await retention.configure(bus, queue, dead_max=50, events=False)
         out = await echomq("--url", standalone_url, "--json", "stats", queue)
         stats = json.loads(out.stdout)
         assert (stats["pending"], stats["dead"], stats["repeats"]) == (1, 1, 1)
+        assert stats["retention"] == {
+            "dead_max": 50, "dead_max_age_ms": None, "events": False, "events_max_len": 10_000
+        }  # fmt: skip
 
         out = await echomq("ls", queue, "dead", url=standalone_url)
         assert dead in out.stdout.decode() and "ValueError: bad input" in out.stdout.decode()
@@ -73,7 +78,7 @@ async def test_stats_ls_show_replay_cancel(standalone_url: str, queue: str) -> N
 
 async def test_tail_follows_events_until_ctrl_c(standalone_url: str, queue: str) -> None:
     async with open_bus(standalone_url) as bus:
-        await jobs.enqueue(bus, queue, ids.generate("JOB"), "first")  # makes the queue known
+        await jobs.enqueue(bus, queue, "first")  # makes the queue known
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         proc = await trio.lowlevel.open_process(
             [sys.executable, "-m", "echomq_trio", "--url", standalone_url, "tail", queue],
@@ -86,7 +91,7 @@ async def test_tail_follows_events_until_ctrl_c(standalone_url: str, queue: str)
             with trio.fail_after(30):  # the tail starts at "now": keep enqueuing until it shows
                 while not any(s.encode() in buf for s in sent):
                     sent.append(ids.generate("JOB"))
-                    await jobs.enqueue(bus, queue, sent[-1], "x")
+                    await jobs.enqueue(bus, queue, "x", job_id=sent[-1])
                     with trio.move_on_after(0.5):
                         buf += await proc.stdout.receive_some(4096)
             line = next(x for x in buf.decode().splitlines() if any(s in x for s in sent))
@@ -151,7 +156,7 @@ async def test_a_reader_that_stops_early_ends_ls_quietly(standalone_url: str, qu
 
 async def test_a_reader_that_stops_early_ends_tail_quietly(standalone_url: str, queue: str) -> None:
     async with open_bus(standalone_url) as bus:
-        await jobs.enqueue(bus, queue, ids.generate("JOB"), "first")  # makes the queue known
+        await jobs.enqueue(bus, queue, "first")  # makes the queue known
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         proc = await trio.lowlevel.open_process(
             [sys.executable, "-m", "echomq_trio", "--url", standalone_url, "tail", queue],
@@ -161,14 +166,14 @@ async def test_a_reader_that_stops_early_ends_tail_quietly(standalone_url: str, 
             assert proc.stdout is not None
             with trio.fail_after(30):  # the tail starts at "now": enqueue until a line shows
                 while True:
-                    await jobs.enqueue(bus, queue, ids.generate("JOB"), "x")
+                    await jobs.enqueue(bus, queue, "x")
                     with trio.move_on_after(0.2):
                         if await proc.stdout.receive_some(4096):
                             break
             await proc.stdout.aclose()
             with trio.fail_after(30):  # each new event is a line it cannot write
                 while proc.poll() is None:
-                    await jobs.enqueue(bus, queue, ids.generate("JOB"), "x")
+                    await jobs.enqueue(bus, queue, "x")
                     with trio.move_on_after(0.2):
                         await proc.wait()
             stderr = await _read_all(proc.stderr)

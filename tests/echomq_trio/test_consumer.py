@@ -18,6 +18,8 @@ from echomq_trio import (
     ids,
     jobs,
 )
+from echomq_trio.consumer import ADAPTIVE_PREFETCH
+from echomq_trio.testing import FaultyTransport
 from tests.conftest import wait_for
 
 
@@ -61,7 +63,7 @@ async def test_picks_up_jobs_enqueued_while_parked(bus: Bus, queue: str) -> None
         await nursery.start(consumer.run)
         for _ in range(3):
             a = jid()
-            await jobs.enqueue(bus, queue, a, "x")
+            await jobs.enqueue(bus, queue, "x", job_id=a)
             # Woken by the wake list, not by the 5 s beat.
             with trio.fail_after(2):
                 await wait_for(lambda a=a: a in seen)  # type: ignore[misc]
@@ -94,7 +96,7 @@ async def test_raise_retries_with_backoff_then_dies_with_the_error_text(
     bus: Bus, queue: str
 ) -> None:
     a = jid()
-    await jobs.enqueue(bus, queue, a, "x")
+    await jobs.enqueue(bus, queue, "x", job_id=a)
     attempts: list[int] = []
 
     async def handler(job: Job) -> None:
@@ -117,7 +119,7 @@ async def test_raise_retries_with_backoff_then_dies_with_the_error_text(
 
 async def test_retry_in_asks_for_a_specific_delay(bus: Bus, queue: str) -> None:
     a = jid()
-    await jobs.enqueue(bus, queue, a, "x")
+    await jobs.enqueue(bus, queue, "x", job_id=a)
     stamps: list[int] = []
 
     async def handler(job: Job) -> RetryIn | None:
@@ -137,7 +139,7 @@ async def test_retry_in_asks_for_a_specific_delay(bus: Bus, queue: str) -> None:
 
 async def test_leases_are_renewed_while_a_handler_runs(bus: Bus, queue: str) -> None:
     a = jid()
-    await jobs.enqueue(bus, queue, a, "x")
+    await jobs.enqueue(bus, queue, "x", job_id=a)
     calls = 0
 
     async def handler(job: Job) -> None:
@@ -156,7 +158,7 @@ async def test_leases_are_renewed_while_a_handler_runs(bus: Bus, queue: str) -> 
 
 async def test_stop_consumer_stops_and_hands_the_job_back(bus: Bus, queue: str) -> None:
     a = jid()
-    await jobs.enqueue(bus, queue, a, "x")
+    await jobs.enqueue(bus, queue, "x", job_id=a)
 
     async def handler(job: Job) -> None:
         raise StopConsumer("token revoked")
@@ -246,3 +248,24 @@ async def test_a_huge_or_bad_delay_never_stops_the_consumer(bus: Bus, queue: str
     info = await jobs.get_job(bus, queue, huge)
     assert info is not None and info.state == "scheduled"
     assert tries["bad"] == 2
+
+
+async def test_an_untuned_consumer_claims_more_at_once_while_the_backlog_lasts(
+    bus: Bus, queue: str
+) -> None:
+    await jobs.enqueue_many(bus, queue, [b"x"] * 600)
+    faulty = FaultyTransport(bus.wire)
+    consumer = Consumer(Bus(faulty), queue, _noop, concurrency=4)  # no prefetch: adaptive
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await wait_for(lambda: consumer.statistics().acked == 600)
+        nursery.cancel_scope.cancel()
+    asked = [int(c.args[1]) for c in faulty.calls if c.name == "claim"]
+    assert asked[0] == 8  # 2 x concurrency to start with
+    assert max(asked) > 64  # grown with the backlog, up to concurrency + 128
+    assert max(asked) <= 4 + ADAPTIVE_PREFETCH
+    assert consumer.statistics().held == 0
+
+
+async def _noop(job: Job) -> None:
+    return None

@@ -7,7 +7,7 @@ with EVAL: the bus itself never walks its lanes."""
 import pytest
 import trio
 
-from echomq_trio import Bus, ids, jobs, lanes, repeat
+from echomq_trio import Bus, Outcome, ids, jobs, lanes, repeat
 from echomq_trio.keys import queue_keys
 from tests.conftest import wait_for
 from tests.echomq_trio.workers import finish_with_a_second_worker, finished, kill_a_worker_mid_run
@@ -57,7 +57,7 @@ async def test_counters_stay_exact_through_every_transition(bus: Bus, queue: str
     await lanes.enqueue_many(bus, queue, "A", [(i, "a") for i in a])
     await lanes.enqueue_many(bus, queue, "B", [(i, "b") for i in b], limit=1)
     await jobs.enqueue_many(bus, queue, [(jid(), "flat") for _ in range(2)])
-    assert await lanes.enqueue(bus, queue, "A", a[0], "again") is not None  # a duplicate
+    assert (await lanes.enqueue(bus, queue, "A", "again", job_id=a[0])).outcome is Outcome.DUPLICATE
     await check_exact(bus, queue)
 
     claimed = await jobs.claim(bus, queue, 4, lease_ms=60_000)  # claim
@@ -106,7 +106,7 @@ async def test_counters_stay_exact_through_every_transition(bus: Bus, queue: str
     await check_exact(bus, queue)
     await lanes.resume(bus, queue, "D")
 
-    await jobs.enqueue_in(bus, queue, jid(), "later", 1, group="E")  # scheduled into a lane
+    await jobs.enqueue_in(bus, queue, "later", 1, job_id=jid(), group="E")  # scheduled into a lane
     await check_exact(bus, queue)
     await wait_for(lambda: _promoted(bus, queue), timeout=10)
     await check_exact(bus, queue)
@@ -117,7 +117,7 @@ async def test_counters_stay_exact_through_every_transition(bus: Bus, queue: str
 
     # Bury: a job of lane G that runs out of attempts, then replay.
     dead = jid()
-    await lanes.enqueue(bus, queue, "G", dead, "d")
+    await lanes.enqueue(bus, queue, "G", "d", job_id=dead)
     await _drain_except(bus, queue, keep={dead})
     await check_exact(bus, queue)
     await jobs.replay(bus, queue, dead)
@@ -158,7 +158,7 @@ async def _drain_except(bus: Bus, queue: str, keep: set[str], ack: bool = False)
 async def test_status_pages_every_lane_once_in_name_order(bus: Bus, queue: str) -> None:
     groups = [f"chat{n:04d}" for n in range(250)]
     for g in groups:
-        await lanes.enqueue(bus, queue, g, jid(), "x")
+        await lanes.enqueue(bus, queue, g, "x", job_id=jid())
     seen: list[str] = []
     page = await lanes.status_page(bus, queue, count=100)
     while True:
@@ -167,8 +167,8 @@ async def test_status_pages_every_lane_once_in_name_order(bus: Bus, queue: str) 
         if page.next is None:
             break
         if len(seen) == 100:
-            await lanes.enqueue(bus, queue, "chat0000a", jid(), "x")  # behind the cursor
-            await lanes.enqueue(bus, queue, "chat0200a", jid(), "x")  # ahead of it: seen
+            await lanes.enqueue(bus, queue, "chat0000a", "x", job_id=jid())  # behind the cursor
+            await lanes.enqueue(bus, queue, "chat0200a", "x", job_id=jid())  # ahead of it: seen
         page = await lanes.status_page(bus, queue, page.next, 100)
     assert seen == sorted([*groups, "chat0200a"])
     assert [s.depth for s in await lanes.status(bus, queue, ["chat0000a"])] == [1]
@@ -182,9 +182,9 @@ async def test_a_pause_leaves_the_ring_lazily_and_a_claim_skips_at_most_a_bounde
     k = queue_keys(queue)
     paused = [f"p{n:03d}" for n in range(150)]
     for g in paused:
-        await lanes.enqueue(bus, queue, g, jid(), "x")
+        await lanes.enqueue(bus, queue, g, "x", job_id=jid())
     ready = jid()
-    await lanes.enqueue(bus, queue, "zz-ready", ready, "y")
+    await lanes.enqueue(bus, queue, "zz-ready", "y", job_id=ready)
     for g in paused:
         await lanes.pause(bus, queue, g)
     assert int(await bus.wire.command("LLEN", k.ring)) == 151  # still on the ring
@@ -214,7 +214,9 @@ async def test_a_queue_from_before_the_counters_is_counted_once(bus: Bus, queue:
     await bus.wire.command("HDEL", k.meta, "counted")
     await bus.wire.command("HDEL", k.metrics, "lane_pending")
     await bus.wire.command("DEL", k.lane_index)
-    await lanes.enqueue(bus, queue, "d", jid(), "z")  # written by this version before the count
+    await lanes.enqueue(
+        bus, queue, "d", "z", job_id=jid()
+    )  # written by this version before the count
     counts = await jobs.counts(bus, queue)
     assert (counts.pending, counts.lanes, counts.paused_lanes) == (7, 4, 1)
     assert await bus.wire.command("HGET", k.meta, "counted") == b"1"

@@ -11,8 +11,8 @@ pytestmark = pytest.mark.cluster
 
 async def test_transitions_write_events_in_order(bus: Bus, queue: str) -> None:
     a, b = ids.generate("JOB"), ids.generate("JOB")
-    await jobs.enqueue(bus, queue, a, "x")
-    await lanes.enqueue(bus, queue, "g", b, "y")
+    await jobs.enqueue(bus, queue, "x", job_id=a)
+    await lanes.enqueue(bus, queue, "g", "y", job_id=b)
     got = await jobs.claim(bus, queue, 2)
     ja = next(j for j in got if j.id == a)
     jb = next(j for j in got if j.id == b)
@@ -34,7 +34,7 @@ async def test_transitions_write_events_in_order(bus: Bus, queue: str) -> None:
 
 async def test_consumer_group_shares_and_acks(bus: Bus, queue: str) -> None:
     for _ in range(5):
-        await jobs.enqueue(bus, queue, ids.generate("JOB"), "x")
+        await jobs.enqueue(bus, queue, "x")
     assert await events.create_group(bus, queue, "audit") is True
     assert await events.create_group(bus, queue, "audit") is False
     first = await events.read_group(bus, queue, "audit", "c1", count=3)
@@ -52,7 +52,7 @@ async def test_follow_yields_new_events(bus: Bus, queue: str) -> None:
     # "From now on": the old event is never yielded. The reader takes its starting point at some
     # moment we cannot see, so the writer keeps writing until it reads one (no race, no sleep
     # as a guess).
-    await jobs.enqueue(bus, queue, ids.generate("JOB"), "old")
+    await jobs.enqueue(bus, queue, "old")
     fresh: list[str] = []
     got = []
     async with trio.open_nursery() as nursery:
@@ -66,7 +66,7 @@ async def test_follow_yields_new_events(bus: Bus, queue: str) -> None:
         async def writer() -> None:
             while True:
                 fresh.append(ids.generate("JOB"))
-                await jobs.enqueue(bus, queue, fresh[-1], "new")
+                await jobs.enqueue(bus, queue, "new", job_id=fresh[-1])
                 await trio.sleep(0.02)
 
         nursery.start_soon(reader)
@@ -75,17 +75,17 @@ async def test_follow_yields_new_events(bus: Bus, queue: str) -> None:
 
 
 async def test_follow_from_a_point_yields_what_came_after_it(bus: Bus, queue: str) -> None:
-    await jobs.enqueue(bus, queue, ids.generate("JOB"), "old")
+    await jobs.enqueue(bus, queue, "old")
     point = await events.last_id(bus, queue)
     fresh = ids.generate("JOB")
-    await jobs.enqueue(bus, queue, fresh, "new")
+    await jobs.enqueue(bus, queue, "new", job_id=fresh)
     async for event in events.follow(bus, queue, after=point, poll_s=0.02):
         assert (event.kind, event.subject) == ("enqueued", fresh)
         break
 
 
 async def test_the_stream_ids_the_checks_admit_are_the_server_s(bus: Bus, queue: str) -> None:
-    await jobs.enqueue(bus, queue, ids.generate("JOB"), "x")
+    await jobs.enqueue(bus, queue, "x")
     (first,) = await events.read(bus, queue, after="-")
     earlier = str(first.time_ms - 1)
     assert await events.read(bus, queue, after="0") == [first]

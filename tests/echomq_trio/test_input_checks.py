@@ -6,6 +6,7 @@ same calls with input at the limit do raise ``ConnectionLost``). And on a real s
 call leaves no key behind.
 """
 
+import datetime as dt
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -18,6 +19,7 @@ from echomq_trio.checks import (
     MAX_DELAY_MS,
     MAX_PAYLOAD_BYTES,
     MAX_TIME_MS,
+    check_when,
 )
 from echomq_trio.server import free_port
 
@@ -40,24 +42,28 @@ def _first(items: Any) -> Any:
 
 REFUSED: list[tuple[str, Call, str]] = [
     # payloads over the bus's limit, on every path that admits one
-    ("enqueue", lambda b: jobs.enqueue(b, "q", J, BIG), "payload is 1001 bytes"),
+    ("enqueue", lambda b: jobs.enqueue(b, "q", BIG, job_id=J), "payload is 1001 bytes"),
     ("enqueue_many", lambda b: jobs.enqueue_many(b, "q", [(J, "ok"), (J, BIG)]), "limit of 1000"),
-    ("enqueue_at", lambda b: jobs.enqueue_at(b, "q", J, BIG, 0), "limit of 1000"),
-    ("enqueue_in", lambda b: jobs.enqueue_in(b, "q", J, BIG, 0), "limit of 1000"),
-    ("lanes.enqueue", lambda b: lanes.enqueue(b, "q", "g", J, BIG), "limit of 1000"),
+    ("enqueue_at", lambda b: jobs.enqueue_at(b, "q", BIG, 0, job_id=J), "limit of 1000"),
+    ("enqueue_in", lambda b: jobs.enqueue_in(b, "q", BIG, 0, job_id=J), "limit of 1000"),
+    ("lanes.enqueue", lambda b: lanes.enqueue(b, "q", "g", BIG, job_id=J), "limit of 1000"),
     ("lanes.enqueue_many", lambda b: lanes.enqueue_many(b, "q", "g", [(J, BIG)]), "limit of 1000"),
     ("register", lambda b: repeat.register(b, "q", "n", 1000, BIG), "limit of 1000"),
     # times and delays beyond what a sorted-set score holds exactly
     (
         "at+1",
-        lambda b: jobs.enqueue_at(b, "q", J, "", MAX_TIME_MS + 1),
+        lambda b: jobs.enqueue_at(b, "q", "", MAX_TIME_MS + 1, job_id=J),
         "run_at_ms must be at most",
     ),
-    ("at 2**63", lambda b: jobs.enqueue_at(b, "q", J, "", 2**63), "run_at_ms must be at most"),
-    ("at<0", lambda b: jobs.enqueue_at(b, "q", J, "", -1), "run_at_ms must be >= 0"),
+    (
+        "at 2**63",
+        lambda b: jobs.enqueue_at(b, "q", "", 2**63, job_id=J),
+        "run_at_ms must be at most",
+    ),
+    ("at<0", lambda b: jobs.enqueue_at(b, "q", "", -1, job_id=J), "run_at_ms must be >= 0"),
     (
         "in+1",
-        lambda b: jobs.enqueue_in(b, "q", J, "", MAX_DELAY_MS + 1),
+        lambda b: jobs.enqueue_in(b, "q", "", MAX_DELAY_MS + 1, job_id=J),
         "delay_ms must be at most",
     ),
     ("retry", lambda b: jobs.retry(b, "q", J, 1, 2**60, 3), "delay_ms must be at most"),
@@ -89,11 +95,11 @@ async def test_refused_before_any_io(closed_bus: Bus, call: Call, message: str) 
 
 
 ADMITTED: list[tuple[str, Call]] = [
-    ("payload at the limit", lambda b: jobs.enqueue(b, "q", J, "x" * LIMIT)),
-    ("lane payload at the limit", lambda b: lanes.enqueue(b, "q", "g", J, b"x" * LIMIT)),
+    ("payload at the limit", lambda b: jobs.enqueue(b, "q", "x" * LIMIT, job_id=J)),
+    ("lane payload at the limit", lambda b: lanes.enqueue(b, "q", "g", b"x" * LIMIT, job_id=J)),
     ("template at the limit", lambda b: repeat.register(b, "q", "n", 1, "x" * LIMIT)),
-    ("latest time", lambda b: jobs.enqueue_at(b, "q", J, "", MAX_TIME_MS)),
-    ("longest delay", lambda b: jobs.enqueue_in(b, "q", J, "", MAX_DELAY_MS)),
+    ("latest time", lambda b: jobs.enqueue_at(b, "q", "", MAX_TIME_MS, job_id=J)),
+    ("longest delay", lambda b: jobs.enqueue_in(b, "q", "", MAX_DELAY_MS, job_id=J)),
     ("latest lane wait", lambda b: lanes.pause_until(b, "q", "g", MAX_TIME_MS)),
     ("read from the start", lambda b: events.read(b, "q", after="-")),
     ("read after ms", lambda b: events.read(b, "q", after="1700000000000")),
@@ -135,7 +141,7 @@ async def test_a_refused_call_writes_nothing(bus: Bus, queue: str) -> None:
             bus, queue, "g", [(ok, "fine"), (ids.generate("JOB"), b"x" * 2**21)]
         )
     with pytest.raises(ValueError, match="run_at_ms"):
-        await jobs.enqueue_at(bus, queue, ok, "fine", 2**63)  # once answered DUPLICATE
+        await jobs.enqueue_at(bus, queue, "fine", 2**63, job_id=ok)  # once answered DUPLICATE
     with pytest.raises(ValueError, match="at_ms"):
         await lanes.pause_until(bus, queue, "g", 2**64)
     with pytest.raises(ValueError, match="after must be a stream id"):
@@ -147,12 +153,12 @@ async def test_a_refused_call_writes_nothing(bus: Bus, queue: str) -> None:
 
 async def test_the_latest_times_are_kept_exactly(bus: Bus, queue: str) -> None:
     a, b = ids.generate("JOB"), ids.generate("JOB")
-    got = await jobs.enqueue_at(bus, queue, a, "far", MAX_TIME_MS)
+    got = await jobs.enqueue_at(bus, queue, "far", MAX_TIME_MS, job_id=a)
     assert got.run_at_ms == MAX_TIME_MS
     info = await jobs.get_job(bus, queue, a)
     assert info is not None and info.score_ms == MAX_TIME_MS
     before = await bus.wire.server_time_ms()
-    got = await jobs.enqueue_in(bus, queue, b, "far", MAX_DELAY_MS)
+    got = await jobs.enqueue_in(bus, queue, "far", MAX_DELAY_MS, job_id=b)
     after = await bus.wire.server_time_ms()
     assert got.run_at_ms is not None
     assert before + MAX_DELAY_MS <= got.run_at_ms <= after + MAX_DELAY_MS
@@ -164,12 +170,65 @@ async def test_the_payload_limit_is_the_bus_s(server_url: str, queue: str) -> No
     async with open_bus(server_url) as bus:
         assert bus.max_payload_bytes == DEFAULT_MAX_PAYLOAD_BYTES
         a = ids.generate("JOB")
-        assert await jobs.enqueue(bus, queue, a, b"\0" * DEFAULT_MAX_PAYLOAD_BYTES) == "enqueued"
+        assert (
+            await jobs.enqueue(bus, queue, b"\0" * DEFAULT_MAX_PAYLOAD_BYTES, job_id=a)
+        ).outcome == "enqueued"
         info = await jobs.get_job(bus, queue, a)
         assert info is not None and len(info.payload) == DEFAULT_MAX_PAYLOAD_BYTES
         with pytest.raises(ValueError, match=f"limit of {DEFAULT_MAX_PAYLOAD_BYTES} bytes"):
-            await jobs.enqueue(bus, queue, ids.generate("JOB"), b"\0" * (2**20 + 1))
+            await jobs.enqueue(bus, queue, b"\0" * (2**20 + 1))
     async with open_bus(server_url, max_payload_bytes=10) as small:
-        assert await lanes.enqueue(small, queue, "g", ids.generate("JOB"), "x" * 10) == "enqueued"
+        assert (await lanes.enqueue(small, queue, "g", "x" * 10)).outcome == "enqueued"
         with pytest.raises(ValueError, match="payload is 11 bytes, over the bus's limit of 10"):
-            await lanes.enqueue(small, queue, "g", ids.generate("JOB"), "x" * 11)
+            await lanes.enqueue(small, queue, "g", "x" * 11)
+
+
+@pytest.mark.parametrize(
+    ("value", "absolute", "ms"),
+    [
+        (5, True, 5),
+        (1000.0, True, 1000),
+        (1000.001, True, 1001),  # rounded up: never early
+        (-0.5, False, 0),
+        (dt.datetime(1970, 1, 1, 0, 0, 1, 1, tzinfo=dt.UTC), True, 1001),
+        (dt.datetime(1970, 1, 1, 1, 0, 1, tzinfo=dt.timezone(dt.timedelta(hours=1))), True, 1000),
+        (dt.timedelta(microseconds=1500), False, 2),
+        (dt.timedelta(seconds=3), False, 3000),
+    ],
+)
+def test_times_and_delays_in_whole_ms_rounded_up(value: Any, absolute: bool, ms: int) -> None:
+    assert check_when("t", value, absolute=absolute) == ms
+
+
+@pytest.mark.parametrize(
+    ("value", "absolute", "error", "message"),
+    [
+        (dt.datetime(2030, 1, 1), True, ValueError, "naive datetime: give it a time zone"),
+        (float("nan"), True, ValueError, "finite"),
+        (float("inf"), False, ValueError, "finite"),
+        (-1.5, True, ValueError, ">= 0"),
+        (dt.datetime(1969, 12, 31, tzinfo=dt.UTC), True, ValueError, ">= 0"),
+        (dt.timedelta(seconds=1), True, TypeError, "must be an int"),  # a delay is no time
+        (dt.datetime(2030, 1, 1, tzinfo=dt.UTC), False, TypeError, "must be an int"),
+        ("5", True, TypeError, "must be an int"),
+        (True, False, TypeError, "must be an int"),
+        (float(MAX_TIME_MS) * 2, True, ValueError, "at most"),
+    ],
+)
+def test_bad_times_are_refused(value: Any, absolute: bool, error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        check_when("t", value, absolute=absolute)
+
+
+async def test_enqueue_at_takes_float_ms_and_aware_datetimes(bus: Bus, queue: str) -> None:
+    at = dt.datetime(2100, 1, 1, 0, 0, 0, 250, tzinfo=dt.UTC)
+    got = await jobs.enqueue_at(bus, queue, "x", at)
+    assert got.run_at_ms == 4102444800001
+    got = await jobs.enqueue_at(bus, queue, "x", 4102444800000.5)
+    assert got.run_at_ms == 4102444800001
+    before = await bus.wire.server_time_ms()
+    got = await jobs.enqueue_in(bus, queue, "x", dt.timedelta(hours=1))
+    assert got.run_at_ms is not None and got.run_at_ms >= before + 3_600_000
+    with pytest.raises(ValueError, match="naive"):
+        await jobs.enqueue_at(bus, queue, "x", dt.datetime(2100, 1, 1))
+    assert (await jobs.counts(bus, queue)).scheduled == 3

@@ -16,8 +16,8 @@ def jid() -> str:
 
 async def test_enqueue_is_idempotent_on_the_id(bus: Bus, queue: str) -> None:
     a = jid()
-    assert await jobs.enqueue(bus, queue, a, "one") is Outcome.ENQUEUED
-    assert await jobs.enqueue(bus, queue, a, "two") is Outcome.DUPLICATE
+    assert (await jobs.enqueue(bus, queue, "one", job_id=a)).outcome is Outcome.ENQUEUED
+    assert (await jobs.enqueue(bus, queue, "two", job_id=a)).outcome is Outcome.DUPLICATE
     info = await jobs.get_job(bus, queue, a)
     assert info is not None and info.payload == b"one" and info.state == "pending"
     assert (await jobs.counts(bus, queue)).pending == 1
@@ -27,34 +27,42 @@ async def test_an_idempotency_key_admits_once_even_after_the_job_finished(
     bus: Bus, queue: str
 ) -> None:
     a, b = jid(), jid()
-    assert await jobs.enqueue(bus, queue, a, "one", key="fan:1") is Outcome.ENQUEUED
+
+    async def admit(payload: str, job_id: str, key: str) -> Outcome:
+        return (await jobs.enqueue(bus, queue, payload, job_id=job_id, key=key)).outcome
+
+    assert await admit("one", a, "fan:1") is Outcome.ENQUEUED
     assert await bus.wire.command("GET", bus.keys(queue).idempotency("fan:1")) == a.encode()
     # While the job is pending, a retry under a fresh id is a duplicate and changes nothing.
-    assert await jobs.enqueue(bus, queue, b, "two", key="fan:1") is Outcome.DUPLICATE
+    assert await admit("two", b, "fan:1") is Outcome.DUPLICATE
     assert await jobs.get_job(bus, queue, b) is None
     assert (await jobs.counts(bus, queue)).pending == 1
     (job,) = await jobs.claim(bus, queue, 5)
     assert await jobs.ack(bus, queue, job.id, job.token) is Outcome.ACKED
     # The row is gone (the id alone would be admitted again); the key still remembers it.
-    assert await jobs.enqueue(bus, queue, a, "one", key="fan:1") is Outcome.DUPLICATE
-    assert await jobs.enqueue(bus, queue, b, "two", key="fan:1") is Outcome.DUPLICATE
+    assert await admit("one", a, "fan:1") is Outcome.DUPLICATE
+    assert await admit("two", b, "fan:1") is Outcome.DUPLICATE
     assert (await jobs.counts(bus, queue)).pending == 0
-    assert await jobs.enqueue(bus, queue, b, "two", key="fan:2") is Outcome.ENQUEUED
+    assert await admit("two", b, "fan:2") is Outcome.ENQUEUED
     # A live id under a new key is a duplicate by id, and the new key is not taken.
-    assert await jobs.enqueue(bus, queue, b, "two", key="fan:3") is Outcome.DUPLICATE
+    assert await admit("two", b, "fan:3") is Outcome.DUPLICATE
     assert await bus.wire.command("EXISTS", bus.keys(queue).idempotency("fan:3")) == 0
 
 
 async def test_an_idempotency_key_is_forgotten_after_its_ttl(bus: Bus, queue: str) -> None:
     a, b = jid(), jid()
-    assert await jobs.enqueue(bus, queue, a, "x", key="k", key_ttl_ms=1500) is Outcome.ENQUEUED
+    assert (
+        await jobs.enqueue(bus, queue, "x", job_id=a, key="k", key_ttl_ms=1500)
+    ).outcome is Outcome.ENQUEUED
     ttl = await bus.wire.command("PTTL", bus.keys(queue).idempotency("k"))
     assert 0 < ttl <= 1500
-    assert await jobs.enqueue(bus, queue, b, "y", key="k", key_ttl_ms=1500) is Outcome.DUPLICATE
+    assert (
+        await jobs.enqueue(bus, queue, "y", job_id=b, key="k", key_ttl_ms=1500)
+    ).outcome is Outcome.DUPLICATE
 
     async def admitted() -> bool:
-        out = await jobs.enqueue(bus, queue, b, "y", key="k", key_ttl_ms=1500)
-        return out is Outcome.ENQUEUED
+        out = await jobs.enqueue(bus, queue, "y", job_id=b, key="k", key_ttl_ms=1500)
+        return out.outcome is Outcome.ENQUEUED
 
     await wait_for(admitted)
     assert (await jobs.counts(bus, queue)).pending == 2
@@ -62,9 +70,10 @@ async def test_an_idempotency_key_is_forgotten_after_its_ttl(bus: Bus, queue: st
 
 async def test_enqueue_many_answers_in_order(bus: Bus, queue: str) -> None:
     a, b, c = jid(), jid(), jid()
-    await jobs.enqueue(bus, queue, b, "b")
+    await jobs.enqueue(bus, queue, "b", job_id=b)
     out = await jobs.enqueue_many(bus, queue, [(a, "a"), (b, "b"), (c, b"c"), (a, "again")])
-    assert out == [Outcome.ENQUEUED, Outcome.DUPLICATE, Outcome.ENQUEUED, Outcome.DUPLICATE]
+    e, d = Outcome.ENQUEUED, Outcome.DUPLICATE
+    assert [(o.id, o.outcome) for o in out] == [(a, e), (b, d), (c, e), (a, d)]
     assert await jobs.enqueue_many(bus, queue, []) == []
     claimed = await jobs.claim(bus, queue, 10)
     assert [j.id for j in claimed] == sorted([a, b, c])  # mint order
@@ -72,7 +81,7 @@ async def test_enqueue_many_answers_in_order(bus: Bus, queue: str) -> None:
 
 async def test_claim_is_a_lease_counting_attempts(bus: Bus, queue: str) -> None:
     a = jid()
-    await jobs.enqueue(bus, queue, a, "p")
+    await jobs.enqueue(bus, queue, "p", job_id=a)
     (job,) = await jobs.claim(bus, queue, 5, lease_ms=10_000)
     assert (job.id, job.payload, job.attempts, job.queue) == (a, b"p", 1, queue)
     assert await jobs.claim(bus, queue, 5) == []
@@ -84,7 +93,7 @@ async def test_claim_is_a_lease_counting_attempts(bus: Bus, queue: str) -> None:
 
 async def test_stale_ack_is_refused_and_second_ack_is_gone(bus: Bus, queue: str) -> None:
     a = jid()
-    await jobs.enqueue(bus, queue, a, "p")
+    await jobs.enqueue(bus, queue, "p", job_id=a)
     (job,) = await jobs.claim(bus, queue)
     assert await jobs.ack(bus, queue, a, 99) is Outcome.STALE
     assert await jobs.ack(bus, queue, a, job.token) is Outcome.ACKED
@@ -92,14 +101,14 @@ async def test_stale_ack_is_refused_and_second_ack_is_gone(bus: Bus, queue: str)
     assert await jobs.get_job(bus, queue, a) is None
     assert (await jobs.counts(bus, queue)).completed_total == 1
     # A finished id may be used again.
-    assert await jobs.enqueue(bus, queue, a, "p") is Outcome.ENQUEUED
+    assert (await jobs.enqueue(bus, queue, "p", job_id=a)).outcome is Outcome.ENQUEUED
 
 
 async def test_ack_from_a_worker_whose_job_was_reaped_and_claimed_again_is_refused(
     bus: Bus, queue: str
 ) -> None:
     a = jid()
-    await jobs.enqueue(bus, queue, a, "p")
+    await jobs.enqueue(bus, queue, "p", job_id=a)
     (first,) = await jobs.claim(bus, queue, lease_ms=30)
 
     async def reaped() -> bool:
@@ -117,7 +126,7 @@ async def test_ack_from_a_worker_whose_job_was_reaped_and_claimed_again_is_refus
 
 async def test_reaped_job_not_yet_reclaimed_can_still_be_acked(bus: Bus, queue: str) -> None:
     a = jid()
-    await jobs.enqueue(bus, queue, a, "p")
+    await jobs.enqueue(bus, queue, "p", job_id=a)
     (job,) = await jobs.claim(bus, queue, lease_ms=20)
 
     async def reaped() -> bool:
@@ -130,7 +139,7 @@ async def test_reaped_job_not_yet_reclaimed_can_still_be_acked(bus: Bus, queue: 
 
 async def test_retry_schedules_then_buries_at_max_attempts(bus: Bus, queue: str) -> None:
     a = jid()
-    await jobs.enqueue(bus, queue, a, "p")
+    await jobs.enqueue(bus, queue, "p", job_id=a)
     for attempt in (1, 2):
         (job,) = await jobs.claim(bus, queue)
         assert job.attempts == attempt
@@ -155,14 +164,14 @@ async def test_retry_schedules_then_buries_at_max_attempts(bus: Bus, queue: str)
 
 async def test_max_attempts_one_dies_on_first_failure(bus: Bus, queue: str) -> None:
     a = jid()
-    await jobs.enqueue(bus, queue, a, "p")
+    await jobs.enqueue(bus, queue, "p", job_id=a)
     (job,) = await jobs.claim(bus, queue)
     assert await jobs.retry(bus, queue, a, job.token, 1000, 1, "nope") is Outcome.DEAD
 
 
 async def test_retry_delay_keeps_the_job_scheduled_until_due(bus: Bus, queue: str) -> None:
     a = jid()
-    await jobs.enqueue(bus, queue, a, "p")
+    await jobs.enqueue(bus, queue, "p", job_id=a)
     (job,) = await jobs.claim(bus, queue)
     before = await bus.wire.server_time_ms()
     assert await jobs.retry(bus, queue, a, job.token, 60_000, 5, "later") is Outcome.SCHEDULED
@@ -174,7 +183,7 @@ async def test_retry_delay_keeps_the_job_scheduled_until_due(bus: Bus, queue: st
 
 async def test_replay_a_dead_job(bus: Bus, queue: str) -> None:
     a = jid()
-    await jobs.enqueue(bus, queue, a, "p")
+    await jobs.enqueue(bus, queue, "p", job_id=a)
     assert await jobs.replay(bus, queue, a) is Outcome.NOT_DEAD
     (job,) = await jobs.claim(bus, queue)
     assert await jobs.retry(bus, queue, a, job.token, 0, 1, "broken") is Outcome.DEAD
@@ -189,7 +198,7 @@ async def test_replay_a_dead_job(bus: Bus, queue: str) -> None:
 
 async def test_extend_renews_the_lease(bus: Bus, queue: str) -> None:
     a = jid()
-    await jobs.enqueue(bus, queue, a, "p")
+    await jobs.enqueue(bus, queue, "p", job_id=a)
     (job,) = await jobs.claim(bus, queue, lease_ms=1000)
     ext = await jobs.extend(bus, queue, [(a, job.token)], 60_000)
     assert ext.lost == () and ext.lease_deadline_ms > job.lease_deadline_ms + 50_000
@@ -199,7 +208,7 @@ async def test_extend_renews_the_lease(bus: Bus, queue: str) -> None:
 
 async def test_release_returns_to_pending_without_spending_an_attempt(bus: Bus, queue: str) -> None:
     a = jid()
-    await jobs.enqueue(bus, queue, a, "p")
+    await jobs.enqueue(bus, queue, "p", job_id=a)
     (job,) = await jobs.claim(bus, queue)
     assert await jobs.release(bus, queue, [(a, job.token)]) == 1
     info = await jobs.get_job(bus, queue, a)
@@ -227,11 +236,11 @@ async def test_reap_moves_only_expired_leases(bus: Bus, queue: str) -> None:
 async def test_enqueue_at_and_in_wait_on_the_schedule(bus: Bus, queue: str) -> None:
     now = await bus.wire.server_time_ms()
     a, b = jid(), jid()
-    at = await jobs.enqueue_at(bus, queue, a, "a", now + 300)
+    at = await jobs.enqueue_at(bus, queue, "a", now + 300, job_id=a)
     assert at.outcome is Outcome.SCHEDULED and at.run_at_ms == now + 300
-    inn = await jobs.enqueue_in(bus, queue, b, "b", 60_000)
+    inn = await jobs.enqueue_in(bus, queue, "b", 60_000, job_id=b)
     assert inn.run_at_ms is not None and inn.run_at_ms >= now + 60_000
-    assert (await jobs.enqueue_at(bus, queue, a, "a", now)).outcome is Outcome.DUPLICATE
+    assert (await jobs.enqueue_at(bus, queue, "a", now, job_id=a)).outcome is Outcome.DUPLICATE
     assert await jobs.claim(bus, queue, 10) == []
     p = await jobs.promote(bus, queue)
     assert p.moved == 0 and p.next_due_ms == now + 300
@@ -250,7 +259,7 @@ async def test_enqueue_at_and_in_wait_on_the_schedule(bus: Bus, queue: str) -> N
 async def test_promote_respects_batch(bus: Bus, queue: str) -> None:
     now = await bus.wire.server_time_ms()
     for i in range(5):
-        await jobs.enqueue_at(bus, queue, jid(), "x", now - 10 + i)
+        await jobs.enqueue_at(bus, queue, "x", now - 10 + i, job_id=jid())
     assert (await jobs.promote(bus, queue, 2)).moved == 2
     p = await jobs.promote(bus, queue, 10)
     assert p.moved == 3 and p.next_due_ms is None
@@ -259,18 +268,18 @@ async def test_promote_respects_batch(bus: Bus, queue: str) -> None:
 @pytest.mark.parametrize(
     ("call", "error"),
     [
-        (lambda b, q: jobs.enqueue(b, "bad name", jid(), "p"), ValueError),
-        (lambda b, q: jobs.enqueue(b, "", jid(), "p"), ValueError),
-        (lambda b, q: jobs.enqueue(b, "a{b}", jid(), "p"), ValueError),
-        (lambda b, q: jobs.enqueue(b, q, "NOT0KHTOWnGLuC", "p"), ValueError),
-        (lambda b, q: jobs.enqueue(b, q, "nope", "p"), ValueError),
-        (lambda b, q: jobs.enqueue(b, q, jid(), {"a": 1}), TypeError),
-        (lambda b, q: jobs.enqueue(b, q, jid(), "p", key="a b"), ValueError),
-        (lambda b, q: jobs.enqueue(b, q, jid(), "p", key=""), ValueError),
-        (lambda b, q: jobs.enqueue(b, q, jid(), "p", key="k" * 129), ValueError),
-        (lambda b, q: jobs.enqueue(b, q, jid(), "p", key="k", key_ttl_ms=0), ValueError),
-        (lambda b, q: jobs.enqueue_at(b, q, jid(), "p", -1), ValueError),
-        (lambda b, q: jobs.enqueue_in(b, q, jid(), "p", 1.5), TypeError),
+        (lambda b, q: jobs.enqueue(b, "bad name", "p", job_id=jid()), ValueError),
+        (lambda b, q: jobs.enqueue(b, "", "p", job_id=jid()), ValueError),
+        (lambda b, q: jobs.enqueue(b, "a{b}", "p", job_id=jid()), ValueError),
+        (lambda b, q: jobs.enqueue(b, q, "p", job_id="NOT0KHTOWnGLuC"), ValueError),
+        (lambda b, q: jobs.enqueue(b, q, "p", job_id="nope"), ValueError),
+        (lambda b, q: jobs.enqueue(b, q, {"a": 1}, job_id=jid()), TypeError),
+        (lambda b, q: jobs.enqueue(b, q, "p", job_id=jid(), key="a b"), ValueError),
+        (lambda b, q: jobs.enqueue(b, q, "p", job_id=jid(), key=""), ValueError),
+        (lambda b, q: jobs.enqueue(b, q, "p", job_id=jid(), key="k" * 129), ValueError),
+        (lambda b, q: jobs.enqueue(b, q, "p", job_id=jid(), key="k", key_ttl_ms=0), ValueError),
+        (lambda b, q: jobs.enqueue_at(b, q, "p", -1, job_id=jid()), ValueError),
+        (lambda b, q: jobs.enqueue_in(b, q, "p", "1.5", job_id=jid()), TypeError),  # a float: ms
         (lambda b, q: jobs.claim(b, q, 0), ValueError),
         (lambda b, q: jobs.claim(b, q, 1, lease_ms=0), ValueError),
         (lambda b, q: jobs.retry(b, q, jid(), 1, 0, 0, "x"), ValueError),
@@ -311,7 +320,7 @@ async def test_audit_records_are_written_by_the_settling_script(bus: Bus, queue:
     from echomq_trio import events
 
     a, b, c, quiet = jid(), jid(), jid(), jid()
-    await jobs.enqueue(bus, queue, quiet, "before")
+    await jobs.enqueue(bus, queue, "before", job_id=quiet)
     (q,) = await jobs.claim(bus, queue)
     await jobs.ack(bus, queue, quiet, q.token)  # no audit kept yet
     await jobs.set_audit(bus, queue)
@@ -336,7 +345,7 @@ async def test_tokens_are_never_handed_out_twice(bus: Bus, queue: str) -> None:
     # A deferral or release gives the attempt back, but not the token: a settle that arrives
     # late (say, a retried request after a timeout) cannot touch the next claim's lease.
     a = jid()
-    await jobs.enqueue(bus, queue, a, "p")
+    await jobs.enqueue(bus, queue, "p", job_id=a)
     (first,) = await jobs.claim(bus, queue)
     assert await jobs.defer(bus, queue, a, first.token, 0, "later") is Outcome.DEFERRED
     await jobs.promote(bus, queue)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from codemojex.notify.rate_limiter import RateLimiter
-from echomq_trio import Bus, audit, ids, jobs, lanes, open_bus, repeat
+from echomq_trio import Bus, audit, jobs, lanes, open_bus, repeat
 from echomq_trio.keys import SCHEMA, queue_keys
 from echomq_trio.protocol import as_text
 
@@ -93,14 +93,14 @@ async def _every_kind_of_transition(bus: Bus, queue: str) -> None:
     k = bus.keys(queue)
     # Every kind of transition, so that every declared key exists at the end.
     await audit.enable(bus, queue)
-    await jobs.enqueue(bus, queue, ids.generate("JOB"), "flat", key="once")
-    await jobs.enqueue_in(bus, queue, ids.generate("JOB"), "later", 60_000)
-    await lanes.enqueue(bus, queue, "chat", ids.generate("JOB"), "a", limit=1)
-    await lanes.enqueue(bus, queue, "chat", ids.generate("JOB"), "b")
+    await jobs.enqueue(bus, queue, "flat", key="once")
+    await jobs.enqueue_in(bus, queue, "later", 60_000)
+    await lanes.enqueue(bus, queue, "chat", "a", limit=1)
+    await lanes.enqueue(bus, queue, "chat", "b")
     await lanes.configure(bus, queue, "chat", weight=2)
-    await lanes.enqueue(bus, queue, "paused", ids.generate("JOB"), "p")
+    await lanes.enqueue(bus, queue, "paused", "p")
     await lanes.pause(bus, queue, "paused")
-    await lanes.enqueue(bus, queue, "waits", ids.generate("JOB"), "w")
+    await lanes.enqueue(bus, queue, "waits", "w")
     await lanes.pause_until(bus, queue, "waits", await bus.wire.server_time_ms() + 60_000)
     await repeat.register(bus, queue, "digest", 60_000, "t", first_in_ms=60_000)
     claimed = await jobs.claim(bus, queue, 2)
@@ -110,12 +110,8 @@ async def _every_kind_of_transition(bus: Bus, queue: str) -> None:
     await audit.ack_and_trim(bus, queue, "reader", [])
     await RateLimiter(bus, tag=queue).take(42)
     await bus.wire.command("HSET", k.app("migrated"), "1", "2")  # as NotificationWorker does
-    await jobs.enqueue(
-        bus, queue, ids.generate("JOB"), "flat again"
-    )  # the claim emptied the flat set
-    await lanes.enqueue(
-        bus, queue, "other", ids.generate("JOB"), "o"
-    )  # "chat" at its limit left the ring
+    await jobs.enqueue(bus, queue, "flat again")  # the claim emptied the flat set
+    await lanes.enqueue(bus, queue, "other", "o")  # "chat" at its limit left the ring
 
 
 async def _declared_keys_of(bus: Bus, queue: str) -> dict[str, str]:

@@ -20,7 +20,7 @@ from echomq_trio import (
     lanes,
     open_bus,
 )
-from echomq_trio.jobs import Outcome
+from echomq_trio.jobs import Admitted, Outcome
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -32,9 +32,9 @@ def jid() -> str:
 
 async def test_round_robin_across_lanes_fifo_within(bus: Bus, queue: str) -> None:
     a1, a2, b1 = jid(), jid(), jid()
-    await lanes.enqueue(bus, queue, "A", a1, "a1")
-    await lanes.enqueue(bus, queue, "A", a2, "a2")
-    await lanes.enqueue(bus, queue, "B", b1, "b1")
+    await lanes.enqueue(bus, queue, "A", "a1", job_id=a1)
+    await lanes.enqueue(bus, queue, "A", "a2", job_id=a2)
+    await lanes.enqueue(bus, queue, "B", "b1", job_id=b1)
     claimed = [j for _ in range(3) for j in await jobs.claim(bus, queue, 1)]
     assert [j.id for j in claimed] == [a1, b1, a2]
     assert [j.group for j in claimed] == ["A", "B", "A"]
@@ -44,35 +44,45 @@ async def test_an_idempotency_key_admits_a_lane_job_once_until_its_ttl(
     bus: Bus, queue: str
 ) -> None:
     a, b, c = jid(), jid(), jid()
-    out = await lanes.enqueue(bus, queue, "A", a, "a", limit=1, key="d:1", key_ttl_ms=60_000)
-    assert out is Outcome.ENQUEUED
-    assert await lanes.enqueue(bus, queue, "A", b, "b", limit=1, key="d:1") is Outcome.DUPLICATE
+    out = await lanes.enqueue(bus, queue, "A", "a", job_id=a, limit=1, key="d:1", key_ttl_ms=60_000)
+    assert out == Admitted(a, Outcome.ENQUEUED)
+    assert (
+        await lanes.enqueue(bus, queue, "A", "b", job_id=b, limit=1, key="d:1")
+    ).outcome is Outcome.DUPLICATE
     assert [j.id for j in await lanes.jobs(bus, queue, "A")] == [a]
     (job,) = await jobs.claim(bus, queue, 5)
     assert await jobs.ack(bus, queue, job.id, job.token) is Outcome.ACKED
-    assert await lanes.enqueue(bus, queue, "A", b, "b", limit=1, key="d:1") is Outcome.DUPLICATE
-    assert await lanes.enqueue(bus, queue, "A", a, "a", limit=1, key="d:1") is Outcome.DUPLICATE
+    assert (
+        await lanes.enqueue(bus, queue, "A", "b", job_id=b, limit=1, key="d:1")
+    ).outcome is Outcome.DUPLICATE
+    assert (
+        await lanes.enqueue(bus, queue, "A", "a", job_id=a, limit=1, key="d:1")
+    ).outcome is Outcome.DUPLICATE
     assert await lanes.jobs(bus, queue, "A") == []
     # Keys belong to the queue, not the lane; a short TTL lets the key be used again.
-    assert await lanes.enqueue(bus, queue, "B", c, "c", key="d:2", key_ttl_ms=1000) is (
-        Outcome.ENQUEUED
-    )
-    assert await lanes.enqueue(bus, queue, "A", b, "b", key="d:2") is Outcome.DUPLICATE
+    assert (
+        await lanes.enqueue(bus, queue, "B", "c", job_id=c, key="d:2", key_ttl_ms=1000)
+    ).outcome is Outcome.ENQUEUED
+    assert (
+        await lanes.enqueue(bus, queue, "A", "b", job_id=b, key="d:2")
+    ).outcome is Outcome.DUPLICATE
 
     async def admitted() -> bool:
-        return await lanes.enqueue(bus, queue, "A", b, "b", key="d:2") is Outcome.ENQUEUED
+        return (
+            await lanes.enqueue(bus, queue, "A", "b", job_id=b, key="d:2")
+        ).outcome is Outcome.ENQUEUED
 
     await wait_for(admitted)
     assert [j.id for j in await lanes.jobs(bus, queue, "A")] == [b]
     with pytest.raises(ValueError, match="idempotency key"):
-        await lanes.enqueue(bus, queue, "A", jid(), "x", key="has space")
+        await lanes.enqueue(bus, queue, "A", "x", job_id=jid(), key="has space")
 
 
 async def test_fairness_fifty_small_lanes_beside_a_flood(bus: Bus, queue: str) -> None:
     await lanes.enqueue_many(bus, queue, "flood", [(jid(), "f") for _ in range(1000)])
     small = [f"chat{i}" for i in range(50)]
     for g in small:
-        await lanes.enqueue(bus, queue, g, jid(), "s")
+        await lanes.enqueue(bus, queue, g, "s", job_id=jid())
     first_100 = []
     while len(first_100) < 100:
         first_100 += await jobs.claim(bus, queue, 7)
@@ -93,7 +103,7 @@ async def test_lanes_and_flat_pending_are_served_together(bus: Bus, queue: str) 
 
 async def test_limit_caps_jobs_in_flight_per_lane(bus: Bus, queue: str) -> None:
     await lanes.enqueue_many(bus, queue, "L", [(jid(), "x") for _ in range(5)], limit=2)
-    await lanes.enqueue(bus, queue, "M", jid(), "m")
+    await lanes.enqueue(bus, queue, "M", "m", job_id=jid())
     first = await jobs.claim(bus, queue, 10)
     assert sorted(j.group or "" for j in first) == ["L", "L", "M"]
     (status,) = await lanes.status(bus, queue, ["L"])
@@ -114,8 +124,8 @@ async def test_weight_gives_more_per_turn(bus: Bus, queue: str) -> None:
 
 async def test_pause_and_resume(bus: Bus, queue: str) -> None:
     a, b = jid(), jid()
-    await lanes.enqueue(bus, queue, "A", a, "a")
-    await lanes.enqueue(bus, queue, "B", b, "b")
+    await lanes.enqueue(bus, queue, "A", "a", job_id=a)
+    await lanes.enqueue(bus, queue, "B", "b", job_id=b)
     await lanes.pause(bus, queue, "A")
     assert [j.id for j in await jobs.claim(bus, queue, 10)] == [b]
     (st_a,) = await lanes.status(bus, queue, ["A"])
@@ -127,7 +137,7 @@ async def test_pause_and_resume(bus: Bus, queue: str) -> None:
 
 async def test_pause_until_comes_back_by_itself(bus: Bus, queue: str) -> None:
     a = jid()
-    await lanes.enqueue(bus, queue, "-1001234567890", a, "a")  # a Telegram group chat id
+    await lanes.enqueue(bus, queue, "-1001234567890", "a", job_id=a)  # a Telegram group chat id
     now = await bus.wire.server_time_ms()
     until = await lanes.pause_until(bus, queue, "-1001234567890", now + 400)
     assert until == now + 400
@@ -152,8 +162,8 @@ async def test_retried_lane_job_returns_to_its_lane_and_is_claimed_again(
 ) -> None:
     # The original's open bug: a retried or deferred lane job went to the flat set and stalled.
     a, b = jid(), jid()
-    await lanes.enqueue(bus, queue, "chat", a, "a")
-    await lanes.enqueue(bus, queue, "other", b, "b")
+    await lanes.enqueue(bus, queue, "chat", "a", job_id=a)
+    await lanes.enqueue(bus, queue, "other", "b", job_id=b)
     (job,) = await jobs.claim(bus, queue, 1)
     assert await jobs.retry(bus, queue, a, job.token, 0, 5, "flaky") is Outcome.SCHEDULED
     await jobs.promote(bus, queue)
@@ -173,7 +183,7 @@ async def test_strict_lane_retry_holds_the_lane_and_keeps_the_head(bus: Bus, que
     first, second = jid(), jid()
     await lanes.enqueue_many(bus, queue, "strict", [(first, "1"), (second, "2")], limit=1)
     other = jid()
-    await lanes.enqueue(bus, queue, "other", other, "o")
+    await lanes.enqueue(bus, queue, "other", "o", job_id=other)
     got = await jobs.claim(bus, queue, 10)
     assert sorted(j.id for j in got) == sorted([first, other])  # limit 1: one at a time
     head = next(j for j in got if j.id == first)
@@ -191,7 +201,7 @@ async def test_strict_lane_retry_holds_the_lane_and_keeps_the_head(bus: Bus, que
 @pytest.mark.parametrize("group", ["", "a b", "x{y}", "tab\t", "z" * 129, 5])
 async def test_bad_groups_are_refused(bus: Bus, queue: str, group: object) -> None:
     with pytest.raises(ValueError, match="lane group"):
-        await lanes.enqueue(bus, queue, group, jid(), "x")  # type: ignore[arg-type]
+        await lanes.enqueue(bus, queue, group, "x", job_id=jid())  # type: ignore[arg-type]
 
 
 plans = st.lists(
@@ -234,7 +244,7 @@ async def _strict_lane_order(bus: Bus, lane_plans: list[list[list[str]]]) -> Non
     slow = jid()
     enqueued["slow"] = [slow]
     script[slow] = ["long", "ok"]
-    await lanes.enqueue(bus, queue, "slow", slow, "slow", limit=1)
+    await lanes.enqueue(bus, queue, "slow", "slow", job_id=slow, limit=1)
     completed: dict[str, list[str]] = {g: [] for g in enqueued}
     in_flight: dict[str, int] = {}
 

@@ -72,7 +72,7 @@ async def test_a_scrape_during_a_burst_matches_what_the_bus_reports(bus: Bus, qu
         await jobs.enqueue_many(bus, queue, [(f"JOB{n + i:011d}", text) for i in range(count)])
         n += count
     for i in range(10):
-        await jobs.enqueue_in(bus, queue, f"JOB{n + i:011d}", "ok", 30)
+        await jobs.enqueue_in(bus, queue, "ok", 30, job_id=f"JOB{n + i:011d}")
     async with metrics_server(registry, readings) as url, httpx.AsyncClient() as client:
         async with trio.open_nursery() as nursery:
             await nursery.start(metronome.run)
@@ -134,11 +134,11 @@ async def test_a_scrape_during_a_burst_matches_what_the_bus_reports(bus: Bus, qu
 
 
 async def test_without_metrics_the_metronome_asks_for_no_lateness(bus: Bus, queue: str) -> None:
-    await jobs.enqueue_in(bus, queue, "JOB00000000001", "x", 0)
+    await jobs.enqueue_in(bus, queue, "x", 0, job_id="JOB00000000001")
     plain = await jobs.promote(bus, queue)
     assert (plain.moved, plain.lateness_ms) == (1, ())
-    await jobs.enqueue_in(bus, queue, "JOB00000000002", "x", 0)
-    await jobs.enqueue_in(bus, queue, "JOB00000000003", "x", 0)
+    await jobs.enqueue_in(bus, queue, "x", 0, job_id="JOB00000000002")
+    await jobs.enqueue_in(bus, queue, "x", 0, job_id="JOB00000000003")
     asked = await jobs.promote(bus, queue, lateness=True)
     assert asked.moved == 2 and len(asked.lateness_ms) == 2
     assert all(ms >= 0 for ms in asked.lateness_ms)

@@ -15,7 +15,7 @@ async def test_scheduled_job_is_claimed_after_its_run_at_never_before(bus: Bus, 
     for offset in (300, 600, 900, 1500):
         a = ids.generate("JOB")
         run_ats[a] = now + offset
-        await jobs.enqueue_at(bus, queue, a, "x", now + offset)
+        await jobs.enqueue_at(bus, queue, "x", now + offset, job_id=a)
     handled: dict[str, int] = {}
 
     async def handler(job: Job) -> None:
@@ -44,7 +44,7 @@ async def test_an_earlier_job_scheduled_during_a_long_sleep_wakes_the_metronome(
         await nursery.start(Consumer(bus, queue, handler).run)
         await nursery.start(Metronome(bus, queue, beat_ms=30_000).run)
         a = ids.generate("JOB")
-        await jobs.enqueue_in(bus, queue, a, "x", 400)
+        await jobs.enqueue_in(bus, queue, "x", 400, job_id=a)
         with trio.fail_after(10):  # far below the 30 s beat
             await wait_for(lambda: a in handled)
         nursery.cancel_scope.cancel()
@@ -52,7 +52,7 @@ async def test_an_earlier_job_scheduled_during_a_long_sleep_wakes_the_metronome(
 
 async def test_metronome_reaps_expired_leases(bus: Bus, queue: str) -> None:
     a = ids.generate("JOB")
-    await jobs.enqueue(bus, queue, a, "x")
+    await jobs.enqueue(bus, queue, "x", job_id=a)
     (job,) = await jobs.claim(bus, queue, lease_ms=100)  # a worker that then vanished
     metronome = Metronome(bus, queue, beat_ms=50)
     async with trio.open_nursery() as nursery:
@@ -67,7 +67,7 @@ async def test_two_metronomes_promote_each_job_once(bus: Bus, queue: str) -> Non
     now = await bus.wire.server_time_ms()
     await jobs.enqueue_many(bus, queue, [])
     for i in range(200):
-        await jobs.enqueue_at(bus, queue, ids.generate("JOB"), "x", now + 100 + i)
+        await jobs.enqueue_at(bus, queue, "x", now + 100 + i)
     m1 = Metronome(bus, queue, beat_ms=100, batch=7)
     m2 = Metronome(bus, queue, beat_ms=100, batch=7)
     async with trio.open_nursery() as nursery:
@@ -88,8 +88,8 @@ async def test_bad_settings(bus: Bus, kwargs: dict[str, object]) -> None:
 async def test_statistics_are_frozen_snapshots_of_what_the_beats_did(bus: Bus, queue: str) -> None:
     now = await bus.wire.server_time_ms()
     for i in range(3):
-        await jobs.enqueue_at(bus, queue, ids.generate("JOB"), "x", now + i)
-    await jobs.enqueue(bus, queue, ids.generate("JOB"), "y")
+        await jobs.enqueue_at(bus, queue, "x", now + i)
+    await jobs.enqueue(bus, queue, "y")
     await jobs.claim(bus, queue, lease_ms=1)  # y: its lease ends at once
     faulty = FaultyTransport(bus.wire)
     down = faulty.fail(scripts("promote"), ConnectionLost("injected"), times=2)

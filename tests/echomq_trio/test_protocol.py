@@ -20,6 +20,7 @@ from echomq_trio.keys import QueueKeys, queue_keys
 from echomq_trio.protocol import Call
 from echomq_trio.results import (
     Acknowledged,
+    Admitted,
     AuditOutcome,
     AuditRecord,
     Counts,
@@ -31,7 +32,6 @@ from echomq_trio.results import (
     Reaped,
     Registered,
     Registration,
-    Scheduled,
 )
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "echomq_trio" / "scripts"
@@ -97,7 +97,10 @@ def test_enqueue_round_trip(k: QueueKeys, items: list[tuple[str, str | bytes]], 
         ]
     words = data.draw(st.lists(st.sampled_from(["enqueued", "duplicate"]), min_size=len(items),
                                max_size=len(items)))  # fmt: skip
-    assert protocol.admitted_reply([w.encode() for w in words]) == [Outcome(w) for w in words]
+    ids_ = [i for i, _ in items]
+    assert protocol.admitted_reply([w.encode() for w in words], ids_) == [
+        Admitted(i, Outcome(w)) for i, w in zip(ids_, words, strict=True)
+    ]
 
 
 def test_enqueue_goes_in_chunks() -> None:
@@ -145,10 +148,25 @@ def test_schedule_round_trip(
                                            st.tuples(st.just("duplicate"))),
                                  min_size=len(items), max_size=len(items)))  # fmt: skip
     raw = [[a[0].encode(), *a[1:]] for a in answers]
-    assert protocol.schedule_reply(raw) == [
-        Scheduled(Outcome.SCHEDULED, a[1]) if len(a) > 1 else Scheduled(Outcome.DUPLICATE, None)
-        for a in answers
+    assert protocol.schedule_reply(raw, [i for i, _, _ in items]) == [
+        Admitted(i, Outcome.SCHEDULED, a[1]) if len(a) > 1 else Admitted(i, Outcome.DUPLICATE)
+        for (i, _, _), a in zip(items, answers, strict=True)
     ]
+
+
+@given(st.lists(st.one_of(payloads, st.tuples(job_ids, payloads)), max_size=10))
+def test_with_ids_mints_an_id_for_each_bare_payload(items: list[Any]) -> None:
+    pairs = protocol.with_ids(items)
+    assert [p for _, p in pairs] == [i[1] if isinstance(i, tuple) else i for i in items]
+    for (job_id, _), item in zip(pairs, items, strict=True):
+        if isinstance(item, tuple):
+            assert job_id == item[0]
+        else:
+            assert ids.is_valid(job_id, "JOB")
+    minted = [j for (j, _), i in zip(pairs, items, strict=True) if not isinstance(i, tuple)]
+    assert len(set(minted)) == len(minted)
+    given_id = ids.generate("JOB")
+    assert protocol.with_ids(["x"], given_id) == [(given_id, "x")]
 
 
 def test_times_and_delays_are_checked_by_their_names() -> None:

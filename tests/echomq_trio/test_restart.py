@@ -22,7 +22,7 @@ async def test_jobs_survive_a_restart_and_a_running_consumer_drains_them(tmp_pat
             await jobs.enqueue_many(bus, queue, [(i, "p") for i in pending])
             now = await bus.wire.server_time_ms()
             for i in scheduled:
-                await jobs.enqueue_at(bus, queue, i, "s", now + 3_000)
+                await jobs.enqueue_at(bus, queue, "s", now + 3_000, job_id=i)
             await bus.wire.command("BGREWRITEAOF")  # or wait out appendfsync everysec
 
             async def rewritten() -> bool:
@@ -66,7 +66,7 @@ async def test_pause_until_survives_a_restart_and_resumes_on_time(tmp_path) -> N
     async with start_server(tmp_path) as server:
         port = server.port
         async with open_bus(server.url) as bus:
-            await lanes.enqueue(bus, queue, "chat", a, "x", limit=1)
+            await lanes.enqueue(bus, queue, "chat", "x", job_id=a, limit=1)
             until = await bus.wire.server_time_ms() + 2_500
             await lanes.pause_until(bus, queue, "chat", until)
     seen: dict[str, int] = {}

@@ -1,6 +1,7 @@
 """The embedded server: found in the documented order, started on loopback with a password and
 an append-only file, stopped on exit; clear errors when there is none."""
 
+import logging
 import os
 import stat
 import sys
@@ -76,19 +77,30 @@ async def test_open_bus_without_url_keeps_data_in_data_dir(tmp_path: Path) -> No
     a = ids.generate("JOB")
     async with open_bus(data_dir=tmp_path) as bus:
         assert bus.server is not None
-        await jobs.enqueue(bus, "keep", a, "x")
+        await jobs.enqueue(bus, "keep", "x", job_id=a)
     async with open_bus(data_dir=tmp_path) as bus:
         (job,) = await jobs.claim(bus, "keep")
         assert job.id == a
 
 
 @pytest.mark.server
-async def test_open_bus_without_url_is_ephemeral() -> None:
+async def test_open_bus_without_url_is_ephemeral_and_says_so_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="echomq_trio.bus")
     async with open_bus() as bus:
         assert bus.server is not None
         folder = bus.server.data_dir
         assert folder.exists()
     assert not folder.exists()
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "echomq_trio.bus"]
+    assert "started an embedded server" in line and str(folder) in line and "temporary" in line
+
+
+async def test_open_bus_with_an_empty_url_is_refused() -> None:
+    with pytest.raises(ValueError, match="empty URL"):
+        async with open_bus(""):
+            pass  # pragma: no cover
 
 
 @pytest.mark.server

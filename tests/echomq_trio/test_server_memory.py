@@ -68,7 +68,7 @@ async def test_the_embedded_server_keeps_job_rows_compact(tmp_path: Path) -> Non
         # A row with a 500-byte payload (a hash table at the servers' default of 64) is one
         # listpack ("ziplist" on Redis 6.2).
         job = ids.generate("JOB")
-        await jobs.enqueue(bus, "rows", job, b"x" * 500)
+        await jobs.enqueue(bus, "rows", b"x" * 500, job_id=job)
         encoding = await bus.wire.command("OBJECT", "ENCODING", bus.keys("rows").job(job))
         assert encoding in (b"listpack", b"ziplist")
 
@@ -91,7 +91,7 @@ async def test_writes_past_the_ceiling_are_refused_and_logged_and_nothing_is_evi
             # A script's write is refused too, whole: the job is not there.
             job = ids.generate("JOB")
             with pytest.raises(OutOfMemory):
-                await jobs.enqueue(bus, "full", job, "payload")
+                await jobs.enqueue(bus, "full", "payload", job_id=job)
         assert 1000 < written < 20_000
         # Nothing was evicted to make room: every key written before the refusal is there.
         present = await bus.wire.command("EXISTS", *[f"k:{n}" for n in range(written)])
@@ -106,7 +106,9 @@ async def test_writes_past_the_ceiling_are_refused_and_logged_and_nothing_is_evi
         # Freeing memory lets writes in again.
         for start in range(0, written, 1000):
             await bus.wire.command("DEL", *[f"k:{n}" for n in range(start, start + 1000)])
-        assert await jobs.enqueue(bus, "full", job, "payload") == jobs.Outcome.ENQUEUED
+        assert (
+            await jobs.enqueue(bus, "full", "payload", job_id=job)
+        ).outcome == jobs.Outcome.ENQUEUED
 
 
 @pytest.mark.cluster

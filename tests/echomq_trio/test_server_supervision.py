@@ -104,7 +104,7 @@ async def test_a_killed_server_is_restarted_with_its_data_on_the_same_port(
     async with open_bus(data_dir=tmp_path) as bus:
         server = bus.server
         assert server is not None
-        await jobs.enqueue(bus, "q", job, "kept")
+        await jobs.enqueue(bus, "q", "kept", job_id=job)
         first = server.pid
         server.kill()
         await wait_for(lambda: server.restarts == 1, timeout=30)

@@ -28,7 +28,7 @@ async def test_calls_go_through_and_are_recorded(bus: Bus, queue: str) -> None:
     faulty = FaultyTransport(bus.wire)
     via = Bus(faulty)
     a = ids.generate("JOB")
-    await jobs.enqueue(via, queue, a, "x")
+    await jobs.enqueue(via, queue, "x", job_id=a)
     assert await faulty.command("incr", counter(queue)) == 1
     assert abs(await faulty.server_time_ms() - await bus.wire.server_time_ms()) < 5_000
     assert faulty.spec == bus.wire.spec
@@ -70,7 +70,7 @@ async def test_a_failure_after_the_call_loses_the_answer_of_a_call_that_ran(
 
 async def test_a_lost_claim_answer_leaves_the_job_leased(bus: Bus, queue: str) -> None:
     a = ids.generate("JOB")
-    await jobs.enqueue(bus, queue, a, "x")
+    await jobs.enqueue(bus, queue, "x", job_id=a)
     faulty = FaultyTransport(bus.wire)
     faulty.fail(scripts("claim"), ConnectionLost("mid-reply"), after=True)
     with pytest.raises(ConnectionLost):

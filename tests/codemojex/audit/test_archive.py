@@ -194,7 +194,7 @@ async def _settle(bus: Bus, queue: str, n: int) -> list[str]:
     sent = [ids.generate("NOT") for _ in range(n)]
     for notice in sent:
         payload = json.dumps({"chat": 1, "text": "t", "opts": {}, "id": notice, "attempt": 1})
-        await jobs.enqueue(bus, queue, ids.generate("JOB"), payload)
+        await jobs.enqueue(bus, queue, payload)
     for job in await jobs.claim(bus, queue, n):
         await jobs.ack(bus, queue, job.id, job.token)
     return sent
@@ -294,7 +294,7 @@ async def test_a_taken_segment_number_fences_its_writer(
         await wait_for(lambda: archiver.statistics().replicator.replicating)
         replica.put_new(segment_name(1), b'{"segment": 1, "last_seq": 0}\n')  # another writer
         await jobs.enqueue(
-            bus, queue, "JOB0ST3A7fpq0Q", '{"chat": 1, "text": "t", "id": "NOT0ST3A7fpq0Q"}'
+            bus, queue, '{"chat": 1, "text": "t", "id": "NOT0ST3A7fpq0Q"}', job_id="JOB0ST3A7fpq0Q"
         )
         (job,) = await jobs.claim(bus, queue)
         await jobs.ack(bus, queue, job.id, job.token)

@@ -261,7 +261,7 @@ async def test_a_room_whose_digest_is_invalid_is_skipped_and_not_retried(
             raise ValueError("notice text is 5000 characters; Telegram allows 4096")
         return await notifier.notify(bus, chat, text, queue=notices, key=key)
 
-    await jobs.enqueue(bus, queue, ids.new(ids.JOB), "digest")
+    await jobs.enqueue(bus, queue, "digest")
     (job,) = await jobs.claim(bus, queue)
     with caplog.at_level(logging.WARNING, "codemojex.game"):
         assert await game.game_handler(bus, notify=picky)(job) is None  # acked, not retried

@@ -1,0 +1,129 @@
+"""Coalesced enqueues: single ``jobs.enqueue`` calls made by many tasks at once go to the server
+as one ``enqueue`` script call per scheduler tick.
+
+Theory of operation:
+
+* Each caller checks its own job (id, payload) before anything else, in its own task: a bad
+  payload raises in that caller only and never joins a batch.
+* With no enqueue of the queue in flight, a caller sends its job alone at once: a sequential
+  caller pays nothing for coalescing. While one is in flight, callers gather: the first becomes
+  the batch's leader, yields twice to the scheduler (``cancel_shielded_checkpoint``: every task
+  already runnable gets to join, and one that joined and was cancelled at once can leave),
+  takes the batch and sends it as one script call (one per
+  ``ENQUEUE_CHUNK`` jobs), then hands each caller its own answer, or its own copy of the error.
+  Jobs of one batch are admitted in arrival order, and a caller waits for its answer before it
+  can enqueue again, so each caller's enqueues keep their order.
+* Cancellation. A caller cancelled before its batch is taken leaves the batch: nothing is sent
+  for it, and it raises ``Cancelled``. Once its batch has been taken, its job goes to the server
+  with the others: the caller then waits for the answer (shielded, for at most the request
+  timeout plus a second) and returns it (the cancellation is delivered at its next checkpoint).
+  A job sent alone is an ordinary call, cancelled like any other: it may or may not have been
+  admitted.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Awaitable, Callable, Sequence
+
+import attrs
+import trio
+
+from echomq_trio.errors import RequestTimedOut
+from echomq_trio.results import Admitted
+
+__all__ = ["Gatherer"]
+
+GATHER_TICKS = 2  # scheduler ticks a leader waits for others to join its batch
+Send = Callable[[Sequence[tuple[str, bytes]]], Awaitable[list[Admitted]]]
+
+
+@attrs.define(eq=False)
+class _Waiter:
+    item: tuple[str, bytes]
+    done: trio.Event = attrs.Factory(trio.Event)
+    taken: bool = False
+    answer: Admitted | None = None
+    error: BaseException | None = None
+
+
+@attrs.define(eq=False)
+class Gatherer:
+    """Gathers the single enqueues of one queue of one bus. ``timeout_s`` bounds a shielded wait
+    for a batch already sent."""
+
+    timeout_s: float
+    in_flight: int = 0
+    _batch: list[_Waiter] | None = None  # the batch being gathered (its leader is waiting)
+
+    @property
+    def idle(self) -> bool:
+        return self.in_flight == 0 and self._batch is None
+
+    async def enqueue(self, item: tuple[str, bytes], send: Send) -> Admitted:
+        """Admit ``item`` (a checked ``(job id, payload)``) through ``send``, alone or with the
+        items of other callers."""
+        if self.idle:  # an ordinary call: cancellable, like every other call of the bus
+            self.in_flight += 1
+            try:
+                (answer,) = await send([item])
+            finally:
+                self.in_flight -= 1
+            return answer
+        me = _Waiter(item)
+        if self._batch is not None:
+            self._batch.append(me)
+            return await self._follow(me)
+        self._batch = batch = [me]
+        self.in_flight += 1  # counted from now, so later callers gather behind this batch
+        try:
+            # Let the runnable tasks join; the second tick lets a caller that joined with the
+            # leader and is cancelled at once leave before the batch is taken.
+            for _ in range(GATHER_TICKS):
+                await trio.lowlevel.cancel_shielded_checkpoint()
+            self._batch = None
+            for w in batch:
+                w.taken = True
+        finally:
+            self.in_flight -= 1
+        await self._send(batch, send)
+        return self._result(me)
+
+    async def _send(self, batch: list[_Waiter], send: Send) -> None:
+        self.in_flight += 1
+        try:
+            with trio.CancelScope(shield=True, deadline=trio.current_time() + self.timeout_s):
+                answers = await send([w.item for w in batch])
+                for w, a in zip(batch, answers, strict=True):
+                    w.answer = a
+            if any(w.answer is None for w in batch):
+                raise RequestTimedOut("an enqueue batch passed its deadline")
+        except BaseException as exc:
+            for w in batch:
+                w.error = exc
+            raise
+        finally:
+            self.in_flight -= 1
+            for w in batch:
+                w.done.set()
+
+    async def _follow(self, me: _Waiter) -> Admitted:
+        try:
+            await me.done.wait()
+        except trio.Cancelled:
+            if not me.taken:
+                assert self._batch is not None
+                self._batch.remove(me)
+                raise
+            with trio.CancelScope(shield=True, deadline=trio.current_time() + self.timeout_s):
+                await me.done.wait()
+        return self._result(me)
+
+    @staticmethod
+    def _result(me: _Waiter) -> Admitted:
+        if me.answer is not None:
+            return me.answer
+        if me.error is None:
+            raise RequestTimedOut("the answer of an enqueue batch never came")
+        error = copy.copy(me.error)  # each caller raises its own exception object
+        raise error from me.error
