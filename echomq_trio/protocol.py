@@ -82,6 +82,7 @@ __all__ = [
     "counts_reply",
     "create_group_command",
     "defer_call",
+    "discard_call",
     "enqueue_calls",
     "extend_call",
     "extend_reply",
@@ -423,6 +424,10 @@ def release_reply(raw: Any) -> int:
 
 def replay_call(k: QueueKeys, job_id: str) -> Call:
     return _call("replay", k.dead, [k.prefix, check_job_id(job_id)])
+
+
+def discard_call(k: QueueKeys, job_id: str) -> Call:
+    return _call("discard", k.dead, [k.prefix, check_job_id(job_id)])
 
 
 def audit_enable_call(k: QueueKeys, on: bool) -> Call:
