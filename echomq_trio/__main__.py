@@ -6,6 +6,8 @@
     echomq replay QUEUE JOB_ID
     echomq cancel-repeat QUEUE NAME
     echomq tail QUEUE
+    echomq queues
+    echomq dashboard [--host 127.0.0.1] [--port 8090]
 
 The server is ``--url``, else ``ECHOMQ_URL``, else ``redis://127.0.0.1:6379``. Errors are one
 line on stderr and exit status 1 (2 for bad usage). A reader that stops early
@@ -27,9 +29,10 @@ from typing import Any
 import attrs
 import trio
 
-from echomq_trio import events, jobs, lanes, repeat
+from echomq_trio import events, jobs, lanes, queues, repeat
 from echomq_trio.bus import Bus, open_bus
 from echomq_trio.cli import CliError, Stopped, cancel_on_signal, silence_stdout
+from echomq_trio.dashboard import Dashboard, new_token
 from echomq_trio.errors import BusError
 
 DEFAULT_URL = "redis://127.0.0.1:6379"
@@ -161,6 +164,29 @@ async def _tail(bus: Bus, args: argparse.Namespace) -> Any:
     return None
 
 
+async def _queues(bus: Bus, args: argparse.Namespace) -> Any:
+    names = await queues.queue_names(bus)
+    counted = [(name, await jobs.counts(bus, name)) for name in names]
+    if args.json:
+        return [{"queue": name} | _jsonable(c) for name, c in counted]
+    if not counted:
+        return f"no queues on {bus.url}"
+    return _table(
+        ["queue", "pending", "scheduled", "active", "dead", "lanes", "repeats", "completed"],
+        [(name, c.pending, c.scheduled, c.active, c.dead, c.lanes, c.repeats, c.completed_total)
+         for name, c in counted],
+    )  # fmt: skip
+
+
+async def _dashboard(bus: Bus, args: argparse.Namespace) -> Any:
+    token = os.environ.get("ECHOMQ_DASHBOARD_TOKEN") or new_token()
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(Dashboard(bus, token).serve, args.host, args.port)
+        print(f"echomq dashboard for {bus.url}: {url}/#token={token}", flush=True)
+        print("  (the token lets the page replay or delete dead jobs; Ctrl-C stops)", flush=True)
+    return None
+
+
 COMMANDS = {
     "stats": _stats,
     "ls": _ls,
@@ -168,6 +194,8 @@ COMMANDS = {
     "replay": _replay,
     "cancel-repeat": _cancel_repeat,
     "tail": _tail,
+    "queues": _queues,
+    "dashboard": _dashboard,
 }
 
 
@@ -194,6 +222,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("name")
     s = sub.add_parser("tail", help="follow the queue's events (Ctrl-C to stop)")
     s.add_argument("queue")
+    sub.add_parser("queues", help="every queue on the server, with its counts")
+    s = sub.add_parser("dashboard", help="serve the bus dashboard (a web page; Ctrl-C to stop)")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (%(default)s)")
+    s.add_argument("--port", type=int, default=8090, help="port (%(default)s; 0: any free one)")
     return p
 
 

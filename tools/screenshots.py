@@ -1,0 +1,140 @@
+"""Regenerate the screenshots in docs/: the bus dashboard and the leaderboard page, each a real
+capture of headless Chromium (Debian's ``chromium``) driven over the DevTools protocol (the same
+helper as the page tests, ``tests/codemojex/game/browser.py``).
+
+    python3 -m tools.screenshots [--out docs]
+
+It starts an embedded server in a temporary directory, fills a few queues (jobs that run, fail
+and are retried, lanes, a paused lane, scheduled and recurring jobs, dead jobs) and a game room
+with a round in play, serves the dashboard and the leaderboard page on loopback, and captures
+each at a desktop width (``docs/dashboard.png``, ``docs/leaderboard.png``) and the leaderboard at
+a phone's (``docs/leaderboard-phone.png``). Run it from the repository root (``-m``: it
+imports the browser helper from ``tests``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import random
+from pathlib import Path
+
+import trio
+
+from codemojex import game
+from codemojex.game import Feed, PageServer, board
+from echomq_trio import Bus, Consumer, Job, Metronome, RetryIn, ids, jobs, lanes, open_bus, repeat
+from echomq_trio.dashboard import Dashboard, new_token
+from tests.codemojex.game.browser import Page, open_page
+from tests.conftest import wait_for
+
+DAY_MS = 86_400_000
+
+
+async def capture(page: Page, path: Path, width: int, height: int, mobile: bool = False) -> None:
+    await page.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
+                    deviceScaleFactor=1, mobile=mobile)  # fmt: skip
+    shot = await page.call("Page.captureScreenshot", format="png")
+    data = base64.b64decode(shot["data"])
+    await trio.Path(path).write_bytes(data)
+    print(f"wrote {path} ({len(data) // 1024} KiB)")
+
+
+async def fill_bus(bus: Bus, nursery: trio.Nursery) -> None:
+    """Queues with something in every list, and a consumer that keeps jobs moving."""
+    rng = random.Random(7)
+    await jobs.enqueue_many(bus, "mail", [(ids.generate("JOB"), f"mail {i}") for i in range(40)])
+    for chat in ("-1001", "-1002", "-1003", "-1004"):
+        notices = [(ids.generate("JOB"), f"notice to {chat}") for _ in range(5)]
+        await lanes.enqueue_many(bus, "cm.notify", chat, notices)
+    await lanes.pause(bus, "cm.notify", "-1003")
+    await lanes.pause_until(bus, "cm.notify", "-1004", await bus.wire.server_time_ms() + 90_000)
+    for i, minutes in enumerate((3, 45, 180)):
+        await jobs.enqueue_in(bus, "mail", ids.generate("JOB"), f"reminder {i}", minutes * 60_000)
+    await repeat.register(bus, "cm.game", "daily-digest", DAY_MS, b'{"kind":"digest"}',
+                          first_in_ms=5 * 3_600_000)  # fmt: skip
+    await repeat.register(bus, "cm.game", "round-tick", 30_000, b'{"kind":"tick"}')
+    await jobs.enqueue(bus, "cm.game", ids.generate("JOB"), "start round")
+    for reason in ("Forbidden: bot was blocked by the user", "Bad Request: chat not found"):
+        job_id = ids.generate("JOB")
+        await jobs.enqueue(bus, "broken", job_id, '{"chat": -1009, "text": "hi"}')
+        (job,) = await jobs.claim(bus, "broken")
+        await jobs.retry(bus, "broken", job.id, job.token, 0, 1, reason, buried=True)
+
+    async def slow(job: Job) -> RetryIn | None:
+        await trio.sleep(rng.uniform(0.05, 0.3))
+        return RetryIn(200, "flaky") if rng.random() < 0.2 and job.attempts < 2 else None
+
+    for queue in ("mail", "cm.notify"):
+        await nursery.start(Consumer(bus, queue, slow, concurrency=2).run)
+        await nursery.start(Metronome(bus, queue, beat_ms=200).run)
+
+
+async def shoot_dashboard(bus: Bus, out: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        dashboard = Dashboard(bus, new_token(), sample_s=0.5, names_every_s=1)
+        url = await nursery.start(dashboard.serve, "127.0.0.1", 0)
+        await fill_bus(bus, nursery)
+        async with open_page() as page:
+            await page.call("Emulation.setDeviceMetricsOverride", width=1280, height=1000,
+                            deviceScaleFactor=1, mobile=False)  # fmt: skip
+            await page.goto(f"{url}/?#token=x")
+            await trio.sleep(8)  # let the charts fill: the point is to show them
+            await page.evaluate("[...document.querySelectorAll('#queues a')]"
+                                ".find((a) => a.textContent === 'cm.notify').click()")  # fmt: skip
+            await wait_for(lambda: _shows(page, "#lanes", "paused"), timeout=30, step=0.1)
+            await capture(page, out / "dashboard.png", 1280, 1000)
+            await page.evaluate("[...document.querySelectorAll('#queues a')]"
+                                ".find((a) => a.textContent === 'broken').click()")  # fmt: skip
+            await wait_for(lambda: _shows(page, "#dead", "blocked"), timeout=30, step=0.1)
+            await capture(page, out / "dashboard-dead.png", 1280, 1000)
+        nursery.cancel_scope.cancel()
+
+
+async def fill_game(bus: Bus) -> str:
+    rooms = [await game.create_room(bus, -501 - i, t) for i, t in
+             enumerate(["Emoji Masters", "Friday Crew", "Night Owls"])]  # fmt: skip
+    room = rooms[0]
+    rnd = await game.start_round(bus, room.id, starts_in_ms=0)
+    names = ["Dana", "Ezra", "Kim 🦊", "Lou", "Mia", "Noor"]
+    players = [await game.create_player(bus, n, 100 + i) for i, n in enumerate(names)]
+    for p, pct in zip(players, [83, 67, 67, 50, 33, 17], strict=True):
+        await board.record(bus, room.id, rnd.id, p.id, pct)
+    return room.id
+
+
+async def shoot_leaderboard(bus: Bus, out: Path) -> None:
+    room = await fill_game(bus)
+    async with trio.open_nursery() as nursery:
+        feed_port = await nursery.start(Feed(bus).serve, "127.0.0.1", 0)
+        url = await nursery.start(PageServer(bus, feed_port).serve, "127.0.0.1", 0)
+        async with open_page() as page:
+            await page.call("Emulation.setDeviceMetricsOverride", width=1100, height=760,
+                            deviceScaleFactor=1, mobile=False)  # fmt: skip
+            await page.goto(f"{url}/?room={room}")
+            await wait_for(lambda: _shows(page, "#board", "Dana"), timeout=30, step=0.1)
+            await trio.sleep(1.5)  # the bars' animation settles
+            await capture(page, out / "leaderboard.png", 1100, 760)
+            await page.call("Emulation.setDeviceMetricsOverride", width=390, height=800,
+                            deviceScaleFactor=1, mobile=True)  # fmt: skip
+            await trio.sleep(1)
+            await capture(page, out / "leaderboard-phone.png", 390, 800, mobile=True)
+        nursery.cancel_scope.cancel()
+
+
+async def _shows(page: Page, selector: str, text: str) -> bool:
+    found = await page.evaluate(f"(document.querySelector('{selector}') || {{}}).innerText || ''")
+    return text in str(found)
+
+
+async def main(out: Path) -> None:
+    await trio.Path(out).mkdir(parents=True, exist_ok=True)
+    async with open_bus() as bus:
+        await shoot_dashboard(bus, out)
+        await shoot_leaderboard(bus, out)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("docs"))
+    trio.run(main, parser.parse_args().out)
