@@ -33,7 +33,7 @@ from urllib.parse import parse_qsl
 
 import trio
 
-from echomq_trio import jobs, lanes, queues, repeat, times
+from echomq_trio import humane, jobs, lanes, queues, repeat
 from echomq_trio.asgi import Response, answer, serve_app
 from echomq_trio.bus import Bus
 from echomq_trio.checks import check_job_id, check_queue
@@ -125,7 +125,7 @@ class Dashboard:
         names, next_names = view.name_page(self._names, query.queues_after, query.count)
         shown = query.queue or (names[0] if names else "")
         return {
-            "now": times.iso(now),
+            "now": humane.iso(now),
             "queues": [view.queue_row(n, self.history, self.sample_s) for n in names],
             "queues_next": next_names,
             "queue": await self._detail(shown, query, now) if shown else None,

@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl
 
 import attrs
 
-from echomq_trio import times
+from echomq_trio import humane
 from echomq_trio.checks import check_group, check_queue
 from echomq_trio.results import Counts, JobInfo, LaneStatus, Registration
 
@@ -122,14 +122,9 @@ def queue_row(name: str, history: History, sample_s: float) -> dict[str, Any]:
         "retries_per_min": round(sum(retried) / minutes, 1) if minutes else 0,
         "done_chart": sparkline(done),
         "retries_chart": sparkline(retried),
-        "window": times.span(history.span_ms(name)) if minutes else "",
+        "window": humane.span(history.span_ms(name)) if minutes else "",
         "sample_s": sample_s,
     }
-
-
-def _text(data: bytes | str) -> str:
-    text = data.decode(errors="replace") if isinstance(data, bytes) else data
-    return text if len(text) <= _TEXT_SHOWN else text[: _TEXT_SHOWN - 1] + "…"
 
 
 def job_row(info: JobInfo, now_ms: int) -> dict[str, Any]:
@@ -139,21 +134,21 @@ def job_row(info: JobInfo, now_ms: int) -> dict[str, Any]:
         "attempts": info.attempts,
         "group": info.group,
         "error": info.last_error or "",
-        "when": times.iso(info.score_ms),
-        "relative": times.relative(info.score_ms, now_ms),
-        "payload": _text(info.payload),
+        "when": humane.iso(info.score_ms),
+        "relative": humane.relative(info.score_ms, now_ms),
+        "payload": humane.payload_text(info.payload, _TEXT_SHOWN),
     }
 
 
 def repeat_row(reg: Registration, now_ms: int) -> dict[str, Any]:
     return {
         "name": reg.name,
-        "every": times.span(reg.every_ms),
-        "next": times.iso(reg.next_run_ms),
-        "next_relative": times.relative(reg.next_run_ms, now_ms),
-        "last_fired": times.relative(reg.last_fired_ms, now_ms),
+        "every": humane.span(reg.every_ms),
+        "next": humane.iso(reg.next_run_ms),
+        "next_relative": humane.relative(reg.next_run_ms, now_ms),
+        "last_fired": humane.relative(reg.last_fired_ms, now_ms),
         "group": reg.group,
-        "template": _text(reg.template),
+        "template": humane.payload_text(reg.template, _TEXT_SHOWN),
     }
 
 
@@ -163,8 +158,8 @@ def lane_row(lane: LaneStatus, now_ms: int) -> dict[str, Any]:
     if lane.paused:
         state = "paused"
     elif lane.wait_until_ms is not None and lane.wait_until_ms > now_ms:
-        state = f"waiting until {times.iso(lane.wait_until_ms)} "
-        state += f"({times.relative(lane.wait_until_ms, now_ms)})"
+        state = f"waiting until {humane.iso(lane.wait_until_ms)} "
+        state += f"({humane.relative(lane.wait_until_ms, now_ms)})"
     elif lane.limit and lane.in_flight >= lane.limit:
         state = "at its limit"
     elif lane.on_ring:

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -53,10 +54,13 @@ async def test_stats_ls_show_replay_cancel(standalone_url: str, queue: str) -> N
         out = await echomq("--json", "ls", queue, "pending", url=standalone_url)
         assert [r["id"] for r in json.loads(out.stdout)] == [pend]
         out = await echomq("ls", queue, "repeat", url=standalone_url)
-        assert "nightly" in out.stdout.decode() and "86400000" in out.stdout.decode()
+        listed = out.stdout.decode()
+        assert "nightly" in listed and "1 d" in listed  # every 86400000 ms
+        assert re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \((now|in .+|.+ ago)\)", listed)
 
         out = await echomq("show", queue, dead, url=standalone_url)
         assert "dead" in out.stdout.decode() and "doomed" in out.stdout.decode()
+        assert re.search(r"Z \((now|.+ ago)\)", out.stdout.decode())  # the time of death
         out = await echomq("--json", "show", queue, pend, url=standalone_url)
         assert json.loads(out.stdout)["state"] == "pending"
 
@@ -99,6 +103,21 @@ async def test_tail_follows_events_until_ctrl_c(standalone_url: str, queue: str)
         finally:
             proc.kill()
             await proc.wait()
+
+
+async def test_show_prints_emoji_as_text(standalone_url: str, queue: str) -> None:
+    job_id = ids.generate("JOB")
+    async with open_bus(standalone_url) as bus:
+        payload = json.dumps({"text": "🏆 Dana wins 🎉"})  # as stored: "\\ud83c\\udfc6 ..."
+        assert "\\ud83c" in payload
+        await jobs.enqueue(bus, queue, job_id, payload)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONIOENCODING="utf-8")
+    out = await trio.run_process(
+        [sys.executable, "-m", "echomq_trio", "--url", standalone_url, "show", queue, job_id],
+        capture_stdout=True, capture_stderr=True, check=False, env=env, cwd=ROOT,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert '{"text": "🏆 Dana wins 🎉"}' in out.stdout.decode()
 
 
 async def test_queues_lists_every_queue_with_its_counts(standalone_url: str, queue: str) -> None:

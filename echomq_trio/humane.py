@@ -1,12 +1,14 @@
-"""Times for people (pure): a server time in Unix ms as ISO 8601 in UTC, a span as "3 h 5 min",
-and a time relative to now as "in 3 h" or "5 min ago". What the CLI, the dashboard and the
-service's summary print instead of raw milliseconds."""
+"""What a person reads (pure): a server time in Unix ms as ISO 8601 in UTC, a span as
+"3 h 5 min", a time relative to now as "in 3 h" or "5 min ago", and a payload as text with its
+emoji as emoji (JSON's ``\ud83c\udfc6`` escapes undone). What the CLI, the dashboard and the
+service's summary print instead of raw milliseconds and bytes."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
-__all__ = ["at", "iso", "relative", "span"]
+__all__ = ["at", "iso", "payload_text", "relative", "span"]
 
 _UNITS = (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000))
 
@@ -51,3 +53,20 @@ def at(ms: int | None, now_ms: int) -> str:
     if ms is None:
         return "-"
     return f"{iso(ms)} ({relative(ms, now_ms)})"
+
+
+def payload_text(data: bytes | str, width: int | None = None) -> str:
+    """A payload as a person reads it: JSON re-written without ``\\uXXXX`` escapes (so
+    ``"\\ud83c\\udfc6"`` reads 🏆), other text as it is (bytes that are not UTF-8 as U+FFFD),
+    newlines as ``\\n``, cut to ``width`` characters with an ellipsis."""
+    text = data.decode(errors="replace") if isinstance(data, bytes) else data
+    try:
+        readable = json.dumps(json.loads(text), ensure_ascii=False)
+        readable.encode()  # a lone surrogate escape stays escaped
+        text = readable
+    except ValueError:  # not JSON (UnicodeEncodeError is one too)
+        pass
+    text = text.replace("\n", "\\n")
+    if width is not None and len(text) > width:
+        text = text[: width - 1] + "…"
+    return text
