@@ -40,7 +40,7 @@ from echomq_trio import (
     jobs,
     memory,
     open_bus,
-    times,
+    humane,
 )
 from echomq_trio.cli import cancel_on_signal, first_error
 from echomq_trio.dashboard import Dashboard, new_token
@@ -95,7 +95,7 @@ async def summary_line(
         audit = f" | archived {archiver.folder.archived}, segments {r.segments}"
         audit += f" (FENCED: {r.fenced})" if r.fenced else ""
         if r.replica_down_since is not None:
-            since = time.strftime("%H:%M:%S", time.localtime(r.replica_down_since))
+            since = humane.at(round(r.replica_down_since * 1000), round(time.time() * 1000))
             audit += f" (replica down since {since}: {r.replica_error})"
     return (
         f"notices sent {worker.delivered}, deferred {worker.deferred}, retried {worker.retried}, "
@@ -233,7 +233,7 @@ async def run(
             say(f"  server: {bus.url}" + ("" if url else f" (data in {settings.data_dir})"))
             say(f"  telegram: {telegram_endpoint(api_url, local=stand_in is not None)}")
             now = await bus.wire.server_time_ms()
-            say(f"  daily digest: {answer.value}, next run {times.at(next_run, now)}")
+            say(f"  daily digest: {answer.value}, next run {humane.at(next_run, now)}")
             if moved:
                 say(f"  rooms: moved {moved} room(s) of the old set cm:rooms into the index")
             if settings.demo:
