@@ -37,10 +37,10 @@ from echomq_trio import (
     Consumer,
     Metronome,
     StopConsumer,
+    humane,
     jobs,
     memory,
     open_bus,
-    humane,
 )
 from echomq_trio.cli import cancel_on_signal, first_error
 from echomq_trio.dashboard import Dashboard, new_token

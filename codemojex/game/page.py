@@ -1,5 +1,6 @@
 """The page server: the live leaderboard page (one static file in the package), plus the two
-small JSON documents it reads (``config.json``: where the feed is; ``rooms.json``). A tiny ASGI
+small JSON documents it reads (``config.json``: where the feed is, and the server's clock, so
+the page counts a round's time down on it; ``rooms.json``). A tiny ASGI
 app on hypercorn, on trio. Given a bus dashboard (``echomq_trio.dashboard.Dashboard``), it
 serves it under ``/bus/`` (``/bus`` redirects there).
 
@@ -98,7 +99,12 @@ class PageServer:
         if path in ("/", "/index.html"):
             return _fresh(200, b"text/html; charset=utf-8", PAGE)
         if path == "/config.json":
-            return _fresh(200, _JSON, json.dumps({"ws_port": self.feed_port}).encode())
+            try:
+                now = await self.bus.wire.server_time_ms()
+            except BusError:
+                now = None  # the page falls back to its own clock
+            config = {"ws_port": self.feed_port, "server_now_ms": now}
+            return _fresh(200, _JSON, json.dumps(config).encode())
         if path == "/rooms.json":
             return await self._rooms(scope["query_string"])
         if path == "/metrics" and self.metrics is not None:
