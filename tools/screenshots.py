@@ -95,7 +95,7 @@ async def fill_game(bus: Bus) -> str:
     rooms = [await game.create_room(bus, -501 - i, t) for i, t in
              enumerate(["Emoji Masters", "Friday Crew", "Night Owls"])]  # fmt: skip
     room = rooms[0]
-    rnd = await game.start_round(bus, room.id, starts_in_ms=0)
+    rnd = await game.start_round(bus, room.id, starts_in_ms=0, lasts_ms=95_000)
     names = ["Dana", "Ezra", "Kim 🦊", "Lou", "Mia", "Noor"]
     players = [await game.create_player(bus, n, 100 + i) for i, n in enumerate(names)]
     for p, pct in zip(players, [83, 67, 67, 50, 33, 17], strict=True):

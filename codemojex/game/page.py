@@ -34,6 +34,9 @@ __all__ = ["DASHBOARD_PATH", "PageServer", "page_parameters"]
 
 DASHBOARD_PATH = "/bus"  # where the bus dashboard is mounted
 PAGE = (resources.files("codemojex.game") / "web" / "index.html").read_bytes()
+# The game's emoji for browsers without an emoji font (a Noto Color Emoji subset, OFL 1.1:
+# web/OFL.txt; tools/emoji_font.py makes it).
+EMOJI_FONT = (resources.files("codemojex.game") / "web" / "emoji.ttf").read_bytes()
 
 
 _JSON = b"application/json"
@@ -98,6 +101,9 @@ class PageServer:
         path = scope["path"]
         if path in ("/", "/index.html"):
             return _fresh(200, b"text/html; charset=utf-8", PAGE)
+        if path == "/emoji.ttf":
+            cache = [(b"cache-control", b"public, max-age=86400")]
+            return Response(200, b"font/ttf", EMOJI_FONT, cache)
         if path == "/config.json":
             try:
                 now = await self.bus.wire.server_time_ms()
