@@ -25,7 +25,7 @@ import trio
 from codemojex import game
 from codemojex.audit import Archiver, ArchiverStats, open_replica
 from codemojex.game import Feed, PageServer, board, demo
-from codemojex.game.page import DASHBOARD_PATH
+from codemojex.game.page import DASHBOARD_PATH, EMOJI_FONT
 from codemojex.metrics import ServiceMetrics
 from codemojex.notify import NOTIFY_QUEUE, NotificationWorker, RateLimiter, WorkerStats, open_bot
 from codemojex.notify.telegram import DEFAULT_API_URL
@@ -222,7 +222,7 @@ async def run(
             feed = Feed(bus)
             feed_port = await nursery.start(feed.serve, settings.host, settings.feed_port)
             token = os.environ.get("ECHOMQ_DASHBOARD_TOKEN") or new_token()
-            dashboard = Dashboard(bus, token)
+            dashboard = Dashboard(bus, token, emoji_font=EMOJI_FONT)
             await nursery.start(dashboard.run)
             pages = PageServer(bus, feed_port, metrics, dashboard)
             page_url = await nursery.start(pages.serve, settings.host, settings.page_port)

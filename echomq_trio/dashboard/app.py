@@ -5,7 +5,8 @@ The sampler lists the server's queues (``queues.queue_names``, a SCAN, every ``n
 and reads each one's counts every ``sample_s`` into a ``view.History``; every sample wakes the
 viewers. The app answers:
 
-* ``GET /``: the page (one static file in the package);
+* ``GET /``: the page (one static file in the package); ``GET /emoji.ttf``: the emoji font the
+  embedding service gave (``emoji_font``: codemojex gives the game's), else 404;
 * ``GET /state.json?<query>``: the view (``view.Query``: the queue to detail and the page of each
   list) as JSON; 400 with ``{"error"}`` for a bad query, 503 while the server is unreachable;
 * ``GET /events?<query>``: the same view as server-sent events, one after every sample;
@@ -78,6 +79,7 @@ class Dashboard:
         sample_s: float = 5.0,
         keep: int = 60,
         names_every_s: float = 30.0,
+        emoji_font: bytes | None = None,
     ) -> None:
         if not token:
             raise ValueError("the dashboard needs a token for its state-changing requests")
@@ -85,6 +87,7 @@ class Dashboard:
         self._token = token.encode()
         self.sample_s = sample_s
         self.names_every_s = names_every_s
+        self.emoji_font = emoji_font  # served as emoji.ttf, for payloads' emoji
         self.history = view.History(keep=keep)
         self._names: list[str] = []
         self._sampled = trio.Event()  # set after each sample, then replaced
@@ -163,6 +166,9 @@ class Dashboard:
             return Response(308, b"text/plain", b"", [(b"location", where)])
         if path in ("/", "/index.html") and method == "GET":
             return _fresh(200, b"text/html; charset=utf-8", PAGE)
+        if path == "/emoji.ttf" and self.emoji_font is not None:
+            cache = [(b"cache-control", b"public, max-age=86400")]
+            return Response(200, b"font/ttf", self.emoji_font, cache)
         if path == "/state.json" and method == "GET":
             try:
                 return _json(200, await self.state(view.parse_query(scope["query_string"])))

@@ -13,8 +13,8 @@ import trio
 
 from echomq_trio import Bus, Consumer, Job, ids, jobs, lanes, repeat
 from echomq_trio.dashboard import TOKEN_HEADER, Dashboard
-from tests.codemojex.game.browser import open_page
 from tests.conftest import wait_for
+from tools.browser import open_page
 
 TOKEN = "dashboard-test-token"
 

@@ -17,8 +17,8 @@ from codemojex.game.feed import Feed
 from codemojex.game.page import PageServer, page_parameters
 from codemojex.game.rooms import DEFAULT_ROOM_PAGE, MAX_ROOM_PAGE
 from echomq_trio import Bus
-from tests.codemojex.game.browser import open_page
 from tests.conftest import wait_for
+from tools.browser import open_page
 
 
 @pytest.mark.slow
