@@ -4,6 +4,7 @@ primary), and nothing that only looks like one."""
 import pytest
 
 from echomq_trio import Bus, ids, jobs, lanes, queues
+from echomq_trio.keys import META_GLOB, queue_of_meta
 from echomq_trio.testing import FaultyTransport
 
 pytestmark = pytest.mark.cluster
@@ -14,20 +15,20 @@ async def test_queue_names_lists_every_used_queue_and_nothing_else(bus: Bus, que
     for name in names:
         await jobs.enqueue(bus, name, ids.generate("JOB"), "x")
     await lanes.enqueue(bus, f"{queue}-lane", "g1", ids.generate("JOB"), "y")
-    await bus.wire.command("SET", f"emq:{{{queue}-fake}}:metaX", "1")  # not a meta key
+    await bus.wire.command("SET", bus.keys(f"{queue}-fake").meta + "X", "1")  # not a meta key
     found = [n for n in await queues.queue_names(bus, count=10) if n.startswith(queue)]
     assert found == sorted([*names, f"{queue}-lane"])
 
 
 def test_queue_name_reads_only_meta_keys() -> None:
-    assert queues.queue_name("emq:{mail}:meta") == "mail"
+    assert queue_of_meta("emq:{mail}:meta") == "mail"
     for key in ("emq:{mail}:pending", "emq:{}:meta", "emq:{a b}:meta", "x:{mail}:meta",
                 "emq:{mail}:app:meta", "emq:{a}b}:meta"):  # fmt: skip
-        assert queues.queue_name(key) is None, key
+        assert queue_of_meta(key) is None, key
 
 
 async def test_scan_is_one_transport_call_the_fault_wrapper_sees(bus: Bus, queue: str) -> None:
     await jobs.enqueue(bus, queue, ids.generate("JOB"), "x")
     faulty = FaultyTransport(bus.wire)
-    assert f"emq:{{{queue}}}:meta" in await faulty.scan(queues.META_PATTERN, count=50)
+    assert bus.keys(queue).meta in await faulty.scan(META_GLOB, count=50)
     assert [(c.op, c.name) for c in faulty.calls] == [("scan", "SCAN")]
