@@ -4,6 +4,8 @@ loads a page at a time. ``rooms.json`` over real HTTP: pages that follow ``next`
 one-line JSON error for a bad query."""
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 
@@ -18,7 +20,7 @@ from codemojex.game.page import PageServer, page_parameters
 from codemojex.game.rooms import DEFAULT_ROOM_PAGE, MAX_ROOM_PAGE
 from echomq_trio import Bus
 from tests.conftest import wait_for
-from tools.browser import open_page
+from tools.browser import Page, open_page
 
 
 @pytest.mark.slow
@@ -191,31 +193,20 @@ async def test_page_recovers_from_a_feed_restart_and_says_it_is_down(bus: Bus) -
 @pytest.mark.timeout_s(120)
 async def test_page_opened_before_any_room_shows_rooms_as_they_come(bus: Bus) -> None:
     await bus.wire.command("DEL", "cm:room-index")
-    async with trio.open_nursery() as nursery:
-        feed_port = await nursery.start(Feed(bus).serve, "127.0.0.1", 0)
-        page_url = await nursery.start(PageServer(bus, feed_port).serve, "127.0.0.1", 0)
-        async with open_page() as page:
-            await page.goto(f"{page_url}/")
-            await wait_for(partial(_has, page, "#status", "no rooms yet"), timeout=30, step=0.1)
-            room = await game.create_room(bus, -779, "Late Room")
-            rnd = await game.start_round(bus, room.id, starts_in_ms=0)
-            dana = await game.create_player(bus, "Dana", 13)
-            await board.record(bus, room.id, rnd.id, dana.id, 55)
-            await wait_for(partial(_has, page, "#board", "Dana"), timeout=30, step=0.1)
-            assert await page.evaluate("document.querySelector('#title').textContent") == (
-                "Late Room"
-            )
-            current = "document.querySelector('#rooms a.current').textContent"
-            assert await page.evaluate(current) == "Late Room"
-            later = await game.create_room(bus, -780, "Later Room")
-            links = "[...document.querySelectorAll('#rooms a')].map((a) => a.textContent)"
-
-            async def lists_later() -> bool:
-                return await page.evaluate(links) == ["Late Room", "Later Room"]
-
-            await wait_for(lists_later, timeout=30, step=0.2)
-            assert later.title == "Later Room"
-        nursery.cancel_scope.cancel()
+    async with _served_page(bus, "/") as page:
+        await wait_for(partial(_has, page, "#status", "no rooms yet"), timeout=30, step=0.1)
+        room = await game.create_room(bus, -779, "Late Room")
+        rnd = await game.start_round(bus, room.id, starts_in_ms=0)
+        dana = await game.create_player(bus, "Dana", 13)
+        await board.record(bus, room.id, rnd.id, dana.id, 55)
+        await wait_for(partial(_has, page, "#board", "Dana"), timeout=30, step=0.1)
+        title = "document.querySelector('#title').textContent"
+        assert await page.evaluate(title) == "Late Room"
+        current = "document.querySelector('#rooms a.current').textContent"
+        assert await page.evaluate(current) == "Late Room"
+        await game.create_room(bus, -780, "Later Room")
+        links = "[...document.querySelectorAll('#rooms a')].map((a) => a.textContent)"
+        await wait_for(partial(_is, page, links, ["Late Room", "Later Room"]), timeout=30, step=0.2)
 
 
 @pytest.mark.slow
@@ -226,22 +217,29 @@ async def test_page_escapes_names_and_bundles_its_emoji_font(bus: Bus) -> None:
     evil = '<img src=x onerror="window.__xss = 1">🦊'
     mallory = await game.create_player(bus, evil, 14)
     await board.record(bus, room.id, rnd.id, mallory.id, 70)
+    async with _served_page(bus, f"/?room={room.id}") as page:
+        await wait_for(partial(_has, page, "#board", "onerror"), timeout=30, step=0.1)
+        assert evil in await page.evaluate("document.querySelector('#board').innerText")
+        assert await page.evaluate("document.querySelectorAll('#board img').length") == 0
+        title = "document.querySelector('#title').textContent"
+        assert await page.evaluate(title) == "<b>Room</b>"
+        assert await page.evaluate("window.__xss") is None
+        # The trophy and the game's emoji come from the bundled font, not the machine's.
+        faces = (
+            "[...document.fonts].filter((f) => f.family.includes('cm-emoji')).map((f) => f.status)"
+        )
+        await wait_for(partial(_is, page, faces, ["loaded"]), timeout=30, step=0.1)
+
+
+@asynccontextmanager
+async def _served_page(bus: Bus, path: str) -> AsyncIterator[Page]:
+    """A feed, the page server and a browser on ``path`` of it, for one test."""
     async with trio.open_nursery() as nursery:
         feed_port = await nursery.start(Feed(bus).serve, "127.0.0.1", 0)
         page_url = await nursery.start(PageServer(bus, feed_port).serve, "127.0.0.1", 0)
         async with open_page() as page:
-            await page.goto(f"{page_url}/?room={room.id}")
-            await wait_for(partial(_has, page, "#board", "onerror"), timeout=30, step=0.1)
-            assert evil in await page.evaluate("document.querySelector('#board').innerText")
-            assert await page.evaluate("document.querySelectorAll('#board img').length") == 0
-            assert await page.evaluate("document.querySelector('#title').textContent") == (
-                "<b>Room</b>"
-            )
-            assert await page.evaluate("window.__xss") is None
-            # The trophy and the game's emoji come from the bundled font, not the machine's.
-            faces = "[...document.fonts].filter((f) => f.family.includes('cm-emoji'))" \
-                    ".map((f) => f.status)"  # fmt: skip
-            await wait_for(partial(_is, page, faces, ["loaded"]), timeout=30, step=0.1)
+            await page.goto(page_url + path)
+            yield page
         nursery.cancel_scope.cancel()
 
 
