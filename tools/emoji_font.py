@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from fontTools import subset
+from fontTools import subset  # type: ignore[import-untyped]
 
 from codemojex.game.scoring import ALPHABET
 
