@@ -26,6 +26,7 @@ def _dashboard(bus: Bus) -> Dashboard:
 @pytest.mark.slow
 @pytest.mark.timeout_s(120)
 async def test_dashboard_shows_a_queue_live_and_replays_a_dead_job(bus: Bus, queue: str) -> None:
+    queue = "!" + queue  # first by name, so on the first page among the other tests' queues
     fixed = trio.Event()  # after the replay, the failing job succeeds
     ran: list[str] = []
 
