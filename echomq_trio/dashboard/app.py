@@ -10,12 +10,12 @@ viewers. The app answers:
 * ``GET /state.json?<query>``: the view (``view.Query``: the queue to detail and the page of each
   list) as JSON; 400 with ``{"error"}`` for a bad query, 503 while the server is unreachable;
 * ``GET /events?<query>``: the same view as server-sent events, one after every sample;
-* ``POST /replay?queue=Q&job=ID`` and ``POST /discard?queue=Q&job=ID``: replay or delete a dead
-  job. Every request that changes state must carry the dashboard's token in the header
-  ``x-echomq-token`` (compared in constant time); without it the answer is 403 and nothing
-  changes. The token comes from the operator (``ECHOMQ_DASHBOARD_TOKEN``) or is made at start-up
-  and printed once; the page takes it from its URL's fragment (``#token=...``), which browsers
-  never send to a server.
+* ``POST /replay?queue=Q&job=ID`` and ``POST /discard?queue=Q&job=ID``: replay or delete a dead job;
+  ``POST /resume?queue=Q&lane=G``: end a lane's pause or wait. Every request that changes state must
+  carry the dashboard's token in the header ``x-echomq-token`` (compared in constant time); without
+  it the answer is 403 and nothing changes. The token comes from the operator
+  (``ECHOMQ_DASHBOARD_TOKEN``) or is made at start-up and printed once; the page takes it from its
+  URL's fragment (``#token=...``), which browsers never send to a server.
 
 Every list is one page at a time: queues by name after a cursor, lanes through
 ``lanes.status_page`` (at most ``LANE_PAGE_MAX``), scheduled and dead jobs and recurring
@@ -28,6 +28,7 @@ import hmac
 import json
 import logging
 import secrets
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
@@ -37,7 +38,7 @@ import trio
 from echomq_trio import humane, jobs, lanes, queues, repeat
 from echomq_trio.asgi import Response, answer, serve_app
 from echomq_trio.bus import Bus
-from echomq_trio.checks import check_job_id, check_queue
+from echomq_trio.checks import check_group, check_job_id, check_queue
 from echomq_trio.dashboard import view
 from echomq_trio.errors import BusError
 
@@ -51,7 +52,18 @@ log = logging.getLogger("echomq_trio.dashboard")
 PAGE = (resources.files("echomq_trio.dashboard") / "page.html").read_bytes()
 TOKEN_HEADER = b"x-echomq-token"
 _JSON = b"application/json"
-_ACTIONS = {"/replay": jobs.replay, "/discard": jobs.discard}
+
+
+async def _resume(bus: Bus, queue: str, group: str) -> str:
+    return "resumed" if await lanes.resume(bus, queue, group) else "not_held"
+
+
+# The state-changing requests: path -> (the parameter naming what to change, its check, the call)
+_ACTIONS: dict[str, tuple[str, Callable[[object], str], Callable[..., Awaitable[object]]]] = {
+    "/replay": ("job", check_job_id, jobs.replay),
+    "/discard": ("job", check_job_id, jobs.discard),
+    "/resume": ("lane", check_group, _resume),
+}
 
 
 def new_token() -> str:
@@ -187,17 +199,22 @@ class Dashboard:
         given = [v for k, v in scope["headers"] if k.lower() == TOKEN_HEADER]
         return len(given) == 1 and hmac.compare_digest(given[0], self._token)
 
-    async def _act(self, scope: HTTPScope, action: Any) -> Response:
+    async def _act(
+        self,
+        scope: HTTPScope,
+        action: tuple[str, Callable[[object], str], Callable[..., Awaitable[object]]],
+    ) -> Response:
         if not self.authorized(scope):
             return _json(403, {"error": "this needs the dashboard's token (printed at start-up)"})
+        parameter, check, call = action
         try:
             given = dict(parse_qsl(scope["query_string"].decode("ascii")))
             queue = check_queue(given.get("queue"))
-            job_id = check_job_id(given.get("job"))
+            subject = check(given.get(parameter))
         except (ValueError, UnicodeDecodeError) as exc:
             return _json(400, {"error": str(exc)})
         try:
-            outcome = await action(self.bus, queue, job_id)
+            outcome = await call(self.bus, queue, subject)
         except BusError:
             return _json(503, {"error": "the server is unavailable"})
         self._wake.set()  # sample now: the change shows at once

@@ -173,6 +173,7 @@ def lane_row(lane: LaneStatus, now_ms: int) -> dict[str, Any]:
         "limit": lane.limit,
         "weight": lane.weight,
         "state": state,
+        "held": state == "paused" or state.startswith("waiting"),  # resume ends it
     }
 
 

@@ -163,6 +163,17 @@ async def test_state_json_pages_every_list_and_refuses_bad_requests(bus: Bus, qu
                                   headers=headers)  # fmt: skip
         assert reply.json() == {"outcome": "gone"}
         assert (await client.get(f"{url}/nothing")).status_code == 404
+        await lanes.pause(bus, queue, "chat3")
+        paused = (await client.get(f"{url}/state.json?queue={queue}")).json()["queue"]["lanes"]
+        assert [(r["group"], r["state"], r["held"]) for r in paused["rows"] if r["held"]] == [
+            ("chat3", "paused", True)
+        ]
+        resume = f"{url}/resume?queue={queue}&lane=chat3"
+        assert (await client.post(resume)).status_code == 403
+        assert (await lanes.status(bus, queue, ["chat3"]))[0].paused
+        assert (await client.post(resume, headers=headers)).json() == {"outcome": "resumed"}
+        assert not (await lanes.status(bus, queue, ["chat3"]))[0].paused
+        assert (await client.post(resume, headers=headers)).json() == {"outcome": "not_held"}
         async with client.stream("GET", f"{url}/events?queue={queue}") as events:
             assert events.headers["content-type"] == "text/event-stream"
             async for line in events.aiter_lines():
