@@ -3,7 +3,7 @@
 With no settings: an embedded server (data in ``./codemojex-data``, so a restart resumes
 scheduled jobs), metronomes for ``cm.notify`` and ``cm.game``, the notification worker, the game
 worker (the daily digest), the live feed and its page (with Prometheus metrics at ``/metrics``,
-``codemojex.metrics``), the local Telegram stand-in as the transport, and a demo. It prints
+``codemojex.metrics``, and the bus dashboard at ``/bus/``, ``echomq_trio.dashboard``), the local Telegram stand-in as the transport, and a demo. It prints
 where to look and a short live summary. Ctrl-C or SIGTERM shuts it all down cleanly within a few
 seconds (jobs in hand go back to pending); a second start resumes. ``--help`` lists the settings.
 """
