@@ -31,7 +31,6 @@ import trio
 from echomq_trio import events, humane, jobs, lanes, queues, repeat
 from echomq_trio.bus import Bus, open_bus
 from echomq_trio.cli import CliError, Stopped, cancel_on_signal, silence_stdout
-from echomq_trio.dashboard import Dashboard, new_token
 from echomq_trio.errors import BusError
 
 DEFAULT_URL = "redis://127.0.0.1:6379"
@@ -185,6 +184,9 @@ async def _queues(bus: Bus, args: argparse.Namespace) -> Any:
 
 
 async def _dashboard(bus: Bus, args: argparse.Namespace) -> Any:
+    # Imported here: the web server's modules cost the other commands 0.1 s of start-up.
+    from echomq_trio.dashboard import Dashboard, new_token
+
     token = os.environ.get("ECHOMQ_DASHBOARD_TOKEN") or new_token()
     async with trio.open_nursery() as nursery:
         url = await nursery.start(Dashboard(bus, token).serve, args.host, args.port)
