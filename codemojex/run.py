@@ -3,14 +3,16 @@
 With no settings: an embedded server (data in ``./codemojex-data``, so a restart resumes
 scheduled jobs), metronomes for ``cm.notify`` and ``cm.game``, the notification worker, the game
 worker (the daily digest), the live feed and its page (with Prometheus metrics at ``/metrics``,
-``codemojex.metrics``), the local Telegram stand-in as the transport, and a demo. It prints
-where to look and a short live summary. Ctrl-C or SIGTERM shuts it all down cleanly within a few
-seconds (jobs in hand go back to pending); a second start resumes. ``--help`` lists the settings.
+``codemojex.metrics``, and the bus dashboard at ``/bus/``, ``echomq_trio.dashboard``), the local
+Telegram stand-in as the transport, and a demo. It prints where to look and a short live summary.
+Ctrl-C or SIGTERM shuts it all down cleanly within a few seconds (jobs in hand go back to
+pending); a second start resumes. ``--help`` lists the settings.
 """
 
 from __future__ import annotations
 
 import errno
+import os
 import signal
 import socket
 import sys
@@ -24,15 +26,28 @@ import trio
 from codemojex import game
 from codemojex.audit import Archiver, ArchiverStats, open_replica
 from codemojex.game import Feed, PageServer, board, demo
+from codemojex.game.page import DASHBOARD_PATH, EMOJI_FONT
 from codemojex.metrics import ServiceMetrics
 from codemojex.notify import NOTIFY_QUEUE, NotificationWorker, RateLimiter, WorkerStats, open_bot
+from codemojex.notify.telegram import DEFAULT_API_URL
 from codemojex.settings import Settings, SettingsError, parse_settings
 from codemojex.standin import TelegramStandIn, open_stand_in
-from echomq_trio import Bus, BusError, Consumer, Metronome, StopConsumer, jobs, memory, open_bus
+from echomq_trio import (
+    Bus,
+    BusError,
+    Consumer,
+    Metronome,
+    StopConsumer,
+    humane,
+    jobs,
+    memory,
+    open_bus,
+)
 from echomq_trio.cli import cancel_on_signal, first_error
+from echomq_trio.dashboard import Dashboard, new_token
 from echomq_trio.datadir import DataDir, InUse
 
-__all__ = ["MEMORY_REPORT_AT", "main", "memory_note", "run", "summary_line"]
+__all__ = ["MEMORY_REPORT_AT", "main", "memory_note", "run", "summary_line", "telegram_endpoint"]
 
 STAND_IN_TOKEN = "123456:LOCAL-STAND-IN"
 MEMORY_REPORT_AT = 0.8  # the summary shows the server's memory past this fraction of its ceiling
@@ -81,7 +96,7 @@ async def summary_line(
         audit = f" | archived {archiver.folder.archived}, segments {r.segments}"
         audit += f" (FENCED: {r.fenced})" if r.fenced else ""
         if r.replica_down_since is not None:
-            since = time.strftime("%H:%M:%S", time.localtime(r.replica_down_since))
+            since = humane.at(round(r.replica_down_since * 1000), round(time.time() * 1000))
             audit += f" (replica down since {since}: {r.replica_error})"
     return (
         f"notices sent {worker.delivered}, deferred {worker.deferred}, retried {worker.retried}, "
@@ -114,6 +129,16 @@ async def _summary(
             say(await summary_line(bus, worker.statistics(), stats))
         except BusError as exc:
             say(f"summary: server unavailable: {exc}")
+
+
+def telegram_endpoint(api_url: str, *, local: bool) -> str:
+    """Where notices go, truthfully: the local stand-in, Telegram's own Bot API, or another
+    server named by ``--telegram-api-url`` (a self-hosted Bot API server, a proxy)."""
+    if local:
+        return f"local stand-in at {api_url} (no bot token given: nothing reaches Telegram)"
+    if api_url.rstrip("/") == DEFAULT_API_URL:
+        return f"Telegram's Bot API at {DEFAULT_API_URL}"
+    return f"the Bot API server at {api_url} (--telegram-api-url)"
 
 
 class PortInUse(OSError):
@@ -197,15 +222,19 @@ async def run(
             await nursery.start(game_consumer.run)
             feed = Feed(bus)
             feed_port = await nursery.start(feed.serve, settings.host, settings.feed_port)
-            page_url = await nursery.start(
-                PageServer(bus, feed_port, metrics).serve, settings.host, settings.page_port
-            )
+            token = os.environ.get("ECHOMQ_DASHBOARD_TOKEN") or new_token()
+            dashboard = Dashboard(bus, token, emoji_font=EMOJI_FONT)
+            await nursery.start(dashboard.run)
+            pages = PageServer(bus, feed_port, metrics, dashboard)
+            page_url = await nursery.start(pages.serve, settings.host, settings.page_port)
             where = {"page": page_url, "feed": f"ws://{settings.host}:{feed_port}/rooms/<room>"}
             say(f"codemojex is running. Leaderboard: {page_url}")
             say(f"  metrics: {page_url}/metrics")
+            say(f"  bus dashboard: {page_url}{DASHBOARD_PATH}/#token={token}")
             say(f"  server: {bus.url}" + ("" if url else f" (data in {settings.data_dir})"))
-            say(f"  telegram: {'local stand-in at ' + api_url if stand_in else 'the real Bot API'}")
-            say(f"  daily digest: {answer.value}, next run at server ms {next_run}")
+            say(f"  telegram: {telegram_endpoint(api_url, local=stand_in is not None)}")
+            now = await bus.wire.server_time_ms()
+            say(f"  daily digest: {answer.value}, next run {humane.at(next_run, now)}")
             if moved:
                 say(f"  rooms: moved {moved} room(s) of the old set cm:rooms into the index")
             if settings.demo:

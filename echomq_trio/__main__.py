@@ -6,6 +6,8 @@
     echomq replay QUEUE JOB_ID
     echomq cancel-repeat QUEUE NAME
     echomq tail QUEUE
+    echomq queues
+    echomq dashboard [--host 127.0.0.1] [--port 8090]
 
 The server is ``--url``, else ``ECHOMQ_URL``, else ``redis://127.0.0.1:6379``. Errors are one
 line on stderr and exit status 1 (2 for bad usage). A reader that stops early
@@ -21,13 +23,12 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import attrs
 import trio
 
-from echomq_trio import events, jobs, lanes, repeat, retention
+from echomq_trio import events, humane, jobs, lanes, queues, repeat, retention
 from echomq_trio.bus import Bus, open_bus
 from echomq_trio.cli import CliError, Stopped, cancel_on_signal, silence_stdout
 from echomq_trio.errors import BusError
@@ -36,16 +37,8 @@ from echomq_trio.results import Retention
 DEFAULT_URL = "redis://127.0.0.1:6379"
 
 
-def _when(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
-
-
 def _short(data: bytes | str, width: int = 40) -> str:
-    text = data.decode(errors="replace") if isinstance(data, bytes) else data
-    text = text.replace("\n", "\\n")
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return humane.payload_text(data, width)
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -75,6 +68,19 @@ async def _known(bus: Bus, queue: str) -> jobs.Counts:
     return counts
 
 
+async def _lanes(bus: Bus, queue: str, limit: int) -> list[lanes.LaneStatus]:
+    """The first ``limit`` lanes, a page at a time (never every lane of a large queue)."""
+    found: list[lanes.LaneStatus] = []
+    after: str | None = ""
+    while after is not None and len(found) < limit:
+        page = await lanes.status_page(
+            bus, queue, after, min(limit - len(found), lanes.LANE_PAGE_MAX)
+        )
+        found += page.lanes
+        after = page.next
+    return found
+
+
 async def _stats(bus: Bus, args: argparse.Namespace) -> Any:
     c = await _known(bus, args.queue)
     kept = await retention.get(bus, args.queue)
@@ -93,27 +99,28 @@ def _bound(value: object) -> object:
 
 async def _ls(bus: Bus, args: argparse.Namespace) -> Any:
     await _known(bus, args.queue)
+    now = await bus.wire.server_time_ms()
     if args.what == "repeat":
         regs = await repeat.list_repeats(bus, args.queue, args.limit)
         if args.json:
             return regs
         return _table(
-            ["name", "every_ms", "next_run", "group", "last_fired", "template"],
-            [(r.name, r.every_ms, _when(r.next_run_ms), r.group or "-", _when(r.last_fired_ms),
-              _short(r.template)) for r in regs],
+            ["name", "every", "next_run", "group", "last_fired", "template"],
+            [(r.name, humane.span(r.every_ms), humane.at(r.next_run_ms, now), r.group or "-",
+              humane.at(r.last_fired_ms, now), _short(r.template)) for r in regs],
         )  # fmt: skip
     if args.what == "lanes":
-        status = await lanes.status(bus, args.queue)
+        status = await _lanes(bus, args.queue, args.limit)
         if args.json:
             return status
         return _table(
             ["group", "depth", "in_flight", "limit", "weight", "paused", "wait_until", "served"],
             [(s.group, s.depth, s.in_flight, s.limit or "-", s.weight, "yes" if s.paused else "",
-              _when(s.wait_until_ms), "yes" if s.on_ring else "") for s in status],
+              humane.at(s.wait_until_ms, now), "yes" if s.on_ring else "") for s in status],
         )  # fmt: skip
     rows = await jobs.list_jobs(bus, args.queue, args.what, 0, args.limit)
     if args.what == "pending":
-        for lane in await lanes.status(bus, args.queue):
+        for lane in await _lanes(bus, args.queue, args.limit):
             if len(rows) < args.limit and lane.depth:
                 rows += await lanes.jobs(bus, args.queue, lane.group, 0, args.limit - len(rows))
     if args.json:
@@ -121,8 +128,8 @@ async def _ls(bus: Bus, args: argparse.Namespace) -> Any:
     when_title = {"scheduled": "run_at", "active": "lease_until", "dead": "died"}.get(args.what, "")
     return _table(
         ["id", "attempts", "group", when_title or "-", "last_error", "payload"],
-        [(r.id, r.attempts, r.group or "-", _when(r.score_ms), _short(r.last_error or "-"),
-          _short(r.payload)) for r in rows],
+        [(r.id, r.attempts, r.group or "-", humane.at(r.score_ms, now),
+          _short(r.last_error or "-"), _short(r.payload)) for r in rows],
     )  # fmt: skip
 
 
@@ -133,10 +140,11 @@ async def _show(bus: Bus, args: argparse.Namespace) -> Any:
         raise CliError(f"no job {args.job_id} in {args.queue!r} (never enqueued, or finished)")
     if args.json:
         return info
+    now = await bus.wire.server_time_ms()
     return _table(
         ["field", "value"],
         [("id", info.id), ("state", info.state), ("attempts", info.attempts),
-         ("group", info.group or "-"), ("time", _when(info.score_ms)),
+         ("group", info.group or "-"), ("time", humane.at(info.score_ms, now)),
          ("last_error", info.last_error or "-"), ("payload", _short(info.payload, 200))],
     )  # fmt: skip
 
@@ -165,8 +173,34 @@ async def _tail(bus: Bus, args: argparse.Namespace) -> Any:
             print(json.dumps(_jsonable(event) | {"time_ms": event.time_ms}), flush=True)
         else:
             extra = " ".join(f"{k}={v}" for k, v in event.fields.items())
-            print(f"{_when(event.time_ms)}  {event.kind:<10} {event.subject}  {extra}".rstrip(),
-                  flush=True)  # fmt: skip
+            when = humane.iso(event.time_ms)
+            print(f"{when}  {event.kind:<10} {event.subject}  {extra}".rstrip(), flush=True)
+    return None
+
+
+async def _queues(bus: Bus, args: argparse.Namespace) -> Any:
+    names = await queues.queue_names(bus)
+    counted = [(name, await jobs.counts(bus, name)) for name in names]
+    if args.json:
+        return [{"queue": name} | _jsonable(c) for name, c in counted]
+    if not counted:
+        return f"no queues on {bus.url}"
+    return _table(
+        ["queue", "pending", "scheduled", "active", "dead", "lanes", "repeats", "completed"],
+        [(name, c.pending, c.scheduled, c.active, c.dead, c.lanes, c.repeats, c.completed_total)
+         for name, c in counted],
+    )  # fmt: skip
+
+
+async def _dashboard(bus: Bus, args: argparse.Namespace) -> Any:
+    # Imported here: the web server's modules cost the other commands 0.1 s of start-up.
+    from echomq_trio.dashboard import Dashboard, new_token
+
+    token = os.environ.get("ECHOMQ_DASHBOARD_TOKEN") or new_token()
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(Dashboard(bus, token).serve, args.host, args.port)
+        print(f"echomq dashboard for {bus.url}: {url}/#token={token}", flush=True)
+        print("  (the token lets the page replay or delete dead jobs; Ctrl-C stops)", flush=True)
     return None
 
 
@@ -177,6 +211,8 @@ COMMANDS = {
     "replay": _replay,
     "cancel-repeat": _cancel_repeat,
     "tail": _tail,
+    "queues": _queues,
+    "dashboard": _dashboard,
 }
 
 
@@ -203,6 +239,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("name")
     s = sub.add_parser("tail", help="follow the queue's events (Ctrl-C to stop)")
     s.add_argument("queue")
+    sub.add_parser("queues", help="every queue on the server, with its counts")
+    s = sub.add_parser("dashboard", help="serve the bus dashboard (a web page; Ctrl-C to stop)")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (%(default)s)")
+    s.add_argument("--port", type=int, default=8090, help="port (%(default)s; 0: any free one)")
     return p
 
 

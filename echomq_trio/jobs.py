@@ -51,6 +51,7 @@ __all__ = [
     "counts",
     "dead_jobs",
     "defer",
+    "discard",
     "enqueue",
     "enqueue_at",
     "enqueue_in",
@@ -313,6 +314,14 @@ async def replay(bus: Bus, queue: str, job_id: str) -> Outcome:
     A cancelled call may or may not have replayed the job; call again: ``NOT_DEAD`` then means
     the first call went through."""
     return protocol.outcome_reply(await bus.run(protocol.replay_call(bus.keys(queue), job_id)))
+
+
+async def discard(bus: Bus, queue: str, job_id: str) -> Outcome:
+    """Delete a dead job for good: ``DISCARDED``, ``NOT_DEAD`` or ``GONE``.
+
+    A cancelled call may or may not have deleted the job; call again: ``GONE`` then means the
+    first call went through."""
+    return protocol.outcome_reply(await bus.run(protocol.discard_call(bus.keys(queue), job_id)))
 
 
 async def counts(bus: Bus, queue: str) -> Counts:

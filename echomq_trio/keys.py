@@ -18,7 +18,7 @@ import attrs
 
 from echomq_trio.checks import check_group, check_job_id, check_name, check_queue
 
-__all__ = ["SCHEMA", "KeySpec", "QueueKeys", "queue_keys"]
+__all__ = ["META_GLOB", "SCHEMA", "KeySpec", "QueueKeys", "queue_keys", "queue_of_meta"]
 
 
 @attrs.frozen
@@ -156,8 +156,26 @@ class QueueKeys:
         return self.prefix + _SPECS[name].stem + part
 
 
+_ROOT = "emq:"  # every queue key starts so, then the {q} hash tag
+# Every used queue has its meta key (the first script to touch a queue writes it): the glob of
+# all of them, for listing queues with SCAN (echomq_trio.queues).
+META_GLOB = _ROOT + "{*}:" + _SPECS["meta"].pattern
+
+
+def queue_of_meta(key: str) -> str | None:
+    """The queue whose ``meta`` key ``key`` is, or ``None`` for any other key."""
+    head, tail = _ROOT + "{", "}:" + _SPECS["meta"].pattern
+    if not (key.startswith(head) and key.endswith(tail)):
+        return None
+    try:
+        name = key[len(head) : -len(tail)]
+        return name if queue_keys(name).meta == key else None
+    except ValueError:  # not a name the bus gives a queue
+        return None
+
+
 def queue_keys(queue: str) -> QueueKeys:
     """Check ``queue`` (it must fit inside a hash tag) and return its keys."""
-    prefix = f"emq:{{{check_queue(queue)}}}:"
+    prefix = f"{_ROOT}{{{check_queue(queue)}}}:"
     fixed = {spec.name: prefix + spec.pattern for spec in SCHEMA if not spec.variable}
     return QueueKeys(name=queue, prefix=prefix, **fixed)

@@ -88,6 +88,7 @@ __all__ = [
     "counts_reply",
     "create_group_command",
     "defer_call",
+    "discard_call",
     "enqueue_calls",
     "enqueue_checked_calls",
     "extend_call",
@@ -510,6 +511,10 @@ def retention_reply(raw: Sequence[Any]) -> Retention:
         events != "0",
         int(max_len),
     )
+
+
+def discard_call(k: QueueKeys, job_id: str) -> Call:
+    return _call("discard", k.dead, [k.prefix, check_job_id(job_id)])
 
 
 def audit_enable_call(k: QueueKeys, on: bool) -> Call:

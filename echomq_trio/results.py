@@ -46,6 +46,7 @@ class Outcome(enum.StrEnum):
     DEAD = "dead"
     REPLAYED = "replayed"
     NOT_DEAD = "not_dead"
+    DISCARDED = "discarded"
 
 
 class Registered(enum.StrEnum):

@@ -43,15 +43,15 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-Op = Literal["script", "command", "blpop", "server_time_ms", "subscribe"]
+Op = Literal["script", "command", "blpop", "scan", "server_time_ms", "subscribe"]
 
 
 @attrs.frozen
 class Call:
     """One call made through the transport. ``name`` is the script's name, the command's name in
-    upper case (``"TIME"`` for ``server_time_ms``, ``"BLPOP"``, ``"SUBSCRIBE"``); ``keys`` and
-    ``args`` are as given (a command's arguments after its name; a subscription's channels and
-    patterns)."""
+    upper case (``"TIME"`` for ``server_time_ms``, ``"BLPOP"``, ``"SCAN"``, ``"SUBSCRIBE"``);
+    ``keys`` and ``args`` are as given (a command's arguments after its name; a subscription's
+    channels and patterns; a scan's pattern and count)."""
 
     op: Op
     name: str
@@ -198,6 +198,10 @@ class FaultyTransport:
     async def blpop(self, key: str, timeout_s: float) -> bytes | None:
         call = Call("blpop", "BLPOP", (key,), (str(timeout_s),))
         return await self._run(call, lambda: self.inner.blpop(key, timeout_s))
+
+    async def scan(self, match: str, *, count: int = 1000) -> list[str]:
+        call = Call("scan", "SCAN", (), (match, str(count)))
+        return await self._run(call, lambda: self.inner.scan(match, count=count))
 
     async def server_time_ms(self) -> int:
         return await self._run(Call("server_time_ms", "TIME"), self.inner.server_time_ms)

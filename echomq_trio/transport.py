@@ -66,6 +66,11 @@ class Transport(Protocol):
         """Run one raw command (routed by its key on a cluster)."""
         ...
 
+    async def scan(self, match: str, *, count: int = 1000) -> list[str]:
+        """Every key matching the glob ``match`` (on every primary of a cluster), sorted, read a
+        SCAN cursor step of about ``count`` keys at a time: no one call walks every key."""
+        ...
+
     async def blpop(self, key: str, timeout_s: float) -> bytes | None:
         """Pop the head of list ``key``, waiting up to ``timeout_s``; ``None`` if none came.
         It holds the connection while it waits: call it on a ``blocking()`` transport."""

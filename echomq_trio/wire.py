@@ -40,6 +40,7 @@ import trio
 from glide import (
     AdvancedGlideClientConfiguration,
     AdvancedGlideClusterClientConfiguration,
+    ClusterScanCursor,
     GlideClient,
     GlideClientConfiguration,
     GlideClusterClient,
@@ -266,6 +267,27 @@ class Wire:
             return await self._client.custom_command(list(args))
         except GlideError as exc:
             raise self._failure(exc) from exc
+
+    async def scan(self, match: str, *, count: int = 1000) -> list[str]:
+        """Every key matching the glob ``match``, on every primary of a cluster: SCAN a cursor
+        step at a time, each step O(``count``) on the server, so no one call walks every key."""
+        found: list[bytes] = []
+        try:
+            if isinstance(self._client, GlideClusterClient):
+                cursor = ClusterScanCursor()  # type: ignore[no-untyped-call]
+                while not cursor.is_finished():
+                    cursor, keys = await self._client.scan(cursor, match=match, count=count)  # type: ignore[assignment]
+                    found += keys
+            else:
+                position: bytes | str = "0"
+                while True:
+                    position, keys = await self._client.scan(position, match=match, count=count)  # type: ignore[assignment]
+                    found += keys
+                    if position in (b"0", "0"):
+                        break
+        except GlideError as exc:
+            raise self._failure(exc) from exc
+        return sorted({key.decode() for key in found})
 
     async def blpop(self, key: str, timeout_s: float) -> bytes | None:
         """Pop the head of a list, waiting up to ``timeout_s``; holds this client's connection.

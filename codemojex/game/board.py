@@ -39,6 +39,7 @@ __all__ = [
     "rank",
     "record",
     "round_board",
+    "size",
     "top",
 ]
 
@@ -145,6 +146,11 @@ async def top(bus: Bus, board: Board, n: int = 10) -> list[Standing]:
         return []
     raw = await bus.wire.command("ZRANGE", board.key, "0", str(n - 1), "REV", "WITHSCORES")
     return _standings(raw, 1)
+
+
+async def size(bus: Bus, board: Board) -> int:
+    """How many players have a score on ``board`` (0 once it has expired)."""
+    return int(await bus.wire.command("ZCARD", board.key))
 
 
 async def rank(bus: Bus, board: Board, player: str) -> int | None:

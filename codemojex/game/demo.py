@@ -54,7 +54,7 @@ async def _room(bus: Bus, room: Room, players: list[Player], round_s: float,
     while True:
         with contextlib.suppress(GameError):
             await end_round(bus, room.id, keep_ms=keep_ms)  # one left open by a previous run
-        await start_round(bus, room.id, starts_in_ms=2_000, rng=rng)
+        await start_round(bus, room.id, starts_in_ms=2_000, rng=rng, lasts_ms=round(round_s * 1000))
         await trio.sleep(2.1)
         deadline = trio.current_time() + round_s
         guesses = {p.id: rng.sample(ALPHABET, SIZE) for p in players}  # a round's, per player

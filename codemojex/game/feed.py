@@ -26,9 +26,13 @@ Memory: ``_viewers`` holds one ``Latest`` per connected viewer (bounded by the o
 the process's file descriptors), under the room it watches; ``_pushed`` and ``_dirty`` hold one
 entry per watched room, and a room is dropped from all three when its last viewer leaves.
 
-Messages are JSON: ``{"room", "title", "round", "open", "top": [{"rank", "player", "name",
-"percentage"}]}``: ``round`` is the round whose board ``top`` is (``null`` when the room has
-none to show, with ``top`` empty), ``open`` whether it is still being played.
+Messages are JSON: ``{"room", "title", "round", "open", "clue", "starts_at_ms", "ends_at_ms",
+"guesses", "players", "secret", "top": [{"rank", "player", "name", "percentage"}]}``: ``round``
+is the round whose board ``top`` is (``null`` when the room has none to show, with ``top``
+empty), ``open`` whether it is still being played; ``clue`` the emojis to guess from,
+``starts_at_ms``/``ends_at_ms`` the round's start and planned end (server ms; ``ends_at_ms``
+``null`` when the round has no planned end), ``guesses`` how many guesses it had and
+``players`` how many players are on its board, ``secret`` the six emojis once it has ended.
 """
 
 from __future__ import annotations
@@ -51,8 +55,9 @@ from codemojex import ids
 from codemojex.game import board
 from codemojex.game.latest import Latest
 from codemojex.game.rooms import get_room, player_names
-from codemojex.game.rounds import latest_round
+from codemojex.game.rounds import latest_round, round_view
 from codemojex.game.rules import GameError
+from codemojex.game.scoring import ALPHABET
 from codemojex.stats import added
 from echomq_trio import Bus, BusError
 
@@ -113,11 +118,21 @@ class Feed:
             self.bus, board.round_board(room_id, shown.id), self.top_n
         )  # fmt: skip
         names = await player_names(self.bus, [s.player for s in standings])
+        view = None if shown is None else await round_view(self.bus, room_id, shown.id)
+        players = 0 if shown is None else await board.size(
+            self.bus, board.round_board(room_id, shown.id)
+        )  # fmt: skip
         return {
             "room": room_id,
             "title": room.title,
             "round": None if shown is None else shown.id,
             "open": shown is not None and shown.open,
+            "clue": "".join(ALPHABET),
+            "starts_at_ms": None if view is None else view.starts_at_ms,
+            "ends_at_ms": None if view is None else view.ends_at_ms,
+            "guesses": 0 if view is None else view.guesses,
+            "players": players,
+            "secret": None if view is None else view.secret,
             "top": [
                 {"rank": s.rank, "player": s.player, "name": names.get(s.player, s.player),
                  "percentage": s.percentage}

@@ -1,6 +1,8 @@
 """The page server: the live leaderboard page (one static file in the package), plus the two
-small JSON documents it reads (``config.json``: where the feed is; ``rooms.json``). A tiny ASGI
-app on hypercorn, on trio.
+small JSON documents it reads (``config.json``: where the feed is, and the server's clock, so
+the page counts a round's time down on it; ``rooms.json``). A tiny ASGI
+app on hypercorn, on trio. Given a bus dashboard (``echomq_trio.dashboard.Dashboard``), it
+serves it under ``/bus/`` (``/bus`` redirects there).
 
 ``rooms.json`` is one page of rooms (``rooms.room_page``), so its cost does not grow with the
 number of rooms: ``?count=<n>`` rooms (1-``MAX_ROOM_PAGE``, default ``DEFAULT_ROOM_PAGE``) after
@@ -26,10 +28,15 @@ if TYPE_CHECKING:
     from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope
 
     from codemojex.metrics import ServiceMetrics
+    from echomq_trio.dashboard import Dashboard
 
-__all__ = ["PageServer", "page_parameters"]
+__all__ = ["DASHBOARD_PATH", "PageServer", "page_parameters"]
 
+DASHBOARD_PATH = "/bus"  # where the bus dashboard is mounted
 PAGE = (resources.files("codemojex.game") / "web" / "index.html").read_bytes()
+# The game's emoji for browsers without an emoji font (a Noto Color Emoji subset, OFL 1.1:
+# web/OFL.txt; tools/emoji_font.py makes it).
+EMOJI_FONT = (resources.files("codemojex.game") / "web" / "emoji.ttf").read_bytes()
 
 
 _JSON = b"application/json"
@@ -68,20 +75,42 @@ def page_parameters(query: bytes) -> tuple[str | None, int]:
 class PageServer:
     """Serve with ``url = await nursery.start(pages.serve, host, port)``."""
 
-    def __init__(self, bus: Bus, feed_port: int, metrics: ServiceMetrics | None = None) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        feed_port: int,
+        metrics: ServiceMetrics | None = None,
+        dashboard: Dashboard | None = None,
+    ) -> None:
         self.bus = bus
         self.feed_port = feed_port
         self.metrics = metrics  # answers /metrics (codemojex.metrics)
+        self.dashboard = dashboard  # answers /bus/ (its sampler runs elsewhere: Dashboard.run)
 
     async def app(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+        if self.dashboard is not None and scope["type"] == "http":
+            path = scope["path"]
+            if path == DASHBOARD_PATH or path.startswith(DASHBOARD_PATH + "/"):
+                root = scope.get("root_path", "") + DASHBOARD_PATH
+                mounted = {**scope, "path": path[len(DASHBOARD_PATH) :], "root_path": root}
+                await self.dashboard.app(mounted, receive, send)  # type: ignore[arg-type]
+                return
         await answer(scope, receive, send, self._answer)
 
     async def _answer(self, scope: HTTPScope, _receive: ASGIReceiveCallable) -> Response:
         path = scope["path"]
         if path in ("/", "/index.html"):
             return _fresh(200, b"text/html; charset=utf-8", PAGE)
+        if path == "/emoji.ttf":
+            cache = [(b"cache-control", b"public, max-age=86400")]
+            return Response(200, b"font/ttf", EMOJI_FONT, cache)
         if path == "/config.json":
-            return _fresh(200, _JSON, json.dumps({"ws_port": self.feed_port}).encode())
+            try:
+                now = await self.bus.wire.server_time_ms()
+            except BusError:
+                now = None  # the page falls back to its own clock
+            config = {"ws_port": self.feed_port, "server_now_ms": now}
+            return _fresh(200, _JSON, json.dumps(config).encode())
         if path == "/rooms.json":
             return await self._rooms(scope["query_string"])
         if path == "/metrics" and self.metrics is not None:

@@ -38,11 +38,13 @@ __all__ = [
     "GuessResult",
     "LatestRound",
     "Round",
+    "RoundView",
     "current_round",
     "describe",
     "end_round",
     "guess",
     "latest_round",
+    "round_view",
     "standings_text",
     "start_round",
 ]
@@ -68,6 +70,17 @@ class LatestRound:
 
 
 @attrs.frozen
+class RoundView:
+    """What the live page shows of a round: when it starts and is meant to end (server ms; no
+    end when none was set), how many guesses it had, and its secret once it has ended."""
+
+    starts_at_ms: int
+    ends_at_ms: int | None
+    guesses: int
+    secret: str | None  # only once the round is over
+
+
+@attrs.frozen
 class GuessResult:
     score: Score
     best: int  # the player's best in this round
@@ -76,9 +89,16 @@ class GuessResult:
 
 
 async def start_round(
-    bus: Bus, room_id: str, *, starts_in_ms: int = 60_000, rng: random.Random | None = None
+    bus: Bus,
+    room_id: str,
+    *,
+    starts_in_ms: int = 60_000,
+    rng: random.Random | None = None,
+    lasts_ms: int | None = None,
 ) -> Round:
     """Draw a secret, open the round, announce it now, and schedule its start reminder.
+    ``lasts_ms``, when given, is how long the round is meant to last from its start: the live
+    page counts down to it (ending the round is still ``end_round``'s).
 
     Opening is one script (``round_start``): it checks the room exists and has no open round
     (``GameError`` "a round is already open in <title>" otherwise), creates the round and points
@@ -90,14 +110,19 @@ async def start_round(
         or not 0 <= starts_in_ms <= MAX_START_DELAY_MS
     ):
         raise GameError(f"starts_in_ms must be an int in 0..{MAX_START_DELAY_MS}")
+    if lasts_ms is not None and (
+        isinstance(lasts_ms, bool) or not isinstance(lasts_ms, int) or lasts_ms < 1
+    ):
+        raise GameError("lasts_ms must be a positive int")
     room = await get_room(bus, room_id)
     secret = tuple((rng or random.SystemRandom()).sample(ALPHABET, SIZE))
     round_id = ids.new(ids.ROUND)
     code, value = await bus.wire.script(
         "codemojex.game/round_start",
         [room_key(room.id, "room"), round_key(room.id, round_id)],
-        [round_id, "".join(secret), str(starts_in_ms), board.feed_channel(room.id), room.id],
-    )
+        [round_id, "".join(secret), str(starts_in_ms), board.feed_channel(room.id), room.id,
+         "" if lasts_ms is None else str(lasts_ms)],
+    )  # fmt: skip
     if code == 0:
         raise GameError(f"a round is already open in {room.title}")
     if code < 0:
@@ -137,6 +162,22 @@ async def latest_round(bus: Bus, room_id: str) -> LatestRound | None:
             if status is not None:
                 return LatestRound(as_text(rnd), as_text(status) == "open")
     return None
+
+
+async def round_view(bus: Bus, room_id: str, round_id: str) -> RoundView | None:
+    """The live page's view of a round, or ``None`` once it has expired. Read only."""
+    starts, ends, guesses, status, secret = await bus.wire.command(
+        "HMGET", round_key(room_id, round_id), "starts_at_ms", "ends_at_ms", "guesses", "status",
+        "secret",
+    )  # fmt: skip
+    if status is None:
+        return None
+    return RoundView(
+        starts_at_ms=int(starts),
+        ends_at_ms=None if ends is None else int(ends),
+        guesses=int(guesses or 0),
+        secret=None if as_text(status) == "open" else as_text(secret),
+    )
 
 
 def describe(result: Score) -> str:

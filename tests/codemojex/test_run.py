@@ -13,7 +13,9 @@ import trio
 
 from codemojex import ids
 from codemojex.game.rooms import room_key
+from codemojex.run import telegram_endpoint
 from echomq_trio import open_bus
+from tests.conftest import wait_for
 from tests.support import ROOT, Lines, start_service, stop_process
 
 pytestmark = pytest.mark.slow
@@ -29,11 +31,29 @@ async def test_run_serves_delivers_and_stops_cleanly_then_resumes(tmp_path: Path
     try:
         out = Lines(proc)
         page_url = (await out.until(r"Leaderboard: (http://\S+)"))[1]
-        await out.until(r"daily digest: registered")
+        dashboard, token = (await out.until(r"bus dashboard: (http://\S+)/#token=(\S+)")).groups()
+        assert dashboard == page_url + "/bus"
+        await out.until(r"telegram: local stand-in at http://127\.0\.0\.1:\d+ \(no bot token")
+        await out.until(r"daily digest: registered, next run 20\d\d-\d\d-\d\dT.*Z \(in ")
         async with httpx.AsyncClient() as client:
             page = await client.get(page_url)
             assert page.status_code == 200 and "live leaderboard" in page.text
             assert (await client.get(page_url + "/rooms.json")).status_code == 200
+            moved = await client.get(dashboard)
+            assert moved.status_code == 308 and moved.headers["location"] == "/bus/"
+            assert "bus dashboard" in (await client.get(dashboard + "/")).text
+
+            async def lists_notify() -> bool:
+                state = (await client.get(dashboard + "/state.json")).json()
+                return "cm.notify" in [q["name"] for q in state["queues"]]
+
+            await wait_for(lists_notify, timeout=60, step=0.2)
+            job = ids.new(ids.JOB)
+            refused = await client.post(f"{dashboard}/replay?queue=cm.notify&job={job}")
+            assert refused.status_code == 403
+            gone = await client.post(f"{dashboard}/replay?queue=cm.notify&job={job}",
+                                     headers={"x-echomq-token": token})  # fmt: skip
+            assert gone.json() == {"outcome": "gone"}
         with trio.fail_after(60):
             await out.until(r"notices sent [1-9]")  # the demo's notices reached the stand-in
             await out.until(r"archived [1-9]")  # and their audit rows reached the archive
@@ -126,3 +146,15 @@ async def test_help_documents_every_setting() -> None:
                  "--compact-segments", "--round-keep"):  # fmt: skip
         assert flag in text
     assert "CODEMOJEX_TELEGRAM_TOKEN" in text
+
+
+def test_the_first_screen_names_the_telegram_endpoint_in_use() -> None:
+    local = telegram_endpoint("http://127.0.0.1:4000", local=True)
+    assert local.startswith("local stand-in at http://127.0.0.1:4000")
+    assert "nothing reaches Telegram" in local
+    assert telegram_endpoint("https://api.telegram.org/", local=False) == (
+        "Telegram's Bot API at https://api.telegram.org"
+    )
+    assert telegram_endpoint("http://bot-api.internal:8081", local=False) == (
+        "the Bot API server at http://bot-api.internal:8081 (--telegram-api-url)"
+    )

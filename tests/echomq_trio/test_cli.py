@@ -2,10 +2,12 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 
+import httpx
 import pytest
 import trio
 
@@ -57,10 +59,13 @@ async def test_stats_ls_show_replay_cancel(standalone_url: str, queue: str) -> N
         out = await echomq("--json", "ls", queue, "pending", url=standalone_url)
         assert [r["id"] for r in json.loads(out.stdout)] == [pend]
         out = await echomq("ls", queue, "repeat", url=standalone_url)
-        assert "nightly" in out.stdout.decode() and "86400000" in out.stdout.decode()
+        listed = out.stdout.decode()
+        assert "nightly" in listed and "1 d" in listed  # every 86400000 ms
+        assert re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \((now|in .+|.+ ago)\)", listed)
 
         out = await echomq("show", queue, dead, url=standalone_url)
         assert "dead" in out.stdout.decode() and "doomed" in out.stdout.decode()
+        assert re.search(r"Z \((now|.+ ago)\)", out.stdout.decode())  # the time of death
         out = await echomq("--json", "show", queue, pend, url=standalone_url)
         assert json.loads(out.stdout)["state"] == "pending"
 
@@ -103,6 +108,68 @@ async def test_tail_follows_events_until_ctrl_c(standalone_url: str, queue: str)
         finally:
             proc.kill()
             await proc.wait()
+
+
+async def test_show_prints_emoji_as_text(standalone_url: str, queue: str) -> None:
+    job_id = ids.generate("JOB")
+    async with open_bus(standalone_url) as bus:
+        payload = json.dumps({"text": "🏆 Dana wins 🎉"})  # as stored: "\\ud83c\\udfc6 ..."
+        assert "\\ud83c" in payload
+        await jobs.enqueue(bus, queue, payload, job_id=job_id)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONIOENCODING="utf-8")
+    out = await trio.run_process(
+        [sys.executable, "-m", "echomq_trio", "--url", standalone_url, "show", queue, job_id],
+        capture_stdout=True, capture_stderr=True, check=False, env=env, cwd=ROOT,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert '{"text": "🏆 Dana wins 🎉"}' in out.stdout.decode()
+
+
+async def test_queues_lists_every_queue_with_its_counts(standalone_url: str, queue: str) -> None:
+    async with open_bus(standalone_url) as bus:
+        await _fill(bus, queue)
+    out = await echomq("queues", url=standalone_url)
+    assert out.returncode == 0, out.stderr
+    (line,) = [x for x in out.stdout.decode().splitlines() if x.startswith(queue + " ")]
+    assert line.split()[1:5] == ["1", "0", "0", "1"]  # pending, scheduled, active, dead
+    listed = json.loads((await echomq("--json", "queues", url=standalone_url)).stdout)
+    (mine,) = [q for q in listed if q["queue"] == queue]
+    assert (mine["pending"], mine["dead"], mine["repeats"]) == (1, 1, 1)
+
+
+async def test_dashboard_prints_its_url_and_token_and_stops_on_ctrl_c(
+    standalone_url: str, queue: str
+) -> None:
+    async with open_bus(standalone_url) as bus:
+        _, dead = await _fill(bus, queue)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("ECHOMQ_DASHBOARD_TOKEN", None)
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "echomq_trio", "--url", standalone_url, "dashboard", "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        buf = b""
+        with trio.fail_after(30):
+            while b"#token=" not in buf or not buf.endswith(b"\n"):
+                buf += await proc.stdout.receive_some(4096)
+        first = buf.decode().splitlines()[0]
+        assert "127.0.0.1" in first and standalone_url.split("@")[-1] in first
+        url, token = first.split(": ", 1)[1].split("/#token=")
+        async with httpx.AsyncClient() as client:
+            assert (await client.get(f"{url}/state.json?queue={queue}")).status_code == 200
+            refused = await client.post(f"{url}/replay?queue={queue}&job={dead}")
+            assert refused.status_code == 403
+            replayed = await client.post(f"{url}/replay?queue={queue}&job={dead}",
+                                         headers={"x-echomq-token": token})  # fmt: skip
+            assert replayed.json() == {"outcome": "replayed"}
+        proc.send_signal(signal.SIGINT)
+        with trio.fail_after(10):
+            assert await proc.wait() == 130
+    finally:
+        proc.kill()
+        await proc.wait()
 
 
 async def test_errors_are_one_clear_line(standalone_url: str) -> None:

@@ -3,7 +3,7 @@
 import pytest
 import trio
 
-from echomq_trio import Bus, ids, jobs
+from echomq_trio import Bus, events, ids, jobs
 from echomq_trio.jobs import Outcome
 from tests.conftest import wait_for
 
@@ -194,6 +194,21 @@ async def test_replay_a_dead_job(bus: Bus, queue: str) -> None:
     info = await jobs.get_job(bus, queue, a)
     assert info is not None and info.last_error == "broken"
     assert (await jobs.counts(bus, queue)).dead == 0
+
+
+async def test_discard_deletes_a_dead_job_only(bus: Bus, queue: str) -> None:
+    a = jid()
+    await jobs.enqueue(bus, queue, "p", job_id=a)
+    assert await jobs.discard(bus, queue, a) is Outcome.NOT_DEAD
+    (job,) = await jobs.claim(bus, queue)
+    assert await jobs.retry(bus, queue, a, job.token, 0, 1, "broken") is Outcome.DEAD
+    assert (await jobs.counts(bus, queue)).dead == 1
+    assert await jobs.discard(bus, queue, a) is Outcome.DISCARDED
+    assert await jobs.get_job(bus, queue, a) is None
+    assert (await jobs.counts(bus, queue)).dead == 0
+    assert await jobs.discard(bus, queue, a) is Outcome.GONE
+    kinds = [e.kind for e in await events.read(bus, queue)]
+    assert kinds[-1] == "discarded"
 
 
 async def test_extend_renews_the_lease(bus: Bus, queue: str) -> None:

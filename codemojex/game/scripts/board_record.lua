@@ -12,6 +12,7 @@
 -- smaller). Today's board expires ARGV[5] ms after its day ends (set on every record); the
 -- round's board gets its lifetime from round_end, and a round that is not open is refused, so
 -- no board outlives its round. Publishes the room id on the channel when the round's best rose.
+-- Counts the offer in the round's 'guesses' (what the live page shows as guesses so far).
 -- Uses the bus's public prelude (now_ms, ID_EPOCH_MS).
 -- Returns {1, 1 improved | 0 not, the player's best in the round, day n} recorded; {0} the
 -- round is not open (nothing written).
@@ -20,6 +21,7 @@ if not tag or KEYS[2] ~= tag .. 'board:' .. string.sub(KEYS[1], #tag + 1) then
   return redis.error_reply('ERR board_record: KEYS must be cm:{<room>}:round:<id> and its board')
 end
 if redis.call('HGET', KEYS[1], 'status') ~= 'open' then return {0} end
+redis.call('HINCRBY', KEYS[1], 'guesses', 1)
 local now = now_ms()
 local score = string.format('%.0f', tonumber(ARGV[2]) * 1e13 + (1e13 - 1 - (now - ID_EPOCH_MS)))
 local changed = redis.call('ZADD', KEYS[2], 'GT', 'CH', score, ARGV[1])

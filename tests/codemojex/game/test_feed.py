@@ -17,6 +17,7 @@ from trio_websocket import (
 from codemojex import game
 from codemojex.game import board
 from codemojex.game.feed import GOODBYE_CODE, GOODBYE_REASON, Feed
+from codemojex.game.scoring import ALPHABET
 from echomq_trio import Bus
 from tests.conftest import wait_for
 
@@ -267,3 +268,26 @@ async def test_a_new_round_pushes_a_fresh_board_and_an_ended_one_shows_final(
             fresh = await next_board()
             assert (fresh["round"], fresh["open"], fresh["top"]) == (two.id, True, [])
         nursery.cancel_scope.cancel()
+
+
+async def test_a_snapshot_shows_the_round_in_play_and_its_secret_once_over(
+    bus: Bus, room: game.Room
+) -> None:
+    alice = await game.create_player(bus, "Alice", 31)
+    bob = await game.create_player(bus, "Bob", 32)
+    played = await game.start_round(bus, room.id, starts_in_ms=0, lasts_ms=30_000)
+    for player, pct in ((alice, 40), (alice, 30), (bob, 50)):
+        await board.record(bus, room.id, played.id, player.id, pct)
+    feed = Feed(bus)
+    shown = await feed.snapshot(room.id)
+    assert shown["clue"] == "".join(ALPHABET)
+    assert shown["ends_at_ms"] - shown["starts_at_ms"] == 30_000
+    assert (shown["guesses"], shown["players"], shown["secret"]) == (3, 2, None)
+    await game.end_round(bus, room.id)
+    over = await feed.snapshot(room.id)
+    assert over["secret"] == "".join(played.secret) and over["guesses"] == 3
+    unplanned = await game.start_round(bus, room.id, starts_in_ms=0)
+    fresh = await feed.snapshot(room.id)
+    assert (fresh["round"], fresh["ends_at_ms"], fresh["guesses"]) == (unplanned.id, None, 0)
+    with pytest.raises(game.GameError, match="lasts_ms"):
+        await game.start_round(bus, room.id, lasts_ms=0)

@@ -4,7 +4,10 @@ loads a page at a time. ``rooms.json`` over real HTTP: pages that follow ``next`
 one-line JSON error for a bad query."""
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import partial
+from typing import Any
 
 import httpx
 import pytest
@@ -16,8 +19,8 @@ from codemojex.game.feed import Feed
 from codemojex.game.page import PageServer, page_parameters
 from codemojex.game.rooms import DEFAULT_ROOM_PAGE, MAX_ROOM_PAGE
 from echomq_trio import Bus
-from tests.codemojex.game.browser import open_page
 from tests.conftest import wait_for
+from tools.browser import Page, open_page
 
 
 @pytest.mark.slow
@@ -149,3 +152,109 @@ async def test_rooms_json_pages_follow_next_and_bad_queries_get_400(bus: Bus) ->
         reason = json.loads((await client.get(f"{url}/rooms.json?count=0")).text)["error"]
         assert reason == f"count must be an integer 1-{MAX_ROOM_PAGE}, got 0"
         nursery.cancel_scope.cancel()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout_s(120)
+async def test_page_recovers_from_a_feed_restart_and_says_it_is_down(bus: Bus) -> None:
+    await bus.wire.command("DEL", "cm:room-index")
+    room = await game.create_room(bus, -778, "Restart Room")
+    alice = await game.create_player(bus, "Alice", 11)
+    bob = await game.create_player(bus, "Bob", 12)
+    rnd = await game.start_round(bus, room.id, starts_in_ms=0, lasts_ms=600_000)
+    await board.record(bus, room.id, rnd.id, alice.id, 40)
+    async with trio.open_nursery() as nursery:
+        first_feed = trio.CancelScope()
+        feed_port = await nursery.start(_feed_in, bus, first_feed, 0)
+        page_url = await nursery.start(PageServer(bus, feed_port).serve, "127.0.0.1", 0)
+        async with open_page() as page:
+            await page.goto(f"{page_url}/?room={room.id}")
+            status = "document.querySelector('#status').textContent"
+            await wait_for(partial(_has, page, "#board", "Alice"), timeout=30, step=0.1)
+            assert await page.evaluate(status) == "live"
+            assert "left" in await page.evaluate("document.querySelector('#time-left').textContent")
+            assert "1 guess so far by 1 player" in str(
+                await page.evaluate("document.querySelector('#guesses').textContent")
+            )
+            first_feed.cancel()  # the feed goes away
+            await wait_for(partial(_has, page, "#status", "feed down"), timeout=30, step=0.1)
+            assert "live feed is down" in await page.evaluate(
+                "document.querySelector('#banner').innerText"
+            )
+            await board.record(bus, room.id, rnd.id, bob.id, 90)  # while nobody pushes
+            await nursery.start(_feed_in, bus, trio.CancelScope(), feed_port)  # back, same port
+            await wait_for(partial(_has, page, "#board", "Bob"), timeout=30, step=0.1)
+            assert await page.evaluate(status) == "live"
+            assert await page.evaluate("document.body.classList.contains('down')") is False
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout_s(120)
+async def test_page_opened_before_any_room_shows_rooms_as_they_come(bus: Bus) -> None:
+    await bus.wire.command("DEL", "cm:room-index")
+    async with _served_page(bus, "/") as page:
+        await wait_for(partial(_has, page, "#status", "no rooms yet"), timeout=30, step=0.1)
+        room = await game.create_room(bus, -779, "Late Room")
+        rnd = await game.start_round(bus, room.id, starts_in_ms=0)
+        dana = await game.create_player(bus, "Dana", 13)
+        await board.record(bus, room.id, rnd.id, dana.id, 55)
+        await wait_for(partial(_has, page, "#board", "Dana"), timeout=30, step=0.1)
+        title = "document.querySelector('#title').textContent"
+        assert await page.evaluate(title) == "Late Room"
+        current = "document.querySelector('#rooms a.current').textContent"
+        assert await page.evaluate(current) == "Late Room"
+        await game.create_room(bus, -780, "Later Room")
+        links = "[...document.querySelectorAll('#rooms a')].map((a) => a.textContent)"
+        await wait_for(partial(_is, page, links, ["Late Room", "Later Room"]), timeout=30, step=0.2)
+
+
+@pytest.mark.slow
+async def test_page_escapes_names_and_bundles_its_emoji_font(bus: Bus) -> None:
+    await bus.wire.command("DEL", "cm:room-index")
+    room = await game.create_room(bus, -781, "<b>Room</b>")
+    rnd = await game.start_round(bus, room.id, starts_in_ms=0)
+    evil = '<img src=x onerror="window.__xss = 1">🦊'
+    mallory = await game.create_player(bus, evil, 14)
+    await board.record(bus, room.id, rnd.id, mallory.id, 70)
+    async with _served_page(bus, f"/?room={room.id}") as page:
+        await wait_for(partial(_has, page, "#board", "onerror"), timeout=30, step=0.1)
+        assert evil in await page.evaluate("document.querySelector('#board').innerText")
+        assert await page.evaluate("document.querySelectorAll('#board img').length") == 0
+        title = "document.querySelector('#title').textContent"
+        assert await page.evaluate(title) == "<b>Room</b>"
+        assert await page.evaluate("window.__xss") is None
+        # The trophy and the game's emoji come from the bundled font, not the machine's.
+        faces = (
+            "[...document.fonts].filter((f) => f.family.includes('cm-emoji')).map((f) => f.status)"
+        )
+        await wait_for(partial(_is, page, faces, ["loaded"]), timeout=30, step=0.1)
+
+
+@asynccontextmanager
+async def _served_page(bus: Bus, path: str) -> AsyncIterator[Page]:
+    """A feed, the page server and a browser on ``path`` of it, for one test."""
+    async with trio.open_nursery() as nursery:
+        feed_port = await nursery.start(Feed(bus).serve, "127.0.0.1", 0)
+        page_url = await nursery.start(PageServer(bus, feed_port).serve, "127.0.0.1", 0)
+        async with open_page() as page:
+            await page.goto(page_url + path)
+            yield page
+        nursery.cancel_scope.cancel()
+
+
+async def _feed_in(
+    bus: Bus, scope: trio.CancelScope, port: int, *, task_status: trio.TaskStatus[int]
+) -> None:
+    """A feed on ``port`` (0: any) until ``scope`` is cancelled."""
+    with scope:
+        await Feed(bus).serve("127.0.0.1", port, task_status=task_status)
+
+
+async def _has(page: Any, selector: str, text: str) -> bool:
+    found = await page.evaluate(f"(document.querySelector('{selector}') || {{}}).innerText || ''")
+    return text in str(found)
+
+
+async def _is(page: Any, expression: str, value: object) -> bool:
+    return bool(await page.evaluate(expression) == value)

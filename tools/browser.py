@@ -1,4 +1,6 @@
-"""A headless Chromium driven over the DevTools protocol (trio-websocket), for page tests.
+"""A headless Chromium driven over the DevTools protocol (trio-websocket), for the page tests
+(tests/codemojex/game/test_page.py, tests/echomq_trio/test_dashboard.py) and the screenshots
+(tools/screenshots.py).
 
 Starts Debian's ``chromium`` with a fresh profile and the flags this workplace needs (no
 background networking), opens one page target, and evaluates JavaScript in it.

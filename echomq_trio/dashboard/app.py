@@ -1,0 +1,275 @@
+"""The dashboard's server side: a sampler task and an ASGI app (served by hypercorn on trio,
+``echomq_trio.asgi``).
+
+The sampler lists the server's queues (``queues.queue_names``, a SCAN, every ``names_every_s``)
+and reads each one's counts every ``sample_s`` into a ``view.History``; every sample wakes the
+viewers. The app answers:
+
+* ``GET /``: the page (one static file in the package); ``GET /emoji.ttf``: the emoji font the
+  embedding service gave (``emoji_font``: codemojex gives the game's), else 404;
+* ``GET /state.json?<query>``: the view (``view.Query``: the queue to detail and the page of each
+  list) as JSON; 400 with ``{"error"}`` for a bad query, 503 while the server is unreachable;
+* ``GET /events?<query>``: the same view as server-sent events, one after every sample;
+* ``POST /replay?queue=Q&job=ID`` and ``POST /discard?queue=Q&job=ID``: replay or delete a dead job;
+  ``POST /resume?queue=Q&lane=G``: end a lane's pause or wait. Every request that changes state must
+  carry the dashboard's token in the header ``x-echomq-token`` (compared in constant time); without
+  it the answer is 403 and nothing changes. The token comes from the operator
+  (``ECHOMQ_DASHBOARD_TOKEN``) or is made at start-up and printed once; the page takes it from its
+  URL's fragment (``#token=...``), which browsers never send to a server.
+
+Every list is one page at a time: queues by name after a cursor, lanes through
+``lanes.status_page`` (at most ``LANE_PAGE_MAX``), scheduled and dead jobs and recurring
+schedules by offset. Cancelling ``serve``/``run`` stops it all.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl
+
+import trio
+
+from echomq_trio import humane, jobs, lanes, queues, repeat
+from echomq_trio.asgi import Response, answer, serve_app
+from echomq_trio.bus import Bus
+from echomq_trio.checks import check_group, check_job_id, check_queue
+from echomq_trio.dashboard import view
+from echomq_trio.errors import BusError
+
+if TYPE_CHECKING:
+    from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope
+
+__all__ = ["TOKEN_HEADER", "Dashboard", "new_token"]
+
+log = logging.getLogger("echomq_trio.dashboard")
+
+PAGE = (resources.files("echomq_trio.dashboard") / "page.html").read_bytes()
+TOKEN_HEADER = b"x-echomq-token"
+_JSON = b"application/json"
+
+
+async def _resume(bus: Bus, queue: str, group: str) -> str:
+    return "resumed" if await lanes.resume(bus, queue, group) else "not_held"
+
+
+# The state-changing requests: path -> (the parameter naming what to change, its check, the call)
+_ACTIONS: dict[str, tuple[str, Callable[[object], str], Callable[..., Awaitable[object]]]] = {
+    "/replay": ("job", check_job_id, jobs.replay),
+    "/discard": ("job", check_job_id, jobs.discard),
+    "/resume": ("lane", check_group, _resume),
+}
+
+
+def new_token() -> str:
+    """A fresh token for the state-changing requests (128 random bits, URL-safe)."""
+    return secrets.token_urlsafe(16)
+
+
+def _fresh(status: int, content_type: bytes, body: bytes) -> Response:
+    return Response(status, content_type, body, [(b"cache-control", b"no-store")])
+
+
+def _json(status: int, value: Any) -> Response:
+    return _fresh(status, _JSON, json.dumps(value).encode())
+
+
+class Dashboard:
+    """Serve with ``url = await nursery.start(dashboard.serve, host, port)``, or mount ``app`` in
+    another ASGI app and run ``dashboard.run`` (the sampler) beside it."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        token: str,
+        *,
+        sample_s: float = 5.0,
+        keep: int = 60,
+        names_every_s: float = 30.0,
+        emoji_font: bytes | None = None,
+    ) -> None:
+        if not token:
+            raise ValueError("the dashboard needs a token for its state-changing requests")
+        self.bus = bus
+        self._token = token.encode()
+        self.sample_s = sample_s
+        self.names_every_s = names_every_s
+        self.emoji_font = emoji_font  # served as emoji.ttf, for payloads' emoji
+        self.history = view.History(keep=keep)
+        self._names: list[str] = []
+        self._sampled = trio.Event()  # set after each sample, then replaced
+        self._wake = trio.Event()  # an action asks for a sample now
+
+    # --- the sampler ---------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Sample until cancelled (a server that cannot be reached is tried again next time)."""
+        task_status.started()
+        listed_at = -float("inf")
+        while True:
+            try:
+                if trio.current_time() - listed_at >= self.names_every_s:
+                    self._names = await queues.queue_names(self.bus)
+                    self.history.retain(self._names)
+                    listed_at = trio.current_time()
+                await self.sample()
+            except BusError as exc:
+                log.warning("dashboard: cannot read the server: %s", exc)
+            with trio.move_on_after(self.sample_s):
+                await self._wake.wait()
+            self._wake = trio.Event()
+
+    async def sample(self) -> None:
+        """Read every known queue's counts once and wake the viewers."""
+        now = await self.bus.wire.server_time_ms()
+        for name in self._names:
+            self.history.add(name, now, await jobs.counts(self.bus, name))
+        self._sampled.set()
+        self._sampled = trio.Event()
+
+    # --- the view --------------------------------------------------------------------------
+
+    async def state(self, query: view.Query) -> dict[str, Any]:
+        """The view the page renders (``BusError`` when the server cannot be read)."""
+        now = await self.bus.wire.server_time_ms()
+        names, next_names = view.name_page(self._names, query.queues_after, query.count)
+        shown = query.queue or (names[0] if names else "")
+        return {
+            "now": humane.iso(now),
+            "queues": [view.queue_row(n, self.history, self.sample_s) for n in names],
+            "queues_next": next_names,
+            "queue": await self._detail(shown, query, now) if shown else None,
+        }
+
+    async def _detail(self, queue: str, query: view.Query, now: int) -> dict[str, Any]:
+        n = query.count
+        lane_count = min(n, lanes.LANE_PAGE_MAX)
+        page = await lanes.status_page(self.bus, queue, query.lanes_after, lane_count)
+        scheduled = await jobs.list_jobs(self.bus, queue, "scheduled", query.scheduled, n + 1)
+        dead = await jobs.dead_jobs(self.bus, queue, query.dead, n + 1)
+        regs = await repeat.list_repeats(self.bus, queue, n + 1, query.repeats)
+        return {
+            "name": queue,
+            "lanes": {"rows": [view.lane_row(x, now) for x in page.lanes], "next": page.next},
+            "scheduled": _offset_page(
+                [view.job_row(j, now) for j in scheduled], query.scheduled, n
+            ),
+            "repeats": _offset_page([view.repeat_row(r, now) for r in regs], query.repeats, n),
+            "dead": _offset_page([view.job_row(j, now) for j in dead], query.dead, n),
+        }
+
+    # --- HTTP ----------------------------------------------------------------------------
+
+    async def app(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+        if scope["type"] == "http" and scope["path"] == "/events":
+            await self._events(scope, receive, send)
+            return
+        await answer(scope, receive, send, self._answer)
+
+    async def _answer(self, scope: HTTPScope, _receive: ASGIReceiveCallable) -> Response:
+        path, method = scope["path"], scope["method"]
+        if path == "" and scope.get("root_path"):  # mounted, asked without the slash
+            where = (scope["root_path"] + "/").encode()
+            return Response(308, b"text/plain", b"", [(b"location", where)])
+        if path in ("/", "/index.html") and method == "GET":
+            return _fresh(200, b"text/html; charset=utf-8", PAGE)
+        if path == "/emoji.ttf" and self.emoji_font is not None:
+            cache = [(b"cache-control", b"public, max-age=86400")]
+            return Response(200, b"font/ttf", self.emoji_font, cache)
+        if path == "/state.json" and method == "GET":
+            try:
+                return _json(200, await self.state(view.parse_query(scope["query_string"])))
+            except ValueError as exc:
+                return _json(400, {"error": str(exc)})
+            except BusError:
+                return _json(503, {"error": "the server is unavailable"})
+        if path in _ACTIONS:
+            if method != "POST":
+                return Response(405, b"text/plain", b"POST only", [(b"allow", b"POST")])
+            return await self._act(scope, _ACTIONS[path])
+        return _fresh(404, b"text/plain", b"not found")
+
+    def authorized(self, scope: HTTPScope) -> bool:
+        """Whether the request carries the token (constant-time comparison)."""
+        given = [v for k, v in scope["headers"] if k.lower() == TOKEN_HEADER]
+        return len(given) == 1 and hmac.compare_digest(given[0], self._token)
+
+    async def _act(
+        self,
+        scope: HTTPScope,
+        action: tuple[str, Callable[[object], str], Callable[..., Awaitable[object]]],
+    ) -> Response:
+        if not self.authorized(scope):
+            return _json(403, {"error": "this needs the dashboard's token (printed at start-up)"})
+        parameter, check, call = action
+        try:
+            given = dict(parse_qsl(scope["query_string"].decode("ascii")))
+            queue = check_queue(given.get("queue"))
+            subject = check(given.get(parameter))
+        except (ValueError, UnicodeDecodeError) as exc:
+            return _json(400, {"error": str(exc)})
+        try:
+            outcome = await call(self.bus, queue, subject)
+        except BusError:
+            return _json(503, {"error": "the server is unavailable"})
+        self._wake.set()  # sample now: the change shows at once
+        return _json(200, {"outcome": str(outcome)})
+
+    async def _events(
+        self, scope: HTTPScope, receive: ASGIReceiveCallable, send: ASGISendCallable
+    ) -> None:
+        try:
+            query = view.parse_query(scope["query_string"])
+        except ValueError as exc:
+            body = json.dumps({"error": str(exc)}).encode()
+            await send({"type": "http.response.start", "status": 400,
+                        "headers": [(b"content-type", _JSON)]})  # fmt: skip
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+            return
+        headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-store")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        async with trio.open_nursery() as nursery:
+
+            async def until_gone() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(until_gone)
+            while True:
+                sampled = self._sampled
+                try:
+                    data = json.dumps(await self.state(query))
+                    chunk = f"data: {data}\n\n"
+                except BusError:
+                    chunk = "event: down\ndata: the server is unavailable\n\n"
+                body = chunk.encode()
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+                await sampled.wait()
+
+    async def serve(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Sample and serve on ``host:port`` (loopback by default) until cancelled;
+        ``task_status.started`` gets the base URL."""
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.run)
+            url = await nursery.start(
+                serve_app, self.app, host, port, "echomq_trio.dashboard.hypercorn"
+            )
+            task_status.started(url)
+
+
+def _offset_page(rows: list[dict[str, Any]], offset: int, count: int) -> dict[str, Any]:
+    """A page read with one row more than shown: whether there is a next page."""
+    more = len(rows) > count
+    return {"rows": rows[:count], "offset": offset, "next": offset + count if more else None}

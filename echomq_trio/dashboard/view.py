@@ -1,0 +1,243 @@
+"""The dashboard's view model (pure: no I/O, no clock of its own).
+
+``History`` keeps the last samples of each queue's counts (``Counts``, read every
+``sample_s`` by the dashboard's sampler), so throughput and retries over the last minutes are
+the differences of the running totals between samples. ``Query`` is what a browser asks for:
+which queue to detail and which page of each list. The ``*_row`` functions turn the bus's read
+results into the JSON the page renders, with times as ISO and "in 3 min"; ``sparkline`` draws a
+series as a small inline SVG of numbers only (nothing from the data is spelled into it).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+from urllib.parse import parse_qsl
+
+import attrs
+
+from echomq_trio import humane
+from echomq_trio.checks import check_group, check_queue
+from echomq_trio.results import Counts, JobInfo, LaneStatus, Registration
+
+__all__ = [
+    "DEFAULT_PAGE",
+    "History",
+    "Query",
+    "deltas",
+    "job_row",
+    "lane_row",
+    "name_page",
+    "parse_query",
+    "queue_row",
+    "repeat_row",
+    "sparkline",
+]
+
+DEFAULT_PAGE = 20  # rows per list, and queues per page
+_OFFSETS = ("scheduled", "repeats", "dead")
+_TEXT_SHOWN = 120  # payload characters shown
+
+
+@attrs.frozen
+class Sample:
+    at_ms: int
+    counts: Counts
+
+
+@attrs.define
+class History:
+    """The last ``keep`` samples of each queue's counts (bounded: ``keep`` per queue, and only
+    the queues last seen on the server, see ``retain``)."""
+
+    keep: int = 60
+    _samples: dict[str, deque[Sample]] = attrs.field(factory=dict)
+
+    def add(self, queue: str, at_ms: int, counts: Counts) -> None:
+        self._samples.setdefault(queue, deque(maxlen=self.keep)).append(Sample(at_ms, counts))
+
+    def retain(self, queues: Iterable[str]) -> None:
+        """Forget the queues that are no longer on the server."""
+        alive = set(queues)
+        for queue in [q for q in self._samples if q not in alive]:
+            del self._samples[queue]
+
+    def latest(self, queue: str) -> Counts | None:
+        samples = self._samples.get(queue)
+        return samples[-1].counts if samples else None
+
+    def totals(self, queue: str, field: str) -> list[int]:
+        return [getattr(s.counts, field) for s in self._samples.get(queue, ())]
+
+    def span_ms(self, queue: str) -> int:
+        """How long the kept samples cover."""
+        samples = self._samples.get(queue)
+        return samples[-1].at_ms - samples[0].at_ms if samples and len(samples) > 1 else 0
+
+
+def deltas(totals: Sequence[int]) -> list[int]:
+    """What a running total grew by between samples (a total that fell, after a server lost its
+    data, counts as no growth)."""
+    return [max(0, b - a) for a, b in itertools.pairwise(totals)]
+
+
+def sparkline(values: Sequence[int], *, width: int = 120, height: int = 28) -> str:
+    """A small SVG chart of ``values`` (oldest first): a line, its area, and nothing but numbers
+    from the data, so it is safe to place as markup."""
+    points = list(values) or [0]
+    if len(points) == 1:
+        points = points * 2
+    top = max(max(points), 1)
+    step = width / (len(points) - 1)
+    xy = [(round(i * step, 1), round(height - 1 - v / top * (height - 2), 1))
+          for i, v in enumerate(points)]  # fmt: skip
+    line = " ".join(f"{x},{y}" for x, y in xy)
+    area = f"0,{height} {line} {width},{height}"
+    return (
+        f'<svg class="spark" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+        f'role="img" aria-label="peak {top}"><polygon points="{area}" class="area"/>'
+        f'<polyline points="{line}" class="line" fill="none"/></svg>'
+    )
+
+
+def queue_row(name: str, history: History, sample_s: float) -> dict[str, Any]:
+    """One queue's line in the list: its counts now, and throughput and retries per sample
+    over the kept minutes (with their charts and per-minute rates)."""
+    c = history.latest(name)
+    done = deltas(history.totals(name, "completed_total"))
+    retried = deltas(history.totals(name, "retried_total"))
+    minutes = history.span_ms(name) / 60_000
+    counts = {} if c is None else {
+        "pending": c.pending, "scheduled": c.scheduled, "active": c.active, "dead": c.dead,
+        "lanes": c.lanes, "paused_lanes": c.paused_lanes, "waiting_lanes": c.waiting_lanes,
+        "repeats": c.repeats, "completed_total": c.completed_total,
+        "retried_total": c.retried_total,
+    }  # fmt: skip
+    return {
+        "name": name,
+        "counts": counts,
+        "done_per_min": round(sum(done) / minutes, 1) if minutes else 0,
+        "retries_per_min": round(sum(retried) / minutes, 1) if minutes else 0,
+        "done_chart": sparkline(done),
+        "retries_chart": sparkline(retried),
+        "window": humane.span(history.span_ms(name)) if minutes else "",
+        "sample_s": sample_s,
+    }
+
+
+def job_row(info: JobInfo, now_ms: int) -> dict[str, Any]:
+    """A scheduled or dead job: its time (run-at or death) as ISO and relative to now."""
+    return {
+        "id": info.id,
+        "attempts": info.attempts,
+        "group": info.group,
+        "error": info.last_error or "",
+        "when": humane.iso(info.score_ms),
+        "relative": humane.relative(info.score_ms, now_ms),
+        "payload": humane.payload_text(info.payload, _TEXT_SHOWN),
+    }
+
+
+def repeat_row(reg: Registration, now_ms: int) -> dict[str, Any]:
+    return {
+        "name": reg.name,
+        "every": humane.span(reg.every_ms),
+        "next": humane.iso(reg.next_run_ms),
+        "next_relative": humane.relative(reg.next_run_ms, now_ms),
+        "last_fired": humane.relative(reg.last_fired_ms, now_ms),
+        "group": reg.group,
+        "template": humane.payload_text(reg.template, _TEXT_SHOWN),
+    }
+
+
+def lane_row(lane: LaneStatus, now_ms: int) -> dict[str, Any]:
+    """A lane and the one word for its state: paused, waiting (until a time), at its limit,
+    served (on the ring), or idle."""
+    if lane.paused:
+        state = "paused"
+    elif lane.wait_until_ms is not None and lane.wait_until_ms > now_ms:
+        state = f"waiting until {humane.iso(lane.wait_until_ms)} "
+        state += f"({humane.relative(lane.wait_until_ms, now_ms)})"
+    elif lane.limit and lane.in_flight >= lane.limit:
+        state = "at its limit"
+    elif lane.on_ring:
+        state = "served"
+    else:
+        state = "idle"
+    return {
+        "group": lane.group,
+        "depth": lane.depth,
+        "in_flight": lane.in_flight,
+        "limit": lane.limit,
+        "weight": lane.weight,
+        "state": state,
+        "held": state == "paused" or state.startswith("waiting"),  # resume ends it
+    }
+
+
+def name_page(names: Sequence[str], after: str, count: int) -> tuple[list[str], str | None]:
+    """The ``count`` names after the cursor ``after`` (names are sorted; ``""``: from the first),
+    and the next page's cursor (``None`` after the last)."""
+    start = 0
+    if after:
+        start = next((i for i, n in enumerate(names) if n > after), len(names))
+    page = list(names[start : start + count])
+    return page, (page[-1] if start + count < len(names) and page else None)
+
+
+@attrs.frozen
+class Query:
+    """What the page asks for: the queue to detail (``""``: the first on the page), and a cursor
+    or offset for each paged list."""
+
+    queue: str = ""
+    queues_after: str = ""
+    lanes_after: str = ""
+    scheduled: int = 0
+    repeats: int = 0
+    dead: int = 0
+    count: int = DEFAULT_PAGE
+
+
+def parse_query(query: bytes) -> Query:
+    """A ``Query`` from a query string; ``ValueError`` saying what is wrong otherwise."""
+    try:
+        pairs = parse_qsl(query.decode("ascii"), keep_blank_values=True)
+    except UnicodeDecodeError:
+        raise ValueError("the query must be ASCII") from None
+    given: dict[str, str] = {}
+    for name, value in pairs:
+        if name in given:
+            raise ValueError(f"parameter {name} given twice")
+        given[name] = value
+    return _query(given)
+
+
+def _query(given: Mapping[str, str]) -> Query:
+    known = {f.name for f in attrs.fields(Query)}
+    for name in given:
+        if name not in known:
+            raise ValueError(f"unknown parameter {name!r}")
+    numbers: dict[str, int] = {}
+    for name in (*_OFFSETS, "count"):
+        if name in given:
+            text = given[name]
+            if not text.isascii() or not text.isdigit() or len(text) > 9:
+                raise ValueError(f"{name} must be a whole number")
+            numbers[name] = int(text)
+    if "count" in numbers and not 1 <= numbers["count"] <= 100:
+        raise ValueError("count must be 1-100")
+    queue = given.get("queue", "")
+    queues_after = given.get("queues_after", "")
+    lanes_after = given.get("lanes_after", "")
+    return Query(
+        queue=check_queue(queue) if queue else "",
+        queues_after=check_queue(queues_after) if queues_after else "",
+        lanes_after=check_group(lanes_after) if lanes_after else "",
+        scheduled=numbers.get("scheduled", 0),
+        repeats=numbers.get("repeats", 0),
+        dead=numbers.get("dead", 0),
+        count=numbers.get("count", DEFAULT_PAGE),
+    )

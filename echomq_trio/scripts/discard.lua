@@ -1,0 +1,15 @@
+-- discard: delete a dead job for good (its row and its place in the dead set).
+-- transition: dead -> (none)
+-- KEYS[1] emq:{q}:dead (the other keys are ARGV[1]'s, same slot)
+-- ARGV[1] queue prefix emq:{q}:, ARGV[2] job id
+-- Returns 'discarded', 'not_dead' (the job is in another state) or 'gone' (no row).
+-- cost: O(log n)
+local qp = ARGV[1]
+local id = ARGV[2]
+local job = fields(qp .. KEY.job .. id, 'state')
+if not job.state then return 'gone' end
+if job.state ~= 'dead' then return 'not_dead' end
+redis.call('ZREM', KEYS[1], id)
+redis.call('DEL', qp .. KEY.job .. id)
+emit(qp, 'discarded', id)
+return 'discarded'
