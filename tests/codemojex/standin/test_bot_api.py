@@ -102,13 +102,17 @@ async def test_send_message_json(tg: TelegramStandIn, client: httpx.AsyncClient)
     assert body["ok"] is True
     result = body["result"]
     assert result["message_id"] == 1
-    assert result["chat"] == {"id": 42, "type": "private"}
-    assert result["text"] == "hello <b>you</b>"
+    # As Telegram answers: a private chat has a first name; the markup is applied, so the text
+    # comes back plain with its entities (the stand-in used to echo the chat thin and the markup).
+    assert result["chat"] == {"id": 42, "first_name": "User 42", "type": "private"}
+    assert result["text"] == "hello you"
+    assert result["entities"] == [{"offset": 6, "length": 3, "type": "bold"}]
     assert isinstance(result["date"], int)
     assert abs(result["date"] - time.time()) < 60
 
     (d,) = tg.deliveries
     assert (d.chat_id, d.text, d.message_id, d.parse_mode) == (42, "hello <b>you</b>", 1, "HTML")
+    assert (d.shown, [e.type for e in d.entities]) == ("hello you", ["bold"])
     assert d.wall_ms == pytest.approx(result["date"] * 1000, abs=2000)
     (rec,) = tg.requests
     assert (rec.chat_id, rec.text, rec.status, rec.description) == (
@@ -127,12 +131,14 @@ async def test_message_ids_increase_per_chat(
         r = await send(client, tg, chat)
         assert r.status_code == 200
         ids.append((chat, r.json()["result"]["message_id"], r.json()["result"]["chat"]["type"]))
+    # -100200 is a basic group's id (-1 .. -999999999999); the stand-in used to call every
+    # negative id a supergroup.
     assert ids == [
         (1, 1, "private"),
         (1, 2, "private"),
-        (-100200, 1, "supergroup"),
+        (-100200, 1, "group"),
         (1, 3, "private"),
-        (-100200, 2, "supergroup"),
+        (-100200, 2, "group"),
     ]
 
 
@@ -178,10 +184,19 @@ async def test_unknown_method_and_path_are_404(
     tg: TelegramStandIn, client: httpx.AsyncClient
 ) -> None:
     not_found = {"ok": False, "error_code": 404, "description": "Not Found"}
-    for path in (f"/bot{TOKEN}/sendPigeon", f"/bot{TOKEN}/", f"/bot{TOKEN}", "/", "/getMe"):
+    for path in (f"/bot{TOKEN}/", f"/bot{TOKEN}", "/", "/getMe"):
         r = await client.get(tg.api_url + path)
         assert r.status_code == 404, path
         assert r.json() == not_found
+    # An unknown method under a right token: the Bot API server's own wording (Client::on_cmd),
+    # where the stand-in used to answer the bare "Not Found".
+    r = await client.get(tg.api_url + f"/bot{TOKEN}/sendPigeon")
+    assert r.status_code == 404
+    assert r.json() == {
+        "ok": False,
+        "error_code": 404,
+        "description": "Not Found: method not found",
+    }
 
 
 @pytest.mark.parametrize(
@@ -367,20 +382,7 @@ PARAMETRIZED_SCRIPTS = [
         "Too Many Requests: retry after 7",
         {"retry_after": 7},
     ),
-    (Scripted.forbidden(), 403, "Forbidden: bot was blocked by the user", None),
-    (
-        Scripted.forbidden("Forbidden: user is deactivated"),
-        403,
-        "Forbidden: user is deactivated",
-        None,
-    ),
     (Scripted.bad_request(), 400, "Bad Request: chat not found", None),
-    (
-        Scripted.migrate(-1009876),
-        400,
-        "Bad Request: group chat was upgraded to a supergroup chat",
-        {"migrate_to_chat_id": -1009876},
-    ),
     (Scripted.unauthorized(), 401, "Unauthorized", None),
     (
         Scripted.conflict(),
@@ -417,6 +419,68 @@ async def test_scripted_answer_then_normal(
     assert [(q.status, q.description) for q in tg.requests] == [(status, description), (200, None)]
 
 
+# A block and a migration are for good, as on Telegram: the stand-in used to answer them once and
+# deliver the next message (these three cases were in PARAMETRIZED_SCRIPTS, whose second message
+# is delivered).
+PERMANENT_SCRIPTS = [
+    (Scripted.forbidden(), 403, "Forbidden: bot was blocked by the user", None),
+    (
+        Scripted.forbidden("Forbidden: user is deactivated"),
+        403,
+        "Forbidden: user is deactivated",
+        None,
+    ),
+    (
+        Scripted.migrate(-1009876543210),
+        400,
+        "Bad Request: group chat was upgraded to a supergroup chat",
+        {"migrate_to_chat_id": -1009876543210},
+    ),
+]
+
+
+@pytest.mark.parametrize(("scripted", "status", "description", "parameters"), PERMANENT_SCRIPTS)
+async def test_permanent_scripted_answers_stay(
+    tg: TelegramStandIn,
+    client: httpx.AsyncClient,
+    scripted: Scripted,
+    status: int,
+    description: str,
+    parameters: dict[str, int] | None,
+) -> None:
+    tg.script(-77, scripted)
+    expected: dict[str, Any] = {"ok": False, "error_code": status, "description": description}
+    if parameters is not None:
+        expected["parameters"] = parameters
+    for text in ("first", "second", "third"):
+        r = await send(client, tg, -77, text)
+        assert (r.status_code, r.json()) == (status, expected)
+    assert tg.deliveries == []
+    assert tg.pending_scripts(-77) == 0
+    assert [(q.status, q.description) for q in tg.requests] == [(status, description)] * 3
+    if status == 403:
+        tg.unblock(-77)  # the user unblocks the bot
+        assert (await send(client, tg, -77, "fourth")).status_code == 200
+    else:
+        assert (await send(client, tg, -1009876543210, "moved")).status_code == 200
+
+
+async def test_migrate_and_block_by_the_operator(
+    tg: TelegramStandIn, client: httpx.AsyncClient
+) -> None:
+    tg.migrate(-5, -1001234567890)
+    tg.block(6)
+    for _ in range(2):
+        r = await send(client, tg, -5)
+        assert error_of(r)["parameters"] == {"migrate_to_chat_id": -1001234567890}
+        assert error_of(await send(client, tg, 6))["description"] == (
+            "Forbidden: bot was blocked by the user"
+        )
+    assert tg.deliveries == []
+    with pytest.raises(ValueError):
+        tg.migrate(-5, -6)  # a group migrates to a supergroup
+
+
 async def test_scripts_are_per_chat_and_in_order(
     tg: TelegramStandIn, client: httpx.AsyncClient
 ) -> None:
@@ -425,8 +489,11 @@ async def test_scripts_are_per_chat_and_in_order(
     assert tg.pending_scripts(1) == 3
     assert (await send(client, tg, 2, "untouched")).status_code == 200
     statuses = [(await send(client, tg, 1, f"m{i}")).status_code for i in range(4)]
-    assert statuses == [502, 429, 403, 200]
-    assert tg.by_chat() == {2: ["untouched"], 1: ["m3"]}
+    # The scripted block stays, as a user's block does (the stand-in used to answer it once).
+    assert statuses == [502, 429, 403, 403]
+    tg.unblock(1)
+    assert (await send(client, tg, 1, "m4")).status_code == 200
+    assert tg.by_chat() == {2: ["untouched"], 1: ["m4"]}
 
 
 async def test_script_before_validation_but_after_chat_id(
