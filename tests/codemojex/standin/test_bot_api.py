@@ -21,7 +21,10 @@ import trio
 from codemojex.standin.__main__ import main as standin_main
 from codemojex.standin.bot_api import (
     MAX_MESSAGE_LENGTH,
+    MAX_TEXT_BYTES,
+    TELEGRAM_FLOOD,
     Delivery,
+    FloodRules,
     Limits,
     Scripted,
     StandInStats,
@@ -692,3 +695,120 @@ async def test_standalone_runs_until_interrupted(client: httpx.AsyncClient) -> N
             proc.kill()
             with trio.CancelScope(shield=True):
                 await proc.wait()
+
+
+# ---- as strict as Telegram ----------------------------------------------------------------
+
+
+async def test_parse_mode_is_applied_or_refused(
+    tg: TelegramStandIn, client: httpx.AsyncClient
+) -> None:
+    r = await send(client, tg, 5, "<b>Ann &amp; Bob</b> won", parse_mode="HTML")
+    result = r.json()["result"]
+    assert (result["text"], result["entities"]) == (
+        "Ann & Bob won", [{"offset": 0, "length": 9, "type": "bold"}])  # fmt: skip
+    r = await send(client, tg, 5, "plain <b>not markup</b>")
+    assert r.json()["result"]["text"] == "plain <b>not markup</b>"
+    assert "entities" not in r.json()["result"]
+    for text, mode, error in (
+        ("Tom <the great>", "HTML", 'Unsupported start tag "the" at byte offset 4'),
+        ("<b>open", "HTML", 'Can\'t find end tag corresponding to start tag "b"'),
+        ("1.5 points", "MarkdownV2",
+         "Character '.' is reserved and must be escaped with the preceding '\\'"),
+    ):  # fmt: skip
+        r = await send(client, tg, 5, text, parse_mode=mode)
+        assert r.status_code == 400
+        assert error_of(r)["description"] == f"Bad Request: can't parse entities: {error}"
+    assert len(tg.deliveries) == 2
+
+
+async def test_text_is_trimmed_and_its_limits_are_telegrams(
+    tg: TelegramStandIn, client: httpx.AsyncClient
+) -> None:
+    r = await send(client, tg, 5, "\n  hello  \n")
+    assert r.json()["result"]["text"] == "hello"
+    assert (tg.deliveries[-1].text, tg.deliveries[-1].shown) == ("\n  hello  \n", "hello")
+    r = await send(client, tg, 5, " <b> </b> ", parse_mode="HTML")
+    assert error_of(r)["description"] == "Bad Request: message text is empty"
+    # 4096 after parsing is the message's limit: markup does not count.
+    longest = "<b>" + "x" * MAX_MESSAGE_LENGTH + "</b>"
+    assert (await send(client, tg, 5, longest, parse_mode="HTML")).status_code == 200
+    # Over 32 KiB as sent, the server refuses before parsing.
+    r = await send(client, tg, 5, "é" * (MAX_TEXT_BYTES // 2 + 1))
+    assert error_of(r)["description"] == "Bad Request: text is too long"
+
+
+async def test_chats_are_what_their_ids_say(tg: TelegramStandIn, client: httpx.AsyncClient) -> None:
+    tg.name_chat(-42, "Emoji Club")
+    tg.name_chat(-1001234567890, "News", channel=True)
+    chats = {}
+    for chat_id in (7, -42, -999999999999, -1001234567891, -1001234567890):
+        chats[chat_id] = (await send(client, tg, chat_id)).json()["result"]["chat"]
+    assert chats == {
+        7: {"id": 7, "first_name": "User 7", "type": "private"},
+        -42: {"id": -42, "title": "Emoji Club", "type": "group"},
+        -999999999999: {"id": -999999999999, "title": "Chat -999999999999", "type": "group"},
+        -1001234567891: {"id": -1001234567891, "title": "Chat -1001234567891",
+                         "type": "supergroup"},
+        -1001234567890: {"id": -1001234567890, "title": "News", "type": "channel"},
+    }  # fmt: skip
+    for chat_id in (0, -1000000000000, 1 << 40):
+        r = await send(client, tg, chat_id)
+        assert error_of(r)["description"] == "Bad Request: chat not found"
+    with pytest.raises(ValueError):
+        tg.name_chat(0, "nobody")
+
+
+async def test_multipart_form_data_body(tg: TelegramStandIn, client: httpx.AsyncClient) -> None:
+    r = await client.post(
+        tg.method_url(),
+        data={"chat_id": "-5", "text": "<i>hi</i>", "parse_mode": "HTML"},
+        files={"unused": ("a.txt", b"file body")},  # forces multipart/form-data
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["result"]["text"] == "hi"
+    assert tg.by_chat() == {-5: ["<i>hi</i>"]}
+    multipart = {"content-type": "multipart/form-data; boundary=x"}
+    bad = await client.post(tg.method_url(), content=b"--x\r\nnot a part", headers=multipart)
+    assert error_of(bad)["description"] == "Bad Request: can't parse multipart/form-data"
+
+
+async def test_429_has_a_retry_after_header(client: httpx.AsyncClient) -> None:
+    async with open_stand_in(TOKEN, FloodRules(private=Window(1, 60_000))) as tg:
+        assert (await send(client, tg, 1)).status_code == 200
+        r = await send(client, tg, 1)
+        assert r.status_code == 429
+        assert r.headers["retry-after"] == str(error_of(r)["parameters"]["retry_after"]) == "60"
+        tg.script(2, Scripted.flood_wait(3))
+        assert (await send(client, tg, 2)).headers["retry-after"] == "3"
+
+
+async def test_telegrams_flood_rules_by_default_and_the_wait_grows(
+    client: httpx.AsyncClient,
+) -> None:
+    clock = ManualClock()
+    async with open_stand_in(TOKEN, clock=clock) as tg:
+        assert tg.limits == TELEGRAM_FLOOD
+        statuses = [(await send(client, tg, -5, f"g{i}")).status_code for i in range(21)]
+        assert statuses == [200] * 20 + [429]  # 20 a minute in a group
+        waits = [tg.requests[-1].retry_after]
+        for _ in range(2):  # a client that does not honour retry_after
+            waits.append(error_of(await send(client, tg, -5))["parameters"]["retry_after"])
+        assert waits == [60, 120, 300]  # doubled each time (120 s left, times 4), up to 300 s
+        clock.advance(300)
+        assert (await send(client, tg, -5, "after the wait")).status_code == 200
+
+
+async def test_proxy_pages_for_502_and_504(tg: TelegramStandIn, client: httpx.AsyncClient) -> None:
+    tg.script(1, Scripted.gateway_page(504), Scripted.server_error(502))
+    r = await send(client, tg, 1)
+    assert (r.status_code, r.headers["content-type"]) == (504, "text/html")
+    assert "<title>504 Gateway Timeout</title>" in r.text
+    assert (await send(client, tg, 1)).json()["description"] == "Bad Gateway"  # JSON: no switch
+    tg.proxy_pages = True
+    tg.script(1, Scripted.server_error(502), Scripted.server_error(500))
+    assert "<title>502 Bad Gateway</title>" in (await send(client, tg, 1)).text
+    assert (await send(client, tg, 1)).json()["description"] == "Internal Server Error"
+    assert [q.status for q in tg.requests] == [504, 502, 502, 500]
+    with pytest.raises(ValueError):
+        Scripted.gateway_page(500)

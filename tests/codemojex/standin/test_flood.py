@@ -7,7 +7,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from codemojex.notify.limits import Limits, Window
-from codemojex.standin.flood import FloodModel, Tracked, most_in_span, wait_for_slot
+from codemojex.standin.flood import (
+    TELEGRAM_FLOOD,
+    FloodModel,
+    FloodRules,
+    Penalty,
+    Tracked,
+    most_in_span,
+    wait_for_slot,
+)
 
 LIMITS = Limits(global_=Window(5, 1000), private=Window(2, 300), group=Window(3, 2000))
 CHATS = [1, 2, 3, -4, -5]
@@ -98,3 +106,49 @@ def test_most_in_span_is_half_open() -> None:
     assert most_in_span([], 1.0) == 0
     assert most_in_span([0.0, 0.5, 1.0, 1.4], 1.0) == 3  # [0.5, 1.5)
     assert most_in_span([0.0, 1.0], 1.0) == 1
+
+
+def test_repeated_violations_grow_the_wait_and_are_forgiven() -> None:
+    rules = FloodRules(bot=Window(100, 1000), private=Window(1, 1000), group=Window(1, 1000),
+                       penalty=Penalty(growth=2.0, max_s=10, forgive_s=30.0))  # fmt: skip
+    model = FloodModel(rules)
+    model.record(7, 0.0)
+    assert model.retry_after(7, 0.5) == 1  # the first violation: until the window frees
+    assert model.retry_after(7, 0.6) == 2  # again, inside the wait: doubled
+    assert model.retry_after(7, 0.7) == 8  # 1.9 s left, rounded up to 2, times 4
+    assert model.retry_after(7, 1.0) == 10  # capped at max_s
+    assert model.retry_after(8, 1.0) is None  # another chat is not punished
+    assert model.retry_after(7, 10.9) is not None  # refused until the wait is over
+    assert model.retry_after(7, 21.0) is None  # the window has room and the wait is over
+    assert model.tracked().penalised == 1
+    model.record(7, 21.0)
+    assert model.retry_after(7, 21.5) == 10  # not forgiven yet: the seventh strike, capped
+    assert model.retry_after(9, 100.0) is None
+    assert model.tracked().penalised == 0  # forgiven and forgotten: memory stays bounded
+    model.record(7, 100.0)
+    assert model.retry_after(7, 100.5) == 1  # a fresh start
+
+
+def test_a_bot_wide_violation_punishes_the_bot() -> None:
+    rules = FloodRules(bot=Window(2, 1000), private=Window(10, 1000), group=Window(10, 1000))
+    model = FloodModel(rules)
+    for chat in (1, 2):
+        model.record(chat, 0.0)
+    assert model.retry_after(3, 0.1) == 1
+    assert model.retry_after(4, 0.2) == 2  # a second violation of the bot's window
+    # Refused until its wait (2 s from 0.2) is over, though the window has room: a third
+    # violation, 0.7 s left, rounded up and doubled twice.
+    assert model.retry_after(5, 1.5) == 4
+    assert model.retry_after(5, 5.5) is None
+
+
+def test_rules_default_to_telegrams_figures_and_scale() -> None:
+    assert TELEGRAM_FLOOD.bot == Window(30, 1000)
+    assert (TELEGRAM_FLOOD.private, TELEGRAM_FLOOD.group) == (Window(3, 3000), Window(20, 60_000))
+    assert TELEGRAM_FLOOD.penalty.growth > 1
+    fast = TELEGRAM_FLOOD.scaled(10)
+    assert (fast.bot, fast.group) == (Window(30, 100), Window(20, 6000))
+    assert fast.penalty.forgive_s == TELEGRAM_FLOOD.penalty.forgive_s / 10
+    same = FloodRules.matching(Limits().scaled(2))
+    assert (same.bot, same.penalty) == (Limits().scaled(2).global_, Penalty.NONE)
+    assert FloodModel(Limits()).rules == FloodRules.matching(Limits())
