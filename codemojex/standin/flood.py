@@ -8,11 +8,13 @@ The rules by default (``TELEGRAM_FLOOD``) are the figures Telegram documents in 
 chat "avoid sending more than one message per second" (short bursts allowed: 3 in any 3 s), in a
 group "no more than 20 messages per minute", and "about 30 messages per second" in bulk. Telegram
 does not publish how ``retry_after`` grows; the clients that meet it (grammY's "Flood Limits" page,
-python-telegram-bot's "Avoiding flood limits") report that it grows when a bot keeps sending
-inside its wait, so the stand-in models that: a violation within ``penalty.forgive_s`` of the
-previous one in the same scope (the bot, or one chat) multiplies the wait by ``penalty.growth``,
-up to ``penalty.max_s``, and the scope answers 429 until the wait is over, even when a window
-would have room. A client that honours ``retry_after`` never meets the growth.
+python-telegram-bot's "Avoiding flood limits") report that it grows when a bot keeps breaking
+the limits, so the stand-in models that: a scope (the bot, or one chat) that breaks a window is
+refused until its wait is over, even when the window has room again (a call inside the wait gets
+what is left of it); a scope that breaks a window again within ``penalty.forgive_s`` of the end
+of its previous wait has that wait multiplied by ``penalty.growth`` (up to ``penalty.max_s``).
+A client that keeps to the windows never meets a wait; one that only honours ``retry_after``
+meets growing ones.
 
 A send counts against a window while ``now - t < window``; once it is older it can never count
 again (the clock only moves forward), so the model forgets it. What it keeps is bounded by the
@@ -68,11 +70,10 @@ def _not_negative(_inst: object, attr: attrs.Attribute[float], value: float) -> 
 
 @attrs.frozen
 class Penalty:
-    """How Telegram punishes a scope (the bot, or one chat) that breaks a limit again: each
-    violation within ``forgive_s`` of the scope's previous one multiplies ``retry_after`` by
-    ``growth`` (at most ``max_s``), and the scope is refused until its wait is over.
-    ``Penalty.NONE`` (growth 1, nothing forgiven or remembered) answers each call from the windows
-    alone."""
+    """How Telegram punishes a scope (the bot, or one chat) that breaks a limit: it is refused
+    until its wait is over, and a violation within ``forgive_s`` of the end of the scope's
+    previous wait multiplies the wait by ``growth`` (at most ``max_s``). ``Penalty.NONE`` (growth
+    1, nothing remembered) answers each call from the windows alone."""
 
     growth: float = attrs.field(default=2.0, validator=_at_least_one)
     max_s: int = attrs.field(default=300, validator=_whole_seconds)
@@ -126,10 +127,9 @@ TELEGRAM_FLOOD = FloodRules()
 """Telegram's documented figures (see the module's docstring), with a growing penalty."""
 
 
-@attrs.define
+@attrs.frozen
 class _Strikes:
-    count: int
-    last_at: float  # the latest violation
+    count: int  # violations, each within forgive_s of the end of the previous wait
     until: float  # refused until then
 
 
@@ -158,14 +158,18 @@ class FloodModel:
 
     def retry_after(self, chat_id: int, now: float) -> int | None:
         """Whole seconds to wait before sending to ``chat_id`` again; ``None`` if a message fits
-        now (then :meth:`record` it when it is delivered). A call answered with a wait counts as
-        a violation: with a penalty, a violation soon after another makes the wait grow."""
+        now (then :meth:`record` it when it is delivered). With a penalty, a scope still inside
+        its wait gets what is left of it, and a scope that breaks a window again soon after its
+        last wait gets a longer one."""
         self._forget(now)
+        refused = max(self._refused_for(None, now), self._refused_for(chat_id, now))
+        if refused > 0:
+            return max(1, math.ceil(refused))
         window = self.rules.for_chat(chat_id)
         chats = self._chats.get(window)
         chat = chats.get(chat_id, []) if chats is not None else []
-        bot_wait = max(wait_for_slot(self._bot, self.rules.bot, now), self._refused_for(None, now))
-        chat_wait = max(wait_for_slot(chat, window, now), self._refused_for(chat_id, now))
+        bot_wait = wait_for_slot(self._bot, self.rules.bot, now)
+        chat_wait = wait_for_slot(chat, window, now)
         wait = max(bot_wait, chat_wait)
         if wait <= 0:
             return None
@@ -175,10 +179,10 @@ class FloodModel:
             return seconds
         scope = None if bot_wait >= chat_wait else chat_id
         strike = self._strikes.pop(scope, None)
-        forgiven = strike is None or now - strike.last_at >= penalty.forgive_s
+        forgiven = strike is None or now - strike.until >= penalty.forgive_s
         count = 1 if forgiven or strike is None else strike.count + 1
         seconds = min(penalty.max_s, math.ceil(seconds * penalty.growth ** (count - 1)))
-        self._strikes[scope] = _Strikes(count, now, now + seconds)  # the latest goes last
+        self._strikes[scope] = _Strikes(count, now + seconds)  # the latest goes last
         return seconds
 
     def record(self, chat_id: int, now: float) -> None:
@@ -213,11 +217,11 @@ class FloodModel:
                     break  # this chat, and every one after it, sent within the window
                 del chats[chat_id]
         # Strikes are kept while a scope is refused or not yet forgiven: each at most
-        # max(max_s, forgive_s) after its latest violation, so the oldest go first.
+        # max_s + forgive_s after its latest violation, ordered by it, so the oldest go first.
         forgive_s = self.rules.penalty.forgive_s
         while self._strikes:
             scope, strike = next(iter(self._strikes.items()))
-            if now < strike.until or now - strike.last_at < forgive_s:
+            if now - strike.until < forgive_s or now < strike.until:
                 break
             del self._strikes[scope]
 

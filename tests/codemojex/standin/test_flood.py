@@ -114,19 +114,23 @@ def test_repeated_violations_grow_the_wait_and_are_forgiven() -> None:
     model = FloodModel(rules)
     model.record(7, 0.0)
     assert model.retry_after(7, 0.5) == 1  # the first violation: until the window frees
-    assert model.retry_after(7, 0.6) == 2  # again, inside the wait: doubled
-    assert model.retry_after(7, 0.7) == 8  # 1.9 s left, rounded up to 2, times 4
-    assert model.retry_after(7, 1.0) == 10  # capped at max_s
-    assert model.retry_after(8, 1.0) is None  # another chat is not punished
-    assert model.retry_after(7, 10.9) is not None  # refused until the wait is over
-    assert model.retry_after(7, 21.0) is None  # the window has room and the wait is over
+    assert model.retry_after(7, 0.6) == 1  # inside the wait: what is left of it
+    assert model.retry_after(8, 0.6) is None  # another chat is not punished
+    waits = []
+    now = 1.5
+    for _ in range(4):  # the client honours retry_after, but breaks the window again each time
+        assert model.retry_after(7, now) is None
+        model.record(7, now)
+        waits.append(model.retry_after(7, now + 0.25))
+        assert waits[-1] is not None
+        assert model.retry_after(7, now + 0.25 + waits[-1] - 0.01) is not None  # still refused
+        now += 0.25 + waits[-1]
+    assert waits == [2, 4, 8, 10]  # doubled each time, up to max_s
     assert model.tracked().penalised == 1
-    model.record(7, 21.0)
-    assert model.retry_after(7, 21.5) == 10  # not forgiven yet: the seventh strike, capped
-    assert model.retry_after(9, 100.0) is None
+    assert model.retry_after(9, now + 30.0) is None
     assert model.tracked().penalised == 0  # forgiven and forgotten: memory stays bounded
-    model.record(7, 100.0)
-    assert model.retry_after(7, 100.5) == 1  # a fresh start
+    model.record(7, now + 30.0)
+    assert model.retry_after(7, now + 30.5) == 1  # a fresh start
 
 
 def test_a_bot_wide_violation_punishes_the_bot() -> None:
@@ -134,12 +138,13 @@ def test_a_bot_wide_violation_punishes_the_bot() -> None:
     model = FloodModel(rules)
     for chat in (1, 2):
         model.record(chat, 0.0)
-    assert model.retry_after(3, 0.1) == 1
-    assert model.retry_after(4, 0.2) == 2  # a second violation of the bot's window
-    # Refused until its wait (2 s from 0.2) is over, though the window has room: a third
-    # violation, 0.7 s left, rounded up and doubled twice.
-    assert model.retry_after(5, 1.5) == 4
-    assert model.retry_after(5, 5.5) is None
+    assert model.retry_after(3, 0.1) == 1  # the bot's window: refused until 1.1
+    assert model.retry_after(4, 0.2) == 1  # every chat waits with it
+    assert model.retry_after(5, 1.05) == 1  # the window has room, the wait is not over
+    assert model.retry_after(5, 1.1) is None
+    for chat in (5, 6):
+        model.record(chat, 1.1)
+    assert model.retry_after(7, 1.2) == 2  # broken again soon after: doubled
 
 
 def test_rules_default_to_telegrams_figures_and_scale() -> None:
