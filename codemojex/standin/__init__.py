@@ -4,12 +4,12 @@ has no bot token, and what the tests and benchmarks send to.
 How the parts fit: ``bot_api`` holds the ``TelegramStandIn`` (its state, and an ASGI app served
 on loopback by hypercorn), ``open_stand_in`` to serve one for the length of a block, the records
 of what arrived (``Delivery``, ``RequestRecord``), and ``Scripted`` answers that make a chat
-fail on demand. It is as strict as Telegram: it enforces flood rules of its own (``FloodRules``;
-by default ``TELEGRAM_FLOOD``, Telegram's documented figures with a growing penalty), not the
-limiter's ``Limits``, through ``flood`` (pure: the windows, forgetting the sends they no longer
-see); it applies ``parse_mode`` through ``markup`` (pure: HTML, MarkdownV2 and Markdown to plain
-text and entities, or Telegram's "can't parse entities" error); and it answers with the chats
-their ids name through ``chats`` (pure). It keeps counters of
+fail on demand. It is as strict as Telegram: it enforces flood rules of its own
+(``FloodRules``; by default ``TELEGRAM_FLOOD``, Telegram's documented figures with a growing
+penalty), not the limiter's ``Limits``, through ``flood`` (pure: the windows, forgetting the
+sends they no longer see); it applies ``parse_mode`` through ``codemojex.notify.markup`` (pure:
+HTML, MarkdownV2 and Markdown to plain text and entities, or Telegram's "can't parse entities");
+and it answers with the chats their ids name through ``chats`` (pure). It keeps counters of
 everything and the records of only the most recent ``keep`` requests and deliveries, so its
 memory is bounded however long it runs. ``python -m codemojex.standin`` runs it alone.
 """

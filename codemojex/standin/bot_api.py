@@ -35,7 +35,7 @@ How strict it is, as Telegram is:
 * Permanent answers stay: after a migration (scripted, or :meth:`TelegramStandIn.migrate`) the old
   group id keeps answering the migrate error; a chat that blocked the bot (a scripted 403, or
   :meth:`TelegramStandIn.block`) stays blocked until :meth:`TelegramStandIn.unblock`.
-* ``parse_mode`` is applied (``codemojex.standin.markup``): malformed HTML or MarkdownV2 is a 400
+* ``parse_mode`` is applied (``codemojex.notify.markup``): malformed HTML or MarkdownV2 is a 400
   "Bad Request: can't parse entities: ..."; accepted markup comes back as the plain text plus
   ``entities``. The text is trimmed as Telegram trims it; whitespace only is "message text is
   empty"; over 4096 UTF-16 units after parsing "message is too long"; over 32 KiB as sent "text is
@@ -73,9 +73,9 @@ import attrs
 import trio
 
 from codemojex.asgi import Response, answer, serve_app
+from codemojex.notify import markup
 from codemojex.notify.limits import Limits, Window
-from codemojex.notify.notice import MAX_TEXT, telegram_length
-from codemojex.standin import markup
+from codemojex.notify.notice import MAX_TEXT, MAX_TEXT_BYTES, PARSE_MODES, telegram_length
 from codemojex.standin.chats import ChatKind, chat_json, chat_kind
 from codemojex.standin.flood import TELEGRAM_FLOOD, FloodModel, FloodRules, most_in_span
 
@@ -110,12 +110,7 @@ log = logging.getLogger("codemojex.standin.bot_api")
 MAX_MESSAGE_LENGTH = MAX_TEXT
 """Longest accepted ``text``, counted as Telegram counts it (UTF-16 code units)."""
 
-MAX_TEXT_BYTES = 1 << 15
-"""Longest ``text`` the Bot API server takes before parsing it, in UTF-8 bytes (32 KiB); longer
-is 400 "Bad Request: text is too long"."""
-
 MAX_BODY_BYTES = 1 << 20
-PARSE_MODES = frozenset({"html", "markdown", "markdownv2"})
 BLOCKED = "Forbidden: bot was blocked by the user"
 JsonObject = dict[str, Any]
 

@@ -1,5 +1,5 @@
-"""Telegram's formatting options as the Bot API stand-in applies them (pure): a ``text`` sent
-with ``parse_mode`` HTML, MarkdownV2 or Markdown becomes the plain text a user sees plus its
+"""Telegram's formatting options as Telegram applies them (pure): a ``text`` sent with
+``parse_mode`` HTML, MarkdownV2 or Markdown becomes the plain text a user sees plus its
 ``entities`` (offsets and lengths in UTF-16 code units, as the Bot API counts them), or a
 :class:`MarkupError` whose description is what Telegram answers after "Bad Request: can't parse
 entities: ".
@@ -16,6 +16,9 @@ of Bold entity at byte offset 0"); byte offsets count UTF-8 bytes of the text se
 
 Afterwards the plain text is trimmed as Telegram trims a message (leading and trailing
 whitespace), and the entities are moved and clipped with it (``trim``).
+
+Two users: ``check_notice`` refuses a notice whose markup Telegram would refuse, and measures its
+length as Telegram does (after parsing); the Bot API stand-in applies it to what it delivers.
 """
 
 from __future__ import annotations
