@@ -30,8 +30,12 @@ __all__ = [
 MAX_TEXT = 4096  # Telegram's limit on a message's text, in UTF-16 code units
 MAX_TEXT_BYTES = 1 << 15
 """Telegram's limit on ``text`` as sent, before parsing, in UTF-8 bytes (32 KiB): longer is
-"Bad Request: text is too long" from the Bot API server."""
-PARSE_MODES = frozenset({"html", "markdownv2", "markdown"})  # lowercase: Telegram ignores case
+"Bad Request: text is too long" from the Bot API server (the figure is issue 11's; the stored copy
+of tdlib/telegram-bot-api's Client.cpp, an older fork, has no such check yet)."""
+PARSE_MODES = frozenset({"html", "markdownv2", "markdown", "none"})
+"""The ``parse_mode`` values the Bot API server takes, lowercase (it lowercases the value; "none",
+like an empty one, means plain text; anything else is "Unsupported parse_mode"), as
+``Client::get_formatted_text`` in tdlib/telegram-bot-api reads them."""
 
 
 def telegram_length(text: str) -> int:

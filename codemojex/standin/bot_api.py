@@ -605,11 +605,15 @@ class TelegramStandIn:
             return answer(_migrated(self._migrated[chat_id]))
         if chat_id in self._blocked:
             return answer(_error(403, self._blocked[chat_id]))
+        # The order and the wording follow tdlib/telegram-bot-api's Client.cpp
+        # (get_input_message_text, get_formatted_text; fail_query_with_error turns "Message text
+        # is empty" into "Bad Request: message text is empty" and TDLib's "Can't parse entities:
+        # ..." into "Bad Request: can't parse entities: ...").
         text = raw_text or ""
         if len(text.encode()) > MAX_TEXT_BYTES:
             return answer(_error(400, "Bad Request: text is too long"))
         parse_mode = params.get("parse_mode")
-        if parse_mode in (None, ""):
+        if parse_mode in (None, "") or str(parse_mode).lower() == "none":
             parse_mode = None
         elif not isinstance(parse_mode, str) or parse_mode.lower() not in PARSE_MODES:
             return answer(_error(400, "Bad Request: unsupported parse_mode"))
