@@ -3,7 +3,7 @@
 import contextlib
 import logging
 import random
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import pytest
@@ -37,6 +37,30 @@ pytestmark = pytest.mark.cluster
 
 async def _lane_texts(bus: Bus, chat: int) -> list[str]:
     return [decode(j.payload).text for j in await lanes.jobs(bus, NOTIFY_QUEUE, str(chat))]
+
+
+def _notify_to(
+    queue: str,
+    before: Callable[[int], None],
+    after: Callable[[int, str | None], None] = lambda chat, out: None,
+) -> game.Notify:
+    """The game's ``notify`` seam: ``before(chat)`` (which may raise), then the real ``notify``
+    onto ``queue``, then ``after(chat, its answer)``."""
+
+    async def notify(
+        bus: Bus,
+        chat: int,
+        text: str,
+        opts: dict[str, Any] | None = None,
+        *,
+        key: str | None = None,
+    ) -> str | None:
+        before(chat)
+        out = await notifier.notify(bus, chat, text, opts, queue=queue, key=key)
+        after(chat, out)
+        return out
+
+    return notify
 
 
 async def _fresh(bus: Bus) -> None:
@@ -210,22 +234,15 @@ async def test_a_digest_failing_on_its_third_room_is_retried_and_each_room_gets_
     attempt = 0
     sent: list[tuple[int, int, bool]] = []  # (attempt, chat, admitted now)
 
-    async def flaky(
-        bus: Bus,
-        chat: int,
-        text: str,
-        opts: dict[str, Any] | None = None,
-        *,
-        key: str | None = None,
-    ) -> str | None:
+    def before(chat: int) -> None:
         if attempt == 1 and chat == third.chat:
             sent.append((attempt, chat, False))
             raise ConnectionLost("injected: the connection dropped")
-        out = await notifier.notify(bus, chat, text, opts, queue=notices, key=key)
-        sent.append((attempt, chat, out is not None))
-        return out
 
-    inner = game.game_handler(bus, notify=flaky)
+    def after(chat: int, out: str | None) -> None:
+        sent.append((attempt, chat, out is not None))
+
+    inner = game.game_handler(bus, notify=_notify_to(notices, before, after))
 
     async def handler(job: Job) -> Bury | None:
         nonlocal attempt
@@ -263,17 +280,11 @@ async def test_a_room_whose_digest_is_invalid_is_skipped_and_not_retried(
     await bus.wire.command("ZADD", "cm:room-index", "0", ghost)
     notices = queue + ".notices"
 
-    async def picky(
-        bus: Bus,
-        chat: int,
-        text: str,
-        opts: dict[str, Any] | None = None,
-        *,
-        key: str | None = None,
-    ) -> str | None:
+    def before(chat: int) -> None:
         if chat == rooms[1].chat:
             raise ValueError("notice text is 5000 characters; Telegram allows 4096")
-        return await notifier.notify(bus, chat, text, opts, queue=notices, key=key)
+
+    picky = _notify_to(notices, before)
 
     await jobs.enqueue(bus, queue, ids.new(ids.JOB), "digest")
     (job,) = await jobs.claim(bus, queue)
