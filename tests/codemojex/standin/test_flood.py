@@ -157,3 +157,17 @@ def test_rules_default_to_telegrams_figures_and_scale() -> None:
     same = FloodRules.matching(Limits().scaled(2))
     assert (same.bot, same.penalty) == (Limits().scaled(2).global_, Penalty.NONE)
     assert FloodModel(Limits()).rules == FloodRules.matching(Limits())
+
+
+def test_penalties_are_forgotten_so_memory_stays_bounded() -> None:
+    # 20,000 chats each break their window once, 8 a second (times exact in binary) for 2,500
+    # simulated seconds: the model keeps the penalties of the last max_s + forgive_s only.
+    rules = FloodRules(private=Window(1, 1000), penalty=Penalty(max_s=5, forgive_s=10.0))
+    model = FloodModel(rules)
+    most = 0
+    for i in range(20_000):
+        now, chat = i / 8, i + 1
+        model.record(chat, now)
+        assert model.retry_after(chat, now) == 1
+        most = max(most, model.tracked().penalised)
+    assert most <= (5 + 10) * 8 + 1
