@@ -51,6 +51,8 @@ async def deliver_all(bus: Bus, queue: str, rules: FloodRules, chats: list[int],
             await wait_for(settled, timeout=30)
         assert tg.rate_limited > 0, "the stricter stand-in never had to refuse: a test of nothing"
         assert w.statistics().flood_waits == tg.rate_limited  # each 429 honoured as a wait
+        paused = w.limiter.statistics()
+        assert paused.paused_chat + paused.paused_global >= 1  # the limiter was paused
         by_chat = tg.by_chat()
         for chat in chats:
             assert by_chat[chat] == [f"{chat}:{n}" for n in range(each)], f"chat {chat} order"
