@@ -14,8 +14,11 @@ from codemojex.game import board, days
 from codemojex.game.rooms import round_key
 from codemojex.game.scoring import ALPHABET
 from codemojex.notify import markup, notifier
+from codemojex.notify.classify import Delivered
 from codemojex.notify.notice import decode, telegram_length
 from codemojex.notify.notifier import NOTIFY_QUEUE
+from codemojex.notify.telegram import open_bot
+from codemojex.standin import open_stand_in
 from echomq_trio import (
     Bury,
     Bus,
@@ -517,6 +520,11 @@ async def test_names_and_titles_with_markup_characters_are_shown_as_written(bus:
     assert f"New round {rnd.id} in R&D <b>team</b>: it starts in" in announced.text
     assert [e.type for e in announced.entities] == ["bold"]  # the title, as one bold run
     assert results.text.endswith(f"🏆 R&D <b>team</b>, round {rnd.id}\n1. <Tom & Jerry> 100%")
+    # And over HTTP: the stand-in, as strict as Telegram, takes them and shows them so.
+    async with open_stand_in("123456:TEST", None) as tg, open_bot("123456:TEST", tg.api_url) as bot:
+        for n in notices:
+            assert isinstance(await bot.send_message(n.chat, n.text, **n.opts), Delivered)
+        assert [d.shown for d in tg.deliveries] == [announced.text, results.text]
     units = results.text.encode("utf-16-le")  # entities count UTF-16 units
     assert [(e.type, units[2 * e.offset : 2 * (e.offset + e.length)].decode("utf-16-le"))
             for e in results.entities] == [("bold", "".join(rnd.secret))]  # fmt: skip
