@@ -25,6 +25,7 @@ import attrs
 
 from codemojex import ids
 from codemojex.game import board
+from codemojex.game.markup import bold, escape, html_opts
 from codemojex.game.rooms import get_player, get_room, player_names, room_key, round_key
 from codemojex.game.rules import MAX_START_DELAY_MS, TOP_N, GameError
 from codemojex.game.scoring import ALPHABET, SIZE, Score, parse_emojis, score
@@ -132,8 +133,9 @@ async def start_round(
                       id=ids.new(ids.NOTICE), due_ms=rnd.starts_at_ms)  # fmt: skip
     await jobs.enqueue_at(bus, NOTIFY_QUEUE, encode(reminder), rnd.starts_at_ms,
                           group=str(room.chat))  # fmt: skip
-    await notify(bus, room.chat, f"🎲 New round {rnd.id} in {room.title}: it starts in "
-                 f"{starts_in_ms // 1000} s. Emojis: {''.join(ALPHABET)}")  # fmt: skip
+    await notify(bus, room.chat, f"🎲 New round {rnd.id} in {bold(escape(room.title))}: it "
+                 f"starts in {starts_in_ms // 1000} s. Emojis: {''.join(ALPHABET)}",
+                 html_opts())  # fmt: skip
     return rnd
 
 
@@ -207,10 +209,13 @@ async def guess(bus: Bus, room_id: str, player_id: str, text: str | Sequence[str
 
 
 def standings_text(title: str, standings: Sequence[board.Standing], names: dict[str, str]) -> str:
+    """The standings under ``title``, as HTML (send with ``html_opts()``): the title and the
+    names escaped."""
     if not standings:
-        return f"{title}: no scores yet."
-    lines = [f"{s.rank}. {names.get(s.player, s.player)} {s.percentage}%" for s in standings]
-    return f"🏆 {title}\n" + "\n".join(lines)
+        return f"{escape(title)}: no scores yet."
+    lines = [f"{s.rank}. {escape(names.get(s.player, s.player))} {s.percentage}%"
+             for s in standings]  # fmt: skip
+    return f"🏆 {escape(title)}\n" + "\n".join(lines)
 
 
 async def end_round(
@@ -235,6 +240,7 @@ async def end_round(
     round_id, secret = as_text(reply[1]), as_text(reply[2])
     standings = await board.top(bus, board.round_board(room.id, round_id), TOP_N)
     names = await player_names(bus, [s.player for s in standings])
-    await notify(bus, room.chat, f"Round over, the secret was {secret}\n"
-                 + standings_text(f"{room.title}, round {round_id}", standings, names))  # fmt: skip
+    await notify(bus, room.chat, f"Round over, the secret was {bold(secret)}\n"
+                 + standings_text(f"{room.title}, round {round_id}", standings, names),
+                 html_opts())  # fmt: skip
     return standings

@@ -3,7 +3,8 @@ standings a message lists, and what a name or title may hold. ``GameError`` is w
 of the game raises for a move it refuses.
 
 Every message the game builds must fit Telegram's 4096 characters, counted as Telegram counts
-them (UTF-16 code units, so a character outside the Basic Multilingual Plane counts 2). The worst
+them (UTF-16 code units, so a character outside the Basic Multilingual Plane counts 2; for the
+texts sent as HTML, after parsing: markup and escapes do not count). The worst
 cases, every character of a name or title counting 2 and ``TOP_N`` standings of 100%: round
 results 1,692 (about 67 + 2·MAX_TITLE + TOP_N·(10 + 2·MAX_NAME)); daily digest 1,664; round
 announcement 368; guess reply about 110 (with the rank's digits); start reminder 55.

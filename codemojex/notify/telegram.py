@@ -1,12 +1,19 @@
 """``TelegramBot``: ``sendMessage`` over one pooled ``httpx`` client on trio, with timeouts,
 answers classified by ``codemojex.notify.classify``. The bot token is never logged: it is
 redacted from httpx's request log lines and from every error text this module produces.
+
+Not every answer is the Bot API's JSON: a 502 or 504 from the proxy in front of it is an HTML
+page, and a 429 may carry only a ``Retry-After`` header. Such an answer is read as an error with
+its status, its phrase and what it was (``not JSON: text/html, "502 Bad Gateway"``), and the
+header's seconds as ``retry_after``, so ``classify`` retries it like the JSON one.
 """
 
 from __future__ import annotations
 
+import http
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -48,17 +55,22 @@ class TelegramBot:
     async def call(self, method: str, params: Mapping[str, Any]) -> tuple[int, Any]:
         """POST a Bot API method; ``(status, decoded JSON or None)``. Raises ``httpx`` errors."""
         response = await self._client.post(f"/bot{self._token}/{method}", json=dict(params))
-        try:
-            body = response.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            body = None
-        return response.status_code, body
+        return response.status_code, _json(response)
+
+    async def _answer(self, method: str, params: Mapping[str, Any]) -> tuple[int, Any]:
+        """Like :meth:`call`, but an answer that is not the Bot API's JSON comes back as the
+        error body it stands for (see the module's docstring)."""
+        response = await self._client.post(f"/bot{self._token}/{method}", json=dict(params))
+        body = _json(response)
+        if isinstance(body, Mapping):
+            return response.status_code, body
+        return response.status_code, not_json(response)
 
     async def send_message(self, chat_id: int, text: str, **opts: Any) -> Verdict:
         """Send ``text`` to ``chat_id`` (extra Bot API fields in ``opts``, such as
         ``parse_mode``) and classify the answer; never raises for delivery trouble."""
         try:
-            status, body = await self.call(
+            status, body = await self._answer(
                 "sendMessage", {"chat_id": chat_id, "text": text, **opts}
             )
         except httpx.HTTPError as exc:
@@ -74,6 +86,38 @@ class TelegramBot:
         result = body["result"]
         assert isinstance(result, Mapping)
         return result
+
+
+def _json(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+
+
+_TITLE = re.compile(rb"<title>\s*(.*?)\s*</title>", re.IGNORECASE | re.DOTALL)
+
+
+def not_json(response: httpx.Response) -> dict[str, Any]:
+    """The error body an answer that is not the Bot API's JSON stands for: its status and
+    phrase, what it was (content type, an HTML page's title), and ``Retry-After`` if it has one."""
+    status = response.status_code
+    try:
+        phrase = http.HTTPStatus(status).phrase
+    except ValueError:
+        phrase = "Unknown Status"
+    kind = response.headers.get("content-type", "no content type").split(";")[0].strip()
+    title = _TITLE.search(response.content[:4096])
+    what = f'{kind}, "{title.group(1).decode(errors="replace")[:80]}"' if title else kind
+    body: dict[str, Any] = {
+        "ok": False,
+        "error_code": status,
+        "description": f"HTTP {status} {phrase}: not JSON ({what})",
+    }
+    retry_after = response.headers.get("retry-after", "").strip()
+    if retry_after.isdigit():
+        body["parameters"] = {"retry_after": int(retry_after)}
+    return body
 
 
 @asynccontextmanager

@@ -4,8 +4,12 @@ has no bot token, and what the tests and benchmarks send to.
 How the parts fit: ``bot_api`` holds the ``TelegramStandIn`` (its state, and an ASGI app served
 on loopback by hypercorn), ``open_stand_in`` to serve one for the length of a block, the records
 of what arrived (``Delivery``, ``RequestRecord``), and ``Scripted`` answers that make a chat
-fail on demand. It enforces ``codemojex.notify.Limits`` as Telegram does, through
-``flood`` (pure: the windows, forgetting the sends they no longer see). It keeps counters of
+fail on demand. It is as strict as Telegram: it enforces flood rules of its own
+(``FloodRules``; by default ``TELEGRAM_FLOOD``, Telegram's documented figures with a growing
+penalty), not the limiter's ``Limits``, through ``flood`` (pure: the windows, forgetting the
+sends they no longer see); it applies ``parse_mode`` through ``codemojex.notify.markup`` (pure:
+HTML, MarkdownV2 and Markdown to plain text and entities, or Telegram's "can't parse entities");
+and it answers with the chats their ids name through ``chats`` (pure). It keeps counters of
 everything and the records of only the most recent ``keep`` requests and deliveries, so its
 memory is bounded however long it runs. ``python -m codemojex.standin`` runs it alone.
 """
@@ -14,6 +18,7 @@ from codemojex.standin.bot_api import (
     DEFAULT_KEEP,
     DEFAULT_LIMITS,
     MAX_MESSAGE_LENGTH,
+    MAX_TEXT_BYTES,
     Delivery,
     RequestRecord,
     Scripted,
@@ -21,13 +26,17 @@ from codemojex.standin.bot_api import (
     TelegramStandIn,
     open_stand_in,
 )
-from codemojex.standin.flood import most_in_span
+from codemojex.standin.flood import TELEGRAM_FLOOD, FloodRules, Penalty, most_in_span
 
 __all__ = [
     "DEFAULT_KEEP",
     "DEFAULT_LIMITS",
     "MAX_MESSAGE_LENGTH",
+    "MAX_TEXT_BYTES",
+    "TELEGRAM_FLOOD",
     "Delivery",
+    "FloodRules",
+    "Penalty",
     "RequestRecord",
     "Scripted",
     "StandInStats",

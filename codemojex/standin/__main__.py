@@ -1,7 +1,10 @@
 """``python -m codemojex.standin``: the Telegram Bot API stand-in alone, until Ctrl-C or SIGTERM.
 
     python -m codemojex.standin [--host H] [--port 8081] [--token 123456:TEST] [--no-limits]
-                                [--keep 1000]
+                                [--keep 1000] [--proxy-pages]
+
+It enforces Telegram's documented flood limits (``TELEGRAM_FLOOD``) unless ``--no-limits``;
+``--proxy-pages`` answers scripted 502s and 504s with the proxy's HTML page, as the real ones.
 
 It prints ``Telegram stand-in at <URL>  (bot URL <URL>/bot<token>/)`` once it serves, logs every
 answer on stderr, and exits 0 after a signal.
@@ -32,6 +35,9 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("--token", default="123456:TEST")
     parser.add_argument("--no-limits", action="store_true", help="do not enforce flood limits")
     parser.add_argument(
+        "--proxy-pages", action="store_true", help="answer 502 and 504 with HTML pages, not JSON"
+    )
+    parser.add_argument(
         "--keep",
         type=_positive,
         default=DEFAULT_KEEP,
@@ -41,7 +47,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     args = parser.parse_args(None if argv is None else list(argv))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     limits = None if args.no_limits else DEFAULT_LIMITS
-    stand_in = TelegramStandIn(args.token, limits, keep=args.keep)
+    stand_in = TelegramStandIn(args.token, limits, keep=args.keep, proxy_pages=args.proxy_pages)
 
     async def serve() -> None:
         async with trio.open_nursery() as nursery:

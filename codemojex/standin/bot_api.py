@@ -12,7 +12,7 @@ be scripted per chat to fail in every way the pipeline has to survive.
 
 In a trio program (the service, a test), start it in a nursery::
 
-    async with open_stand_in(limits=Limits().scaled(10)) as tg:
+    async with open_stand_in(limits=TELEGRAM_FLOOD.scaled(10)) as tg:
         url = f"{tg.api_url}/bot{tg.token}/sendMessage"
         tg.script(42, Scripted.flood_wait(2), Scripted.server_error(502))
         ...
@@ -21,8 +21,30 @@ In a trio program (the service, a test), start it in a nursery::
 Alone: ``python -m codemojex.standin --port 8081 --token 123456:TEST [--no-limits] [--keep N]``.
 
 What it speaks: ``/bot<token>/<method>`` by GET or POST, with parameters in the query string, a
-JSON body or a form-encoded body; methods ``getMe`` and ``sendMessage`` (names are
-case-insensitive, as on Telegram). A wrong token is a 401, an unknown method a 404.
+JSON body, a form-encoded body or a multipart/form-data body (the four ways the Bot API documents,
+https://core.telegram.org/bots/api#making-requests); methods ``getMe`` and ``sendMessage`` (names
+are case-insensitive, as on Telegram). A wrong token is a 401, an unknown method a 404 "Not Found:
+method not found" (the Bot API server's ``Client::on_cmd`` wording).
+
+How strict it is, as Telegram is:
+
+* Flood limits are its own (``FloodRules``, by default ``TELEGRAM_FLOOD``: Telegram's documented
+  figures, with ``retry_after`` growing on repeated violations), not the rate limiter's: pass
+  ``limits=`` a ``FloodRules`` to make Telegram stricter or looser than the limiter believes (a
+  limiter's ``Limits`` is read as the same windows, no penalty). A 429 carries ``Retry-After``.
+* Permanent answers stay: after a migration (scripted, or :meth:`TelegramStandIn.migrate`) the old
+  group id keeps answering the migrate error; a chat that blocked the bot (a scripted 403, or
+  :meth:`TelegramStandIn.block`) stays blocked until :meth:`TelegramStandIn.unblock`.
+* ``parse_mode`` is applied (``codemojex.notify.markup``): malformed HTML or MarkdownV2 is a 400
+  "Bad Request: can't parse entities: ..."; accepted markup comes back as the plain text plus
+  ``entities``. The text is trimmed as Telegram trims it; whitespace only is "message text is
+  empty"; over 4096 UTF-16 units after parsing "message is too long"; over 32 KiB as sent "text is
+  too long".
+* Chats are what their ids say (``codemojex.standin.chats``): basic groups, supergroups, private
+  chats, with a ``title`` or a ``first_name``; an id no chat can have is "chat not found".
+* A 502 or 504 can come as the HTML page of the proxy in front of the Bot API
+  (``Scripted.gateway_page``, or every scripted 502/504 with ``proxy_pages = True``), as the real
+  ones do, instead of JSON.
 
 Memory stays bounded however long it runs (the service runs it for weeks): it counts every
 ``sendMessage`` (by status, and deliveries per chat: the chat's last message id) and keeps the
@@ -36,12 +58,14 @@ is what ``requests``, ``deliveries``, ``by_chat`` and ``max_in_window`` read; ``
 from __future__ import annotations
 
 import collections
+import email.policy
 import http
 import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from email.parser import BytesParser
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
@@ -49,9 +73,11 @@ import attrs
 import trio
 
 from codemojex.asgi import Response, answer, serve_app
+from codemojex.notify import markup
 from codemojex.notify.limits import Limits, Window
-from codemojex.notify.notice import MAX_TEXT, telegram_length
-from codemojex.standin.flood import FloodModel, most_in_span
+from codemojex.notify.notice import MAX_TEXT, MAX_TEXT_BYTES, PARSE_MODES, telegram_length
+from codemojex.standin.chats import ChatKind, chat_json, chat_kind
+from codemojex.standin.flood import TELEGRAM_FLOOD, FloodModel, FloodRules, most_in_span
 
 if TYPE_CHECKING:
     from hypercorn.typing import (
@@ -65,7 +91,10 @@ __all__ = [
     "DEFAULT_KEEP",
     "DEFAULT_LIMITS",
     "MAX_MESSAGE_LENGTH",
+    "MAX_TEXT_BYTES",
+    "TELEGRAM_FLOOD",
     "Delivery",
+    "FloodRules",
     "Limits",
     "RequestRecord",
     "Scripted",
@@ -82,12 +111,12 @@ MAX_MESSAGE_LENGTH = MAX_TEXT
 """Longest accepted ``text``, counted as Telegram counts it (UTF-16 code units)."""
 
 MAX_BODY_BYTES = 1 << 20
-PARSE_MODES = frozenset({"html", "markdown", "markdownv2"})
 BLOCKED = "Forbidden: bot was blocked by the user"
 JsonObject = dict[str, Any]
 
 
-DEFAULT_LIMITS = Limits()
+DEFAULT_LIMITS: FloodRules = TELEGRAM_FLOOD
+"""The stand-in's flood rules unless told otherwise: Telegram's documented figures."""
 DEFAULT_KEEP = 1000
 """Records kept of the most recent requests, and of the most recent deliveries: with texts of
 about 70 characters a message's two records take about 400 bytes, so 400 KB in all (a text of
@@ -117,6 +146,9 @@ class Delivery:
     """The stand-in's clock (``time.monotonic`` unless injected), in seconds."""
     wall_ms: int
     parse_mode: str | None
+    shown: str = ""
+    """What the user sees: ``text`` with its markup applied and trimmed (see ``entities``)."""
+    entities: tuple[markup.Entity, ...] = ()
 
 
 @attrs.frozen
@@ -149,12 +181,18 @@ class Scripted:
     ``Scripted.conflict()``: 409 "Conflict: terminated by other getUpdates request; ...".
     ``Scripted.hang(seconds)``: wait that long, then handle the call normally (it is delivered
     even if the client has given up, as a timed-out request to Telegram may have been).
+    ``Scripted.gateway_page(status=502)``: a 502 or 504 as the proxy in front of the Bot API
+    sends it: an HTML page, not JSON.
+
+    A scripted 403 blocks the chat and a scripted migrate migrates it, for good, as on Telegram:
+    later calls to the chat get the same answer (see ``TelegramStandIn.block`` and ``migrate``).
     """
 
     status: int
     description: str | None = None
     parameters: Mapping[str, int] | None = None
     hang_s: float | None = None
+    page: bool = False  # an HTML page from the proxy rather than the Bot API's JSON
 
     def __attrs_post_init__(self) -> None:
         if self.hang_s is None and self.status < 400:
@@ -188,11 +226,8 @@ class Scripted:
 
     @classmethod
     def migrate(cls, new_chat_id: int) -> Scripted:
-        return cls(
-            400,
-            "Bad Request: group chat was upgraded to a supergroup chat",
-            {"migrate_to_chat_id": new_chat_id},
-        )
+        reply = _migrated(new_chat_id)
+        return cls(reply.status, reply.body["description"], reply.body["parameters"])
 
     @classmethod
     def unauthorized(cls) -> Scripted:
@@ -207,6 +242,12 @@ class Scripted:
         )
 
     @classmethod
+    def gateway_page(cls, status: int = 502) -> Scripted:
+        if status not in GATEWAY_STATUSES:
+            raise ValueError(f"gateway_page needs 502 or 504, got {status}")
+        return cls(status, http.HTTPStatus(status).phrase, page=True)
+
+    @classmethod
     def hang(cls, seconds: float) -> Scripted:
         if seconds < 0:
             raise ValueError(f"hang needs seconds >= 0, got {seconds}")
@@ -217,6 +258,7 @@ class Scripted:
 class _Reply:
     status: int
     body: JsonObject
+    page: bool = False  # answer with the proxy's HTML page for ``status`` instead of ``body``
 
 
 def _error(status: int, description: str, parameters: Mapping[str, int] | None = None) -> _Reply:
@@ -224,6 +266,17 @@ def _error(status: int, description: str, parameters: Mapping[str, int] | None =
     if parameters:
         body["parameters"] = dict(parameters)
     return _Reply(status, body)
+
+
+GATEWAY_STATUSES = frozenset({502, 504})
+
+
+def proxy_page(status: int) -> bytes:
+    """The page nginx (the proxy in front of api.telegram.org) answers a 502 or 504 with."""
+    title = f"{status} {http.HTTPStatus(status).phrase}"
+    return (f"<html>\r\n<head><title>{title}</title></head>\r\n<body>\r\n<center><h1>{title}"
+            f"</h1></center>\r\n<hr><center>nginx/1.18.0</center>\r\n</body>\r\n</html>\r\n"
+            ).encode()  # fmt: skip
 
 
 class _BadRequest(Exception):
@@ -262,28 +315,35 @@ def _parse_text(value: object) -> str:
 class TelegramStandIn:
     """The stand-in's state and its ASGI app; serve it with :meth:`serve` or :func:`open_stand_in`.
 
-    ``limits=None`` disables rate enforcement. ``keep`` is how many of the most recent requests,
-    and of the most recent deliveries, are kept for reading (``DEFAULT_KEEP``); the totals are
-    counted regardless. ``clock`` (seconds) timestamps deliveries and drives the rate windows;
-    inject one to control time in unit tests.
+    ``limits`` are the stand-in's own flood rules (``FloodRules``; by default Telegram's
+    documented figures); a limiter's ``Limits`` is read as ``FloodRules.matching(limits)`` (the
+    same windows, no penalty); ``None`` disables rate enforcement. ``keep`` is how many of the
+    most recent requests, and of the most recent deliveries, are kept for reading
+    (``DEFAULT_KEEP``); the totals are counted regardless. ``clock`` (seconds) timestamps
+    deliveries and drives the rate windows; inject one to control time in unit tests.
+    ``proxy_pages``: answer every scripted 502 and 504 with the proxy's HTML page, as the real
+    ones come (settable later).
     """
 
     def __init__(
         self,
         token: str,
-        limits: Limits | None = DEFAULT_LIMITS,
+        limits: FloodRules | Limits | None = DEFAULT_LIMITS,
         *,
         keep: int = DEFAULT_KEEP,
         clock: Callable[[], float] = time.monotonic,
+        proxy_pages: bool = False,
     ) -> None:
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
             raise ValueError(f"keep must be a positive int, got {keep!r}")
         self.token = token
-        self.limits = limits
         self.keep = keep
         self.bot_id = _bot_id(token)
         self.flood = None if limits is None else FloodModel(limits)
         """The flood model the limits are enforced with (``None`` without limits)."""
+        self.limits = None if self.flood is None else self.flood.rules
+        """The flood rules enforced (``None`` without limits)."""
+        self.proxy_pages = proxy_pages
         self._clock = clock
         self._api_url: str | None = None
         # Bounded: the most recent ``keep`` of each.
@@ -298,6 +358,8 @@ class TelegramStandIn:
         # Set by the operator (``script``, ``block``): bounded by what the operator sets.
         self._scripts: dict[int, collections.deque[Scripted]] = {}
         self._blocked: dict[int, str] = {}
+        self._migrated: dict[int, int] = {}  # old group id -> its supergroup's id
+        self._chats: dict[int, tuple[ChatKind, str | None]] = {}  # named by ``name_chat``
         self._changed = trio.Event()
 
     # ---- serving ---------------------------------------------------------------------------
@@ -344,6 +406,31 @@ class TelegramStandIn:
 
     def unblock(self, chat_id: int) -> None:
         self._blocked.pop(chat_id, None)
+
+    def migrate(self, chat_id: int, new_chat_id: int) -> None:
+        """The group ``chat_id`` became the supergroup ``new_chat_id``: from now on every message
+        to ``chat_id`` is answered 400 "group chat was upgraded to a supergroup chat" with
+        ``parameters.migrate_to_chat_id``, as Telegram answers an upgraded group's old id."""
+        if chat_kind(new_chat_id) != "supergroup":
+            raise ValueError(f"a group migrates to a supergroup id (-100...), got {new_chat_id}")
+        self._migrated[chat_id] = new_chat_id
+
+    def name_chat(self, chat_id: int, name: str, *, channel: bool = False) -> None:
+        """Give ``chat_id`` a title (a group's, a channel's) or a first name (a private chat's);
+        ``channel`` makes a -100... id a channel rather than a supergroup."""
+        kind = chat_kind(chat_id)
+        if kind is None:
+            raise ValueError(f"no chat can have the id {chat_id}")
+        if channel and kind != "supergroup":
+            raise ValueError(f"a channel has a -100... id, got {chat_id}")
+        self._chats[chat_id] = ("channel" if channel else kind, name)
+
+    def chat(self, chat_id: int) -> dict[str, object]:
+        """The Bot API's ``Chat`` object of ``chat_id`` (``ValueError`` if no chat has the id)."""
+        kind, name = self._chats.get(chat_id, (chat_kind(chat_id), None))
+        if kind is None:
+            raise ValueError(f"no chat can have the id {chat_id}")
+        return chat_json(chat_id, kind, name)
 
     # ---- records: totals ever, and the most recent ``keep`` --------------------------------
 
@@ -411,9 +498,16 @@ class TelegramStandIn:
 
     async def _answer(self, scope: HTTPScope, receive: ASGIReceiveCallable) -> Response:
         reply = await self._http(scope, receive)
+        if reply.page:
+            page = proxy_page(reply.status)
+            length = (b"content-length", str(len(page)).encode())
+            return Response(reply.status, b"text/html", page, [length])
         payload = json.dumps(reply.body, ensure_ascii=False).encode()
-        length = (b"content-length", str(len(payload)).encode())
-        return Response(reply.status, b"application/json", payload, [length])
+        headers = [(b"content-length", str(len(payload)).encode())]
+        retry_after = reply.body.get("parameters", {}).get("retry_after")
+        if reply.status == 429 and retry_after is not None:
+            headers.append((b"retry-after", str(retry_after).encode()))
+        return Response(reply.status, b"application/json", payload, headers)
 
     async def _http(self, scope: HTTPScope, receive: ASGIReceiveCallable) -> _Reply:
         raw = bytearray()
@@ -452,7 +546,7 @@ class TelegramStandIn:
             return _error(400, body_error)
         if method == "getme":
             return _Reply(200, {"ok": True, "result": self._me()})
-        return _error(404, "Not Found")
+        return _error(404, "Not Found: method not found")
 
     def _me(self) -> JsonObject:
         return {
@@ -497,28 +591,40 @@ class TelegramStandIn:
             return answer(_error(400, body_error))
         if chat_id is None:
             return answer(_error(400, chat_error or "Bad Request: chat_id is empty"))
+        if chat_id not in self._chats and chat_kind(chat_id) is None:
+            return answer(_error(400, "Bad Request: chat not found"))
 
         queue = self._scripts.get(chat_id)
         if queue:
             scripted = queue.popleft()
             if scripted.hang_s is None:
-                return answer(
-                    _error(scripted.status, scripted.description or "", scripted.parameters)
-                )
+                return answer(self._scripted(chat_id, scripted))
             await trio.sleep(scripted.hang_s)
 
+        if chat_id in self._migrated:
+            return answer(_migrated(self._migrated[chat_id]))
         if chat_id in self._blocked:
             return answer(_error(403, self._blocked[chat_id]))
+        # The order and the wording follow tdlib/telegram-bot-api's Client.cpp
+        # (get_input_message_text, get_formatted_text; fail_query_with_error turns "Message text
+        # is empty" into "Bad Request: message text is empty" and TDLib's "Can't parse entities:
+        # ..." into "Bad Request: can't parse entities: ...").
         text = raw_text or ""
-        if not text.strip():
-            return answer(_error(400, "Bad Request: message text is empty"))
-        if telegram_length(text) > MAX_MESSAGE_LENGTH:
-            return answer(_error(400, "Bad Request: message is too long"))
+        if len(text.encode()) > MAX_TEXT_BYTES:
+            return answer(_error(400, "Bad Request: text is too long"))
         parse_mode = params.get("parse_mode")
-        if parse_mode in (None, ""):
+        if parse_mode in (None, "") or str(parse_mode).lower() == "none":
             parse_mode = None
         elif not isinstance(parse_mode, str) or parse_mode.lower() not in PARSE_MODES:
             return answer(_error(400, "Bad Request: unsupported parse_mode"))
+        try:
+            shown = markup.apply(text, parse_mode)
+        except markup.MarkupError as e:
+            return answer(_error(400, f"Bad Request: can't parse entities: {e}"))
+        if not shown.text:
+            return answer(_error(400, "Bad Request: message text is empty"))
+        if telegram_length(shown.text) > MAX_MESSAGE_LENGTH:
+            return answer(_error(400, "Bad Request: message is too long"))
 
         now = self._clock()
         retry_after = None if self.flood is None else self.flood.retry_after(chat_id, now)
@@ -532,10 +638,30 @@ class TelegramStandIn:
                 )
             )
         return answer(
-            _Reply(200, {"ok": True, "result": self._deliver(chat_id, text, parse_mode, now)})
+            _Reply(
+                200, {"ok": True, "result": self._deliver(chat_id, text, parse_mode, shown, now)}
+            )
         )
 
-    def _deliver(self, chat_id: int, text: str, parse_mode: str | None, now: float) -> JsonObject:
+    def _scripted(self, chat_id: int, scripted: Scripted) -> _Reply:
+        """The reply of a scripted answer; a block or a migration stays, as on Telegram."""
+        migrate_to = (scripted.parameters or {}).get("migrate_to_chat_id")
+        if migrate_to is not None:
+            self._migrated[chat_id] = migrate_to
+        elif scripted.status == 403 and scripted.description:
+            self._blocked[chat_id] = scripted.description
+        page = scripted.page or (self.proxy_pages and scripted.status in GATEWAY_STATUSES)
+        reply = _error(scripted.status, scripted.description or "", scripted.parameters)
+        return attrs.evolve(reply, page=page)
+
+    def _deliver(
+        self,
+        chat_id: int,
+        text: str,
+        parse_mode: str | None,
+        shown: markup.Formatted,
+        now: float,
+    ) -> JsonObject:
         self._delivered[chat_id] += 1
         message_id = self._delivered[chat_id]
         wall = time.time()
@@ -547,6 +673,8 @@ class TelegramStandIn:
                 at=now,
                 wall_ms=int(wall * 1000),
                 parse_mode=parse_mode,
+                shown=shown.text,
+                entities=shown.entities,
             )
         )
         if self.flood is not None:
@@ -554,13 +682,21 @@ class TelegramStandIn:
         self._changed.set()
         self._changed = trio.Event()
         log.info("delivered to %s #%s: %r", chat_id, message_id, text)
-        return {
+        message: JsonObject = {
             "message_id": message_id,
             "from": self._me(),
-            "chat": {"id": chat_id, "type": "supergroup" if chat_id < 0 else "private"},
+            "chat": self.chat(chat_id),
             "date": int(wall),
-            "text": text,
+            "text": shown.text,
         }
+        if shown.entities:
+            message["entities"] = markup.entities_json(shown.entities)
+        return message
+
+
+def _migrated(new_chat_id: int) -> _Reply:
+    return _error(400, "Bad Request: group chat was upgraded to a supergroup chat",
+                  {"migrate_to_chat_id": new_chat_id})  # fmt: skip
 
 
 def _params(scope: HTTPScope, body: bytes) -> dict[str, object]:
@@ -569,10 +705,11 @@ def _params(scope: HTTPScope, body: bytes) -> dict[str, object]:
     )
     if not body:
         return params
-    content_type = ""
+    content_type = header = ""
     for name, value in scope["headers"]:
         if name.lower() == b"content-type":
-            content_type = value.decode("latin-1").split(";")[0].strip().lower()
+            header = value.decode("latin-1")
+            content_type = header.split(";")[0].strip().lower()
     if content_type == "application/json":
         try:
             data = json.loads(body)
@@ -586,7 +723,30 @@ def _params(scope: HTTPScope, body: bytes) -> dict[str, object]:
             params.update(parse_qsl(body.decode(), keep_blank_values=True))
         except UnicodeDecodeError:
             raise _BadRequest("Bad Request: can't decode parameters") from None
+    elif content_type == "multipart/form-data":
+        params.update(_form_data(header, body))
     return params
+
+
+def _form_data(content_type: str, body: bytes) -> dict[str, str]:
+    """The fields of a multipart/form-data body (files are not kept: no method here takes one)."""
+    message = BytesParser(policy=email.policy.HTTP).parsebytes(
+        b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body
+    )
+    if not message.is_multipart() or message.defects:
+        raise _BadRequest("Bad Request: can't parse multipart/form-data")
+    fields: dict[str, str] = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        payload = part.get_payload(decode=True)
+        if not isinstance(name, str) or not isinstance(payload, bytes):
+            raise _BadRequest("Bad Request: can't parse multipart/form-data")
+        if part.get_filename() is None:
+            try:
+                fields[name] = payload.decode()
+            except UnicodeDecodeError:
+                raise _BadRequest("Bad Request: can't decode parameters") from None
+    return fields
 
 
 _HYPERCORN_LOG = "codemojex.standin.hypercorn"  # warnings and errors only
@@ -595,13 +755,14 @@ _HYPERCORN_LOG = "codemojex.standin.hypercorn"  # warnings and errors only
 @asynccontextmanager
 async def open_stand_in(
     token: str = "123456:TEST",
-    limits: Limits | None = DEFAULT_LIMITS,
+    limits: FloodRules | Limits | None = DEFAULT_LIMITS,
     *,
     keep: int = DEFAULT_KEEP,
     clock: Callable[[], float] = time.monotonic,
+    proxy_pages: bool = False,
 ) -> AsyncIterator[TelegramStandIn]:
     """Serve a :class:`TelegramStandIn` on a free loopback port for the duration of the block."""
-    stand_in = TelegramStandIn(token, limits, keep=keep, clock=clock)
+    stand_in = TelegramStandIn(token, limits, keep=keep, clock=clock, proxy_pages=proxy_pages)
     # The body's exception is re-raised outside the nursery, so that a failing test shows its
     # own assertion instead of an ExceptionGroup around it.
     body_error: BaseException | None = None

@@ -3,7 +3,7 @@
 import contextlib
 import logging
 import random
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import pytest
@@ -13,9 +13,12 @@ from codemojex import game, ids
 from codemojex.game import board, days
 from codemojex.game.rooms import round_key
 from codemojex.game.scoring import ALPHABET
-from codemojex.notify import notifier
+from codemojex.notify import markup, notifier
+from codemojex.notify.classify import Delivered
 from codemojex.notify.notice import decode, telegram_length
 from codemojex.notify.notifier import NOTIFY_QUEUE
+from codemojex.notify.telegram import open_bot
+from codemojex.standin import open_stand_in
 from echomq_trio import (
     Bury,
     Bus,
@@ -37,6 +40,30 @@ pytestmark = pytest.mark.cluster
 
 async def _lane_texts(bus: Bus, chat: int) -> list[str]:
     return [decode(j.payload).text for j in await lanes.jobs(bus, NOTIFY_QUEUE, str(chat))]
+
+
+def _notify_to(
+    queue: str,
+    before: Callable[[int], None],
+    after: Callable[[int, str | None], None] = lambda chat, out: None,
+) -> game.Notify:
+    """The game's ``notify`` seam: ``before(chat)`` (which may raise), then the real ``notify``
+    onto ``queue``, then ``after(chat, its answer)``."""
+
+    async def notify(
+        bus: Bus,
+        chat: int,
+        text: str,
+        opts: dict[str, Any] | None = None,
+        *,
+        key: str | None = None,
+    ) -> str | None:
+        before(chat)
+        out = await notifier.notify(bus, chat, text, opts, queue=queue, key=key)
+        after(chat, out)
+        return out
+
+    return notify
 
 
 async def _fresh(bus: Bus) -> None:
@@ -210,15 +237,15 @@ async def test_a_digest_failing_on_its_third_room_is_retried_and_each_room_gets_
     attempt = 0
     sent: list[tuple[int, int, bool]] = []  # (attempt, chat, admitted now)
 
-    async def flaky(bus: Bus, chat: int, text: str, *, key: str | None = None) -> str | None:
+    def before(chat: int) -> None:
         if attempt == 1 and chat == third.chat:
             sent.append((attempt, chat, False))
             raise ConnectionLost("injected: the connection dropped")
-        out = await notifier.notify(bus, chat, text, queue=notices, key=key)
-        sent.append((attempt, chat, out is not None))
-        return out
 
-    inner = game.game_handler(bus, notify=flaky)
+    def after(chat: int, out: str | None) -> None:
+        sent.append((attempt, chat, out is not None))
+
+    inner = game.game_handler(bus, notify=_notify_to(notices, before, after))
 
     async def handler(job: Job) -> Bury | None:
         nonlocal attempt
@@ -256,10 +283,11 @@ async def test_a_room_whose_digest_is_invalid_is_skipped_and_not_retried(
     await bus.wire.command("ZADD", "cm:room-index", "0", ghost)
     notices = queue + ".notices"
 
-    async def picky(bus: Bus, chat: int, text: str, *, key: str | None = None) -> str | None:
+    def before(chat: int) -> None:
         if chat == rooms[1].chat:
             raise ValueError("notice text is 5000 characters; Telegram allows 4096")
-        return await notifier.notify(bus, chat, text, queue=notices, key=key)
+
+    picky = _notify_to(notices, before)
 
     await jobs.enqueue(bus, queue, "digest")
     (job,) = await jobs.claim(bus, queue)
@@ -473,3 +501,30 @@ async def test_every_message_fits_telegram_at_the_input_limits(bus: Bus) -> None
         (text,) = kinds[kind]
         assert text.count(wide * game.MAX_NAME) == game.TOP_N  # ten standings, full names
         assert tall * game.MAX_TITLE in text
+
+
+async def test_names_and_titles_with_markup_characters_are_shown_as_written(bus: Bus) -> None:
+    # The game's texts go as HTML; a user's "<" or "&" must be escaped, or Telegram answers
+    # 400 "can't parse entities" and the notice is dropped. markup.apply is the parser the
+    # Bot API stand-in delivers with, and check_notice refuses at enqueue what does not parse.
+    await _fresh(bus)
+    chat = -1_000_000 - random.randrange(10**6)
+    room = await game.create_room(bus, chat, "R&D <b>team</b>")
+    player = await game.create_player(bus, "<Tom & Jerry>", 10**9 + random.randrange(10**6))
+    rnd = await game.start_round(bus, room.id, starts_in_ms=0)
+    await game.guess(bus, room.id, player.id, rnd.secret)
+    await game.end_round(bus, room.id)
+    notices = [decode(j.payload) for j in await lanes.jobs(bus, NOTIFY_QUEUE, str(chat))]
+    assert [n.opts for n in notices] == [{"parse_mode": "HTML"}] * 2
+    announced, results = (markup.apply(n.text, "HTML") for n in notices)
+    assert f"New round {rnd.id} in R&D <b>team</b>: it starts in" in announced.text
+    assert [e.type for e in announced.entities] == ["bold"]  # the title, as one bold run
+    assert results.text.endswith(f"🏆 R&D <b>team</b>, round {rnd.id}\n1. <Tom & Jerry> 100%")
+    # And over HTTP: the stand-in, as strict as Telegram, takes them and shows them so.
+    async with open_stand_in("123456:TEST", None) as tg, open_bot("123456:TEST", tg.api_url) as bot:
+        for n in notices:
+            assert isinstance(await bot.send_message(n.chat, n.text, **n.opts), Delivered)
+        assert [d.shown for d in tg.deliveries] == [announced.text, results.text]
+    units = results.text.encode("utf-16-le")  # entities count UTF-16 units
+    assert [(e.type, units[2 * e.offset : 2 * (e.offset + e.length)].decode("utf-16-le"))
+            for e in results.entities] == [("bold", "".join(rnd.secret))]  # fmt: skip

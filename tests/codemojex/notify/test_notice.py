@@ -2,6 +2,7 @@
 them (pure)."""
 
 import json
+import re
 
 import attrs
 import pytest
@@ -9,7 +10,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from codemojex.audit import fold
-from codemojex.notify.notice import DeliveryNote, Notice, decode, decode_note, encode, encode_note
+from codemojex.notify.notice import (
+    MAX_TEXT,
+    MAX_TEXT_BYTES,
+    DeliveryNote,
+    Notice,
+    check_notice,
+    decode,
+    decode_note,
+    encode,
+    encode_note,
+)
 from echomq_trio.audit import AuditOutcome, AuditRecord
 
 
@@ -58,3 +69,18 @@ def test_a_due_time_travels_only_when_given() -> None:
     later = attrs.evolve(plain, due_ms=1_796_035_496_083)
     assert json.loads(encode(later))["due_ms"] == 1_796_035_496_083
     assert decode(encode(later)) == later and decode(encode(plain)) == plain
+
+
+def test_a_notice_with_a_parse_mode_must_parse_and_is_measured_as_shown() -> None:
+    check_notice(1, "<b>" + "x" * MAX_TEXT + "</b>", {"parse_mode": "HTML"})  # markup is free
+    for text, opts, words in (
+        ("<b>" + "x" * (MAX_TEXT + 1) + "</b>", {"parse_mode": "HTML"}, "4097 UTF-16 units"),
+        ("Tom <the great>", {"parse_mode": "HTML"}, 'parse as HTML: Unsupported start tag "the"'),
+        ("1.5", {"parse_mode": "MarkdownV2"}, "Character '.' is reserved"),
+        ("<b> </b>", {"parse_mode": "html"}, "non-empty"),
+        ("x", {"parse_mode": "Klingon"}, "parse_mode must be one of"),
+        ("&amp;" * 7000, {"parse_mode": "HTML"}, f"over {MAX_TEXT_BYTES} bytes"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(words)):
+            check_notice(1, text, opts)
+    check_notice(1, "Tom <the great>", {})  # no parse mode: plain text, nothing to parse

@@ -7,7 +7,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from codemojex.notify.limits import Limits, Window
-from codemojex.standin.flood import FloodModel, Tracked, most_in_span, wait_for_slot
+from codemojex.standin.flood import (
+    TELEGRAM_FLOOD,
+    FloodModel,
+    FloodRules,
+    Penalty,
+    Tracked,
+    most_in_span,
+    wait_for_slot,
+)
 
 LIMITS = Limits(global_=Window(5, 1000), private=Window(2, 300), group=Window(3, 2000))
 CHATS = [1, 2, 3, -4, -5]
@@ -98,3 +106,68 @@ def test_most_in_span_is_half_open() -> None:
     assert most_in_span([], 1.0) == 0
     assert most_in_span([0.0, 0.5, 1.0, 1.4], 1.0) == 3  # [0.5, 1.5)
     assert most_in_span([0.0, 1.0], 1.0) == 1
+
+
+def test_repeated_violations_grow_the_wait_and_are_forgiven() -> None:
+    rules = FloodRules(bot=Window(100, 1000), private=Window(1, 1000), group=Window(1, 1000),
+                       penalty=Penalty(growth=2.0, max_s=10, forgive_s=30.0))  # fmt: skip
+    model = FloodModel(rules)
+    model.record(7, 0.0)
+    assert model.retry_after(7, 0.5) == 1  # the first violation: until the window frees
+    assert model.retry_after(7, 0.6) == 1  # inside the wait: what is left of it
+    assert model.retry_after(8, 0.6) is None  # another chat is not punished
+    waits = []
+    now = 1.5
+    for _ in range(4):  # the client honours retry_after, but breaks the window again each time
+        assert model.retry_after(7, now) is None
+        model.record(7, now)
+        waits.append(model.retry_after(7, now + 0.25))
+        assert waits[-1] is not None
+        assert model.retry_after(7, now + 0.25 + waits[-1] - 0.01) is not None  # still refused
+        now += 0.25 + waits[-1]
+    assert waits == [2, 4, 8, 10]  # doubled each time, up to max_s
+    assert model.tracked().penalised == 1
+    assert model.retry_after(9, now + 30.0) is None
+    assert model.tracked().penalised == 0  # forgiven and forgotten: memory stays bounded
+    model.record(7, now + 30.0)
+    assert model.retry_after(7, now + 30.5) == 1  # a fresh start
+
+
+def test_a_bot_wide_violation_punishes_the_bot() -> None:
+    rules = FloodRules(bot=Window(2, 1000), private=Window(10, 1000), group=Window(10, 1000))
+    model = FloodModel(rules)
+    for chat in (1, 2):
+        model.record(chat, 0.0)
+    assert model.retry_after(3, 0.1) == 1  # the bot's window: refused until 1.1
+    assert model.retry_after(4, 0.2) == 1  # every chat waits with it
+    assert model.retry_after(5, 1.05) == 1  # the window has room, the wait is not over
+    assert model.retry_after(5, 1.1) is None
+    for chat in (5, 6):
+        model.record(chat, 1.1)
+    assert model.retry_after(7, 1.2) == 2  # broken again soon after: doubled
+
+
+def test_rules_default_to_telegrams_figures_and_scale() -> None:
+    assert TELEGRAM_FLOOD.bot == Window(30, 1000)
+    assert (TELEGRAM_FLOOD.private, TELEGRAM_FLOOD.group) == (Window(3, 3000), Window(20, 60_000))
+    assert TELEGRAM_FLOOD.penalty.growth > 1
+    fast = TELEGRAM_FLOOD.scaled(10)
+    assert (fast.bot, fast.group) == (Window(30, 100), Window(20, 6000))
+    assert fast.penalty.forgive_s == TELEGRAM_FLOOD.penalty.forgive_s / 10
+    same = FloodRules.matching(Limits().scaled(2))
+    assert (same.bot, same.penalty) == (Limits().scaled(2).global_, Penalty.NONE)
+    assert FloodModel(Limits()).rules == FloodRules.matching(Limits())
+
+
+def test_penalties_are_forgotten_so_memory_stays_bounded() -> None:
+    # 20,000 chats each break their window once, 8 a second (times exact in binary) for 2,500
+    # simulated seconds: the model keeps the penalties of the last max_s + forgive_s only.
+    rules = FloodRules(private=Window(1, 1000), penalty=Penalty(max_s=5, forgive_s=10.0))
+    model = FloodModel(rules)
+    most = 0
+    for i in range(20_000):
+        now, chat = i / 8, i + 1
+        model.record(chat, now)
+        assert model.retry_after(chat, now) == 1
+        most = max(most, model.tracked().penalised)
+    assert most <= (5 + 10) * 8 + 1
