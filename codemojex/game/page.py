@@ -11,6 +11,7 @@ malformed, repeated or unknown is answered 400 with ``{"error": "<what is wrong>
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable, Mapping
 from importlib import resources
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
@@ -27,7 +28,10 @@ if TYPE_CHECKING:
 
     from codemojex.metrics import ServiceMetrics
 
-__all__ = ["PageServer", "page_parameters"]
+__all__ = ["PageServer", "Route", "page_parameters"]
+
+Route = Callable[["HTTPScope", "ASGIReceiveCallable"], Awaitable[Response]]
+"""An extra path's handler: the request's scope and body stream in, the response out."""
 
 PAGE = (resources.files("codemojex.game") / "web" / "index.html").read_bytes()
 
@@ -68,16 +72,25 @@ def page_parameters(query: bytes) -> tuple[str | None, int]:
 class PageServer:
     """Serve with ``url = await nursery.start(pages.serve, host, port)``."""
 
-    def __init__(self, bus: Bus, feed_port: int, metrics: ServiceMetrics | None = None) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        feed_port: int,
+        metrics: ServiceMetrics | None = None,
+        routes: Mapping[str, Route] | None = None,
+    ) -> None:
         self.bus = bus
         self.feed_port = feed_port
         self.metrics = metrics  # answers /metrics (codemojex.metrics)
+        self.routes = dict(routes or {})  # more paths: the Telegram webhook (codemojex.chat)
 
     async def app(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
         await answer(scope, receive, send, self._answer)
 
-    async def _answer(self, scope: HTTPScope, _receive: ASGIReceiveCallable) -> Response:
+    async def _answer(self, scope: HTTPScope, receive: ASGIReceiveCallable) -> Response:
         path = scope["path"]
+        if path in self.routes:
+            return await self.routes[path](scope, receive)
         if path in ("/", "/index.html"):
             return _fresh(200, b"text/html; charset=utf-8", PAGE)
         if path == "/config.json":

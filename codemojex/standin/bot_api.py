@@ -52,6 +52,7 @@ from codemojex.asgi import Response, answer, serve_app
 from codemojex.notify.limits import Limits, Window
 from codemojex.notify.notice import MAX_TEXT, telegram_length
 from codemojex.standin.flood import FloodModel, most_in_span
+from codemojex.standin.updates import UPDATE_METHODS, UpdateFeed
 
 if TYPE_CHECKING:
     from hypercorn.typing import (
@@ -299,6 +300,8 @@ class TelegramStandIn:
         self._scripts: dict[int, collections.deque[Scripted]] = {}
         self._blocked: dict[int, str] = {}
         self._changed = trio.Event()
+        self.updates = UpdateFeed()
+        """What simulated users send: ``getUpdates``, webhooks (``codemojex.standin.updates``)."""
 
     # ---- serving ---------------------------------------------------------------------------
 
@@ -323,6 +326,7 @@ class TelegramStandIn:
         try:
             async with trio.open_nursery() as nursery:
                 url = await nursery.start(serve_app, self.app, host, port, _HYPERCORN_LOG)
+                await nursery.start(self.updates.run)
                 self._api_url = url
                 task_status.started(url)
         finally:
@@ -452,6 +456,8 @@ class TelegramStandIn:
             return _error(400, body_error)
         if method == "getme":
             return _Reply(200, {"ok": True, "result": self._me()})
+        if method in UPDATE_METHODS:
+            return _Reply(*await self.updates.call(method, params))
         return _error(404, "Not Found")
 
     def _me(self) -> JsonObject:
