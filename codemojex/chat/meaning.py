@@ -162,7 +162,7 @@ def display_name(user: Mapping[str, Any]) -> str:
     """A user's name as the game shows it: first and last name, else the username, else
     ``player <id>``, cleaned for the game's rules."""
     full = " ".join(str(user.get(k) or "") for k in ("first_name", "last_name")).strip()
-    return clean_label(full or str(user.get("username") or ""), MAX_NAME, f"player {user['id']}")
+    return clean_label(full, MAX_NAME, str(user.get("username") or f"player {user['id']}"))
 
 
 def _chat(chat: Mapping[str, Any]) -> Chat:

@@ -152,6 +152,11 @@ class UpdateFeed:
         return update_id
 
     @property
+    def polls(self) -> int:
+        """``getUpdates`` calls answered or waiting (a webhook's 409s are not counted)."""
+        return self._polls
+
+    @property
     def pending(self) -> list[dict[str, Any]]:
         """The updates not confirmed yet, oldest first (a copy)."""
         return list(self._pending)
