@@ -76,3 +76,27 @@ async def test_kill_9_between_admitting_and_confirming(
         assert tg.delivered(player) == GUESSES
     to_group = [t[0] for t in tg.by_chat()[group]]  # the room, the round, its reply, its start
     assert sorted(to_group) == sorted("🎮🎲T⏰"), tg.by_chat()[group]
+
+
+@pytest.mark.timeout_s(60)
+async def test_a_conflict_stops_the_service_with_one_line(
+    standalone_only: str, tmp_path: Path
+) -> None:
+    async with open_stand_in(TOKEN, None) as tg:
+        await tg.updates.call("setwebhook", {"url": "https://example.org/hook"})
+        proc = await start_service(
+            tmp_path, "--url", standalone_only, "--telegram-token", TOKEN, "--telegram-api-url",
+            tg.api_url, "--demo", "off", "--archive", "off", "--summary-every", "0",
+        )  # fmt: skip
+        try:
+            out = Lines(proc)
+            with trio.fail_after(45):
+                lines = await out.rest()
+                await proc.wait()
+        finally:
+            await stop_process(proc)
+    assert proc.returncode == 1, lines
+    assert lines[-1] == (
+        "codemojex: Telegram refused getUpdates (409 Conflict): a webhook is set for this bot. "
+        "Run with --updates webhook, or delete the webhook (Bot API deleteWebhook) to poll"
+    ), lines
