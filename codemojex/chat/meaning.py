@@ -13,8 +13,10 @@ The rules, in order:
 * in a group, ``/name`` or ``/name@bot`` as the first word is a command when ``name`` is one
   of ``COMMANDS`` and ``bot`` is this bot (a command for another bot is ignored; so is an
   unknown command: a group may have other bots);
-* in a group, a text of emoji only (white space between them allowed) is a guess; whether it
-  is a valid guess, and whether a round is in play, the game decides;
+* in a group, a text of six emoji and nothing else (white space between them allowed) is a
+  guess; whether it is a valid one (the game's emojis, each once), and whether a round is in
+  play, the game decides. Emoji-only texts of another length (a 👍, a 😂😂😂) are conversation,
+  so nobody is told off for reacting;
 * any other text is conversation, ignored.
 
 Names from Telegram (a user's display name, a group's title) are cleaned for the game's input
@@ -31,6 +33,7 @@ from typing import Any
 import attrs
 
 from codemojex.game.rules import MAX_NAME, MAX_TITLE, clean_label
+from codemojex.game.scoring import SIZE
 
 __all__ = [
     "COMMANDS",
@@ -143,7 +146,7 @@ def meaning(update: Mapping[str, Any], bot_username: str) -> Meaning:
         if name.lower() not in COMMANDS:
             return Ignored("not a command of this game")
         return Command(where, who, name.lower())
-    if is_emoji_only(text):
+    if is_emoji_only(text) and emoji_count(text) == SIZE:
         return Guess(where, who, text)
     return Ignored("conversation")
 
@@ -156,6 +159,12 @@ def is_emoji_only(text: str) -> bool:
         unicodedata.category(c) == "So" or c in _EMOJI_PARTS or 0x1F3FB <= ord(c) <= 0x1F3FF
         for c in parts
     )
+
+
+def emoji_count(text: str) -> int:
+    """How many emoji ``text`` holds, counting the symbols (a sequence joined by ZWJ counts each
+    of its parts; selectors and skin tones count nothing)."""
+    return sum(1 for c in text if unicodedata.category(c) == "So")
 
 
 def display_name(user: Mapping[str, Any]) -> str:

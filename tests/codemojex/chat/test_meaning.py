@@ -55,8 +55,10 @@ def test_a_text_of_emoji_is_a_guess() -> None:
     assert meaning(message("😀😂😍😎🤔😴"), BOT) == Guess(WHERE, WHO, "😀😂😍😎🤔😴")
     spaced = " 😀 😂 😍\n😎 🤔 😴 "
     assert meaning(message(spaced), BOT) == Guess(WHERE, WHO, spaced)
-    # Emoji the game does not use are still a guess: the game says what is wrong with it.
-    assert isinstance(meaning(message("👍🏽❤️👨‍👩‍👧"), BOT), Guess)
+    # Six emoji the game does not use are still a guess: the game says what is wrong with it.
+    assert isinstance(meaning(message("👍🏽❤️👨‍👩‍👧🎉"), BOT), Guess)
+    for reaction in ("👍", "😂😂😂", "😀😂😍😎🤔😴🐶"):  # not six: conversation
+        assert meaning(message(reaction), BOT) == Ignored("conversation")
 
 
 @pytest.mark.parametrize(
@@ -115,3 +117,23 @@ def test_the_lane_and_the_id_of_an_update() -> None:
     for bad in ({}, {"update_id": "1"}, {"update_id": True}, {"update_id": -1}):
         with pytest.raises(ValueError, match="update_id"):
             update_id_of(bad)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
+                                                                 max_size=3),
+    max_leaves=8,
+)  # fmt: skip
+PARTS = {"from": st.fixed_dictionaries({"id": st.integers() | JSON, "is_bot": JSON}) | JSON,
+         "chat": st.fixed_dictionaries({"id": st.integers() | JSON, "type": JSON,
+                                        "title": JSON}) | JSON,
+         "text": st.text() | JSON}  # fmt: skip
+
+
+@given(st.sampled_from(["message", "edited_message", "other"]),
+       st.fixed_dictionaries({}, optional=PARTS))  # fmt: skip
+def test_any_update_has_a_meaning_and_never_raises(kind: str, body: dict[str, Any]) -> None:
+    update = {"update_id": 1, kind: body}
+    assert isinstance(meaning(update, BOT), Command | Guess | Ignored)
+    chat_of(update)
