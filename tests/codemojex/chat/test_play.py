@@ -9,15 +9,18 @@ import pytest
 import trio
 from trio_websocket import open_websocket_url
 
-from codemojex.chat import room_of_chat
+from codemojex import ids
+from codemojex.chat import ChatGame, room_of_chat
 from codemojex.game import Feed, board, current_round
 from codemojex.game.scoring import ALPHABET
+from codemojex.notify import NOTIFY_QUEUE
+from codemojex.notify.notice import decode
 from codemojex.standin import open_stand_in
-from echomq_trio import Bus, jobs
+from echomq_trio import Bus, Job, jobs, lanes
 from tests.codemojex.chat.conftest import BOT, TOKEN, group_id, playing, user_id
 from tests.conftest import wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
 async def texts(tg, chat: int, count: int) -> list[str]:  # type: ignore[no-untyped-def]
@@ -123,3 +126,30 @@ async def test_a_round_ends_by_itself_with_its_results(bus: Bus, queue: str) -> 
         room = await room_of_chat(bus, group)
         assert room is not None
         assert (await jobs.counts(bus, queue)).scheduled == 0  # the end ran once
+
+
+async def test_an_update_handled_again_after_a_crash_answers_once(bus: Bus, queue: str) -> None:
+    """A handler that died mid-way runs the update again when its lease expires: every answer
+    is keyed by the update, the round's end by the round, so nothing is said or done twice."""
+    group, alice = group_id(), user_id()
+    game = ChatGame(bus, 1, BOT, queue=queue, start_in_ms=0)
+    chat = {"id": group, "type": "group", "title": "Twice"}
+    sender = {"id": alice, "is_bot": False, "first_name": "Alice"}
+
+    async def twice(update_id: int, text: str) -> None:
+        update = {"update_id": update_id, "message": {"chat": chat, "from": sender, "text": text}}
+        job = Job(queue, ids.new(ids.JOB), json.dumps(update).encode(), 1, 1, 0, str(group))
+        for _ in range(2):
+            assert await game.handle(job) is None
+
+    await twice(1, "/newgame")
+    await twice(2, "/round")
+    room = await room_of_chat(bus, group)
+    assert room is not None
+    rnd = await current_round(bus, room)
+    await twice(3, "".join(rnd.secret))
+    to_group = [decode(j.payload).text for j in await lanes.jobs(bus, NOTIFY_QUEUE, str(group))]
+    assert [t[0] for t in to_group] == ["🎮", "🎲", "T"]
+    (to_alice,) = await lanes.jobs(bus, NOTIFY_QUEUE, str(alice))
+    assert decode(to_alice.payload).text.startswith("100%")
+    assert (await jobs.counts(bus, queue)).scheduled == 1  # one end for the round
