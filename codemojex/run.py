@@ -182,7 +182,7 @@ async def run(
         open_bot(token, api_url) as bot,
     ):
         limiter = RateLimiter(bus, settings.limits)
-        metrics = ServiceMetrics(bus, [NOTIFY_QUEUE, game.GAME_QUEUE])
+        metrics = ServiceMetrics(bus, [NOTIFY_QUEUE, game.GAME_QUEUE, UPDATES_QUEUE])
         worker = NotificationWorker(bus, bot, limiter, metrics=metrics.notify)
         metrics.watch(worker=worker)
         answer, next_run = await game.register_digest(bus)
@@ -211,7 +211,8 @@ async def run(
             bot_id, username = await identify(bot)
             await nursery.start(Metronome(bus, UPDATES_QUEUE, metrics=on).run)
             chat_game = ChatGame(bus, bot_id, username, round_ms=round(settings.round_s * 1000),
-                                 keep_ms=round(settings.round_keep_s * 1000))  # fmt: skip
+                                 keep_ms=round(settings.round_keep_s * 1000),
+                                 metrics=on)  # fmt: skip
             await nursery.start(chat_game.run)
             secret = new_secret()
             webhook = Webhook(bus, bot_id, secret) if settings.updates == "webhook" else None

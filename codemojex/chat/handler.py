@@ -50,6 +50,7 @@ from codemojex.game.scoring import ALPHABET, SIZE
 from codemojex.notify.notifier import NOTIFY_QUEUE, notify
 from codemojex.stats import added
 from echomq_trio import Bury, Bus, Consumer, Job, jobs
+from echomq_trio.metrics import BusMetrics
 
 __all__ = ["ChatGame", "ChatStats", "group_help", "private_help"]
 
@@ -101,6 +102,7 @@ class ChatGame:
         round_ms: int = ROUND_MS,
         start_in_ms: int = START_IN_MS,
         keep_ms: int = ENDED_ROUND_KEEP_MS,
+        metrics: BusMetrics | None = None,
     ) -> None:
         self.bus = bus
         self.bot_id = bot_id
@@ -111,7 +113,9 @@ class ChatGame:
         self.start_in_ms = start_in_ms
         self.keep_ms = keep_ms
         self._stats = ChatStats()
-        self.consumer = Consumer(bus, queue, self.handle, concurrency=concurrency, beat_ms=1000)
+        self.consumer = Consumer(
+            bus, queue, self.handle, concurrency=concurrency, beat_ms=1000, metrics=metrics
+        )
 
     def statistics(self) -> ChatStats:
         return self._stats
