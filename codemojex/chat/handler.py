@@ -202,17 +202,14 @@ class ChatGame:
     async def _round(self, chat: int, room_id: str, key: str) -> None:
         try:
             rnd = await start_round(self.bus, room_id, starts_in_ms=self.start_in_ms)
-            started = True
-        except GameError:
-            rnd = await current_round(self.bus, room_id)  # raises if it is not that
-            started = False
-        ends_at = await self._schedule_end(chat, rnd)
-        left_s = max(0, (ends_at - await self.bus.wire.server_time_ms()) // 1000)
-        text = (
-            f"The round lasts {self.round_ms // 1000} s: send {SIZE} emojis here to guess."
-            if started
-            else f"A round is already in play: it ends in {left_s} s."
-        )
+        except GameError:  # one is open already (else this raises what is wrong)
+            rnd = await current_round(self.bus, room_id)
+            ends_at = await self._schedule_end(chat, rnd)  # made sure of, after a crash
+            left_s = max(0, (ends_at - await self.bus.wire.server_time_ms()) // 1000)
+            await self._reply(chat, f"A round is already in play: it ends in {left_s} s.", key)
+            return
+        await self._schedule_end(chat, rnd)
+        text = f"The round lasts {self.round_ms // 1000} s: send {SIZE} emojis here to guess."
         await self._reply(chat, text, key)
 
     async def _schedule_end(self, chat: int, rnd: Round) -> int:

@@ -138,7 +138,7 @@ class Poller:
         if not isinstance(result, list):
             self._failed(f"getUpdates answered no list: {body!r}")
             return None
-        return [u for u in result if isinstance(u, Mapping) and "update_id" in u]
+        return [u for u in result if isinstance(u, Mapping) and _is_id(u.get("update_id"))]
 
     def _failed(self, text: str) -> None:
         self._stats = added(self._stats, errors=1)
@@ -164,3 +164,7 @@ class Poller:
             else:
                 self._stats = added(self._stats, admitted=1)
             return
+
+
+def _is_id(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
