@@ -7,7 +7,9 @@ of what arrived (``Delivery``, ``RequestRecord``), and ``Scripted`` answers that
 fail on demand. It enforces ``codemojex.notify.Limits`` as Telegram does, through
 ``flood`` (pure: the windows, forgetting the sends they no longer see). It keeps counters of
 everything and the records of only the most recent ``keep`` requests and deliveries, so its
-memory is bounded however long it runs. ``python -m codemojex.standin`` runs it alone.
+memory is bounded however long it runs. ``updates`` (``UpdateFeed``, its ``updates``
+attribute) is the other direction: simulated users' messages, served by ``getUpdates`` or
+delivered to a webhook. ``python -m codemojex.standin`` runs it alone.
 """
 
 from codemojex.standin.bot_api import (
