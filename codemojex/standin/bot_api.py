@@ -23,6 +23,8 @@ Alone: ``python -m codemojex.standin --port 8081 --token 123456:TEST [--no-limit
 What it speaks: ``/bot<token>/<method>`` by GET or POST, with parameters in the query string, a
 JSON body or a form-encoded body; methods ``getMe`` and ``sendMessage`` (names are
 case-insensitive, as on Telegram). A wrong token is a 401, an unknown method a 404.
+``getUpdates``, ``setWebhook``, ``deleteWebhook`` and ``getWebhookInfo`` are answered by
+``codemojex.standin.updates`` (the ``updates`` attribute: what simulated users send).
 
 Memory stays bounded however long it runs (the service runs it for weeks): it counts every
 ``sendMessage`` (by status, and deliveries per chat: the chat's last message id) and keeps the
