@@ -53,6 +53,13 @@ def _json(status: int, body: object) -> Response:
     return Response(status, b"application/json", json.dumps(body).encode())
 
 
+def _refuse(status: int, error: str) -> Response:
+    """An answer given before the body was read: the connection closes with it, so no client
+    sends its next request after a body the server never read."""
+    body = json.dumps({"error": error}).encode()
+    return Response(status, b"application/json", body, [(b"connection", b"close")])
+
+
 class Webhook:
     """The endpoint: ``await webhook.answer(scope, receive)`` for a request to its path."""
 
@@ -81,17 +88,18 @@ class Webhook:
 
     async def _answer(self, scope: HTTPScope, receive: ASGIReceiveCallable) -> Response:
         if scope["method"] != "POST":
-            return _json(405, {"error": "POST only"})
+            return _refuse(405, "POST only")
         headers = dict(scope["headers"])
         if not hmac.compare_digest(headers.get(SECRET_HEADER, b""), self._secret):
-            return _json(401, {"error": "wrong or missing secret token"})
+            return _refuse(401, "wrong or missing secret token")
         declared = headers.get(b"content-length", b"0")
+        too_large = f"an update is at most {self.max_bytes} bytes"
         if not declared.isdigit() or int(declared) > self.max_bytes:
-            return _json(413, {"error": f"an update is at most {self.max_bytes} bytes"})
+            return _refuse(413, too_large)
         try:
             body = await read_body(receive, self.max_bytes)
         except BodyTooLarge:
-            return _json(413, {"error": f"an update is at most {self.max_bytes} bytes"})
+            return _refuse(413, too_large)
         if body is None:
             return _json(400, {"error": "the client went away"})
         try:

@@ -53,7 +53,8 @@ async def test_refused_before_anything_is_admitted(
             yield b" " * 1000
 
     async with httpx.AsyncClient() as client:
-        assert (await client.post(url, json=good)).status_code == 401
+        refused = await client.post(url, json=good)
+        assert refused.status_code == 401 and refused.headers["connection"] == "close"
         assert (await client.post(url, json=good, headers={HEADER: "wrong"})).status_code == 401
         assert (await client.post(url, json=good, headers={HEADER: ""})).status_code == 401
         assert (await client.post(url, json=big, headers={HEADER: "wrong"})).status_code == 401
