@@ -1,6 +1,13 @@
 """The ASGI plumbing of codemojex's page server and Bot API stand-in: ``echomq_trio.asgi``, which
 the bus dashboard shares (re-exported here)."""
 
-from echomq_trio.asgi import Response, answer, answer_lifespan, serve_app
+from echomq_trio.asgi import (
+    BodyTooLarge,
+    Response,
+    answer,
+    answer_lifespan,
+    read_body,
+    serve_app,
+)
 
-__all__ = ["Response", "answer", "answer_lifespan", "serve_app"]
+__all__ = ["BodyTooLarge", "Response", "answer", "answer_lifespan", "read_body", "serve_app"]

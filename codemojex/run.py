@@ -25,6 +25,17 @@ import trio
 
 from codemojex import game
 from codemojex.audit import Archiver, ArchiverStats, open_replica
+from codemojex.chat import (
+    UPDATES_QUEUE,
+    WEBHOOK_PATH,
+    ChatGame,
+    TelegramRefused,
+    Webhook,
+    new_secret,
+    register_webhook,
+)
+from codemojex.chat.demo import play_in_chats
+from codemojex.chat.service import identify, poll_updates
 from codemojex.game import Feed, PageServer, board, demo
 from codemojex.game.page import DASHBOARD_PATH, EMOJI_FONT
 from codemojex.metrics import ServiceMetrics
@@ -198,7 +209,7 @@ async def run(
         open_bot(token, api_url) as bot,
     ):
         limiter = RateLimiter(bus, settings.limits)
-        metrics = ServiceMetrics(bus, [NOTIFY_QUEUE, game.GAME_QUEUE])
+        metrics = ServiceMetrics(bus, [NOTIFY_QUEUE, game.GAME_QUEUE, UPDATES_QUEUE])
         worker = NotificationWorker(bus, bot, limiter, metrics=metrics.notify)
         metrics.watch(worker=worker)
         answer, next_run = await game.register_digest(bus)
@@ -222,24 +233,46 @@ async def run(
             await nursery.start(Metronome(bus, game.GAME_QUEUE, metrics=on).run)
             game_consumer = Consumer(bus, game.GAME_QUEUE, game.game_handler(bus), metrics=on)
             await nursery.start(game_consumer.run)
+            # Telegram's updates: the chat game consumes cm.updates; a poller or the webhook
+            # (a route of the page server) admits them (codemojex.chat).
+            bot_id, username = await identify(bot)
+            await nursery.start(Metronome(bus, UPDATES_QUEUE, metrics=on).run)
+            chat_game = ChatGame(bus, bot_id, username, round_ms=round(settings.round_s * 1000),
+                                 keep_ms=round(settings.round_keep_s * 1000),
+                                 metrics=on)  # fmt: skip
+            await nursery.start(chat_game.run)
+            secret = new_secret()
+            webhook = Webhook(bus, bot_id, secret) if settings.updates == "webhook" else None
+            routes = {} if webhook is None else {WEBHOOK_PATH: webhook.answer}
             feed = Feed(bus)
             feed_port = await nursery.start(feed.serve, settings.host, settings.feed_port)
-            token = os.environ.get("ECHOMQ_DASHBOARD_TOKEN") or new_token()
-            dashboard = Dashboard(bus, token, emoji_font=EMOJI_FONT)
+            dash_token = os.environ.get("ECHOMQ_DASHBOARD_TOKEN") or new_token()
+            dashboard = Dashboard(bus, dash_token, emoji_font=EMOJI_FONT)
             await nursery.start(dashboard.run)
-            pages = PageServer(bus, feed_port, metrics, dashboard)
+            pages = PageServer(bus, feed_port, metrics, dashboard, routes)
             page_url = await nursery.start(pages.serve, settings.host, settings.page_port)
+            if webhook is None:
+                await nursery.start(poll_updates, bus, token, api_url, bot_id)
+                updates = "polling getUpdates"
+            else:
+                hook_url = settings.webhook_url or page_url + WEBHOOK_PATH
+                await register_webhook(bot, hook_url, secret)
+                served = page_url + WEBHOOK_PATH
+                updates = f"webhook {hook_url}" + ("" if hook_url == served else f" -> {served}")
             where = {"page": page_url, "feed": f"ws://{settings.host}:{feed_port}/rooms/<room>"}
             say(f"codemojex is running. Leaderboard: {page_url}")
             say(f"  metrics: {page_url}/metrics")
-            say(f"  bus dashboard: {page_url}{DASHBOARD_PATH}/#token={token}")
+            say(f"  bus dashboard: {page_url}{DASHBOARD_PATH}/#token={dash_token}")
             say(f"  server: {bus.url}" + ("" if url else f" (data in {settings.data_dir})"))
             say(f"  telegram: {telegram_endpoint(api_url, local=stand_in is not None)}")
             now = await bus.wire.server_time_ms()
             say(f"  daily digest: {answer.value}, next run {humane.at(next_run, now)}")
+            say(f"  updates: {updates}, as @{username}")
             if moved:
                 say(f"  rooms: moved {moved} room(s) of the old set cm:rooms into the index")
-            if settings.demo:
+            if settings.demo and stand_in is not None:  # simulated users talk in chats
+                nursery.start_soon(play_in_chats, bus, stand_in.updates)
+            elif settings.demo:
                 keep_ms = round(settings.round_keep_s * 1000)
                 nursery.start_soon(partial(demo.play, bus, round_keep_ms=keep_ms))
             if archiver is not None:
@@ -285,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return trio.run(_main, settings, data_dir)
         except (Exception, BaseExceptionGroup) as exc:
-            first = first_error(exc, (StopConsumer, BusError, OSError, InUse))
+            first = first_error(exc, (StopConsumer, BusError, OSError, InUse, TelegramRefused))
             if first is None:
                 raise
         print(f"codemojex: {first}", file=sys.stderr)

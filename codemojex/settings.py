@@ -51,6 +51,9 @@ class Settings:
     replica: str | None = None  # default: the directory <data_dir>/replica
     compact_segments: int = DEFAULT_COMPACT_SEGMENTS
     round_keep_s: float = ENDED_ROUND_KEEP_MS / 1000
+    updates: str = "poll"  # how Telegram's updates come in: "poll" or "webhook"
+    webhook_url: str | None = None  # the public HTTPS URL Telegram posts to (webhook mode)
+    round_s: float = 60.0  # how long a round started with /round lasts
 
     @property
     def archive_db_path(self) -> Path:
@@ -92,6 +95,13 @@ _HELP = {
                          "replica segments after the newest manifest that start a compaction"),
     "round_keep_s": ("--round-keep", "CODEMOJEX_ROUND_KEEP",
                      "seconds an ended round and its board are kept (its results stay readable)"),
+    "updates": ("--updates", "CODEMOJEX_UPDATES",
+                "how Telegram's updates come in: poll (getUpdates) or webhook"),
+    "webhook_url": ("--webhook-url", "CODEMOJEX_WEBHOOK_URL",
+                    "webhook mode: the public https URL Telegram posts updates to, proxied to "
+                    "/telegram/webhook on the page port; default with the stand-in: the page URL"),
+    "round_s": ("--round-length", "CODEMOJEX_ROUND_LENGTH",
+                "seconds a round started in a chat with /round lasts"),
 }  # fmt: skip
 
 
@@ -105,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         "demo": _on_off(d.demo), "summary_every_s": str(d.summary_every_s),
         "archive": _on_off(d.archive), "archive_db": None, "replica": None,
         "compact_segments": str(d.compact_segments), "round_keep_s": f"{d.round_keep_s:g}",
+        "updates": d.updates, "webhook_url": None, "round_s": f"{d.round_s:g}",
     }  # fmt: skip
     parser = argparse.ArgumentParser(
         prog="python -m codemojex.run",
@@ -130,7 +141,9 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
     summary = _number("--summary-every", ns.summary_every_s, float, 0)
     compact = _number("--compact-segments", ns.compact_segments, int, 2)
     keep = _number("--round-keep", ns.round_keep_s, float, MIN_KEEP_MS / 1000)
+    round_s = _number("--round-length", ns.round_s, float, 5)
     token = ns.telegram_token or None
+    updates, webhook_url = _updates(ns.updates, ns.webhook_url or None, token)
     if token is not None and ("/" in token or any(c.isspace() for c in token)):
         raise SettingsError("--telegram-token must not contain '/' or spaces")
     if ns.url is not None:
@@ -160,6 +173,9 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
         replica=_replica(ns.replica),
         compact_segments=int(compact),
         round_keep_s=float(keep),
+        updates=updates,
+        webhook_url=webhook_url,
+        round_s=float(round_s),
     )
 
 
@@ -189,3 +205,14 @@ def _replica(spec: str | None) -> str | None:
     if spec and "://" in spec and not spec.startswith("s3://"):
         raise SettingsError(f"--replica must be a directory or s3://bucket/prefix, got {spec!r}")
     return spec or None
+
+
+def _updates(mode: str, url: str | None, token: str | None) -> tuple[str, str | None]:
+    if mode not in ("poll", "webhook"):
+        raise SettingsError(f"--updates must be poll or webhook, got {mode!r}")
+    if url is not None and not url.startswith("https://"):
+        raise SettingsError(f"--webhook-url must be an https:// URL, got {url!r}")
+    if mode == "webhook" and token is not None and url is None:
+        raise SettingsError("--updates webhook with a --telegram-token needs --webhook-url "
+                            "(the public https URL that reaches /telegram/webhook)")  # fmt: skip
+    return mode, url

@@ -17,7 +17,7 @@ from hypercorn.trio import serve
 if TYPE_CHECKING:
     from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope
 
-__all__ = ["Response", "answer", "answer_lifespan", "serve_app"]
+__all__ = ["BodyTooLarge", "Response", "answer", "answer_lifespan", "read_body", "serve_app"]
 
 
 @attrs.frozen
@@ -44,6 +44,27 @@ async def answer(
     headers = [(b"content-type", response.content_type), *response.headers]
     await send({"type": "http.response.start", "status": response.status, "headers": headers})
     await send({"type": "http.response.body", "body": response.body, "more_body": False})
+
+
+class BodyTooLarge(Exception):
+    """A request body over the limit ``read_body`` was given (answer it 413)."""
+
+
+async def read_body(receive: ASGIReceiveCallable, limit: int) -> bytes | None:
+    """A request's body, read only up to ``limit`` bytes (``BodyTooLarge`` past them), or
+    ``None`` when the client went away."""
+    body = bytearray()
+    while True:
+        event = await receive()
+        if event["type"] == "http.disconnect":
+            return None
+        if event["type"] != "http.request":
+            continue
+        body += event.get("body", b"")
+        if len(body) > limit:
+            raise BodyTooLarge(f"request body over {limit} bytes")
+        if not event.get("more_body", False):
+            return bytes(body)
 
 
 async def answer_lifespan(receive: Any, send: Any) -> None:

@@ -60,6 +60,7 @@ from codemojex.game.rules import (
     TOP_N,
     GameError,
     check_label,
+    clean_label,
 )
 from codemojex.game.scoring import Score, score
 
@@ -90,6 +91,7 @@ __all__ = [
     "Score",
     "Standing",
     "check_label",
+    "clean_label",
     "create_player",
     "create_room",
     "current_round",

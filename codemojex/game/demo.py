@@ -24,7 +24,7 @@ from codemojex.game.scoring import ALPHABET, SIZE
 from echomq_trio import Bus, BusError
 from echomq_trio.backoff import reconnect_delay_s
 
-__all__ = ["play"]
+__all__ = ["NAMES", "ROOMS", "nudge", "play"]
 
 # The demo holds these rooms and players (and a guess per player for the round in play), nothing
 # that grows as it plays.
@@ -33,6 +33,15 @@ ROOMS = [(-1001000000001, "Emoji Masters"), (-1001000000002, "Night Owls"),
 NAMES = ["Alice", "Bob", "Chen", "Dana", "Eve", "Farid", "Gita", "Hugo", "Ines", "Jon", "Kai",
          "Lena"]  # fmt: skip
 DEMO_KEY = "cm:demo"
+
+
+def nudge(attempt: list[str], rng: random.Random) -> None:
+    """Change a simulated player's guess a little: swap two positions, or try a new emoji."""
+    if rng.random() < 0.5:
+        i, j = rng.sample(range(SIZE), 2)
+        attempt[i], attempt[j] = attempt[j], attempt[i]
+    else:
+        attempt[rng.randrange(SIZE)] = rng.choice([e for e in ALPHABET if e not in attempt])
 
 
 async def _setup(bus: Bus) -> tuple[list[Room], list[Player]]:
@@ -62,12 +71,7 @@ async def _room(bus: Bus, room: Room, players: list[Player], round_s: float,
             await trio.sleep(rng.uniform(0.3, 1.5))
             player = rng.choice(players)
             attempt = guesses[player.id]
-            # Nudge the guess: swap two positions, or try a new emoji.
-            if rng.random() < 0.5:
-                i, j = rng.sample(range(SIZE), 2)
-                attempt[i], attempt[j] = attempt[j], attempt[i]
-            else:
-                attempt[rng.randrange(SIZE)] = rng.choice([e for e in ALPHABET if e not in attempt])
+            nudge(attempt, rng)
             with contextlib.suppress(GameError):
                 await guess(bus, room.id, player.id, attempt)
         await end_round(bus, room.id, keep_ms=keep_ms)

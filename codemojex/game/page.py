@@ -13,6 +13,7 @@ malformed, repeated or unknown is answered 400 with ``{"error": "<what is wrong>
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable, Mapping
 from importlib import resources
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
@@ -30,7 +31,10 @@ if TYPE_CHECKING:
     from codemojex.metrics import ServiceMetrics
     from echomq_trio.dashboard import Dashboard
 
-__all__ = ["DASHBOARD_PATH", "PageServer", "page_parameters"]
+__all__ = ["DASHBOARD_PATH", "PageServer", "Route", "page_parameters"]
+
+Route = Callable[["HTTPScope", "ASGIReceiveCallable"], Awaitable[Response]]
+"""An extra path's handler: the request's scope and body stream in, the response out."""
 
 DASHBOARD_PATH = "/bus"  # where the bus dashboard is mounted
 PAGE = (resources.files("codemojex.game") / "web" / "index.html").read_bytes()
@@ -81,11 +85,13 @@ class PageServer:
         feed_port: int,
         metrics: ServiceMetrics | None = None,
         dashboard: Dashboard | None = None,
+        routes: Mapping[str, Route] | None = None,
     ) -> None:
         self.bus = bus
         self.feed_port = feed_port
         self.metrics = metrics  # answers /metrics (codemojex.metrics)
         self.dashboard = dashboard  # answers /bus/ (its sampler runs elsewhere: Dashboard.run)
+        self.routes = dict(routes or {})  # more paths: the Telegram webhook (codemojex.chat)
 
     async def app(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
         if self.dashboard is not None and scope["type"] == "http":
@@ -97,8 +103,10 @@ class PageServer:
                 return
         await answer(scope, receive, send, self._answer)
 
-    async def _answer(self, scope: HTTPScope, _receive: ASGIReceiveCallable) -> Response:
+    async def _answer(self, scope: HTTPScope, receive: ASGIReceiveCallable) -> Response:
         path = scope["path"]
+        if path in self.routes:
+            return await self.routes[path](scope, receive)
         if path in ("/", "/index.html"):
             return _fresh(200, b"text/html; charset=utf-8", PAGE)
         if path == "/emoji.ttf":

@@ -187,10 +187,13 @@ def describe(result: Score) -> str:
     return f"{result.percentage}% ({result.total}/600): {marks}"
 
 
-async def guess(bus: Bus, room_id: str, player_id: str, text: str | Sequence[str]) -> GuessResult:
+async def guess(
+    bus: Bus, room_id: str, player_id: str, text: str | Sequence[str], *, key: str | None = None
+) -> GuessResult:
     """Score a guess of exactly six emojis from the alphabet against the open round, keep the
     player's best on the round's board and today's, and notify the player of their best and
-    rank in the round."""
+    rank in the round. ``key`` is the notice's idempotency key (``notify``): a guess made again
+    with the same key (a handler run again after a crash) tells the player once."""
     try:
         emojis = parse_emojis(text)
     except ValueError as exc:
@@ -204,7 +207,8 @@ async def guess(bus: Bus, room_id: str, player_id: str, text: str | Sequence[str
     recorded = await board.record(bus, room_id, rnd.id, player.id, result.percentage)
     standing = await board.rank(bus, board.round_board(room_id, rnd.id), player.id)
     await notify(bus, player.chat,
-                 f"{describe(result)} · round best {recorded.best}% · rank {standing}")  # fmt: skip
+                 f"{describe(result)} · round best {recorded.best}% · rank {standing}",
+                 key=key)  # fmt: skip
     return GuessResult(result, recorded.best, recorded.improved, standing)
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "TOP_N",
     "GameError",
     "check_label",
+    "clean_label",
 ]
 
 DAY_MS = 86_400_000
@@ -52,3 +53,17 @@ def check_label(field: str, value: object, limit: int) -> str:
             f"{field} must be 1-{limit} characters without control characters or newlines"
         )
     return text
+
+
+def clean_label(value: str, limit: int, fallback: str) -> str:
+    """``value`` made acceptable to ``check_label``: every refused character (see above) and
+    run of white space becomes one space, the ends are stripped, and the text is cut to
+    ``limit`` characters; ``fallback`` (itself cleaned) when nothing is left. For names that
+    come from outside (a Telegram user's display name, a group's title)."""
+    kept = "".join(
+        " " if unicodedata.category(c) in _REFUSED_CATEGORIES and c != _ZWJ else c for c in value
+    )
+    text = " ".join(kept.split())[:limit].strip()
+    if text:
+        return text
+    return clean_label(fallback, limit, "?") if fallback != "?" else "?"

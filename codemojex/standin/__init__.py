@@ -11,7 +11,9 @@ sends they no longer see); it applies ``parse_mode`` through ``codemojex.notify.
 HTML, MarkdownV2 and Markdown to plain text and entities, or Telegram's "can't parse entities");
 and it answers with the chats their ids name through ``chats`` (pure). It keeps counters of
 everything and the records of only the most recent ``keep`` requests and deliveries, so its
-memory is bounded however long it runs. ``python -m codemojex.standin`` runs it alone.
+memory is bounded however long it runs. ``updates`` (``UpdateFeed``, its ``updates``
+attribute) is the other direction: simulated users' messages, served by ``getUpdates`` or
+delivered to a webhook. ``python -m codemojex.standin`` runs it alone.
 """
 
 from codemojex.standin.bot_api import (

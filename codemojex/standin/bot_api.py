@@ -46,6 +46,9 @@ How strict it is, as Telegram is:
   (``Scripted.gateway_page``, or every scripted 502/504 with ``proxy_pages = True``), as the real
   ones do, instead of JSON.
 
+``getUpdates``, ``setWebhook``, ``deleteWebhook`` and ``getWebhookInfo`` are answered by
+``codemojex.standin.updates`` (the ``updates`` attribute: what simulated users send).
+
 Memory stays bounded however long it runs (the service runs it for weeks): it counts every
 ``sendMessage`` (by status, and deliveries per chat: the chat's last message id) and keeps the
 records of only the most recent ``keep`` requests and ``keep`` deliveries (1,000 by default), which
@@ -78,6 +81,7 @@ from codemojex.notify.limits import Limits, Window
 from codemojex.notify.notice import MAX_TEXT, MAX_TEXT_BYTES, PARSE_MODES, telegram_length
 from codemojex.standin.chats import ChatKind, chat_json, chat_kind
 from codemojex.standin.flood import TELEGRAM_FLOOD, FloodModel, FloodRules, most_in_span
+from codemojex.standin.updates import UPDATE_METHODS, UpdateFeed
 
 if TYPE_CHECKING:
     from hypercorn.typing import (
@@ -361,6 +365,8 @@ class TelegramStandIn:
         self._migrated: dict[int, int] = {}  # old group id -> its supergroup's id
         self._chats: dict[int, tuple[ChatKind, str | None]] = {}  # named by ``name_chat``
         self._changed = trio.Event()
+        self.updates = UpdateFeed()
+        """What simulated users send: ``getUpdates``, webhooks (``codemojex.standin.updates``)."""
 
     # ---- serving ---------------------------------------------------------------------------
 
@@ -385,6 +391,7 @@ class TelegramStandIn:
         try:
             async with trio.open_nursery() as nursery:
                 url = await nursery.start(serve_app, self.app, host, port, _HYPERCORN_LOG)
+                await nursery.start(self.updates.run)
                 self._api_url = url
                 task_status.started(url)
         finally:
@@ -546,6 +553,8 @@ class TelegramStandIn:
             return _error(400, body_error)
         if method == "getme":
             return _Reply(200, {"ok": True, "result": self._me()})
+        if method in UPDATE_METHODS:
+            return _Reply(*await self.updates.call(method, params))
         return _error(404, "Not Found: method not found")
 
     def _me(self) -> JsonObject:

@@ -176,9 +176,15 @@ async def test_codemojex_run_serves_metrics_next_to_the_page(tmp_path: Path) -> 
                 got = parse((await client.get(metrics_url)).text)
                 return value(got, "codemojex_notices_total", outcome="delivered") > 0
 
+            async def updates_handled() -> bool:  # the demo's players talk through the stand-in
+                got = parse((await client.get(metrics_url)).text)
+                key = (("outcome", "acked"), ("queue", "cm.updates"))
+                return got.get(("echomq_consumer_jobs_total", key), 0) > 0
+
             await wait_for(demo_delivered, timeout=60, step=0.5)
+            await wait_for(updates_handled, timeout=60, step=0.5)
             got = parse((await client.get(metrics_url)).text)
-        for queue in ("cm.notify", "cm.game"):
+        for queue in ("cm.notify", "cm.game", "cm.updates"):
             assert ("echomq_jobs", (("queue", queue), ("state", "pending"))) in got
         assert value(got, "echomq_repeats", queue="cm.game") >= 1  # the daily digest
         assert value(got, "codemojex_archive_fenced") == 0

@@ -122,6 +122,10 @@ async def test_a_start_moves_the_rooms_of_the_old_set_into_the_index(tmp_path: P
         (["--compact-segments", "many"], "--compact-segments must be an integer"),
         (["--round-keep", "0.5"], "--round-keep must be >= 1"),
         (["--round-keep", "nan"], "--round-keep must be >= 1"),
+        (["--updates", "push"], "--updates must be poll or webhook"),
+        (["--webhook-url", "http://example.org/hook"], "--webhook-url must be an https:// URL"),
+        (["--updates", "webhook", "--telegram-token", "1:A"], "needs --webhook-url"),
+        (["--round-length", "1"], "--round-length must be >= 5"),
     ],
 )
 async def test_bad_settings_are_one_clear_line(args: list[str], words: str) -> None:
@@ -143,7 +147,8 @@ async def test_help_documents_every_setting() -> None:
     for flag in ("--url", "--data-dir", "--telegram-token", "--global-limit", "--private-limit",
                  "--group-limit", "--host", "--page-port", "--feed-port", "--demo",
                  "--archive", "--archive-db", "--replica", "--summary-every",
-                 "--compact-segments", "--round-keep"):  # fmt: skip
+                 "--compact-segments", "--round-keep", "--updates", "--webhook-url",
+                 "--round-length"):  # fmt: skip
         assert flag in text
     assert "CODEMOJEX_TELEGRAM_TOKEN" in text
 
