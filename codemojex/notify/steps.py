@@ -1,0 +1,211 @@
+"""What a chat task does next with the notice it holds (pure: no I/O, no clock, no task).
+
+A chat task (``codemojex.notify.worker``) asks three questions while it holds a notice, and each
+has one function here that answers with a value the task then carries out:
+
+* ``after_take(take, policy)``: the rate limiter answered; ``Send`` now, ``Hold`` the notice in
+  the task for a short wait (its lease renewed), or ``Defer`` it durably for a long one.
+* ``after_answer(verdict, attempts, policy, rng)``: Telegram answered; ``Done`` (ack), ``Retry``
+  (spends the attempt), ``Bury`` (dead with the reason), ``Flood`` (a 429: pause, then
+  ``after_flood``), ``Follow`` (a migration: resend to the new id), ``Probe`` (5xx or no answer:
+  ask whether the bot is reachable at all, then ``after_probe``) or ``Stop`` (the bot is refused).
+* ``after_flood(wait_ms, flooded_for_ms, policy)``: a 429 for ``wait_ms``, the chat answering 429
+  for ``flooded_for_ms`` already: ``Hold``, ``Defer``, or ``Bury`` once that passes the cap.
+* ``after_probe(bot_down, ...)``: the bot is down for everyone: ``Outage`` (hold the notice, no
+  attempt spent, until a probe succeeds); else the failure was this chat's: ``Retry``.
+"""
+
+from __future__ import annotations
+
+import random
+
+import attrs
+
+from codemojex.notify.classify import Delivered, Drop, Fatal, Migrate, RetryLater, Verdict
+from codemojex.notify.rate_limiter import Take
+from echomq_trio.backoff import Exponential, Jitter, Policy, delay_ms
+
+__all__ = [
+    "BACKOFF",
+    "DEFAULT_HOLD_MAX_MS",
+    "DEFAULT_STUCK_AFTER_MS",
+    "MAX_ATTEMPTS",
+    "Bury",
+    "Defer",
+    "Done",
+    "Flood",
+    "Follow",
+    "Hold",
+    "Outage",
+    "Probe",
+    "Retry",
+    "Send",
+    "StepPolicy",
+    "Stop",
+    "after_answer",
+    "after_flood",
+    "after_probe",
+    "after_take",
+]
+
+MAX_ATTEMPTS = 6
+BACKOFF: Policy = Jitter(Exponential(500, 30_000))
+# Waits up to this are held in the chat task; longer ones are deferred on the server. See the
+# README ("Per-chat lane tasks"): a durable deferral's return costs a defer, a lane wait, a
+# metronome beat and a claim (measured 40-250 ms late), holding costs a slot of the worker and
+# a lease renewal per third of a lease; a private chat's own window (1/s) and a global
+# reservation (up to ~2 s ahead with 64 chats held) both fit under 2.5 s.
+DEFAULT_HOLD_MAX_MS = 2_500
+# A chat answering 429 for this long in a row (across notices, deferrals and processes): its
+# notice is dead with the reason instead of deferred again.
+DEFAULT_STUCK_AFTER_MS = 3_600_000
+
+
+@attrs.frozen
+class StepPolicy:
+    hold_max_ms: int = DEFAULT_HOLD_MAX_MS
+    stuck_after_ms: int = DEFAULT_STUCK_AFTER_MS
+    max_attempts: int = MAX_ATTEMPTS
+    backoff: Policy = BACKOFF
+
+
+# --- the steps -------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Send:
+    """A send is taken: send now."""
+
+
+@attrs.frozen
+class Hold:
+    """Wait ``ms`` in the chat task, holding the notice, then ask the limiter again."""
+
+    ms: int
+    reason: str
+
+
+@attrs.frozen
+class Defer:
+    """Give the notice back to wait ``ms`` on the server, without spending an attempt."""
+
+    ms: int
+    reason: str
+
+
+@attrs.frozen
+class Done:
+    """Delivered: ack, with Telegram's message id and the chat reached for the audit."""
+
+    message_id: int | None
+    chat: int = 0  # filled in by the worker: the id sent to (after a migration, the new one)
+
+
+@attrs.frozen
+class Retry:
+    """This attempt failed: try again after ``ms`` (dead once the attempts are used up)."""
+
+    ms: int
+    reason: str
+
+
+@attrs.frozen
+class Bury:
+    """Never deliverable: dead at once with ``reason`` (listed and replayable)."""
+
+    reason: str
+
+
+@attrs.frozen
+class Flood:
+    """A 429: pause the limiter for ``ms`` (the chat's, or everyone's), then ``after_flood``."""
+
+    ms: int
+    reason: str
+
+
+@attrs.frozen
+class Follow:
+    """The group moved: remember the new id and resend there at once."""
+
+    new_chat_id: int
+
+
+@attrs.frozen
+class Probe:
+    """5xx or no answer: ask whether the bot reaches Telegram at all, then ``after_probe``."""
+
+    reason: str
+    floor_ms: int  # the server's own retry hint, if it gave one (else 0)
+
+
+@attrs.frozen
+class Outage:
+    """Telegram is down for every chat: hold the notice, spending nothing, until it is back."""
+
+    reason: str
+
+
+@attrs.frozen
+class Stop:
+    """Telegram refuses the bot itself: stop the worker (the notice goes back)."""
+
+    reason: str
+
+
+# --- the decisions ---------------------------------------------------------------------------
+
+
+def after_take(take: Take, policy: StepPolicy) -> Send | Hold | Defer:
+    if take.ok:
+        return Send()
+    reason = f"rate limit ({take.blocked_by})"
+    if take.wait_ms <= policy.hold_max_ms:
+        return Hold(take.wait_ms, reason)
+    return Defer(take.wait_ms, reason)
+
+
+def after_answer(
+    verdict: Verdict, attempts: int, policy: StepPolicy, rng: random.Random | None = None
+) -> Done | Retry | Bury | Flood | Follow | Probe | Stop:
+    if isinstance(verdict, Delivered):
+        return Done(verdict.message_id)
+    if isinstance(verdict, Migrate):
+        return Follow(verdict.new_chat_id)
+    if isinstance(verdict, Drop):
+        return Bury(verdict.reason)
+    if isinstance(verdict, Fatal):
+        return Stop(verdict.reason)
+    if isinstance(verdict, RetryLater):
+        if verdict.flood:
+            return Flood(verdict.delay_ms or 1000, f"429: {verdict.reason}")
+        if verdict.server:
+            return Probe(verdict.reason, verdict.delay_ms or 0)
+        return _retry(verdict.reason, verdict.delay_ms or 0, attempts, policy, rng)
+    raise AssertionError(f"unhandled verdict {verdict!r}")  # pragma: no cover
+
+
+def after_flood(wait_ms: int, flooded_for_ms: int, policy: StepPolicy) -> Hold | Defer | Bury:
+    if flooded_for_ms >= policy.stuck_after_ms:
+        return Bury(f"429 for {flooded_for_ms // 1000} s in a row: the chat is stuck")
+    if wait_ms <= policy.hold_max_ms:
+        return Hold(wait_ms, "429")
+    return Defer(wait_ms, "429")
+
+
+def after_probe(
+    bot_down: bool,
+    probe: Probe,
+    attempts: int,
+    policy: StepPolicy,
+    rng: random.Random | None = None,
+) -> Outage | Retry:
+    if bot_down:
+        return Outage(probe.reason)
+    return _retry(probe.reason, probe.floor_ms, attempts, policy, rng)
+
+
+def _retry(
+    reason: str, floor_ms: int, attempts: int, policy: StepPolicy, rng: random.Random | None
+) -> Retry:
+    return Retry(max(delay_ms(policy.backoff, max(attempts, 1), rng), floor_ms), reason)
