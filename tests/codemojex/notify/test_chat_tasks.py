@@ -16,7 +16,7 @@ from codemojex.notify.rate_limiter import RateLimiter
 from codemojex.notify.steps import StepPolicy
 from codemojex.notify.telegram import open_bot
 from codemojex.notify.worker import NotificationWorker
-from codemojex.standin.bot_api import Scripted, TelegramStandIn, open_stand_in
+from codemojex.standin.bot_api import Scripted, open_stand_in
 from codemojex.standin.outage import open_outage
 from echomq_trio import Bus, Metronome, events, jobs, lanes
 from tests.codemojex.notify.test_pipeline import LIMITS, MARGIN_MS, TOKEN, worker_process
@@ -55,9 +55,7 @@ def _collapsed(texts: Sequence[str]) -> list[str]:
 
 
 @pytest.mark.timeout_s(60)
-async def test_a_chat_has_a_task_while_it_has_work_and_none_when_idle(
-    bus: Bus, queue: str
-) -> None:
+async def test_a_chat_has_a_task_while_it_has_work_and_none_when_idle(bus: Bus, queue: str) -> None:
     async with open_stand_in(TOKEN, LIMITS) as tg:
         async with worker_at(bus, queue, tg.api_url, idle_s=0.3) as worker:
             for n in range(4):  # more than a private chat's burst: it waits for its window
