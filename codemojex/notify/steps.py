@@ -3,8 +3,9 @@
 A chat task (``codemojex.notify.worker``) asks three questions while it holds a notice, and each
 has one function here that answers with a value the task then carries out:
 
-* ``after_take(take, policy)``: the rate limiter answered; ``Send`` now, ``Hold`` the notice in
-  the task for a short wait (its lease renewed), or ``Defer`` it durably for a long one.
+* ``after_take(take, policy)``: the rate limiter answered; ``Send`` now, send when the
+  ``Booked`` slot comes, ``Hold`` the notice in the task for a short wait (its lease renewed),
+  or ``Defer`` it durably for a long one.
 * ``after_answer(verdict, attempts, policy, rng)``: Telegram answered; ``Done`` (ack), ``Retry``
   (spends the attempt), ``Bury`` (dead with the reason), ``Flood`` (a 429: pause, then
   ``after_flood``), ``Follow`` (a migration: resend to the new id), ``Probe`` (5xx or no answer:
@@ -30,6 +31,7 @@ __all__ = [
     "DEFAULT_HOLD_MAX_MS",
     "DEFAULT_STUCK_AFTER_MS",
     "MAX_ATTEMPTS",
+    "Booked",
     "Bury",
     "Defer",
     "Done",
@@ -46,6 +48,7 @@ __all__ = [
     "after_flood",
     "after_probe",
     "after_take",
+    "booking_missed",
 ]
 
 MAX_ATTEMPTS = 6
@@ -78,6 +81,14 @@ class StepPolicy:
 @attrs.frozen
 class Send:
     """A send is taken: send now."""
+
+
+@attrs.frozen
+class Booked:
+    """A send is booked ``ms`` from the take: wait in the chat task, then send without asking
+    the limiter again."""
+
+    ms: int
 
 
 @attrs.frozen
@@ -159,13 +170,21 @@ class Stop:
 # --- the decisions ---------------------------------------------------------------------------
 
 
-def after_take(take: Take, policy: StepPolicy) -> Send | Hold | Defer:
+def after_take(take: Take, policy: StepPolicy) -> Send | Booked | Hold | Defer:
     if take.ok:
         return Send()
+    if take.blocked_by == "booked":
+        return Booked(take.wait_ms)
     reason = f"rate limit ({take.blocked_by})"
     if take.wait_ms <= policy.hold_max_ms:
         return Hold(take.wait_ms, reason)
     return Defer(take.wait_ms, reason)
+
+
+def booking_missed(late_ms: float, margin_ms: int) -> bool:
+    """Whether a chat task that woke ``late_ms`` after its booked slot must ask the limiter
+    again instead of sending: later than half the margin (the other half is the trip's)."""
+    return late_ms > margin_ms / 2
 
 
 def after_answer(

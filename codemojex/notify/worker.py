@@ -47,6 +47,7 @@ from codemojex.notify.notifier import NOTIFY_QUEUE
 from codemojex.notify.outage import OutageGate
 from codemojex.notify.rate_limiter import RateLimiter
 from codemojex.notify.steps import (
+    Booked,
     Bury,
     Defer,
     Done,
@@ -61,6 +62,7 @@ from codemojex.notify.steps import (
     after_flood,
     after_probe,
     after_take,
+    booking_missed,
 )
 from codemojex.notify.telegram import TelegramBot
 from codemojex.stats import added
@@ -90,6 +92,7 @@ class WorkerStats:
     delivered: int = 0
     deferred: int = 0  # no rate-limit token soon enough: deferred on the server
     held: int = 0  # short waits held in a chat task instead
+    booked: int = 0  # sends booked a little ahead, waited for in the chat task
     flood_waits: int = 0  # 429s from Telegram
     retried: int = 0
     migrated: int = 0
@@ -334,13 +337,27 @@ class NotificationWorker:
         limiter, a hold) are cancellable; a send and what its answer needs run to the end."""
         chat = await self._chat_for(notice.chat)
         followed = False
+        booking = ""  # a booked slot this task woke too late for: the limiter decides
         while True:
             await self.outage.wait_open()
-            take = after_take(await self.limiter.take(chat), self.policy)
-            if isinstance(take, Defer):
+            asked = trio.current_time()
+            answer = await self.limiter.take(chat, book_ms=self.policy.hold_max_ms,
+                                             booking=booking)  # fmt: skip
+            booking = ""
+            take = after_take(answer, self.policy)
+            if isinstance(take, Booked):
+                # The slot is on the server's clock, `ms` after the take: counted from when it
+                # was asked (at most half a round trip early, within the margin).
+                self._count(booked=1)
+                slot = asked + take.ms / 1000
+                await trio.sleep_until(slot)
+                if booking_missed((trio.current_time() - slot) * 1000, self.limiter.margin_ms):
+                    booking = answer.booking
+                    continue
+            elif isinstance(take, Defer):
                 self._count(deferred=1)
                 return take
-            if isinstance(take, Hold):
+            elif isinstance(take, Hold):
                 self._count(held=1)
                 await trio.sleep(take.ms / 1000)
                 continue

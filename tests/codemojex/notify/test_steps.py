@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from codemojex.notify.classify import Delivered, Drop, Fatal, Migrate, RetryLater, classify
 from codemojex.notify.rate_limiter import Take
 from codemojex.notify.steps import (
+    Booked,
     Bury,
     Defer,
     Done,
@@ -24,6 +25,7 @@ from codemojex.notify.steps import (
     after_flood,
     after_probe,
     after_take,
+    booking_missed,
 )
 
 POLICY = StepPolicy(hold_max_ms=2000, stuck_after_ms=60_000)
@@ -36,6 +38,12 @@ def test_short_waits_are_held_and_long_ones_deferred(wait: int, why: str) -> Non
     assert isinstance(step, expected) and step.ms == wait
     assert step.reason == f"rate limit ({why})"
     assert after_take(Take(True), POLICY) == Send()
+    assert after_take(Take(False, wait, "booked", "123:4"), POLICY) == Booked(wait)
+
+
+def test_a_booking_is_missed_past_half_the_margin() -> None:
+    assert not booking_missed(-3.0, 30) and not booking_missed(15.0, 30)
+    assert booking_missed(15.1, 30) and booking_missed(1.0, 0)
 
 
 def test_each_answer_leads_to_its_step() -> None:
