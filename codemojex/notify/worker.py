@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
@@ -66,7 +65,16 @@ from codemojex.notify.steps import (
 )
 from codemojex.notify.telegram import TelegramBot
 from codemojex.stats import added
-from echomq_trio import BusError, ConnectionLost, ConsumerStats, Job, Outcome, StopConsumer, jobs
+from echomq_trio import (
+    BusError,
+    ConnectionLost,
+    ConsumerStats,
+    Job,
+    Outcome,
+    StopConsumer,
+    jobs,
+    leases,
+)
 from echomq_trio.backoff import delay_ms, reconnect_delay_s
 from echomq_trio.bus import Bus
 from echomq_trio.errors import RequestTimedOut, first_error
@@ -80,7 +88,7 @@ __all__ = ["ChatLane", "NotificationWorker", "WorkerStats"]
 log = logging.getLogger("codemojex.notify.worker")
 
 T = TypeVar("T")
-SETTLE_TIME_S = 5.0  # on shutdown, the longest a settlement or the release takes
+SETTLE_TIME_S = leases.SETTLE_TIME_S  # on shutdown, the longest a settlement takes
 SEND_TIME_S = 15.0  # the longest a send on the wire is shielded (the bot's timeout is 10 s)
 IDLE_S = 1.0  # a chat task with nothing to do for this long ends
 
@@ -100,17 +108,6 @@ class WorkerStats:
     outages: int = 0  # times the outage gate closed
     chat_tasks: int = 0  # chat tasks started
     fatal: str | None = None
-
-
-# Which bus counter a settlement's answer adds to (as ``echomq_trio.Consumer`` counts).
-_COUNTER = {
-    Outcome.ACKED: "acked",
-    Outcome.SCHEDULED: "retried",
-    Outcome.DEFERRED: "deferred",
-    Outcome.DEAD: "dead",
-    Outcome.STALE: "stale",
-    Outcome.GONE: "stale",
-}
 
 
 @attrs.define(eq=False)
@@ -214,28 +211,11 @@ class NotificationWorker:
 
     async def _claim_loop(self, parker: Transport, chats: trio.Nursery) -> None:
         wake = self.bus.keys(self.queue).wake
-        failures = 0
         while True:
             await self.outage.wait_open()
-            await self._slots.acquire()
-            want = 1
-            while self._slots.value > 0:
-                self._slots.acquire_nowait()
-                want += 1
-            try:
-                claimed = await self._shielded(
-                    partial(jobs.claim, self.bus, self.queue, want, self.lease_ms)
-                )
-            except (ConnectionLost, RequestTimedOut) as exc:
-                for _ in range(want):
-                    self._slots.release()
-                failures += 1
-                log.warning("claim on %s failed (%s); retrying", self.queue, exc)
-                await trio.sleep(reconnect_delay_s(failures))
-                continue
-            failures = 0
-            for _ in range(want - len(claimed)):
-                self._slots.release()
+            claimed, want = await leases.claim_for_slots(
+                self.bus, self.queue, self._slots, self.concurrency, self.lease_ms
+            )
             self._count_bus(claimed=len(claimed))
             if self._claim_sizes is not None and claimed:
                 self._claim_sizes.observe(len(claimed))
@@ -279,17 +259,8 @@ class NotificationWorker:
                 del self._lanes[lane.key]
 
     async def _renew_loop(self) -> None:
-        while True:
-            await trio.sleep(self.lease_ms / 3000)
-            items = [(j.id, j.token) for j in self._held.values()]
-            if not items:
-                continue
-            try:
-                result = await jobs.extend(self.bus, self.queue, items, self.lease_ms)
-            except BusError as exc:
-                log.warning("lease renewal on %s failed: %s", self.queue, exc)
-                continue
-            self._count_bus(lost_leases=len(result.lost))
+        await leases.renew(self.bus, self.queue, self._held, self.lease_ms,
+                           lambda n: self._count_bus(lost_leases=n))  # fmt: skip
 
     # --- one notice ----------------------------------------------------------------------------
 
@@ -470,8 +441,8 @@ class NotificationWorker:
                                buried=True)  # fmt: skip
         while True:
             with trio.CancelScope(shield=True, deadline=trio.current_time() + SETTLE_TIME_S):
-                outcome = await self._persist(call)
-                self._count_bus(**{_COUNTER[outcome]: 1})
+                outcome = await leases.persist(self.queue, call)
+                self._count_bus(**{leases.COUNTER[outcome]: 1})
                 if outcome is Outcome.DEAD and isinstance(step, Retry):
                     log.warning("notice job %s on %s is dead after %d attempts: %s",
                                 job.id, self.queue, job.attempts, step.reason)  # fmt: skip
@@ -482,31 +453,5 @@ class NotificationWorker:
             # is released or reaped), else tries again.
             await trio.lowlevel.checkpoint()
 
-    async def _persist(self, call: Callable[[], Awaitable[T]]) -> T:
-        failures = 0
-        while True:
-            try:
-                return await call()
-            except (ConnectionLost, RequestTimedOut) as exc:
-                failures += 1
-                log.warning("settling on %s failed (%s); retrying", self.queue, exc)
-                await trio.sleep(reconnect_delay_s(failures))
-
-    async def _shielded(self, call: Callable[[], Awaitable[T]]) -> T:
-        # A claim whose answer we must see: otherwise we would hold jobs unknowingly.
-        timeout = self.bus.wire.spec.timeout_ms / 1000 + 1
-        with trio.CancelScope(shield=True, deadline=trio.current_time() + timeout):
-            return await call()
-        raise RequestTimedOut("shielded request passed its deadline")
-
     async def _release_held(self) -> None:
-        if not self._held:
-            return
-        items = [(j.id, j.token) for j in self._held.values()]
-        with trio.CancelScope(shield=True, deadline=trio.current_time() + SETTLE_TIME_S):
-            try:
-                self._count_bus(released=await jobs.release(self.bus, self.queue, items))
-                self._held.clear()
-            except BusError as exc:
-                log.warning("could not release %d notices on %s (%s); they return when their "
-                            "leases expire", len(items), self.queue, exc)  # fmt: skip
+        self._count_bus(released=await leases.release(self.bus, self.queue, self._held))
