@@ -19,6 +19,7 @@ has one function here that answers with a value the task then carries out:
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import attrs
 
@@ -67,11 +68,19 @@ DEFAULT_HOLD_MAX_MS = 5_000
 DEFAULT_STUCK_AFTER_MS = 3_600_000
 
 
+def _at_least(low: int) -> Callable[[object, attrs.Attribute[int], int], None]:
+    def check(_inst: object, attr: attrs.Attribute[int], value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{attr.name} must be an int >= {low}, got {value!r}")
+
+    return check
+
+
 @attrs.frozen
 class StepPolicy:
-    hold_max_ms: int = DEFAULT_HOLD_MAX_MS
-    stuck_after_ms: int = DEFAULT_STUCK_AFTER_MS
-    max_attempts: int = MAX_ATTEMPTS
+    hold_max_ms: int = attrs.field(default=DEFAULT_HOLD_MAX_MS, validator=_at_least(0))
+    stuck_after_ms: int = attrs.field(default=DEFAULT_STUCK_AFTER_MS, validator=_at_least(1))
+    max_attempts: int = attrs.field(default=MAX_ATTEMPTS, validator=_at_least(1))
     backoff: Policy = BACKOFF
 
 

@@ -2,6 +2,7 @@
 
 import random
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -84,3 +85,9 @@ def test_a_429_is_held_deferred_or_after_the_cap_dead(wait: int, flooded: int) -
         assert step == Hold(wait, "429")
     else:
         assert step == Defer(wait, "429")
+
+
+def test_a_policy_refuses_what_makes_no_sense() -> None:
+    for bad in ({"hold_max_ms": -1}, {"stuck_after_ms": 0}, {"max_attempts": 0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            StepPolicy(**bad)
