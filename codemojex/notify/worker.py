@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import random
 from functools import partial
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import attrs
 import trio
@@ -87,7 +87,6 @@ __all__ = ["ChatLane", "NotificationWorker", "WorkerStats"]
 
 log = logging.getLogger("codemojex.notify.worker")
 
-T = TypeVar("T")
 SETTLE_TIME_S = leases.SETTLE_TIME_S  # on shutdown, the longest a settlement takes
 SEND_TIME_S = 15.0  # the longest a send on the wire is shielded (the bot's timeout is 10 s)
 IDLE_S = 1.0  # a chat task with nothing to do for this long ends
