@@ -167,6 +167,8 @@ async def test_a_chat_answering_429_for_ever_is_dead_after_the_cap_with_the_reas
         capped = StepPolicy(stuck_after_ms=2_500)
         async with worker_at(bus, queue, tg.api_url, capped) as worker:
             await wait_for(lambda: worker.bus_statistics().dead == 1, timeout=30)
+            # Settled dead, the chat's task cancelled its own scope: no idling task left for it.
+            assert "88" not in worker.chats()
         (dead,) = await jobs.dead_jobs(bus, queue)
         assert "429" in dead.last_error and "stuck" in dead.last_error
         assert tg.by_chat() == {89: ["fine"]}
