@@ -316,12 +316,13 @@ class NotificationWorker:
             booking = ""
             take = after_take(answer, self.policy)
             if isinstance(take, Booked):
-                # The slot is on the server's clock, `ms` after the take: counted from when it
-                # was asked (at most half a round trip early, within the margin).
+                # The slot is `ms` after the take on the server's clock, and the take happened
+                # between asking and the answer: wait from the answer, so the send is never
+                # early, and count lateness from the asking, so it is never underestimated.
                 self._count(booked=1)
-                slot = asked + take.ms / 1000
-                await trio.sleep_until(slot)
-                if booking_missed((trio.current_time() - slot) * 1000, self.limiter.margin_ms):
+                await trio.sleep(take.ms / 1000)
+                late_ms = (trio.current_time() - asked) * 1000 - take.ms
+                if booking_missed(late_ms, self.limiter.margin_ms):
                     booking = answer.booking
                     continue
             elif isinstance(take, Defer):
