@@ -57,6 +57,7 @@ from codemojex.notify.steps import (
     Probe,
     Retry,
     StepPolicy,
+    Stop,
     after_answer,
     after_flood,
     after_probe,
@@ -77,7 +78,7 @@ from echomq_trio import (
 )
 from echomq_trio.backoff import delay_ms, reconnect_delay_s
 from echomq_trio.bus import Bus
-from echomq_trio.errors import RequestTimedOut, first_error
+from echomq_trio.errors import RequestTimedOut
 from echomq_trio.transport import Transport
 
 if TYPE_CHECKING:
@@ -167,6 +168,8 @@ class NotificationWorker:
         self._lanes: dict[str, ChatLane] = {}  # at most `concurrency`: one per held notice
         self._held: dict[str, Job] = {}  # at most `concurrency` (the claimer's semaphore)
         self._slots = trio.Semaphore(concurrency)
+        self._scope = trio.CancelScope()  # the worker's: cancelled to stop it for good
+        self._stopped: StopConsumer | None = None
 
     def statistics(self) -> WorkerStats:
         return self._stats
@@ -192,21 +195,28 @@ class NotificationWorker:
     # --- the tasks ---------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Claim and deliver until cancelled; then shut down as described above."""
+        """Claim and deliver until cancelled; then shut down as described above. Raises
+        ``StopConsumer`` when Telegram refuses the bot (its notices go back first)."""
+        self._stopped = None
+        self._scope = trio.CancelScope()
         try:
-            async with self.bus.wire.blocking() as parker, trio.open_nursery() as nursery:
-                nursery.start_soon(self._renew_loop)
-                nursery.start_soon(self.outage.run)
-                async with trio.open_nursery() as chats:
-                    chats.start_soon(self._claim_loop, parker, chats)
-                    task_status.started()
-        except BaseExceptionGroup as group:
-            stop = first_error(group, (StopConsumer,))
-            if stop is not None:
-                raise stop from group
-            raise
+            with self._scope:
+                async with self.bus.wire.blocking() as parker, trio.open_nursery() as nursery:
+                    nursery.start_soon(self._renew_loop)
+                    nursery.start_soon(self.outage.run)
+                    async with trio.open_nursery() as chats:
+                        chats.start_soon(self._claim_loop, parker, chats)
+                        task_status.started()
         finally:
             await self._release_held()
+        if self._stopped is not None:
+            raise self._stopped
+
+    def _stop(self, reason: str) -> None:
+        """Telegram refuses the bot: stop the whole worker, as a shutdown, then say why."""
+        self._stats = attrs.evolve(self._stats, fatal=reason)
+        self._stopped = StopConsumer(f"Telegram refused the bot, stopping: {reason}")
+        self._scope.cancel()
 
     async def _claim_loop(self, parker: Transport, chats: trio.Nursery) -> None:
         wake = self.bus.keys(self.queue).wake
@@ -283,8 +293,6 @@ class NotificationWorker:
                 log.warning("notice %s: the server failed (%s); trying again", notice.id, exc)
                 await trio.sleep(reconnect_delay_s(failures))
                 continue
-            except (StopConsumer, trio.Cancelled):
-                raise
             except Exception as exc:
                 log.exception("notice %s: unexpected error", notice.id)
                 step = Retry(delay_ms(self.policy.backoff, max(job.attempts, 1), self._rng),
@@ -336,7 +344,7 @@ class NotificationWorker:
             # needs, so that the answer is acted on: a delivered notice given back would be
             # sent again. (Past the deadline, which the bot's timeout keeps from coming, the
             # notice is sent again.)
-            step: Done | Retry | Bury | Defer | Hold | Follow | Outage | None = None
+            step: Done | Retry | Bury | Defer | Hold | Follow | Outage | Stop | None = None
             with trio.CancelScope(shield=True, deadline=trio.current_time() + SEND_TIME_S):
                 step = await self._exchange(job, notice, chat, followed)
                 if isinstance(step, Done | Retry | Bury | Defer):
@@ -346,10 +354,13 @@ class NotificationWorker:
                     chat = step.new_chat_id
             if isinstance(step, Hold):
                 await trio.sleep(step.ms / 1000)
+            elif isinstance(step, Stop):
+                self._stop(step.reason)
+                await trio.sleep_forever()  # cancelled at once: the notice goes back
 
     async def _exchange(
         self, job: Job, notice: Notice, chat: int, followed: bool
-    ) -> Done | Retry | Bury | Defer | Hold | Follow | Outage:
+    ) -> Done | Retry | Bury | Defer | Hold | Follow | Outage | Stop:
         """Send once and act on the answer: a step to settle with, or what to do before the next
         send (``Hold`` after a short 429, ``Follow`` a migration, wait out an ``Outage``)."""
         verdict = await self.bot.send_message(chat, notice.text, **notice.opts)
@@ -370,11 +381,9 @@ class NotificationWorker:
             if isinstance(after, Hold):
                 self._count(held=1)
                 return after
-            if isinstance(after, Bury):
-                self._count(dropped=1)
-                log.warning("notice %s to %s is dead: %s", notice.id, chat, after.reason)
-                return after
-            return Defer(after.ms, f"429 ({scope}): {step.reason}")
+            if isinstance(after, Defer):
+                return Defer(after.ms, f"429 ({scope}): {step.reason}")
+            step = after  # stuck: buried below, as an undeliverable notice is
         if isinstance(step, Probe):
             probed = after_probe(not await self.bot.reachable(), step, job.attempts,
                                  self.policy, self._rng)  # fmt: skip
@@ -393,8 +402,7 @@ class NotificationWorker:
             self._count(dropped=1)
             log.info("notice %s to %s dropped: %s", notice.id, chat, step.reason)
             return step
-        self._stats = attrs.evolve(self._stats, fatal=step.reason)
-        raise StopConsumer(f"Telegram refused the bot, stopping: {step.reason}")
+        return step  # Stop
 
     async def _delivered(self, chat: int, notice: Notice) -> None:
         self._count(delivered=1)

@@ -18,7 +18,7 @@ from codemojex.notify.telegram import open_bot
 from codemojex.notify.worker import NotificationWorker
 from codemojex.standin.bot_api import Scripted, open_stand_in
 from codemojex.standin.outage import open_outage
-from echomq_trio import Bus, Metronome, events, jobs, lanes
+from echomq_trio import Bus, Metronome, StopConsumer, events, jobs, lanes
 from tests.codemojex.notify.test_pipeline import LIMITS, MARGIN_MS, TOKEN, worker_process
 from tests.conftest import wait_for
 from tests.support import read_line
@@ -173,3 +173,19 @@ async def test_a_chat_answering_429_for_ever_is_dead_after_the_cap_with_the_reas
         assert "429" in dead.last_error and "stuck" in dead.last_error
         assert tg.by_chat() == {89: ["fine"]}
         assert worker.statistics().flood_waits >= 3
+
+
+@pytest.mark.timeout_s(60)
+async def test_a_refused_bot_stops_the_worker_and_its_notice_goes_back(
+    bus: Bus, queue: str
+) -> None:
+    async with open_stand_in(TOKEN, LIMITS) as tg, open_bot(TOKEN, tg.api_url) as bot:
+        tg.script(91, Scripted.unauthorized())
+        await notify(bus, 91, "to a revoked token", queue=queue)
+        limiter = RateLimiter(bus, LIMITS, tag=queue, margin_ms=MARGIN_MS)
+        worker = NotificationWorker(bus, bot, limiter, queue=queue)
+        with pytest.raises(StopConsumer, match="Telegram refused the bot"):
+            await worker.run()
+        assert worker.statistics().fatal is not None and "Unauthorized" in worker.statistics().fatal
+        (info,) = await lanes.jobs(bus, queue, "91")  # back first in its lane, unspent
+        assert (info.state, info.attempts) == ("pending", 0)
