@@ -114,8 +114,8 @@ async def summary_line(
     return (
         f"notices sent {worker.delivered}, deferred {worker.deferred}, retried {worker.retried}, "
         f"dropped {worker.dropped}, 429s {worker.flood_waits} | pending {notify_counts.pending}, "
-        f"scheduled {notify_counts.scheduled}{audit} | round leaders: {', '.join(leaders) or '-'}"
-        + memory_note(use, at=memory_at)
+        f"scheduled {notify_counts.scheduled}, dead {notify_counts.dead}{audit} "
+        f"| round leaders: {', '.join(leaders) or '-'}" + memory_note(use, at=memory_at)
     )
 
 

@@ -3,7 +3,7 @@
     echomq [--url URL] [--json] stats QUEUE
     echomq ls QUEUE pending|scheduled|active|dead|repeat|lanes [--limit N]
     echomq show QUEUE JOB_ID
-    echomq replay QUEUE JOB_ID
+    echomq replay QUEUE JOB_ID | --all [--reason TEXT]
     echomq cancel-repeat QUEUE NAME
     echomq tail QUEUE
     echomq queues
@@ -28,13 +28,15 @@ from typing import Any
 import attrs
 import trio
 
-from echomq_trio import events, humane, jobs, lanes, queues, repeat, retention
+from echomq_trio import events, humane, ids, jobs, lanes, queues, repeat, retention
 from echomq_trio.bus import Bus, open_bus
 from echomq_trio.cli import CliError, Stopped, cancel_on_signal, silence_stdout
 from echomq_trio.errors import BusError
 from echomq_trio.results import Retention
 
 DEFAULT_URL = "redis://127.0.0.1:6379"
+REPLAY_PAGE = 100  # dead jobs read per round trip by `replay --all`
+REPLAYED = jobs.Outcome.REPLAYED
 
 
 def _short(data: bytes | str, width: int = 40) -> str:
@@ -133,9 +135,17 @@ async def _ls(bus: Bus, args: argparse.Namespace) -> Any:
     )  # fmt: skip
 
 
+def _job_id(value: str) -> str:
+    """The job an id names: a job's own id, or, for a branded id of another namespace (a
+    codemojex notice's ``NOT`` id), the job minted with it: ``JOB`` and the same snowflake."""
+    if ids.is_valid(value) and ids.namespace(value) != "JOB":
+        return "JOB" + value[3:]
+    return value
+
+
 async def _show(bus: Bus, args: argparse.Namespace) -> Any:
     await _known(bus, args.queue)
-    info = await jobs.get_job(bus, args.queue, args.job_id)
+    info = await jobs.get_job(bus, args.queue, _job_id(args.job_id))
     if info is None:
         raise CliError(f"no job {args.job_id} in {args.queue!r} (never enqueued, or finished)")
     if args.json:
@@ -150,13 +160,37 @@ async def _show(bus: Bus, args: argparse.Namespace) -> Any:
 
 
 async def _replay(bus: Bus, args: argparse.Namespace) -> Any:
-    await _known(bus, args.queue)
+    known = await _known(bus, args.queue)
+    if args.all == (args.job_id is not None):
+        raise CliError("replay needs a JOB_ID or --all (not both)", status=2)
+    if args.all:
+        return await _replay_all(bus, args, known.dead)
+    if args.reason is not None:
+        raise CliError("--reason goes with --all", status=2)
+    args.job_id = _job_id(args.job_id)
     outcome = await jobs.replay(bus, args.queue, args.job_id)
     if outcome is jobs.Outcome.GONE:
         raise CliError(f"no job {args.job_id} in {args.queue!r}")
     if outcome is jobs.Outcome.NOT_DEAD:
         raise CliError(f"job {args.job_id} is not dead; only dead jobs can be replayed")
     return {"replayed": args.job_id} if args.json else f"replayed {args.job_id}"
+
+
+async def _replay_all(bus: Bus, args: argparse.Namespace, dead: int) -> Any:
+    """Replay every dead job (whose last error contains ``--reason``), a page at a time: one
+    script per job, at most as many as were dead at the start (a job that dies again while
+    this runs is not replayed twice)."""
+    replayed, offset = 0, 0
+    while replayed < dead:
+        page = await jobs.dead_jobs(bus, args.queue, offset, REPLAY_PAGE)
+        if not page:
+            break
+        for info in page:
+            if args.reason is not None and args.reason not in (info.last_error or ""):
+                offset += 1
+            elif replayed < dead and await jobs.replay(bus, args.queue, info.id) is REPLAYED:
+                replayed += 1
+    return {"replayed": replayed} if args.json else f"replayed {replayed} dead jobs"
 
 
 async def _cancel_repeat(bus: Bus, args: argparse.Namespace) -> Any:
@@ -231,9 +265,11 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("show", help="one job's row")
     s.add_argument("queue")
     s.add_argument("job_id")
-    s = sub.add_parser("replay", help="move a dead job back to pending")
+    s = sub.add_parser("replay", help="move a dead job (or every one: --all) back to pending")
     s.add_argument("queue")
-    s.add_argument("job_id")
+    s.add_argument("job_id", nargs="?")
+    s.add_argument("--all", action="store_true", help="every dead job of the queue")
+    s.add_argument("--reason", help="with --all: only those whose last error contains this")
     s = sub.add_parser("cancel-repeat", help="remove a recurring schedule")
     s.add_argument("queue")
     s.add_argument("name")

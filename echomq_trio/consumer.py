@@ -47,8 +47,8 @@ from typing import TypeVar
 import attrs
 import trio
 
-from echomq_trio import jobs
-from echomq_trio.backoff import Exponential, Jitter, Policy, reconnect_delay_s
+from echomq_trio import jobs, leases
+from echomq_trio.backoff import Exponential, Jitter, Policy
 from echomq_trio.bus import Bus
 from echomq_trio.claim_window import ClaimWindow
 from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut, raising_first
@@ -86,7 +86,7 @@ log = logging.getLogger("echomq_trio.consumer")
 T = TypeVar("T")
 SETTLE_BATCH = 512
 DEFAULT_BACKOFF: Policy = Jitter(Exponential(1_000, 60_000))
-SETTLE_TIME_S = 5.0  # after the grace period, the longest we spend settling and releasing
+SETTLE_TIME_S = leases.SETTLE_TIME_S  # after the grace period, the longest settling takes
 ADAPTIVE_PREFETCH = 128  # untuned, the most jobs claimed ahead of the handlers
 OVERDUE_BEATS = 5  # a due job this many beats late means no metronome runs; checked as often
 
@@ -112,17 +112,6 @@ class ConsumerStats:
     released: int = 0
     lost_leases: int = 0
     held: int = 0
-
-
-# Which counter an answer of the server adds to.
-_COUNTER = {
-    Outcome.ACKED: "acked",
-    Outcome.SCHEDULED: "retried",
-    Outcome.DEFERRED: "deferred",
-    Outcome.DEAD: "dead",
-    Outcome.STALE: "stale",
-    Outcome.GONE: "stale",
-}
 
 
 @attrs.frozen
@@ -266,41 +255,17 @@ class Consumer:
         finally:
             begin_stop()
 
-    async def _shielded(self, call: Callable[[], Awaitable[T]]) -> T:
-        # A request whose answer we must see (a claim: otherwise we would hold jobs unknowingly).
-        timeout = self.bus.wire.spec.timeout_ms / 1000 + 1
-        with trio.CancelScope(shield=True, deadline=trio.current_time() + timeout):
-            return await call()
-        raise RequestTimedOut("shielded request passed its deadline")
-
     async def _claim_loop(
         self, work_send: trio.MemorySendChannel[Job], parker: Transport, slots: trio.Semaphore
     ) -> None:
         wake = self.bus.keys(self.queue).wake
-        failures = 0
         self._next_check = trio.current_time() + OVERDUE_BEATS * self.beat_ms / 1000
         async with work_send:
             while True:
-                await slots.acquire()
-                want = 1
-                while want < self._window.size and slots.value > 0:
-                    slots.acquire_nowait()
-                    want += 1
-                try:
-                    claimed = await self._shielded(
-                        partial(jobs.claim, self.bus, self.queue, want, self.lease_ms)
-                    )
-                except (ConnectionLost, RequestTimedOut) as exc:
-                    for _ in range(want):
-                        slots.release()
-                    failures += 1
-                    log.warning("claim on %s failed (%s); retrying", self.queue, exc)
-                    await trio.sleep(reconnect_delay_s(failures))
-                    continue
-                failures = 0
+                claimed, want = await leases.claim_for_slots(
+                    self.bus, self.queue, slots, self._window.size, self.lease_ms
+                )
                 self._window.claimed(want, len(claimed))
-                for _ in range(want - len(claimed)):
-                    slots.release()
                 self._count(claimed=len(claimed))
                 if self._claim_sizes is not None and claimed:
                     self._claim_sizes.observe(len(claimed))
@@ -362,15 +327,7 @@ class Consumer:
     async def _persist(self, call: Callable[[], Awaitable[T]]) -> T:
         # Settling must not be lost to a blip: retry through connection trouble until it goes
         # through or the shutdown deadline cancels us (then the job is released or reaped).
-        # Settling twice is harmless: the lease token fences a second try of a settled job.
-        failures = 0
-        while True:
-            try:
-                return await call()
-            except (ConnectionLost, RequestTimedOut) as exc:
-                failures += 1
-                log.warning("settling on %s failed (%s); retrying", self.queue, exc)
-                await trio.sleep(reconnect_delay_s(failures))
+        return await leases.persist(self.queue, call)
 
     async def _settle_loop(
         self, done: trio.MemoryReceiveChannel[_Settle], slots: trio.Semaphore
@@ -398,7 +355,7 @@ class Consumer:
         ]
         if acks:
             outcomes = await self._persist(partial(jobs.ack_many, self.bus, self.queue, acks))
-            self._count_settled(Counter(_COUNTER[o] for o in outcomes))
+            self._count_settled(Counter(leases.COUNTER[o] for o in outcomes))
         for d in batch:
             job = d.job
             match d.transition:
@@ -423,7 +380,7 @@ class Consumer:
                         buried=True,
                     )
             outcome = await self._persist(call)
-            self._count_settled({_COUNTER[outcome]: 1})
+            self._count_settled({leases.COUNTER[outcome]: 1})
             if outcome is Outcome.DEAD:
                 log.warning(
                     "job %s on %s is dead after %d attempts: %s",
@@ -435,30 +392,8 @@ class Consumer:
 
     async def _renew_loop(self, scope: trio.CancelScope) -> None:
         with scope:
-            while True:
-                await trio.sleep(self.lease_ms / 3000)
-                items = [(j.id, j.token) for j in self._held.values()]
-                if not items:
-                    continue
-                try:
-                    result = await jobs.extend(self.bus, self.queue, items, self.lease_ms)
-                except BusError as exc:
-                    log.warning("lease renewal on %s failed: %s", self.queue, exc)
-                    continue
-                self._count(lost_leases=len(result.lost))
+            await leases.renew(self.bus, self.queue, self._held, self.lease_ms,
+                               lambda n: self._count(lost_leases=n))  # fmt: skip
 
     async def _release_held(self) -> None:
-        if not self._held:
-            return
-        items = [(j.id, j.token) for j in self._held.values()]
-        with trio.CancelScope(shield=True, deadline=trio.current_time() + SETTLE_TIME_S):
-            try:
-                self._count(released=await jobs.release(self.bus, self.queue, items))
-                self._held.clear()
-            except BusError as exc:
-                log.warning(
-                    "could not release %d jobs on %s (%s); they return when their leases expire",
-                    len(items),
-                    self.queue,
-                    exc,
-                )
+        self._count(released=await leases.release(self.bus, self.queue, self._held))

@@ -4,8 +4,8 @@ Run ``python tools/bench_notify.py [--url URL] [--quick] [--workers N]`` with th
 ``PYTHONPATH``. Without ``--url`` it starts the embedded server (``open_bus()`` with no URL); with
 one, it deletes its own queues' keys afterwards. Notices go through the real pipeline:
 ``notify`` -> the bus (one lane per chat, limit 1) -> ``NotificationWorker`` with the shared
-``RateLimiter(bus, Limits(), tag=queue)`` (default margin) -> real HTTP on loopback -> the Bot API
-stand-in (``codemojex.standin``), which enforces the REAL default limits
+``RateLimiter(bus, Limits(), tag=queue)`` (default margin, or ``--margin-ms``) -> real HTTP on
+loopback -> the Bot API stand-in (``codemojex.standin``), which enforces the REAL default limits
 (``Limits()``: the bot 30 per 1000 ms, a private chat 3 per 3000 ms, a group 20 per 60 s) and
 answers 429 when one is exceeded. Every time below is the stand-in's arrival time of a message
 (``Delivery.at``, ``time.monotonic`` seconds). This is a benchmark, not a test: it reports, and
@@ -255,7 +255,7 @@ class _Workers:
 @asynccontextmanager
 async def _in_process_workers(bus: Bus, queue: str, tg: TelegramStandIn) -> AsyncIterator[_Workers]:
     async with open_bot(TOKEN, tg.api_url) as bot, trio.open_nursery() as nursery:
-        limiter = RateLimiter(bus, LIMITS, tag=queue)
+        limiter = RateLimiter(bus, LIMITS, tag=queue, margin_ms=_margin(0))
         worker = NotificationWorker(bus, bot, limiter, queue=queue)
         metronome = Metronome(bus, queue, beat_ms=METRONOME_BEAT_MS)
         await nursery.start(worker.run)
@@ -301,7 +301,7 @@ async def _worker_processes(
     env = {**os.environ, "PYTHONPATH": path, "ECHOMQ_URL": server_url,
            "CODEMOJEX_TELEGRAM_TOKEN": TOKEN}  # fmt: skip
     argv = [sys.executable, "-m", WORKER_MODULE, "--queue", queue, "--telegram-api-url",
-            tg.api_url, "--margin-ms", str(DEFAULT_MARGIN_MS), "--beat-ms",
+            tg.api_url, "--margin-ms", str(_margin(count)), "--beat-ms",
             str(METRONOME_BEAT_MS)]  # fmt: skip
     procs: list[trio.Process] = []
     try:
@@ -513,8 +513,11 @@ async def bench_saturation(
     }
 
 
+_MARGIN_MS = [DEFAULT_MARGIN_MS]  # --margin-ms, set once by main
+
+
 def _margin(processes: int) -> int:
-    return DEFAULT_MARGIN_MS  # worker processes get the same margin (--margin-ms)
+    return _MARGIN_MS[0]  # worker processes get the same margin (--margin-ms)
 
 
 # --- phase 2: flood fairness ---------------------------------------------------------------
@@ -687,7 +690,14 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="also run the saturation phase with the audit archiver running, and compare",
     )
+    parser.add_argument(
+        "--margin-ms",
+        type=int,
+        default=DEFAULT_MARGIN_MS,
+        help="the limiter's margin in every worker (default: %(default)s, the default margin)",
+    )
     args = parser.parse_args(argv)
+    _MARGIN_MS[0] = args.margin_ms
     if args.workers < 0:
         parser.error("--workers must be >= 0")
     trio.run(_main, args.url, args.quick, args.workers, args.archiver)

@@ -2,11 +2,14 @@
 Telegram's limits.
 
 How the parts fit: ``notify`` (``notifier``) enqueues a ``Notice`` (``notice``, the payload) on
-its chat's lane of ``cm.notify``. The ``NotificationWorker`` (``worker``) consumes the queue: for
-each notice it takes a send from the ``RateLimiter`` (``rate_limiter``, sliding windows of
-``Limits`` kept on the server, so every worker process shares one budget), sends it with the
-``TelegramBot`` (``telegram``), and acts on the verdict ``classify`` gives Telegram's answer:
-ack with a ``DeliveryNote`` for the audit, retry, defer, follow a migration, drop or stop.
+its chat's lane of ``cm.notify`` (its job id: ``job_id_of``). The ``NotificationWorker``
+(``worker``) consumes the queue with one claimer and a task per chat: for each notice the chat's
+task takes a send from the ``RateLimiter`` (``rate_limiter``, sliding windows of ``Limits`` kept
+on the server, so every worker process shares one budget), holding short waits and deferring
+long ones, sends it with the ``TelegramBot`` (``telegram``), and acts on the verdict ``classify``
+gives Telegram's answer, as ``steps`` (pure, ``StepPolicy``) decides: ack with a
+``DeliveryNote`` for the audit, retry, defer, follow a migration, drop, stop, or wait out an
+outage of Telegram behind the ``OutageGate`` (``outage``) without spending attempts.
 ``python -m codemojex.notify`` runs a worker process alone.
 """
 
@@ -19,8 +22,10 @@ from codemojex.notify.notice import (
     check_notice,
     telegram_length,
 )
-from codemojex.notify.notifier import NOTIFY_QUEUE, notify
+from codemojex.notify.notifier import NOTIFY_QUEUE, job_id_of, notify
+from codemojex.notify.outage import OutageGate
 from codemojex.notify.rate_limiter import DEFAULT_MARGIN_MS, RateLimiter, Take
+from codemojex.notify.steps import StepPolicy
 from codemojex.notify.telegram import DEFAULT_API_URL, TelegramBot, open_bot
 from codemojex.notify.worker import NotificationWorker, WorkerStats
 
@@ -37,8 +42,10 @@ __all__ = [
     "Migrate",
     "Notice",
     "NotificationWorker",
+    "OutageGate",
     "RateLimiter",
     "RetryLater",
+    "StepPolicy",
     "Take",
     "TelegramBot",
     "Verdict",
@@ -46,6 +53,7 @@ __all__ = [
     "WorkerStats",
     "check_notice",
     "is_group_chat",
+    "job_id_of",
     "notify",
     "open_bot",
     "telegram_length",

@@ -4,7 +4,7 @@ in place of its worker (every process shares the one rate limit on the server).
     python -m codemojex.notify [--url URL] [--queue cm.notify] [--telegram-api-url URL]
                                [--global-limit 30/1000] [--private-limit 3/3000]
                                [--group-limit 20/60000] [--margin-ms 30] [--lease-ms 15000]
-                               [--beat-ms 500]
+                               [--beat-ms 500] [--hold-max-ms 5000] [--stuck-after-s 3600]
 
 It runs a ``NotificationWorker`` and a ``Metronome`` on the queue at ``--url`` (or
 ``ECHOMQ_URL``) and never starts a server of its own. The bot token comes from
@@ -26,6 +26,7 @@ import trio
 from codemojex.notify.limits import Limits, Window
 from codemojex.notify.notifier import NOTIFY_QUEUE
 from codemojex.notify.rate_limiter import DEFAULT_MARGIN_MS, RateLimiter
+from codemojex.notify.steps import DEFAULT_HOLD_MAX_MS, DEFAULT_STUCK_AFTER_MS, StepPolicy
 from codemojex.notify.telegram import DEFAULT_API_URL, open_bot
 from codemojex.notify.worker import NotificationWorker
 from echomq_trio import BusError, Metronome, StopConsumer, open_bus
@@ -71,6 +72,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="lease per claimed notice (default: %(default)s)")  # fmt: skip
     p.add_argument("--beat-ms", type=int, default=DEFAULT_BEAT_MS,
                    help="the metronome's beat (default: %(default)s)")  # fmt: skip
+    p.add_argument("--hold-max-ms", type=int, default=DEFAULT_HOLD_MAX_MS,
+                   help="longest rate-limit wait held in a chat task; longer ones are deferred "
+                   "(default: %(default)s)")  # fmt: skip
+    p.add_argument("--stuck-after-s", type=int, default=DEFAULT_STUCK_AFTER_MS // 1000,
+                   help="a chat answering 429 this long in a row: its notice is dead with the "
+                   "reason (default: %(default)s)")  # fmt: skip
     return p
 
 
@@ -78,7 +85,10 @@ async def _work(args: argparse.Namespace, token: str) -> None:
     limits = Limits(args.global_limit, args.private_limit, args.group_limit)
     async with open_bus(args.url) as bus, open_bot(token, args.telegram_api_url) as bot:
         limiter = RateLimiter(bus, limits, tag=args.queue, margin_ms=args.margin_ms)
-        worker = NotificationWorker(bus, bot, limiter, queue=args.queue, lease_ms=args.lease_ms)
+        policy = StepPolicy(hold_max_ms=args.hold_max_ms,
+                            stuck_after_ms=args.stuck_after_s * 1000)  # fmt: skip
+        worker = NotificationWorker(bus, bot, limiter, queue=args.queue, lease_ms=args.lease_ms,
+                                    policy=policy)  # fmt: skip
         async with trio.open_nursery() as nursery:
             await nursery.start(worker.run)
             await nursery.start(Metronome(bus, args.queue, beat_ms=args.beat_ms).run)

@@ -36,6 +36,8 @@ class RetryLater:
     reason: str
     delay_ms: int | None = None
     flood: bool = False
+    # A 5xx or no answer at all: perhaps Telegram's trouble for every chat, not this chat's.
+    server: bool = False
 
 
 @attrs.frozen
@@ -142,7 +144,7 @@ def classify(status: int, body: Mapping[str, Any] | None) -> Verdict:
     if code == 429:
         return RetryLater(description, 1000, flood=True)
     if code >= 500 or status >= 500:
-        return RetryLater(description)
+        return RetryLater(description, server=True)
     if code == 403:
         # An unknown 403 is not proof of a block (some are transient): a few spaced retries.
         return RetryLater(description)
@@ -153,4 +155,4 @@ def classify(status: int, body: Mapping[str, Any] | None) -> Verdict:
 
 def classify_error(exc: BaseException) -> RetryLater:
     """A request that got no answer (network error, timeout) is worth another try."""
-    return RetryLater(f"no answer: {type(exc).__name__}: {exc}".rstrip(": "))
+    return RetryLater(f"no answer: {type(exc).__name__}: {exc}".rstrip(": "), server=True)

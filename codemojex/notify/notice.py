@@ -1,5 +1,5 @@
 """What travels with a notice, as JSON (de)serialized with cattrs (pure): the payload
-``{chat, text, opts, id, attempt}`` the notifier enqueues (a notice scheduled ahead, such as a
+``{chat, text, opts, id}`` the notifier enqueues (a notice scheduled ahead, such as a
 round's reminder, also carries ``due_ms``: when it is due), and the ``DeliveryNote``
 ``{chat, message_id}`` the worker acks a delivered notice with, which the audit's fold reads."""
 
@@ -53,7 +53,8 @@ class Notice:
     text: str
     opts: dict[str, Any] = attrs.Factory(dict)
     id: str = ""
-    attempt: int = 1
+    # No `attempt`: the job's row counts attempts (`JobInfo.attempts`, the `claimed` event's
+    # `attempt`); a copy in the payload was never updated. Old payloads with it still decode.
     # When a notice scheduled ahead is due (Unix ms, server clock); None: due when enqueued. The
     # worker's delivery delay counts from it (else from the id's mint time). Left out of the
     # payload when None.

@@ -29,7 +29,8 @@ DEFAULT_MARGIN_MS = 30
 class Take:
     ok: bool
     wait_ms: int = 0
-    blocked_by: str = ""  # 'global', 'chat' or 'paused' when not ok
+    blocked_by: str = ""  # 'global', 'chat', 'paused' or 'booked' (a send booked) when not ok
+    booking: str = ""  # with 'booked': the booking, to pass back if the caller comes late
 
 
 @attrs.frozen
@@ -37,7 +38,7 @@ class LimiterStats:
     """What this limiter has answered since it was made: sends taken, denials by reason (with
     the waits they handed out), and pauses by the scope paused."""
 
-    taken: int = 0
+    taken: int = 0  # sends taken now or booked
     denied_global: int = 0  # the bot's window was full (the chat got a reserved slot)
     denied_chat: int = 0  # the chat's own window was full
     denied_paused: int = 0  # a pause after a 429 was on
@@ -75,11 +76,16 @@ class RateLimiter:
     def statistics(self) -> LimiterStats:
         return self._stats
 
-    async def take(self, chat: int) -> Take:
-        """Take one send for ``chat`` now, or learn how long to wait."""
+    async def take(self, chat: int, *, book_ms: int = 0, booking: str = "") -> Take:
+        """Take one send for ``chat`` now, or learn how long to wait. With ``book_ms``, a send
+        the bot's window has room for within that many ms is booked: the answer is
+        ``blocked_by='booked'`` and ``wait_ms`` until the slot, and the caller sends then
+        without taking again (see ``rate_take.lua``). A caller that wakes for its slot later
+        than half the margin passes the booking back (``booking``, ``Take.booking``) and the
+        limiter decides, as for a late reservation."""
         chat = _chat(chat)
         window = self.limits.for_chat(chat)
-        ok, wait, why = await self.bus.wire.script(
+        ok, wait, why, *member = await self.bus.wire.script(
             "codemojex.notify/rate_take",
             [self.global_window],
             [
@@ -90,10 +96,12 @@ class RateLimiter:
                 str(window.limit),
                 str(window.window_ms),
                 str(self.margin_ms),
+                str(book_ms),
+                booking,
             ],
         )
-        take = Take(bool(ok), int(wait), as_text(why))
-        if take.ok:
+        take = Take(bool(ok), int(wait), as_text(why), as_text(member[0]) if member else "")
+        if take.ok or take.blocked_by == "booked":
             self._stats = added(self._stats, taken=1)
         elif take.blocked_by in _DENIED:
             self._stats = added(self._stats, **{_DENIED[take.blocked_by]: 1},

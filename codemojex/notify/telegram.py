@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
+import attrs
 import httpx
 
 from codemojex.notify.classify import Verdict, classify, classify_error
@@ -75,8 +76,17 @@ class TelegramBot:
             )
         except httpx.HTTPError as exc:
             verdict = classify_error(exc)
-            return type(verdict)(self.redact(verdict.reason))
+            return attrs.evolve(verdict, reason=self.redact(verdict.reason))
         return classify(status, body)
+
+    async def reachable(self) -> bool:
+        """Whether Telegram answers the bot at all (``getMe``): ``False`` when no answer comes or
+        the answer is a 5xx (the probe of an outage); any other answer means it is there."""
+        try:
+            status, _ = await self.call("getMe", {})
+        except httpx.HTTPError:
+            return False
+        return status < 500
 
     async def get_me(self) -> Mapping[str, Any]:
         """The bot's own account; raises ``RuntimeError`` (token redacted) when refused."""

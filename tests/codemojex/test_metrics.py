@@ -88,7 +88,7 @@ async def test_notification_counters_scraped_during_a_burst_match_the_worker(
         got = parse((await client.get(url + "/metrics")).text)
         stats = worker.statistics()
         limiter = worker.limiter.statistics()
-        consumer = worker.consumer.statistics()
+        consumer = worker.bus_statistics()
         counts = await jobs.counts(bus, queue)
 
     # A block stays, as on Telegram: all three notices to chats[2] are dropped (the stand-in

@@ -42,6 +42,7 @@ async def test_the_summary_line_shows_the_server_s_memory_under_pressure(tmp_pat
     ):
         calm = await summary_line(bus, WorkerStats(), None)
         assert calm.startswith("notices sent 0") and "server memory" not in calm
+        assert ", dead 0 |" in calm
         with pytest.raises(OutOfMemory):
             for n in range(20_000):
                 await bus.wire.command("SET", f"fill:{n}", "x" * 1000)

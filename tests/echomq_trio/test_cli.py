@@ -38,6 +38,44 @@ async def _fill(bus: Bus, queue: str) -> tuple[str, str]:
     return pend, dead
 
 
+async def _kill(bus: Bus, queue: str, error: str) -> str:
+    job_id = ids.generate("JOB")
+    await jobs.enqueue(bus, queue, "x", job_id=job_id)
+    (job,) = await jobs.claim(bus, queue, 1)
+    await jobs.retry(bus, queue, job.id, job.token, 0, 1, error)
+    return job_id
+
+
+async def test_replay_all_dead_jobs_or_those_of_a_reason_a_page_at_a_time(
+    standalone_url: str, queue: str
+) -> None:
+    async with open_bus(standalone_url) as bus:
+        blocked = [await _kill(bus, queue, "Forbidden: bot was blocked by the user")
+                   for _ in range(3)]  # fmt: skip
+        others = [await _kill(bus, queue, "HTTP 502") for _ in range(250)]  # pages of 100
+        out = await echomq("replay", queue, "--all", "--reason", "blocked", url=standalone_url)
+        assert out.returncode == 0 and "replayed 3 dead jobs" in out.stdout.decode()
+        assert {j.id for j in await jobs.dead_jobs(bus, queue, 0, 1000)} == set(others)
+        out = await echomq("--json", "replay", queue, "--all", url=standalone_url)
+        assert json.loads(out.stdout) == {"replayed": 250}
+        assert (await jobs.counts(bus, queue)).dead == 0
+        assert (await jobs.counts(bus, queue)).pending == len(blocked) + len(others)
+        out = await echomq("replay", queue, url=standalone_url)
+        assert out.returncode == 2 and "JOB_ID or --all" in out.stderr.decode()
+
+
+async def test_show_and_replay_take_a_notice_id_for_the_job_minted_with_it(
+    standalone_url: str, queue: str
+) -> None:
+    async with open_bus(standalone_url) as bus:
+        job_id = await _kill(bus, queue, "Bad Request: chat not found")
+        notice_id = "NOT" + job_id[3:]
+        out = await echomq("show", queue, notice_id, url=standalone_url)
+        assert out.returncode == 0 and job_id in out.stdout.decode(), out.stderr
+        out = await echomq("replay", queue, notice_id, url=standalone_url)
+        assert out.returncode == 0 and f"replayed {job_id}" in out.stdout.decode()
+
+
 async def test_stats_ls_show_replay_cancel(standalone_url: str, queue: str) -> None:
     async with open_bus(standalone_url) as bus:
         pend, dead = await _fill(bus, queue)

@@ -3,7 +3,8 @@
 -- KEYS[1] <prefix>global (other keys derive from ARGV[1], same slot)
 -- ARGV[1] key prefix: the queue's app key `rate:` (emq:{cm.notify}:app:rate:), ARGV[2] chat id,
 -- ARGV[3] global limit, ARGV[4] global window ms, ARGV[5] chat limit, ARGV[6] chat window ms,
--- ARGV[7] safety margin ms
+-- ARGV[7] safety margin ms, ARGV[8] longest booking ms (optional, 0: never book), ARGV[9] a
+-- booking the caller holds and comes back for late (optional, '': none)
 --
 -- Windows are sliding logs (sorted sets of send times), each window lengthened by the margin:
 -- arrival at Telegram jitters by a few ms, and a send up to a margin early or late still keeps
@@ -17,9 +18,16 @@
 -- margin leaves the other half for the jitter of its trip to Telegram. A chat later than that
 -- sends at once if the logs hold a send at its real time; otherwise it gives its slot back
 -- (one entry fewer is always safe) and queues again.
+-- A booking is a reservation the caller keeps in hand: when the next free global slot is at most
+-- ARGV[8] ms ahead, it is entered in both logs and the answer is {0, ms until the slot,
+-- 'booked', member}: the caller sends at that time without asking again (a chat task holding
+-- its notice), unless it wakes later than half the margin past the slot; then it comes back
+-- with the member (ARGV[9]) and is treated as a late reservation (below). Nothing is
+-- remembered for the chat, so a booking never sent only leaves one entry more in the logs than
+-- was sent, which is always safe.
 -- A pause (after a 429) blocks its scope.
--- Returns {1, 0, ''} send now, or {0, wait ms, 'global' | 'chat' | 'paused'}; for a
--- reservation the wait ends half a margin before the slot, where its tolerance begins.
+-- Returns {1, 0, ''} send now, or {0, wait ms, 'global' | 'chat' | 'paused' | 'booked'} (and
+-- the booking's member after 'booked'); for a reservation the wait ends half a margin before the slot, where its tolerance begins.
 local p = ARGV[1]
 local chat = ARGV[2]
 local now = now_ms()
@@ -75,6 +83,7 @@ local function next_slot(key, limit, window)
 end
 
 local own = redis.call('GET', rsv_key)
+if (ARGV[9] or '') ~= '' then own = ARGV[9] end
 if own then
   local at = tonumber(string.match(own, '^(%d+):'))
   local slack = math.floor(margin / 2)
@@ -101,6 +110,7 @@ redis.call('ZADD', chat_key, at, member)
 redis.call('PEXPIRE', KEYS[1], at - now + gwin)
 redis.call('PEXPIRE', chat_key, at - now + cwin)
 if at == now then return {1, 0, ''} end
+if at - now <= tonumber(ARGV[8] or '0') then return {0, at - now, 'booked', member} end
 redis.call('SET', rsv_key, member, 'PX', at - now + gwin)
 -- Come back at the start of the slot's tolerance: waking a waiting lane takes a few ms.
 return {0, math.max(1, at - math.floor(margin / 2) - now), 'global'}

@@ -4,7 +4,7 @@ import pytest
 
 from codemojex import ids
 from codemojex.notify.notice import decode
-from codemojex.notify.notifier import notify
+from codemojex.notify.notifier import job_id_of, notify
 from echomq_trio import Bus, jobs, lanes
 
 
@@ -16,8 +16,9 @@ async def test_notify_enqueues_on_the_chat_lane_with_limit_one(bus: Bus, queue: 
     assert (status.depth, status.limit) == (2, 1)
     rows = await lanes.jobs(bus, queue, "-1001234567890")
     payloads = [json.loads(r.payload) for r in rows]
-    assert payloads[0] == {"chat": -1001234567890, "text": "hello", "opts": {}, "id": first,
-                           "attempt": 1}  # fmt: skip
+    assert payloads[0] == {"chat": -1001234567890, "text": "hello", "opts": {}, "id": first}
+    assert [r.id for r in rows] == [job_id_of(first), job_id_of(second)]  # found by notice id
+    assert decode(b'{"chat": 1, "text": "old", "attempt": 1}').text == "old"  # old payloads
     assert decode(rows[1].payload).opts == {"parse_mode": "HTML"}
     (job,) = await jobs.claim(bus, queue, 5)  # limit 1: one at a time per chat
     assert decode(job.payload).id == first

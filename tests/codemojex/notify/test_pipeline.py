@@ -134,7 +134,7 @@ async def test_three_server_errors_then_delivered_on_attempt_four(bus: Bus, queu
         await notify(bus, 43, "eventually", queue=queue)
         async with in_process_worker(bus, queue, tg) as worker:
             await tg.wait_deliveries(1)
-            await wait_for(lambda: worker.consumer.statistics().acked == 1)
+            await wait_for(lambda: worker.bus_statistics().acked == 1)
         # A rate-limit deferral claims the same attempt again; the attempts go 1, 2, 3, 4.
         assert list(dict.fromkeys(await _claimed_attempts(bus, queue))) == [1, 2, 3, 4]
         assert worker.statistics().retried == 3
@@ -149,7 +149,7 @@ async def test_blocked_chat_is_dropped_with_its_reason_and_later_notices_still_t
         await notify(bus, 44, "one", queue=queue)
         await notify(bus, 44, "two", queue=queue)
         async with in_process_worker(bus, queue, tg) as worker:
-            await wait_for(lambda: worker.consumer.statistics().dead == 2)
+            await wait_for(lambda: worker.bus_statistics().dead == 2)
         # The block stays, as on Telegram (the stand-in used to answer it once and deliver
         # "two"): the later notice is still tried, and dropped with the same reason.
         dead = sorted(await jobs.dead_jobs(bus, queue), key=lambda j: decode(j.payload).text)

@@ -164,3 +164,25 @@ async def test_bad_input(bus: Bus) -> None:
         await rl.pause("room", 1, 10)
     with pytest.raises(ValueError):
         RateLimiter(bus, tag="bad tag")
+
+
+async def test_a_booking_is_a_send_at_its_slot_and_a_late_one_is_checked_again(
+    bus: Bus, queue: str
+) -> None:
+    rl = limiter(bus, queue)  # 5 per 400 ms
+    for chat in range(1, 6):
+        assert (await rl.take(chat, book_ms=1000)).ok  # room now: sent now, nothing booked
+    booked = await rl.take(50, book_ms=1000)
+    assert (booked.blocked_by, booked.booking != "") == ("booked", True)
+    assert 0 < booked.wait_ms <= 401
+    # Booked is taken: the next chat's slot is no earlier, and without book_ms it is reserved.
+    after = await rl.take(51)
+    assert after.blocked_by == "global" and after.wait_ms >= booked.wait_ms - 1
+    assert rl.statistics().taken == 6
+    # Woken a window late into a window others filled: the booking is given back and queued.
+    for chat in range(60, 64):
+        await rl.take(chat, book_ms=1000)
+    following = [await rl.take(70 + i, book_ms=1000) for i in range(5)]
+    await trio.sleep(following[0].wait_ms / 1000 + 0.05)
+    again = await rl.take(50, booking=booked.booking)
+    assert not again.ok and again.blocked_by == "global", again

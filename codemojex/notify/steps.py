@@ -1,0 +1,242 @@
+"""What a chat task does next with the notice it holds (pure: no I/O, no clock, no task).
+
+A chat task (``codemojex.notify.worker``) asks three questions while it holds a notice, and each
+has one function here that answers with a value the task then carries out:
+
+* ``after_take(take, policy)``: the rate limiter answered; ``Send`` now, send when the
+  ``Booked`` slot comes, ``Hold`` the notice in the task for a short wait (its lease renewed),
+  or ``Defer`` it durably for a long one.
+* ``after_answer(verdict, attempts, policy, rng)``: Telegram answered; ``Done`` (ack), ``Retry``
+  (spends the attempt), ``Bury`` (dead with the reason), ``Flood`` (a 429: pause, then
+  ``after_flood``), ``Follow`` (a migration: resend to the new id), ``Probe`` (5xx or no answer:
+  ask whether the bot is reachable at all, then ``after_probe``) or ``Stop`` (the bot is refused).
+* ``after_flood(wait_ms, flooded_for_ms, policy)``: a 429 for ``wait_ms``, the chat answering 429
+  for ``flooded_for_ms`` already: ``Hold``, ``Defer``, or ``Bury`` once that passes the cap.
+* ``after_probe(bot_down, ...)``: the bot is down for everyone: ``Outage`` (hold the notice, no
+  attempt spent, until a probe succeeds); else the failure was this chat's: ``Retry``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import attrs
+
+from codemojex.notify.classify import Delivered, Drop, Fatal, Migrate, RetryLater, Verdict
+from codemojex.notify.rate_limiter import Take
+from echomq_trio.backoff import Exponential, Jitter, Policy, delay_ms
+
+__all__ = [
+    "BACKOFF",
+    "DEFAULT_HOLD_MAX_MS",
+    "DEFAULT_STUCK_AFTER_MS",
+    "MAX_ATTEMPTS",
+    "Booked",
+    "Bury",
+    "Defer",
+    "Done",
+    "Flood",
+    "Follow",
+    "Hold",
+    "Outage",
+    "Probe",
+    "Retry",
+    "Send",
+    "StepPolicy",
+    "Stop",
+    "after_answer",
+    "after_flood",
+    "after_probe",
+    "after_take",
+    "booking_missed",
+]
+
+MAX_ATTEMPTS = 6
+BACKOFF: Policy = Jitter(Exponential(500, 30_000))
+# Waits up to this are held in the chat task; longer ones are deferred on the server. Measured
+# (tools/bench_notify.py, README "The whole budget"): a worker holding 64 notices reserves global
+# slots up to 64 / 30 s = 2.1 s ahead, and a notice that misses its slot queues again behind
+# them (another 2.1 s); with 2.5 s, those waits were deferred (1,300 deferrals in a 600-notice
+# run), each deferred lane kept its slot while the worker claimed another chat, which reserved
+# further still: every chat ended up deferred 3-5 s. With 5 s nothing was deferred for the
+# global window. 5 s is also the renewal period of the default 15 s lease, and below a group
+# chat's 20/min window (3 s per message), which is deferred.
+DEFAULT_HOLD_MAX_MS = 5_000
+# A chat answering 429 for this long in a row (across notices, deferrals and processes): its
+# notice is dead with the reason instead of deferred again.
+DEFAULT_STUCK_AFTER_MS = 3_600_000
+
+
+def _at_least(low: int) -> Callable[[object, attrs.Attribute[int], int], None]:
+    def check(_inst: object, attr: attrs.Attribute[int], value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{attr.name} must be an int >= {low}, got {value!r}")
+
+    return check
+
+
+@attrs.frozen
+class StepPolicy:
+    hold_max_ms: int = attrs.field(default=DEFAULT_HOLD_MAX_MS, validator=_at_least(0))
+    stuck_after_ms: int = attrs.field(default=DEFAULT_STUCK_AFTER_MS, validator=_at_least(1))
+    max_attempts: int = attrs.field(default=MAX_ATTEMPTS, validator=_at_least(1))
+    backoff: Policy = BACKOFF
+
+
+# --- the steps -------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Send:
+    """A send is taken: send now."""
+
+
+@attrs.frozen
+class Booked:
+    """A send is booked ``ms`` from the take: wait in the chat task, then send without asking
+    the limiter again."""
+
+    ms: int
+
+
+@attrs.frozen
+class Hold:
+    """Wait ``ms`` in the chat task, holding the notice, then ask the limiter again."""
+
+    ms: int
+    reason: str
+
+
+@attrs.frozen
+class Defer:
+    """Give the notice back to wait ``ms`` on the server, without spending an attempt."""
+
+    ms: int
+    reason: str
+
+
+@attrs.frozen
+class Done:
+    """Delivered: ack, with Telegram's message id and the chat reached for the audit."""
+
+    message_id: int | None
+    chat: int = 0  # filled in by the worker: the id sent to (after a migration, the new one)
+
+
+@attrs.frozen
+class Retry:
+    """This attempt failed: try again after ``ms`` (dead once the attempts are used up)."""
+
+    ms: int
+    reason: str
+
+
+@attrs.frozen
+class Bury:
+    """Never deliverable: dead at once with ``reason`` (listed and replayable)."""
+
+    reason: str
+
+
+@attrs.frozen
+class Flood:
+    """A 429: pause the limiter for ``ms`` (the chat's, or everyone's), then ``after_flood``."""
+
+    ms: int
+    reason: str
+
+
+@attrs.frozen
+class Follow:
+    """The group moved: remember the new id and resend there at once."""
+
+    new_chat_id: int
+
+
+@attrs.frozen
+class Probe:
+    """5xx or no answer: ask whether the bot reaches Telegram at all, then ``after_probe``."""
+
+    reason: str
+    floor_ms: int  # the server's own retry hint, if it gave one (else 0)
+
+
+@attrs.frozen
+class Outage:
+    """Telegram is down for every chat: hold the notice, spending nothing, until it is back."""
+
+    reason: str
+
+
+@attrs.frozen
+class Stop:
+    """Telegram refuses the bot itself: stop the worker (the notice goes back)."""
+
+    reason: str
+
+
+# --- the decisions ---------------------------------------------------------------------------
+
+
+def after_take(take: Take, policy: StepPolicy) -> Send | Booked | Hold | Defer:
+    if take.ok:
+        return Send()
+    if take.blocked_by == "booked":
+        return Booked(take.wait_ms)
+    reason = f"rate limit ({take.blocked_by})"
+    if take.wait_ms <= policy.hold_max_ms:
+        return Hold(take.wait_ms, reason)
+    return Defer(take.wait_ms, reason)
+
+
+def booking_missed(late_ms: float, margin_ms: int) -> bool:
+    """Whether a chat task that woke ``late_ms`` after its booked slot must ask the limiter
+    again instead of sending: later than half the margin (the other half is the trip's)."""
+    return late_ms > margin_ms / 2
+
+
+def after_answer(
+    verdict: Verdict, attempts: int, policy: StepPolicy, rng: random.Random | None = None
+) -> Done | Retry | Bury | Flood | Follow | Probe | Stop:
+    if isinstance(verdict, Delivered):
+        return Done(verdict.message_id)
+    if isinstance(verdict, Migrate):
+        return Follow(verdict.new_chat_id)
+    if isinstance(verdict, Drop):
+        return Bury(verdict.reason)
+    if isinstance(verdict, Fatal):
+        return Stop(verdict.reason)
+    if isinstance(verdict, RetryLater):
+        if verdict.flood:
+            return Flood(verdict.delay_ms or 1000, f"429: {verdict.reason}")
+        if verdict.server:
+            return Probe(verdict.reason, verdict.delay_ms or 0)
+        return _retry(verdict.reason, verdict.delay_ms or 0, attempts, policy, rng)
+    raise AssertionError(f"unhandled verdict {verdict!r}")  # pragma: no cover
+
+
+def after_flood(wait_ms: int, flooded_for_ms: int, policy: StepPolicy) -> Hold | Defer | Bury:
+    if flooded_for_ms >= policy.stuck_after_ms:
+        return Bury(f"429 for {flooded_for_ms // 1000} s in a row: the chat is stuck")
+    if wait_ms <= policy.hold_max_ms:
+        return Hold(wait_ms, "429")
+    return Defer(wait_ms, "429")
+
+
+def after_probe(
+    bot_down: bool,
+    probe: Probe,
+    attempts: int,
+    policy: StepPolicy,
+    rng: random.Random | None = None,
+) -> Outage | Retry:
+    if bot_down:
+        return Outage(probe.reason)
+    return _retry(probe.reason, probe.floor_ms, attempts, policy, rng)
+
+
+def _retry(
+    reason: str, floor_ms: int, attempts: int, policy: StepPolicy, rng: random.Random | None
+) -> Retry:
+    return Retry(max(delay_ms(policy.backoff, max(attempts, 1), rng), floor_ms), reason)

@@ -1,0 +1,93 @@
+"""The chat task's decisions (pure): which answer leads to which step."""
+
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from codemojex.notify.classify import Delivered, Drop, Fatal, Migrate, RetryLater, classify
+from codemojex.notify.rate_limiter import Take
+from codemojex.notify.steps import (
+    Booked,
+    Bury,
+    Defer,
+    Done,
+    Flood,
+    Follow,
+    Hold,
+    Outage,
+    Probe,
+    Retry,
+    Send,
+    StepPolicy,
+    Stop,
+    after_answer,
+    after_flood,
+    after_probe,
+    after_take,
+    booking_missed,
+)
+
+POLICY = StepPolicy(hold_max_ms=2000, stuck_after_ms=60_000)
+
+
+@given(st.integers(1, 10_000), st.sampled_from(["global", "chat", "paused"]))
+def test_short_waits_are_held_and_long_ones_deferred(wait: int, why: str) -> None:
+    step = after_take(Take(False, wait, why), POLICY)
+    expected = Hold if wait <= POLICY.hold_max_ms else Defer
+    assert isinstance(step, expected) and step.ms == wait
+    assert step.reason == f"rate limit ({why})"
+    assert after_take(Take(True), POLICY) == Send()
+    assert after_take(Take(False, wait, "booked", "123:4"), POLICY) == Booked(wait)
+
+
+def test_a_booking_is_missed_past_half_the_margin() -> None:
+    assert not booking_missed(-3.0, 30) and not booking_missed(15.0, 30)
+    assert booking_missed(15.1, 30) and booking_missed(1.0, 0)
+
+
+def test_each_answer_leads_to_its_step() -> None:
+    rng = random.Random(1)
+    assert after_answer(Delivered(7), 1, POLICY) == Done(7)
+    assert after_answer(Migrate(-1009), 1, POLICY) == Follow(-1009)
+    assert after_answer(Drop("Forbidden: bot was blocked by the user"), 1, POLICY) == Bury(
+        "Forbidden: bot was blocked by the user"
+    )
+    assert after_answer(Fatal("unauthorized"), 1, POLICY) == Stop("unauthorized")
+    assert after_answer(RetryLater("Too Many Requests", 3000, flood=True), 1, POLICY) == Flood(
+        3000, "429: Too Many Requests"
+    )
+    # A 5xx or no answer may be Telegram's trouble for everyone: ask before spending the attempt.
+    assert after_answer(classify(502, None), 1, POLICY) == Probe("HTTP 502", 0)
+    # Any other transient answer is the chat's: the attempt is spent, backed off.
+    step = after_answer(classify(403, {"description": "Forbidden: odd"}), 3, POLICY, rng)
+    assert isinstance(step, Retry) and 0 <= step.ms <= 2000
+
+
+@given(st.integers(1, 6), st.integers(0, 40_000))
+def test_a_probe_that_fails_is_an_outage_one_that_succeeds_spends_the_attempt(
+    attempts: int, floor: int
+) -> None:
+    probe = Probe("Bad Gateway", floor)
+    assert after_probe(True, probe, attempts, POLICY) == Outage("Bad Gateway")
+    step = after_probe(False, probe, attempts, POLICY, random.Random(attempts))
+    assert isinstance(step, Retry) and step.reason == "Bad Gateway"
+    assert floor <= step.ms <= max(floor, 500 * 2 ** (attempts - 1))
+
+
+@given(st.integers(1, 10_000), st.integers(0, 120_000))
+def test_a_429_is_held_deferred_or_after_the_cap_dead(wait: int, flooded: int) -> None:
+    step = after_flood(wait, flooded, POLICY)
+    if flooded >= POLICY.stuck_after_ms:
+        assert isinstance(step, Bury) and "stuck" in step.reason
+    elif wait <= POLICY.hold_max_ms:
+        assert step == Hold(wait, "429")
+    else:
+        assert step == Defer(wait, "429")
+
+
+def test_a_policy_refuses_what_makes_no_sense() -> None:
+    for bad in ({"hold_max_ms": -1}, {"stuck_after_ms": 0}, {"max_attempts": 0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            StepPolicy(**bad)
