@@ -49,7 +49,7 @@ import trio
 from codemojex.audit import segments
 from codemojex.audit.archive import ArchiveDB, ArchiveStore
 from codemojex.audit.compaction import DEFAULT_COMPACT_ROWS, DEFAULT_COMPACT_SEGMENTS, Contents
-from codemojex.audit.contents import build_compaction, read_contents
+from codemojex.audit.contents import Compaction, build_compaction, read_contents, read_header
 from codemojex.audit.folder import one_line
 from codemojex.audit.replica import NameTaken, NoSuchName, Replica, ReplicaBusy
 from echomq_trio.backoff import Exponential, Jitter, Policy, delay_ms, reconnect_delay_s
@@ -369,10 +369,12 @@ class Replicator:
             return 0
         most = ROUND_SEGMENTS * self.compact_segments
         built = await self._replica(build_compaction, self.replica, contents, self._stats.epoch,
-                                    self.compact_rows, most)  # fmt: skip
+                                    self.compact_rows, most, self.store.path.parent)  # fmt: skip
         if built is None:
             return 0
-        if not await self._create_compacted(built.piece, built.data):
+        with built.file:
+            created = await self._create_compacted(built)
+        if not created:
             log.info("archiver: %s holds another object named %s; compaction goes on later",
                      self.replica.describe(), built.piece.name)  # fmt: skip
             return 0
@@ -385,17 +387,20 @@ class Replicator:
         await self._clean_up()
         return built.manifest.manifest
 
-    async def _create_compacted(self, piece: segments.Piece, data: bytes) -> bool:
+    async def _create_compacted(self, built: Compaction) -> bool:
         """Create the compacted object; ``False`` if its name holds something else."""
         try:
-            await self._replica(self.replica.put_new, piece.name, data)
+            await self._replica(self.replica.put_new_file, built.piece.name, built.file)
             return True
         except NameTaken:
             # Its name says what it holds: another writer's, or this one's earlier attempt,
             # holds the same rows if its header agrees.
-            there = _header_or_none(await self._replica(self.replica.get, piece.name))
-            ours = segments.header_of(data)
-            return there is not None and attrs.evolve(there, epoch=ours.epoch) == ours
+            try:
+                there = await self._replica(read_header, self.replica, built.piece.name)
+            except ValueError:
+                return False
+            ours = built.header
+            return attrs.evolve(there, epoch=ours.epoch) == ours
 
     async def _create_manifest(self, manifest: segments.Manifest) -> bool:
         """Create the manifest; ``False`` if another writer took its number (this one is fenced

@@ -6,13 +6,14 @@ clean-up starts again."""
 
 from __future__ import annotations
 
+import io
 import itertools
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import pytest
 import trio
@@ -23,7 +24,7 @@ from codemojex.audit import segments
 from codemojex.audit.archive import ArchiveDB, ArchiveStore
 from codemojex.audit.compaction import Contents, garbage, next_manifest, tail_to_merge
 from codemojex.audit.contents import build_compaction, read_contents
-from codemojex.audit.replica import DirectoryReplica, NameTaken, NoSuchName, Replica
+from codemojex.audit.replica import DirectoryReplica, NameTaken, NoSuchName, Readable, Replica
 from codemojex.audit.replicator import Replicator, restore
 from codemojex.audit.rows import AuditRow
 from codemojex.audit.segments import Manifest, Piece
@@ -113,10 +114,17 @@ class MemoryReplica:
         self.objects[name] = data
         self.created.append(name)
 
+    def put_new_file(self, name: str, file: BinaryIO) -> None:
+        file.seek(0)
+        self.put_new(name, file.read())
+
     def get(self, name: str) -> bytes:
         if name not in self.objects:
             raise NoSuchName(name)
         return self.objects[name]
+
+    def reader(self, name: str) -> AbstractContextManager[Readable]:
+        return io.BytesIO(self.get(name))
 
     def names(self, prefix: str) -> list[str]:
         return sorted(n for n in self.objects if n.startswith(prefix))
@@ -148,7 +156,8 @@ def test_rounds_of_compaction_keep_every_row_and_stay_bounded(
         while len((contents := read_contents(replica)).after) >= compact_segments:
             built = build_compaction(replica, contents, 1, compact_rows)
             assert built is not None
-            replica.put_new(built.piece.name, built.data)
+            with built.file:
+                replica.put_new_file(built.piece.name, built.file)
             replica.put_new(segments.manifest_name(built.manifest.manifest),
                             segments.encode_manifest(built.manifest))  # fmt: skip
             replica.delete(read_contents(replica, previous=True).garbage())
@@ -187,8 +196,17 @@ class Ledger:
         with self._lock:
             self.created.append((name, data))
 
+    def put_new_file(self, name: str, file: BinaryIO) -> None:
+        self.inner.put_new_file(name, file)  # raises NameTaken when it exists
+        file.seek(0)
+        with self._lock:
+            self.created.append((name, file.read()))
+
     def get(self, name: str) -> bytes:
         return self.inner.get(name)
+
+    def reader(self, name: str) -> AbstractContextManager[Readable]:
+        return self.inner.reader(name)
 
     def names(self, prefix: str) -> list[str]:
         return self.inner.names(prefix)
@@ -313,8 +331,14 @@ class Gated:
             self.gate.wait(30)
         self.inner.put_new(name, data)
 
+    def put_new_file(self, name: str, file: BinaryIO) -> None:
+        self.inner.put_new_file(name, file)
+
     def get(self, name: str) -> bytes:
         return self.inner.get(name)
+
+    def reader(self, name: str) -> AbstractContextManager[Readable]:
+        return self.inner.reader(name)
 
     def names(self, prefix: str) -> list[str]:
         return self.inner.names(prefix)
@@ -414,8 +438,14 @@ class Paused:
             self.missing += 1
             raise
 
+    def reader(self, name: str) -> AbstractContextManager[Readable]:
+        return self.inner.reader(name)
+
     def put_new(self, name: str, data: bytes) -> None:
         self.inner.put_new(name, data)
+
+    def put_new_file(self, name: str, file: BinaryIO) -> None:
+        self.inner.put_new_file(name, file)
 
     def names(self, prefix: str) -> list[str]:
         return self.inner.names(prefix)
