@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import itertools
 import threading
+import tracemalloc
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager
 from functools import partial
@@ -176,6 +177,35 @@ def test_rounds_of_compaction_keep_every_row_and_stay_bounded(
         objects = contents.manifest.objects
         for a, b in itertools.pairwise(objects):
             assert a.rows >= 2 * b.rows or a.rows + b.rows > compact_rows, objects
+
+
+def test_a_compaction_holds_a_chunk_in_memory_not_its_objects(tmp_path: Path) -> None:
+    # A large compacted object and the segments that follow it: what build_compaction holds at
+    # once (its peak of Python allocations) stays a few chunks, far below the object it writes.
+    replica, seq, written = DirectoryReplica(tmp_path / "replica"), 0, []
+    for n in range(1, 61):
+        batch = [(seq := seq + 1, row) for row in audit_rows(500)]
+        replica.put_new(segments.segment_name(n), segments.encode(n, 1, batch))
+        written += batch
+    first = build_compaction(replica, read_contents(replica), 1, 10**6, 30, tmp_path)
+    assert first is not None and first.merged == 0
+    with first.file:
+        replica.put_new_file(first.piece.name, first.file)
+    replica.put_new(segments.manifest_name(1), segments.encode_manifest(first.manifest))
+    tracemalloc.start()
+    try:
+        built = build_compaction(replica, read_contents(replica), 1, 10**6, None, tmp_path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert built is not None and built.merged == 1  # it took the first object in
+    with built.file:
+        size = built.file.seek(0, io.SEEK_END)
+        replica.put_new_file(built.piece.name, built.file)
+    replica.put_new(segments.manifest_name(2), segments.encode_manifest(built.manifest))
+    assert live_rows(replica) == written
+    assert size > 96 * segments.CHUNK
+    assert peak < 16 * segments.CHUNK, f"peak {peak} bytes for an object of {size}"
 
 
 # --- the replicator on real replicas ------------------------------------------------------------
