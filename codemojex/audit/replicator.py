@@ -31,7 +31,8 @@ Theory of operation:
   that is down, fails, or does not answer in time leaves them in the local archive for the next
   start, said in one log line; nothing is lost.
 * ``restore`` rebuilds a database from the newest manifest's objects and the segments after it,
-  in order, in one transaction; if an object goes while it reads (a clean-up), it starts again.
+  in order, in one transaction, reading each object a chunk at a time; if an object goes while
+  it reads (a clean-up), it starts again.
 """
 
 from __future__ import annotations
@@ -507,10 +508,11 @@ def _restore(replica: Replica, db_path: str | Path) -> int:
         replicated = 0
         with db.transaction() as cur:
             for name in contents.live:
-                rows = segments.decode_rows(replica.get(name))
-                seqs = [seq for seq, _ in rows]
-                total += db.insert_in(cur, [row for _, row in rows], seqs)
-                replicated = max([replicated, *seqs])
+                with replica.reader(name) as piece:  # a compacted object is read in parts
+                    for rows in segments.read_rows(piece):
+                        seqs = [seq for seq, _ in rows]
+                        total += db.insert_in(cur, [row for _, row in rows], seqs)
+                        replicated = max(replicated, seqs[-1])
                 db.set_meta_in(cur, {"segment": str(segments.span(name)[1]),
                                      "replicated_seq": str(replicated)})  # fmt: skip
         return total

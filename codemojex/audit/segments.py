@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import io
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import PurePosixPath
 from typing import Any, BinaryIO
 
@@ -71,6 +71,7 @@ __all__ = [
     "manifest_name",
     "merge",
     "number",
+    "read_rows",
     "segment_name",
     "span",
     "write_compacted",
@@ -80,6 +81,7 @@ EPOCHS = "epochs/"
 SEGMENTS = "segments/"
 COMPACTED = "compacted/"
 MANIFESTS = "manifests/"
+CHUNK = 1 << 16  # bytes a merge or a restore reads and writes at a time
 
 _converter = make_converter(forbid_extra_keys=False)
 
@@ -226,14 +228,35 @@ def header_of(data: bytes) -> Header | CompactedHeader:
 def decode_rows(data: bytes) -> tuple[tuple[int, AuditRow], ...]:
     """The rows of a segment or a compacted object, in order; ``ValueError`` when any line is
     not what it should be, or they are not as many as its header says."""
-    header = header_of(data)
-    rows = _rows(data.decode().splitlines()[1:])
-    if len(rows) != header.rows:
-        raise ValueError(f"not a segment: {len(rows)} rows, its header says {header.rows}")
-    return rows
+    return tuple(row for part in read_rows(io.BytesIO(data)) for row in part)
 
 
-CHUNK = 1 << 16  # bytes a merge reads and writes at a time
+def read_rows(piece: Readable) -> Iterator[tuple[tuple[int, AuditRow], ...]]:
+    """The rows of a segment or a compacted object, in order, read a ``CHUNK`` at a time: a
+    tuple of rows per chunk, so a large object is never held whole. ``ValueError`` when a line
+    is not what it should be, or (after the last rows) when they are not as many as its header
+    says."""
+    header: Header | CompactedHeader | None = None
+    rows, rest = 0, b""
+    while True:
+        chunk = piece.read(CHUNK)
+        data, cut = rest + chunk, len(rest + chunk)
+        if chunk:  # whole lines now, the rest with the next chunk
+            cut = data.rfind(b"\n") + 1
+        lines, rest = data[:cut], data[cut:]
+        if header is None and (b"\n" in lines or not chunk):
+            head, _, lines = lines.partition(b"\n")
+            header = header_of(head)
+        if header is not None and lines:
+            part = _rows(lines.decode().splitlines())
+            rows += len(part)
+            if part:
+                yield part
+        if not chunk:
+            break
+    assert header is not None  # read at the end at the latest, or header_of raised
+    if rows != header.rows:
+        raise ValueError(f"not a segment: {rows} rows, its header says {header.rows}")
 
 
 @attrs.define

@@ -10,8 +10,8 @@ import io
 import itertools
 import threading
 import tracemalloc
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AbstractContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
@@ -450,7 +450,8 @@ async def test_a_stale_archiver_cannot_compact(tmp_path: Path) -> None:
 
 
 class Paused:
-    """A replica whose first read of a compacted object waits until the test lets it go."""
+    """A replica whose first read of a compacted object (``get`` or ``reader``) waits until the
+    test lets it go."""
 
     def __init__(self, inner: Replica) -> None:
         self.inner = inner
@@ -458,18 +459,28 @@ class Paused:
         self.go = threading.Event()
         self.missing = 0  # reads of an object that was gone
 
-    def get(self, name: str) -> bytes:
+    def _pause(self, name: str) -> None:
         if name.startswith(segments.COMPACTED) and not self.waiting.is_set():
             self.waiting.set()
             self.go.wait(30)
+
+    def get(self, name: str) -> bytes:
+        self._pause(name)
         try:
             return self.inner.get(name)
         except NoSuchName:
             self.missing += 1
             raise
 
-    def reader(self, name: str) -> AbstractContextManager[Readable]:
-        return self.inner.reader(name)
+    @contextmanager
+    def reader(self, name: str) -> Iterator[Readable]:
+        self._pause(name)
+        try:
+            with self.inner.reader(name) as f:
+                yield f
+        except NoSuchName:
+            self.missing += 1
+            raise
 
     def put_new(self, name: str, data: bytes) -> None:
         self.inner.put_new(name, data)

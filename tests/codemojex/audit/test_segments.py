@@ -167,6 +167,16 @@ def test_a_merge_streamed_in_small_parts_is_the_merge_in_one(
     assert read == [segments.header_of(data) for data in encoded]
 
 
+@given(st.lists(rows, min_size=1, max_size=8), st.integers(1, 300))
+def test_rows_read_in_small_parts_are_the_rows(batch: list[AuditRow], step: int) -> None:
+    numbered = tuple(enumerate(batch, 1))
+    data = segments.encode(1, 1, numbered)
+    assert tuple(r for part in segments.read_rows(Trickle(data, step)) for r in part) == numbered
+    short = data.replace(f'"rows": {len(batch)}'.encode(), f'"rows": {len(batch) + 1}'.encode())
+    with pytest.raises(ValueError, match="rows, its header says"):
+        list(segments.read_rows(Trickle(short, step)))
+
+
 @pytest.mark.parametrize(
     ("pieces", "words"),
     [
