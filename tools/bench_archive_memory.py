@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import os
 import shutil
 import sys
@@ -36,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from soak import Sample, report
+from soak import Sample, finish, report
 
 from codemojex.audit.archive import ArchiveStore
 from codemojex.audit.replica import DirectoryReplica
@@ -162,9 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if min(args.seconds, args.rate, args.batch, args.segment_every, args.every) <= 0:
         p.error("--seconds, --rate, --batch, --segment-every and --every must be positive")
-    out = trio.run(bench, args)
-    print(json.dumps(out, indent=2))
-    return 0 if out["ok"] else 1
+    return finish(trio.run(bench, args))
 
 
 if __name__ == "__main__":
