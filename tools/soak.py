@@ -321,7 +321,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.minutes <= 0 or args.rate <= 0 or args.chats < 1 or args.every <= 0:
         p.error("--minutes, --rate and --every must be positive, --chats at least 1")
-    out = trio.run(soak, args)
+    return finish(trio.run(soak, args))
+
+
+def finish(out: dict[str, Any]) -> int:
+    """Print a report (ONE JSON object on stdout); the exit status: 0 when it is ``ok``."""
     print(json.dumps(out, indent=2))
     return 0 if out["ok"] else 1
 

@@ -2,13 +2,14 @@
 
 How the parts fit: the script that settles a notice appends its record to the queue's audit
 stream. The ``Archiver`` (``archiver``) runs two tasks: the ``Folder`` (``folder``) folds the
-records into ``AuditRow``s (``rows``, pure) in a local SQLite ``archive``, acknowledges and
-trims the stream; the ``Replicator`` (``replicator``) claims an epoch in a ``replica`` (a
-directory or S3) and writes the committed rows to it create-only, in numbered segments whose
-format ``segments`` (pure) writes and reads, and compacts them into larger objects under numbered
-manifests by the rules of ``compaction`` (pure), reading the replica through ``contents``; its
-``restore`` rebuilds a database from the newest manifest and the segments after it.
-``python -m codemojex.audit`` queries, checks and restores archives, or runs an archiver.
+records into ``AuditRow``s (``rows``, pure) in a local SQLite ``archive`` (on one ``dedicated``
+thread), acknowledges and trims the stream; the ``Replicator`` (``replicator``) claims an epoch
+in a ``replica`` (a directory or S3) and writes the committed rows to it create-only, in
+numbered segments whose format ``segments`` (pure) writes and reads, and compacts them into
+larger objects under numbered manifests by the rules of ``compaction`` (pure), reading the
+replica through ``contents``; its ``restore`` rebuilds a database from the newest manifest and
+the segments after it. ``python -m codemojex.audit`` queries, checks and restores archives, or
+runs an archiver.
 """
 
 from codemojex.audit.archive import ArchiveDB, ArchiveStore, NotAnArchive, read_archive

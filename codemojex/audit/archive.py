@@ -1,6 +1,6 @@
 """The local audit archive: one SQLite database of settled notices (WAL, ``synchronous=FULL``),
-one row per notice id, written idempotently. Blocking: call it through ``trio.to_thread`` with a
-limiter of one (``ArchiveStore`` below does).
+one row per notice id, written idempotently. Blocking: trio code calls it through
+``ArchiveStore``, on one dedicated thread.
 
 The database file is created mode 0600 (in a directory created 0700 when missing); SQLite gives
 its ``-wal`` and ``-shm`` files the same mode. ``read_archive`` reads an archive without writing
@@ -19,6 +19,7 @@ from urllib.parse import quote
 
 import trio
 
+from codemojex.audit.dedicated import DedicatedThread
 from codemojex.audit.rows import COLUMNS, AuditRow
 from echomq_trio.datadir import PRIVATE_FILE_MODE, private_dir
 
@@ -44,6 +45,12 @@ CREATE INDEX IF NOT EXISTS notices_by_chat ON notices (chat, settled_ms);
 CREATE INDEX IF NOT EXISTS notices_by_time ON notices (settled_ms);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+
+
+# The page cache of a writing connection, at most (SQLite's default is 2,000 KiB). The archiver
+# appends: what it reads and writes again is the b-trees' upper pages and their newest leaves.
+# The cache fills as the database grows, so a smaller bound is reached sooner, and stays.
+CACHE_KIB = 512
 
 
 class NotAnArchive(ValueError):
@@ -72,6 +79,7 @@ class ArchiveDB:
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=FULL")
         self.conn.execute("PRAGMA busy_timeout=10000")
+        self.conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         self.conn.executescript(SCHEMA)
 
     @classmethod
@@ -223,21 +231,30 @@ def read_archive(path: str | Path, read: Callable[[ArchiveDB], T]) -> T:
 
 
 class ArchiveStore:
-    """``ArchiveDB`` for trio code: every call runs in a worker thread, one at a time."""
+    """``ArchiveDB`` for trio code: every call runs on one dedicated thread, one at a time, from
+    ``open`` to ``aclose`` (``dedicated``: so SQLite's memory stays in one ``malloc`` arena)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._limiter = trio.CapacityLimiter(1)
+        self._thread = DedicatedThread(f"archive {self.path.name}")
         self._db: ArchiveDB | None = None
 
     async def open(self) -> None:
-        self._db = await trio.to_thread.run_sync(ArchiveDB, self.path, limiter=self._limiter)
+        self._thread.start()
+        try:
+            self._db = await self._thread.run(ArchiveDB, self.path)
+        except BaseException:
+            self._thread.stop()
+            raise
 
     async def aclose(self) -> None:
         if self._db is not None:
             db, self._db = self._db, None
-            with trio.CancelScope(shield=True, deadline=trio.current_time() + 10):
-                await trio.to_thread.run_sync(db.close, limiter=self._limiter)
+            try:
+                with trio.CancelScope(shield=True, deadline=trio.current_time() + 10):
+                    await self._thread.run(db.close)
+            finally:
+                self._thread.stop()
 
     @property
     def db(self) -> ArchiveDB:
@@ -246,16 +263,16 @@ class ArchiveStore:
         return self._db
 
     async def insert(self, rows: Sequence[AuditRow]) -> int:
-        return await trio.to_thread.run_sync(self.db.insert, rows, limiter=self._limiter)
+        return await self._thread.run(self.db.insert, rows)
 
     async def rows_after(self, seq: int, limit: int) -> list[tuple[int, AuditRow]]:
-        return await trio.to_thread.run_sync(self.db.rows_after, seq, limit, limiter=self._limiter)
+        return await self._thread.run(self.db.rows_after, seq, limit)
 
     async def get_meta(self, key: str, default: str | None = None) -> str | None:
-        return await trio.to_thread.run_sync(self.db.get_meta, key, default, limiter=self._limiter)
+        return await self._thread.run(self.db.get_meta, key, default)
 
     async def set_meta(self, values: Mapping[str, str]) -> None:
-        await trio.to_thread.run_sync(self.db.set_meta, values, limiter=self._limiter)
+        await self._thread.run(self.db.set_meta, values)
 
     async def max_seq(self) -> int:
-        return await trio.to_thread.run_sync(self.db.max_seq, limiter=self._limiter)
+        return await self._thread.run(self.db.max_seq)

@@ -2,9 +2,10 @@
 S3-compatible storage. ``put_new`` never overwrites: if the name exists it raises
 ``NameTaken`` (S3's 412 Precondition Failed to ``If-None-Match: *``), which is how two writers
 learn that one of them must stop. S3's 409 (a concurrent conditional write) raises
-``ReplicaBusy``: try again. ``get`` of a name that is not there raises ``NoSuchName``;
-``delete`` removes names (compaction's clean-up; a missing name is no error). Blocking;
-callers use ``trio.to_thread``.
+``ReplicaBusy``: try again. ``put_new_file`` is ``put_new`` from a file and ``reader`` a
+``get`` that streams: large objects (compaction's) never have to be in memory whole. ``get``
+(or ``reader``) of a name that is not there raises ``NoSuchName``; ``delete`` removes names
+(compaction's clean-up; a missing name is no error). Blocking; callers use ``trio.to_thread``.
 
 Every other failure (unreachable, refused credentials, a missing bucket: ``OSError`` or boto's
 errors) is the caller's to retry; an S3 client gives up on a call within seconds (short
@@ -18,10 +19,12 @@ non-AWS server.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from echomq_trio.datadir import private_dir
@@ -30,6 +33,7 @@ __all__ = [
     "DirectoryReplica",
     "NameTaken",
     "NoSuchName",
+    "Readable",
     "Replica",
     "ReplicaBusy",
     "S3Replica",
@@ -51,9 +55,17 @@ class NoSuchName(Exception):
     """The name is not there (deleted since it was listed): list again."""
 
 
+class Readable(Protocol):
+    """What ``reader`` yields: an object's bytes, read a part at a time."""
+
+    def read(self, size: int, /) -> bytes: ...
+
+
 class Replica(Protocol):
     def put_new(self, name: str, data: bytes) -> None: ...
+    def put_new_file(self, name: str, file: BinaryIO) -> None: ...
     def get(self, name: str) -> bytes: ...
+    def reader(self, name: str) -> AbstractContextManager[Readable]: ...
     def names(self, prefix: str) -> list[str]: ...
     def delete(self, names: Sequence[str]) -> None: ...
     def describe(self) -> str: ...
@@ -74,12 +86,20 @@ class DirectoryReplica:
         return f"dir:{self.root}"
 
     def put_new(self, name: str, data: bytes) -> None:
+        self._publish(name, lambda f: f.write(data))
+
+    def put_new_file(self, name: str, file: BinaryIO) -> None:
+        """``put_new`` of ``file``'s bytes, from its start (copied a part at a time)."""
+        file.seek(0)
+        self._publish(name, lambda f: shutil.copyfileobj(file, f))
+
+    def _publish(self, name: str, write: Callable[[BinaryIO], object]) -> None:
         final = self.root / name
         final.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                write(f)
                 f.flush()
                 os.fsync(f.fileno())
             try:
@@ -99,6 +119,15 @@ class DirectoryReplica:
             return (self.root / name).read_bytes()
         except FileNotFoundError:
             raise NoSuchName(f"{name} is not in {self.describe()}") from None
+
+    @contextmanager
+    def reader(self, name: str) -> Iterator[Readable]:
+        try:
+            f = (self.root / name).open("rb")
+        except FileNotFoundError:
+            raise NoSuchName(f"{name} is not in {self.describe()}") from None
+        with f:
+            yield f
 
     def names(self, prefix: str) -> list[str]:
         folder = self.root / prefix
@@ -135,10 +164,18 @@ class S3Replica:
         return f"s3://{self.bucket}/{self.prefix}{where}"
 
     def put_new(self, name: str, data: bytes) -> None:
+        self._put(name, data)
+
+    def put_new_file(self, name: str, file: BinaryIO) -> None:
+        """``put_new`` of ``file``'s bytes, from its start (boto streams it)."""
+        file.seek(0)
+        self._put(name, file)
+
+    def _put(self, name: str, body: bytes | BinaryIO) -> None:
         from botocore.exceptions import ClientError
 
         try:
-            self.client.put_object(Bucket=self.bucket, Key=self.prefix + name, Body=data,
+            self.client.put_object(Bucket=self.bucket, Key=self.prefix + name, Body=body,
                                    IfNoneMatch="*")  # fmt: skip
         except ClientError as exc:
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
@@ -150,15 +187,30 @@ class S3Replica:
             raise
 
     def get(self, name: str) -> bytes:
+        body = self._body(name)
+        try:
+            return bytes(body.read())
+        finally:
+            body.close()
+
+    @contextmanager
+    def reader(self, name: str) -> Iterator[Readable]:
+        body = self._body(name)
+        try:
+            yield body
+        finally:
+            body.close()
+
+    def _body(self, name: str) -> Any:
+        """The object's streaming body (botocore's ``StreamingBody``); the caller closes it."""
         from botocore.exceptions import ClientError
 
         try:
-            body = self.client.get_object(Bucket=self.bucket, Key=self.prefix + name)["Body"]
+            return self.client.get_object(Bucket=self.bucket, Key=self.prefix + name)["Body"]
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code", "") in ("NoSuchKey", "404"):
                 raise NoSuchName(f"{name} is not in {self.describe()}") from None
             raise
-        return bytes(body.read())
 
     def delete(self, names: Sequence[str]) -> None:
         for start in range(0, len(names), S3_DELETE_MAX):

@@ -31,7 +31,8 @@ Theory of operation:
   that is down, fails, or does not answer in time leaves them in the local archive for the next
   start, said in one log line; nothing is lost.
 * ``restore`` rebuilds a database from the newest manifest's objects and the segments after it,
-  in order, in one transaction; if an object goes while it reads (a clean-up), it starts again.
+  in order, in one transaction, reading each object a chunk at a time; if an object goes while
+  it reads (a clean-up), it starts again.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ import trio
 from codemojex.audit import segments
 from codemojex.audit.archive import ArchiveDB, ArchiveStore
 from codemojex.audit.compaction import DEFAULT_COMPACT_ROWS, DEFAULT_COMPACT_SEGMENTS, Contents
-from codemojex.audit.contents import build_compaction, read_contents
+from codemojex.audit.contents import Compaction, build_compaction, read_contents, read_header
 from codemojex.audit.folder import one_line
 from codemojex.audit.replica import NameTaken, NoSuchName, Replica, ReplicaBusy
 from echomq_trio.backoff import Exponential, Jitter, Policy, delay_ms, reconnect_delay_s
@@ -369,10 +370,12 @@ class Replicator:
             return 0
         most = ROUND_SEGMENTS * self.compact_segments
         built = await self._replica(build_compaction, self.replica, contents, self._stats.epoch,
-                                    self.compact_rows, most)  # fmt: skip
+                                    self.compact_rows, most, self.store.path.parent)  # fmt: skip
         if built is None:
             return 0
-        if not await self._create_compacted(built.piece, built.data):
+        with built.file:
+            created = await self._create_compacted(built)
+        if not created:
             log.info("archiver: %s holds another object named %s; compaction goes on later",
                      self.replica.describe(), built.piece.name)  # fmt: skip
             return 0
@@ -385,17 +388,20 @@ class Replicator:
         await self._clean_up()
         return built.manifest.manifest
 
-    async def _create_compacted(self, piece: segments.Piece, data: bytes) -> bool:
+    async def _create_compacted(self, built: Compaction) -> bool:
         """Create the compacted object; ``False`` if its name holds something else."""
         try:
-            await self._replica(self.replica.put_new, piece.name, data)
+            await self._replica(self.replica.put_new_file, built.piece.name, built.file)
             return True
         except NameTaken:
             # Its name says what it holds: another writer's, or this one's earlier attempt,
             # holds the same rows if its header agrees.
-            there = _header_or_none(await self._replica(self.replica.get, piece.name))
-            ours = segments.header_of(data)
-            return there is not None and attrs.evolve(there, epoch=ours.epoch) == ours
+            try:
+                there = await self._replica(read_header, self.replica, built.piece.name)
+            except ValueError:
+                return False
+            ours = built.header
+            return attrs.evolve(there, epoch=ours.epoch) == ours
 
     async def _create_manifest(self, manifest: segments.Manifest) -> bool:
         """Create the manifest; ``False`` if another writer took its number (this one is fenced
@@ -502,10 +508,11 @@ def _restore(replica: Replica, db_path: str | Path) -> int:
         replicated = 0
         with db.transaction() as cur:
             for name in contents.live:
-                rows = segments.decode_rows(replica.get(name))
-                seqs = [seq for seq, _ in rows]
-                total += db.insert_in(cur, [row for _, row in rows], seqs)
-                replicated = max([replicated, *seqs])
+                with replica.reader(name) as piece:  # a compacted object is read in parts
+                    for rows in segments.read_rows(piece):
+                        seqs = [seq for seq, _ in rows]
+                        total += db.insert_in(cur, [row for _, row in rows], seqs)
+                        replicated = max(replicated, seqs[-1])
                 db.set_meta_in(cur, {"segment": str(segments.span(name)[1]),
                                      "replicated_seq": str(replicated)})  # fmt: skip
         return total

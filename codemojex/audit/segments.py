@@ -33,20 +33,25 @@ Numbers are written with 20 digits, so names sort as numbers do.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import io
+import shutil
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, BinaryIO
 
 import attrs
 from cattrs.preconf.json import make_converter
 
+from codemojex.audit.replica import Readable
 from codemojex.audit.rows import AuditRow
 
 __all__ = [
+    "CHUNK",
     "COMPACTED",
     "EPOCHS",
     "MANIFESTS",
     "SEGMENTS",
+    "Bodies",
     "CompactedHeader",
     "EpochClaim",
     "Header",
@@ -66,14 +71,17 @@ __all__ = [
     "manifest_name",
     "merge",
     "number",
+    "read_rows",
     "segment_name",
     "span",
+    "write_compacted",
 ]
 
 EPOCHS = "epochs/"
 SEGMENTS = "segments/"
 COMPACTED = "compacted/"
 MANIFESTS = "manifests/"
+CHUNK = 1 << 16  # bytes a merge or a restore reads and writes at a time
 
 _converter = make_converter(forbid_extra_keys=False)
 
@@ -220,11 +228,111 @@ def header_of(data: bytes) -> Header | CompactedHeader:
 def decode_rows(data: bytes) -> tuple[tuple[int, AuditRow], ...]:
     """The rows of a segment or a compacted object, in order; ``ValueError`` when any line is
     not what it should be, or they are not as many as its header says."""
-    header = header_of(data)
-    rows = _rows(data.decode().splitlines()[1:])
-    if len(rows) != header.rows:
-        raise ValueError(f"not a segment: {len(rows)} rows, its header says {header.rows}")
-    return rows
+    return tuple(row for part in read_rows(io.BytesIO(data)) for row in part)
+
+
+def read_rows(piece: Readable) -> Iterator[tuple[tuple[int, AuditRow], ...]]:
+    """The rows of a segment or a compacted object, in order, read a ``CHUNK`` at a time: a
+    tuple of rows per chunk, so a large object is never held whole. ``ValueError`` when a line
+    is not what it should be, or (after the last rows) when they are not as many as its header
+    says."""
+    header: Header | CompactedHeader | None = None
+    rows, rest = 0, b""
+    while True:
+        chunk = piece.read(CHUNK)
+        data, cut = rest + chunk, len(rest + chunk)
+        if chunk:  # whole lines now, the rest with the next chunk
+            cut = data.rfind(b"\n") + 1
+        lines, rest = data[:cut], data[cut:]
+        if header is None and (b"\n" in lines or not chunk):
+            head, _, lines = lines.partition(b"\n")
+            header = header_of(head)
+        if header is not None and lines:
+            part = _rows(lines.decode().splitlines())
+            rows += len(part)
+            if part:
+                yield part
+        if not chunk:
+            break
+    assert header is not None  # read at the end at the latest, or header_of raised
+    if rows != header.rows:
+        raise ValueError(f"not a segment: {rows} rows, its header says {header.rows}")
+
+
+@attrs.define
+class Bodies:
+    """Row lines of pieces (segments and compacted objects, in order), copied into ``out`` a
+    ``CHUNK`` at a time: what a merge holds in memory is a chunk and a line, whatever the size
+    of the pieces. ``add`` checks each piece's header against its lines (their count, its first
+    and last ``seq``) and that its rows follow those before; ``ValueError`` otherwise."""
+
+    out: BinaryIO
+    first_seq: int = 0
+    last_seq: int = 0
+    rows: int = 0
+
+    def add(self, piece: Readable) -> Header | CompactedHeader:
+        """Copy ``piece``'s row lines (it is read to its end); returns its header."""
+        buf = b""
+        while b"\n" not in buf:  # the header line
+            more = piece.read(CHUNK)
+            if not more:
+                header_of(buf)
+                raise ValueError(f"not a segment: no row after its header {buf[:80]!r}")
+            buf += more
+        head, chunk = buf.split(b"\n", 1)
+        header = header_of(head)
+        lines, first, last, tail = 0, None, b"", b""
+        while True:
+            if chunk:
+                self.out.write(chunk)
+                lines += chunk.count(b"\n")
+                seen = tail + chunk
+                if first is None and b"\n" in seen:
+                    first = seen.split(b"\n", 1)[0]
+                end = seen.rfind(b"\n")
+                if end >= 0:
+                    last, tail = seen[seen.rfind(b"\n", 0, end) + 1 : end], seen[end + 1 :]
+                else:
+                    tail = seen
+            chunk = piece.read(CHUNK)
+            if not chunk:
+                break
+        if tail:  # a last line without its newline
+            self.out.write(b"\n")
+            lines, first, last = lines + 1, tail if first is None else first, tail
+        if (lines != header.rows or first is None or _seq(first) != header.first_seq
+                or _seq(last) != header.last_seq):  # fmt: skip
+            raise ValueError(f"not a segment: its lines do not match its header {header}")
+        if header.first_seq <= self.last_seq:
+            raise ValueError(f"pieces out of order: seq {header.first_seq} after {self.last_seq}")
+        self.first_seq = self.first_seq or header.first_seq
+        self.last_seq, self.rows = header.last_seq, self.rows + header.rows
+        return header
+
+
+def write_compacted(
+    first: int, last: int, epoch: int, parts: Sequence[Bodies], out: BinaryIO
+) -> CompactedHeader:
+    """Write the compacted object ``compacted_name(first, last)`` of ``epoch`` to ``out``: one
+    header, then the row lines of ``parts`` (in order: their rows must follow one another),
+    copied a ``CHUNK`` at a time; ``ValueError`` when they hold no row or are out of order."""
+    first_seq = last_seq = rows = 0
+    for part in parts:
+        if not part.rows:
+            continue
+        if part.first_seq <= last_seq:
+            raise ValueError(f"pieces out of order: seq {part.first_seq} after {last_seq}")
+        first_seq = first_seq or part.first_seq
+        last_seq, rows = part.last_seq, rows + part.rows
+    if not rows:
+        raise ValueError("a compacted object holds at least one row")
+    head = CompactedHeader(first, last, epoch, first_seq, last_seq, rows)
+    out.write(_converter.dumps(head).encode() + b"\n")
+    for part in parts:
+        part.out.seek(0)
+        shutil.copyfileobj(part.out, out, CHUNK)
+    return head
 
 
 def merge(
@@ -232,27 +340,14 @@ def merge(
 ) -> tuple[bytes, CompactedHeader]:
     """The compacted object ``compacted_name(first, last)`` of ``epoch`` holding ``pieces``
     (segments and compacted objects, in order, together segments ``first`` to ``last``): their
-    row lines as they are, under one header. Each piece's header is checked against its lines
-    (their count, its first and last ``seq``) and the pieces' rows must follow one another;
-    ``ValueError`` otherwise."""
-    bodies: list[bytes] = []
-    first_seq = last_seq = rows = 0
+    row lines as they are, under one header (``Bodies`` and ``write_compacted`` in memory, for
+    pieces that are small)."""
+    bodies = Bodies(io.BytesIO())
     for data in pieces:
-        header = header_of(data)
-        body = data.split(b"\n", 1)[1]
-        lines = body.splitlines()
-        if (len(lines) != header.rows or not lines or _seq(lines[0]) != header.first_seq
-                or _seq(lines[-1]) != header.last_seq):  # fmt: skip
-            raise ValueError(f"not a segment: its lines do not match its header {header}")
-        if header.first_seq <= last_seq:
-            raise ValueError(f"pieces out of order: seq {header.first_seq} after {last_seq}")
-        first_seq = first_seq or header.first_seq
-        last_seq, rows = header.last_seq, rows + header.rows
-        bodies.append(body if body.endswith(b"\n") else body + b"\n")
-    if not rows:
-        raise ValueError("a compacted object holds at least one row")
-    head = CompactedHeader(first, last, epoch, first_seq, last_seq, rows)
-    return _converter.dumps(head).encode() + b"\n" + b"".join(bodies), head
+        bodies.add(io.BytesIO(data))
+    out = io.BytesIO()
+    head = write_compacted(first, last, epoch, [bodies], out)
+    return out.getvalue(), head
 
 
 def _seq(line: bytes) -> int:

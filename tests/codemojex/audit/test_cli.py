@@ -221,7 +221,8 @@ def test_status_reports_the_manifest_and_the_objects_and_restore_reads_the_manif
     replica.put_new(segments.segment_name(2), segments.encode(2, 1, fourth))
     built = build_compaction(replica, read_contents(replica), 1, 1000)  # segments 1 and 2
     assert built is not None
-    replica.put_new(built.piece.name, built.data)
+    with built.file:
+        replica.put_new_file(built.piece.name, built.file)
     replica.put_new(segments.manifest_name(1), segments.encode_manifest(built.manifest))
     replica.delete([segments.segment_name(1)])  # as a clean-up after a later manifest would
     out = audit("status", "--db", str(db), "--replica", str(rep), "--json")

@@ -1,6 +1,8 @@
 """The replica's names and formats (pure): segments, compacted objects and manifests; what every
 replica already holds must still read back, and what is not one is refused."""
 
+import io
+
 import attrs
 import pytest
 from hypothesis import given
@@ -133,6 +135,48 @@ def test_merged_pieces_read_back_as_their_rows_in_order(pieces: list[list[AuditR
     )  # fmt: skip
 
 
+class Trickle:
+    """A piece read a few bytes at a time: every chunk boundary a long object has, in small."""
+
+    def __init__(self, data: bytes, step: int) -> None:
+        self.data, self.step, self.at = data, step, 0
+
+    def read(self, size: int, /) -> bytes:
+        part = self.data[self.at : self.at + min(size, self.step)]
+        self.at += len(part)
+        return part
+
+
+@given(st.lists(st.lists(rows, min_size=1, max_size=4), min_size=1, max_size=4),
+       st.integers(1, 300), st.booleans())  # fmt: skip
+def test_a_merge_streamed_in_small_parts_is_the_merge_in_one(
+    pieces: list[list[AuditRow]], step: int, last_newline: bool
+) -> None:
+    encoded, seq = [], 1
+    for n, batch in enumerate(pieces, 1):
+        encoded.append(segments.encode(n, 1, list(enumerate(batch, seq))))
+        seq += len(batch)
+    if not last_newline:  # a last line without its newline reads the same
+        encoded[-1] = encoded[-1].removesuffix(b"\n")
+    whole, header = segments.merge(1, len(pieces), 7, encoded)
+    bodies = segments.Bodies(io.BytesIO())
+    read = [bodies.add(Trickle(data, step)) for data in encoded]
+    out = io.BytesIO()
+    assert segments.write_compacted(1, len(pieces), 7, [bodies], out) == header
+    assert out.getvalue() == whole
+    assert read == [segments.header_of(data) for data in encoded]
+
+
+@given(st.lists(rows, min_size=1, max_size=8), st.integers(1, 300))
+def test_rows_read_in_small_parts_are_the_rows(batch: list[AuditRow], step: int) -> None:
+    numbered = tuple(enumerate(batch, 1))
+    data = segments.encode(1, 1, numbered)
+    assert tuple(r for part in segments.read_rows(Trickle(data, step)) for r in part) == numbered
+    short = data.replace(f'"rows": {len(batch)}'.encode(), f'"rows": {len(batch) + 1}'.encode())
+    with pytest.raises(ValueError, match="rows, its header says"):
+        list(segments.read_rows(Trickle(short, step)))
+
+
 @pytest.mark.parametrize(
     ("pieces", "words"),
     [
@@ -141,6 +185,8 @@ def test_merged_pieces_read_back_as_their_rows_in_order(pieces: list[list[AuditR
         ([WRITTEN.replace(b'"rows": 1', b'"rows": 2')], "do not match its header"),
         ([WRITTEN.replace(b'"last_seq": 7', b'"last_seq": 8')], "do not match its header"),
         ([b"not a segment\n"], "not a segment header"),
+        ([WRITTEN.split(b"\n")[0]], "no row after its header"),
+        ([WRITTEN.replace(b"\n{", b"\n\n{")], "do not match its header"),  # an empty line
     ],
 )
 def test_merge_refuses_pieces_that_are_not_what_they_say(pieces: list[bytes], words: str) -> None:
