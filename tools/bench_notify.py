@@ -12,7 +12,7 @@ answers 429 when one is exceeded. Every time below is the stand-in's arrival tim
 its ``goals`` say whether each goal was met. It stops by itself: about 30 s (``--quick`` 15 s),
 each phase has a deadline, and a hard limit (110 s, ``--quick`` 60 s) cancels the rest.
 
-Workers: by default one ``NotificationWorker`` (concurrency 16) and one ``Metronome``
+Workers: by default one ``NotificationWorker`` (its default concurrency) and one ``Metronome``
 (``beat_ms=100``) run in this process, like ``in_process_worker`` in
 ``tests/codemojex/notify/test_pipeline.py``; their ``statistics()`` go into the diagnostics.
 With ``--workers N`` they are N processes of ``python -m codemojex.notify --queue QUEUE
