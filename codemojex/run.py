@@ -1,12 +1,14 @@
 """``python -m codemojex.run``: everything on one machine.
 
 With no settings: an embedded server (data in ``./codemojex-data``, so a restart resumes
-scheduled jobs), metronomes for ``cm.notify`` and ``cm.game``, the notification worker, the game
-worker (the daily digest), the live feed and its page (with Prometheus metrics at ``/metrics``,
-``codemojex.metrics``, and the bus dashboard at ``/bus/``, ``echomq_trio.dashboard``), the local
-Telegram stand-in as the transport, and a demo. It prints where to look and a short live summary.
-Ctrl-C or SIGTERM shuts it all down cleanly within a few seconds (jobs in hand go back to
-pending); a second start resumes. ``--help`` lists the settings.
+scheduled jobs), the notification worker and a metronome for ``cm.notify``, one
+``echomq_trio.Worker`` serving ``cm.game`` (the daily digest) and ``cm.updates`` (the game in
+chats), each with its metronome, the live feed and its page (with Prometheus metrics at
+``/metrics``, ``codemojex.metrics``, and the bus dashboard at ``/bus/``,
+``echomq_trio.dashboard``), the local Telegram stand-in as the transport, and a demo. It
+prints where to look and a short live summary. Ctrl-C or SIGTERM shuts it all down cleanly
+within a few seconds (jobs in hand go back to pending); a second start resumes. ``--help``
+lists the settings.
 """
 
 from __future__ import annotations
@@ -46,9 +48,10 @@ from codemojex.standin import TelegramStandIn, open_stand_in
 from echomq_trio import (
     Bus,
     BusError,
-    Consumer,
     Metronome,
+    Serve,
     StopConsumer,
+    Worker,
     humane,
     jobs,
     memory,
@@ -227,20 +230,20 @@ async def run(
                 )
                 metrics.watch(archiver=archiver)
                 await nursery.start(archiver.run)  # before the worker: every notice is audited
+            # cm.notify: the notification worker (its own claimer and per-chat lane tasks, not
+            # a Consumer) and a metronome of its own, beating faster for deferred notices.
             await nursery.start(worker.run)
             on = metrics.bus_metrics
             await nursery.start(Metronome(bus, NOTIFY_QUEUE, beat_ms=500, metrics=on).run)
-            await nursery.start(Metronome(bus, game.GAME_QUEUE, metrics=on).run)
-            game_consumer = Consumer(bus, game.GAME_QUEUE, game.game_handler(bus), metrics=on)
-            await nursery.start(game_consumer.run)
             # Telegram's updates: the chat game consumes cm.updates; a poller or the webhook
             # (a route of the page server) admits them (codemojex.chat).
             bot_id, username = await identify(bot)
-            await nursery.start(Metronome(bus, UPDATES_QUEUE, metrics=on).run)
             chat_game = ChatGame(bus, bot_id, username, round_ms=round(settings.round_s * 1000),
-                                 keep_ms=round(settings.round_keep_s * 1000),
-                                 metrics=on)  # fmt: skip
-            await nursery.start(chat_game.run)
+                                 keep_ms=round(settings.round_keep_s * 1000))  # fmt: skip
+            # cm.game (the digest) and cm.updates: each a consumer and a metronome, in one
+            # Worker; on shutdown their jobs in hand go back to pending, no attempt spent.
+            served = [Serve(game.GAME_QUEUE, game.game_handler(bus)), chat_game.serve()]
+            await nursery.start(Worker(bus, served, metrics=on).run)
             secret = new_secret()
             webhook = Webhook(bus, bot_id, secret) if settings.updates == "webhook" else None
             routes = {} if webhook is None else {WEBHOOK_PATH: webhook.answer}

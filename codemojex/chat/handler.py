@@ -49,7 +49,7 @@ from codemojex.game.rules import TOP_N, GameError
 from codemojex.game.scoring import ALPHABET, SIZE
 from codemojex.notify.notifier import NOTIFY_QUEUE, notify
 from codemojex.stats import added
-from echomq_trio import Bury, Bus, Consumer, Job, jobs
+from echomq_trio import Bury, Bus, Job, Serve, Worker, jobs
 from echomq_trio.metrics import BusMetrics
 
 __all__ = ["ChatGame", "ChatStats", "group_help", "private_help"]
@@ -88,7 +88,9 @@ class ChatStats:
 
 
 class ChatGame:
-    """Run with ``nursery.start(game.run)``; cancel to stop (updates in hand go back)."""
+    """Serve it in a ``Worker`` with ``game.serve()`` (its consumer and the queue's metronome), or
+    run its consumer alone with ``nursery.start(game.run)`` (a metronome for the queue runs
+    elsewhere); cancel to stop (updates in hand go back)."""
 
     def __init__(
         self,
@@ -112,16 +114,22 @@ class ChatGame:
         self.round_ms = round_ms
         self.start_in_ms = start_in_ms
         self.keep_ms = keep_ms
+        self.concurrency = concurrency
+        self.metrics = metrics
         self._stats = ChatStats()
-        self.consumer = Consumer(
-            bus, queue, self.handle, concurrency=concurrency, beat_ms=1000, metrics=metrics
-        )
 
     def statistics(self) -> ChatStats:
         return self._stats
 
+    def serve(self, *, metronome: bool = True) -> Serve:
+        """The queue as a ``Worker`` serves it: this game's handler, ``concurrency`` handler
+        tasks, and (``metronome``) the queue's metronome, which ends the rounds on time."""
+        return Serve(self.queue, self.handle, concurrency=self.concurrency, metronome=metronome)
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        await self.consumer.run(task_status=task_status)
+        """The consumer alone, until cancelled (``metrics`` given to it)."""
+        worker = Worker(self.bus, [self.serve(metronome=False)], metrics=self.metrics)
+        await worker.run(task_status=task_status)
 
     async def handle(self, job: Job) -> Bury | None:
         try:

@@ -1,6 +1,7 @@
 """``python -m codemojex.run`` as a user runs it: it serves the page, delivers notices to the
-Telegram stand-in, exits cleanly on SIGTERM, and a second start resumes; a start on data written
-before the room index lists those rooms."""
+Telegram stand-in, exits cleanly on SIGTERM, and a second start resumes; a SIGTERM amid a backlog
+hands the updates in hand back without spending their attempts; a start on data written before
+the room index lists those rooms."""
 
 import os
 import signal
@@ -12,9 +13,10 @@ import pytest
 import trio
 
 from codemojex import ids
+from codemojex.chat import UPDATES_QUEUE, admit
 from codemojex.game.rooms import room_key
-from codemojex.run import telegram_endpoint
-from echomq_trio import open_bus
+from codemojex.run import STAND_IN_TOKEN, telegram_endpoint
+from echomq_trio import events, jobs, open_bus
 from tests.conftest import wait_for
 from tests.support import ROOT, Lines, start_service, stop_process
 
@@ -83,6 +85,62 @@ async def test_run_serves_delivers_and_stops_cleanly_then_resumes(tmp_path: Path
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+BACKLOG = 1000  # updates waiting at start: more than the service handles while it starts
+
+
+def help_in_private(n: int) -> dict[str, object]:
+    """Update ``n``: a person's ``/help`` in a private chat of their own."""
+    person = 10**9 + n
+    chat = {"id": person, "type": "private"}
+    sender = {"id": person, "is_bot": False, "first_name": f"P{n}"}
+    return {"update_id": n, "message": {"message_id": 1, "chat": chat, "from": sender,
+                                        "text": "/help"}}  # fmt: skip
+
+
+@pytest.mark.timeout_s(180)
+async def test_sigterm_amid_a_backlog_hands_updates_back_without_spending_attempts(
+    tmp_path: Path,
+) -> None:
+    """cm.updates is served by the service's Worker: on SIGTERM its consumer stops claiming,
+    finishes what runs, and hands every update it holds but did not start back to pending with
+    its attempt not counted. Counted from the bus after the stop: nothing active, retried or
+    dead, every update handled or pending, and each released one pending at attempt 0."""
+    bot_id = int(STAND_IN_TOKEN.split(":")[0])
+    async with open_bus(data_dir=tmp_path) as bus:  # one private chat per update: many lanes
+        async with trio.open_nursery() as nursery:
+            for first in range(20):  # 20 admitting tasks, each a stride of the updates
+
+                async def admit_some(first: int) -> None:
+                    for n in range(first, BACKLOG, 20):
+                        await admit(bus, help_in_private(n), bot_id)
+
+                nursery.start_soon(admit_some, first)
+        assert (await jobs.counts(bus, UPDATES_QUEUE)).pending == BACKLOG
+    proc = await start_service(tmp_path, "--demo", "off", "--summary-every", "0")
+    try:
+        out = Lines(proc)
+        with trio.fail_after(60):
+            await out.until(r"Leaderboard: ")
+        proc.send_signal(signal.SIGTERM)
+        with trio.fail_after(30):
+            await out.until(r"^stopped$")
+            await proc.wait()
+        assert proc.returncode == 0, out.text()
+    finally:
+        await stop_process(proc)
+    async with open_bus(data_dir=tmp_path) as bus:
+        counts = await jobs.counts(bus, UPDATES_QUEUE)
+        assert (counts.active, counts.dead, counts.retried_total) == (0, 0, 0)
+        assert counts.completed_total + counts.pending == BACKLOG
+        assert counts.pending > 0, "the backlog was done before the stop: make it larger"
+        released = [e.subject for e in await events.read(bus, UPDATES_QUEUE, count=100_000)
+                    if e.kind == "released"]  # fmt: skip
+        assert released, "nothing was held at the stop"
+        for job_id in released:
+            info = await jobs.get_job(bus, UPDATES_QUEUE, job_id)
+            assert info is not None and (info.state, info.attempts) == ("pending", 0), info
 
 
 @pytest.mark.timeout_s(90)
