@@ -17,8 +17,11 @@ A client that keeps to the windows never meets a wait; one that only honours ``r
 meets growing ones.
 
 A send counts against a window while ``now - t < window``; once it is older it can never count
-again (the clock only moves forward), so the model forgets it. What it keeps is bounded by the
-limits, never by how long it runs:
+again (the clock only moves forward), so the model forgets it. Times are compared and
+subtracted in whole milliseconds (``_ms``), never as floats: in floats ``1.003 + 1.0 - 1.003``
+is ``1.0000000000000002`` (a wait of 1 s would be answered ``retry_after`` 2) and
+``1.001 - 0.001`` is ``0.9999999999999999`` (a send exactly one window later would be
+refused). What it keeps is bounded by the limits, never by how long it runs:
 
 * the bot's window: its sends of the last ``global_.window_ms``, at most ``global_.limit`` (a
   send is recorded only when it fits);
@@ -206,14 +209,14 @@ class FloodModel:
 
     def _refused_for(self, scope: int | None, now: float) -> float:
         strike = self._strikes.get(scope)
-        return 0.0 if strike is None else max(0.0, strike.until - now)
+        return 0.0 if strike is None else max(0, _ms(strike.until) - _ms(now)) / 1000
 
     def _forget(self, now: float) -> None:
         _drop_unseen(self._bot, self.rules.bot, now)
         for window, chats in self._chats.items():
             while chats:
                 chat_id, sends = next(iter(chats.items()))
-                if now - sends[-1] < window.window_s:
+                if _sees(window, sends[-1], now):
                     break  # this chat, and every one after it, sent within the window
                 del chats[chat_id]
         # Strikes are kept while a scope is refused or not yet forgiven: each at most
@@ -229,25 +232,37 @@ class FloodModel:
 def _drop_unseen(times: list[float], window: Window, now: float) -> None:
     """Drop from the front of ``times`` (ascending) the ones ``window`` no longer sees."""
     old = 0
-    while old < len(times) and now - times[old] >= window.window_s:
+    while old < len(times) and not _sees(window, times[old], now):
         old += 1
     del times[:old]
 
 
+def _ms(t: float) -> int:
+    """``t`` seconds on the stand-in's clock in whole milliseconds: the grid every comparison
+    and subtraction of times is made on (see the module's notes)."""
+    return round(t * 1000)
+
+
+def _sees(window: Window, t: float, now: float) -> bool:
+    """Whether a send at ``t`` still counts against ``window`` at ``now``."""
+    return _ms(now) - _ms(t) < window.window_ms
+
+
 def wait_for_slot(times: Sequence[float], window: Window, now: float) -> float:
     """Seconds until one more message fits ``window`` given earlier ``times`` (ascending; 0 if
-    it fits now). An earlier message at ``t`` still counts while ``now - t < window``."""
+    it fits now), a whole number of milliseconds (at least 1 when it does not fit). An earlier
+    message at ``t`` still counts while ``now - t < window`` (in whole milliseconds)."""
     inside: list[float] = []
     for t in reversed(times):
-        if now - t >= window.window_s:
+        if not _sees(window, t, now):
             break
         inside.append(t)
     if len(inside) < window.limit:
         return 0.0
     inside.reverse()
     # The oldest len(inside) - limit + 1 must leave the window for one more to fit.
-    frees_at = inside[len(inside) - window.limit] + window.window_s
-    return max(frees_at - now, 1e-9)
+    frees_at_ms = _ms(inside[len(inside) - window.limit]) + window.window_ms
+    return (frees_at_ms - _ms(now)) / 1000
 
 
 def most_in_span(times: Sequence[float], span_s: float) -> int:

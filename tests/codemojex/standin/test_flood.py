@@ -35,7 +35,12 @@ class Reference:
 
     def chats_in_window(self, now: float) -> int:
         last = {c: t for c, t in self.sends}
-        return sum(1 for c, t in last.items() if now - t < self.limits.for_chat(c).window_s)
+        return sum(1 for c, t in last.items() if in_window(self.limits.for_chat(c), t, now))
+
+
+def in_window(window: Window, t: float, now: float) -> bool:
+    """A send at ``t`` counts at ``now``: the model's rule, in whole milliseconds."""
+    return round(now * 1000) - round(t * 1000) < window.window_ms
 
 
 steps = st.lists(
@@ -106,6 +111,24 @@ def test_most_in_span_is_half_open() -> None:
     assert most_in_span([], 1.0) == 0
     assert most_in_span([0.0, 0.5, 1.0, 1.4], 1.0) == 3  # [0.5, 1.5)
     assert most_in_span([0.0, 1.0], 1.0) == 1
+
+
+def test_waits_are_whole_milliseconds_so_float_noise_never_moves_an_answer() -> None:
+    """In floats ``1.003 + 1.0 - 1.003`` is 1.0000000000000002 (a wait of 1 s answered
+    ``retry_after`` 2) and ``1.001 - 0.001`` is 0.9999999999999999 (a send exactly one window
+    later refused): the model works in whole milliseconds."""
+    one_per_s = Window(1, 1000)
+    assert wait_for_slot([1.003], one_per_s, 1.003) == 1.0
+    assert wait_for_slot([0.001], one_per_s, 1.001) == 0.0
+    assert wait_for_slot([0.001], one_per_s, 1.0004) == 0.001  # the least wait: 1 ms
+    assert wait_for_slot([2.5, 2.9], Window(2, 1000), 3.0) == 0.5
+    model = FloodModel(FloodRules(bot=one_per_s, private=Window(9, 1000), group=one_per_s))
+    model.record(1, 1.003)
+    assert model.retry_after(2, 1.003) == 1  # the bot's window frees in exactly 1 s
+    assert model.retry_after(2, 2.002) == 1  # refused until 2.003 ...
+    assert model.retry_after(2, 2.003) is None  # ... and not a millisecond more
+    model.record(2, 2.003)
+    assert model.retry_after(3, 3.003) is None  # one window after a send, the next fits
 
 
 def test_repeated_violations_grow_the_wait_and_are_forgiven() -> None:
