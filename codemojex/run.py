@@ -26,7 +26,7 @@ from functools import partial
 import trio
 
 from codemojex import game
-from codemojex.audit import Archiver, ArchiverStats, open_replica
+from codemojex.audit import Archiver, ArchiverStats, S3Unavailable, check_replica, open_replica
 from codemojex.chat import (
     UPDATES_QUEUE,
     WEBHOOK_PATH,
@@ -300,8 +300,8 @@ def _shutting_down(signum: signal.Signals) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Exit status: 0 after a clean stop, 1 when the service failed, 2 when it could not start
-    (a bad setting, the data directory owned by another process, a port in use), 128+N after a
-    second signal N."""
+    (a bad setting, the data directory owned by another process, a port in use, an s3://
+    replica without boto3), 128+N after a second signal N."""
     try:
         settings = parse_settings(argv)
         data_dir = DataDir.own(settings.data_dir)  # before any other side effect
@@ -315,7 +315,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with data_dir:
         try:
             check_ports(settings)
-        except (SettingsError, OSError) as exc:
+            if settings.archive:
+                check_replica(settings.replica_spec)  # an s3:// one needs boto3
+        except (ValueError, OSError, S3Unavailable) as exc:  # SettingsError is a ValueError
             print(f"codemojex: {exc}", file=sys.stderr)
             return 2
         try:

@@ -22,6 +22,8 @@ from codemojex.audit.replica import (
     Replica,
     ReplicaBusy,
     S3Replica,
+    S3Unavailable,
+    check_replica,
     open_replica,
 )
 from codemojex.audit.replicator import DEFAULT_REPLICA_RETRY, Replicator, ReplicatorStats, restore
@@ -46,6 +48,8 @@ __all__ = [
     "Replicator",
     "ReplicatorStats",
     "S3Replica",
+    "S3Unavailable",
+    "check_replica",
     "fold",
     "open_replica",
     "read_archive",

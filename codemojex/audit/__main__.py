@@ -44,7 +44,7 @@ from codemojex.audit.archiver import (
     Archiver,
 )
 from codemojex.audit.contents import read_contents
-from codemojex.audit.replica import NoSuchName, open_replica
+from codemojex.audit.replica import NoSuchName, S3Unavailable, open_replica
 from codemojex.audit.replicator import restore
 from codemojex.notify.notifier import NOTIFY_QUEUE
 from echomq_trio import BusError
@@ -233,7 +233,7 @@ def _parser() -> argparse.ArgumentParser:
 
 COMMANDS = {"query": cmd_query, "counts": cmd_counts, "status": cmd_status,
             "restore": cmd_restore, "archive": cmd_archive}  # fmt: skip
-KNOWN = (CliError, InUse, NotAnArchive, NoSuchName, ValueError, OSError, BusError)
+KNOWN = (CliError, InUse, NotAnArchive, NoSuchName, ValueError, OSError, BusError, S3Unavailable)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

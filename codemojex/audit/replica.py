@@ -37,6 +37,8 @@ __all__ = [
     "Replica",
     "ReplicaBusy",
     "S3Replica",
+    "S3Unavailable",
+    "check_replica",
     "open_replica",
 ]
 
@@ -140,13 +142,42 @@ class DirectoryReplica:
             (self.root / name).unlink(missing_ok=True)
 
 
+class S3Unavailable(Exception):
+    """An ``s3://`` replica was named and boto3 cannot be imported: install it
+    (``pip install 'codemojex[s3]'``) or name a directory instead. The message says so in one
+    line."""
+
+
+def _boto3(spec: str) -> Any:
+    try:
+        import boto3
+    except ImportError as exc:
+        raise S3Unavailable(
+            f"the replica {spec} needs boto3, which cannot be imported ({exc}): install it with "
+            "pip install 'codemojex[s3]', or name a directory as the replica"
+        ) from None
+    return boto3
+
+
+def check_replica(spec: str) -> None:
+    """What ``open_replica(spec)`` would refuse, found without touching anything: ``ValueError``
+    for a bad spec, ``S3Unavailable`` for an ``s3://`` one without boto3."""
+    if not spec:
+        raise ValueError("replica spec is empty")
+    if spec.startswith("s3://"):
+        if not urlsplit(spec).netloc:
+            raise ValueError(f"s3 replica needs a bucket: {spec!r}")
+        _boto3(spec)
+    elif "://" in spec:
+        raise ValueError(f"replica must be a directory or s3://bucket/prefix, got {spec!r}")
+
+
 class S3Replica:
-    """A bucket and key prefix on S3-compatible storage (boto3)."""
+    """A bucket and key prefix on S3-compatible storage (boto3; ``S3Unavailable`` without)."""
 
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
                  client: Any = None) -> None:  # fmt: skip
-        import boto3
-
+        boto3 = _boto3(f"s3://{bucket}/{prefix.strip('/')}")
         self.bucket = bucket
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self.endpoint_url = endpoint_url
@@ -230,17 +261,13 @@ class S3Replica:
 
 
 def open_replica(spec: str, *, create: bool = True) -> Replica:
-    """A replica from a spec (see the module docstring); ``ValueError`` for a bad one.
-    ``create=False`` for a reader: a missing directory is not created."""
-    if not spec:
-        raise ValueError("replica spec is empty")
+    """A replica from a spec (see the module docstring); ``ValueError`` for a bad one,
+    ``S3Unavailable`` for an ``s3://`` one without boto3 (``check_replica``). ``create=False``
+    for a reader: a missing directory is not created."""
+    check_replica(spec)
     if spec.startswith("s3://"):
         parts = urlsplit(spec)
-        if not parts.netloc:
-            raise ValueError(f"s3 replica needs a bucket: {spec!r}")
         query = parse_qs(parts.query)
         endpoint = query.get("endpoint", [os.environ.get("CODEMOJEX_S3_ENDPOINT", "")])[0] or None
         return S3Replica(parts.netloc, parts.path, endpoint_url=endpoint)
-    if "://" in spec:
-        raise ValueError(f"replica must be a directory or s3://bucket/prefix, got {spec!r}")
     return DirectoryReplica(spec.removeprefix("dir:"), create=create)

@@ -196,6 +196,28 @@ async def test_bad_settings_are_one_clear_line(args: list[str], words: str) -> N
     assert len(err.strip().splitlines()) == 1
 
 
+async def test_an_s3_replica_without_boto3_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """boto3 made unimportable (``sys.modules["boto3"] = None``): refused before anything starts
+    (no server, no archive), one line naming the replica and the fix."""
+    no_boto3 = ("import runpy, sys; sys.modules['boto3'] = None; "
+                "sys.argv[0] = 'codemojex.run'; runpy.run_module('codemojex.run', "
+                "run_name='__main__', alter_sys=True)")  # fmt: skip
+    done = await trio.run_process(
+        [sys.executable, "-c", no_boto3, "--data-dir", str(tmp_path), "--page-port", "0",
+         "--feed-port", "0", "--replica", "s3://audit-bucket/cm"],
+        cwd=ROOT, capture_stdout=True, capture_stderr=True, check=False,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )  # fmt: skip
+    err = done.stderr.decode()
+    assert done.returncode == 2, err
+    assert err.splitlines() == [
+        "codemojex: the replica s3://audit-bucket/cm needs boto3, which cannot be imported "
+        "(import of boto3 halted; None in sys.modules): install it with pip install "
+        "'codemojex[s3]', or name a directory as the replica"
+    ]
+    assert not (tmp_path / "server.log").exists() and not (tmp_path / "audit.sqlite").exists()
+
+
 async def test_help_documents_every_setting() -> None:
     done = await trio.run_process(
         [sys.executable, "-m", "codemojex.run", "--help"], cwd=ROOT, capture_stdout=True,

@@ -111,6 +111,18 @@ def test_errors_are_one_line(tmp_path: Path) -> None:
         assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
 
 
+def test_an_s3_replica_without_boto3_is_one_line(tmp_path: Path) -> None:
+    no_boto3 = ("import runpy, sys; sys.modules['boto3'] = None; "
+                "sys.argv[0] = 'codemojex.audit'; runpy.run_module('codemojex.audit', "
+                "run_name='__main__', alter_sys=True)")  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", no_boto3, "status", "--db", str(make_archive(tmp_path)[0]),
+         "--replica", "s3://audit-bucket/cm"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, env=ENV,
+    )  # fmt: skip
+    one_line_error(out, 1, "the replica s3://audit-bucket/cm needs boto3")
+
+
 def test_restore_json_and_a_private_database(tmp_path: Path) -> None:
     _, rep = make_archive(tmp_path)
     restored = tmp_path / "new-dir" / "restored.sqlite"
