@@ -23,6 +23,10 @@ Theory of operation:
   logged. More than ``max_restarts`` deaths within ``restart_window_s`` raise ``ServerDied`` out
   of the ``async with`` block, cancelling its body: the owner ends with a clear message instead
   of hanging.
+* **A bounded log.** The server writes ``server.log``; before each start (and restart) a log over
+  ``LOG_ROTATE_BYTES`` becomes ``server.log.1``, replacing the one before (``rotate_log``), so
+  a data directory keeps two logs at most. Within one run the log grows only by the server's own
+  lines: a few for each start, append-only file rewrite or warning.
 * **Stop:** SIGTERM (the server flushes its append-only file and exits), SIGKILL after a
   deadline, shielded with that deadline so it completes during cancellation.
 * **Bounded memory, never evicting.** The server runs with a ``maxmemory`` ceiling (by default
@@ -80,6 +84,7 @@ __all__ = [
     "free_port",
     "machine_memory_bytes",
     "read_password",
+    "rotate_log",
     "server_argv",
     "server_config",
     "start_server",
@@ -95,6 +100,8 @@ RESTART_WINDOW_S = 60.0
 CONFIG_FILE = "server.conf"
 PID_FILE = "server.pid"
 LOG_FILE = "server.log"
+PREVIOUS_LOG_FILE = "server.log.1"  # the one log kept from before the last rotation
+LOG_ROTATE_BYTES = 16 << 20  # a log past this is rotated when the server (re)starts
 PASSWORD_FILE = "password"
 MAXMEMORY_CAP_BYTES = 1 << 30  # the default ceiling is at most 1 GiB ...
 MAXMEMORY_SHARE = 4  # ... and at most a quarter of the machine's memory
@@ -190,6 +197,20 @@ def _write_private(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def rotate_log(data_dir: Path, max_bytes: int = LOG_ROTATE_BYTES) -> bool:
+    """Before a server starts: a ``server.log`` over ``max_bytes`` becomes ``server.log.1``
+    (replacing the previous one), so the server begins a new log. ``True`` if it did."""
+    path = data_dir / LOG_FILE
+    try:
+        if path.stat().st_size <= max_bytes:
+            return False
+    except FileNotFoundError:
+        return False
+    os.replace(path, data_dir / PREVIOUS_LOG_FILE)
+    log.info("%s was over %d MiB: moved to %s", path, max_bytes >> 20, PREVIOUS_LOG_FILE)
+    return True
 
 
 def read_password(data_dir: Path) -> str:
@@ -474,6 +495,7 @@ class EmbeddedServer:
 
     async def _launch(self, nursery: trio.Nursery) -> None:
         """Start one process, watched, and wait until it answers PING."""
+        rotate_log(self.data_dir)
         config = write_config(self.data_dir, self.port, self.password, self.extra,
                               maxmemory_bytes=self.maxmemory_bytes)  # fmt: skip
         popen = _spawn(server_argv(self.binary, config))

@@ -1,5 +1,6 @@
 """The embedded server: found in the documented order, started on loopback with a password and
-an append-only file, stopped on exit; clear errors when there is none."""
+an append-only file, stopped on exit; clear errors when there is none; its log rotated when it
+has grown past its bound."""
 
 import logging
 import os
@@ -11,7 +12,8 @@ import pytest
 
 from echomq_trio import ServerNotFound, ids, jobs, open_bus
 from echomq_trio.errors import ConnectionLost
-from echomq_trio.server import find_server_binary, start_server
+from echomq_trio.server import LOG_ROTATE_BYTES, find_server_binary, start_server
+from tests.conftest import wait_for
 from tests.support import processes_in
 
 
@@ -70,6 +72,47 @@ async def test_embedded_server_runs_on_loopback_with_password_and_aof(tmp_path: 
             async with open_bus(f"redis://127.0.0.1:{server.port}") as bus:
                 await bus.wire.command("PING")
     assert not server.running, "the server outlived its block"
+
+
+def oversized_log(path: Path, first_line: str) -> None:
+    """``path`` one byte over the bound (sparse past ``first_line``: no time spent writing)."""
+    with path.open("w") as f:
+        f.write(first_line + "\n")
+        f.truncate(LOG_ROTATE_BYTES + 1)
+
+
+def first_line(path: Path) -> str:
+    with path.open() as f:
+        return f.readline().rstrip("\n")
+
+
+@pytest.mark.server
+async def test_a_log_over_its_bound_is_rotated_at_start_and_restart(tmp_path: Path) -> None:
+    log, previous = tmp_path / "server.log", tmp_path / "server.log.1"
+    previous.write_text("the oldest log\n")
+    oversized_log(log, "before the start")
+    async with start_server(tmp_path) as server:
+        assert first_line(previous) == "before the start"
+        assert previous.stat().st_size == LOG_ROTATE_BYTES + 1  # the oldest one replaced
+        assert "Ready to accept connections" in log.read_text()  # a new log
+        oversized_log(log, "before the restart")
+        server.kill()
+        await wait_for(lambda: server.restarts == 1)
+        assert first_line(previous) == "before the restart"
+        assert "Ready to accept connections" in log.read_text()
+    logs = sorted(name for name in os.listdir(tmp_path) if name.startswith("server.log"))
+    assert logs == ["server.log", "server.log.1"]
+
+
+@pytest.mark.server
+async def test_a_log_within_its_bound_is_kept(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("an earlier run\n")
+    async with start_server(tmp_path):
+        pass
+    text = log.read_text()
+    assert text.startswith("an earlier run\n") and "Ready to accept connections" in text
+    assert not (tmp_path / "server.log.1").exists()
 
 
 @pytest.mark.server
