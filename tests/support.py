@@ -96,6 +96,25 @@ async def start_service(data_dir: Path, *args: str) -> trio.Process:
     )  # fmt: skip
 
 
+async def start_and_stop(
+    data_dir: Path, ready: str, *args: str, stop: signal.Signals = signal.SIGTERM
+) -> Lines:
+    """``start_service(data_dir, *args)``, wait for a line matching ``ready``, send ``stop``
+    and wait for a clean exit (status 0, within 15 s); its output. Killed if anything fails."""
+    proc = await start_service(data_dir, *args)
+    try:
+        out = Lines(proc)
+        with trio.fail_after(60):
+            await out.until(ready)
+        proc.send_signal(stop)
+        with trio.fail_after(15):
+            await proc.wait()
+        assert proc.returncode == 0, "\n".join(await out.rest())
+        return out
+    finally:
+        await stop_process(proc)
+
+
 async def stop_process(proc: trio.Process) -> None:
     """SIGKILL ``proc`` if it still runs, and reap it."""
     if proc.returncode is None:

@@ -18,7 +18,7 @@ from codemojex.game.rooms import room_key
 from codemojex.run import STAND_IN_TOKEN, telegram_endpoint
 from echomq_trio import events, jobs, open_bus
 from tests.conftest import wait_for
-from tests.support import ROOT, Lines, start_service, stop_process
+from tests.support import ROOT, Lines, start_and_stop, start_service, stop_process
 
 pytestmark = pytest.mark.slow
 
@@ -72,19 +72,8 @@ async def test_run_serves_delivers_and_stops_cleanly_then_resumes(tmp_path: Path
             proc.kill()
             await proc.wait()
     # A second start on the same data resumes: the digest is already registered.
-    proc = await _start(tmp_path)
-    try:
-        out = Lines(proc)
-        with trio.fail_after(60):
-            await out.until(r"daily digest: exists")
-        proc.send_signal(signal.SIGINT)
-        with trio.fail_after(15):
-            await proc.wait()
-        assert proc.returncode == 0
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+    await start_and_stop(tmp_path, r"daily digest: exists", "--summary-every", "0.5",
+                         stop=signal.SIGINT)  # fmt: skip
 
 
 BACKLOG = 1000  # updates waiting at start: more than the service handles while it starts
@@ -118,18 +107,8 @@ async def test_sigterm_amid_a_backlog_hands_updates_back_without_spending_attemp
 
                 nursery.start_soon(admit_some, first)
         assert (await jobs.counts(bus, UPDATES_QUEUE)).pending == BACKLOG
-    proc = await start_service(tmp_path, "--demo", "off", "--summary-every", "0")
-    try:
-        out = Lines(proc)
-        with trio.fail_after(60):
-            await out.until(r"Leaderboard: ")
-        proc.send_signal(signal.SIGTERM)
-        with trio.fail_after(30):
-            await out.until(r"^stopped$")
-            await proc.wait()
-        assert proc.returncode == 0, out.text()
-    finally:
-        await stop_process(proc)
+    out = await start_and_stop(tmp_path, r"Leaderboard: ", "--demo", "off", "--summary-every", "0")
+    assert "stopped" in await out.rest()
     async with open_bus(data_dir=tmp_path) as bus:
         counts = await jobs.counts(bus, UPDATES_QUEUE)
         assert (counts.active, counts.dead, counts.retried_total) == (0, 0, 0)
