@@ -146,10 +146,11 @@ class RateLimiter:
         return int(held) > 0
 
     async def pause(self, scope: str, chat: int, ms: int) -> tuple[str, int]:
-        """Pause ``scope`` (``'chat'``, ``'global'`` or ``'auto'``) for ``ms``; returns the scope
-        paused and the pause's end (server ms)."""
-        if scope not in ("chat", "global", "auto"):
-            raise ValueError(f"scope must be chat, global or auto, got {scope!r}")
+        """Pause ``scope`` (``'chat'``, ``'global'``, ``'auto'``, or ``'outage'``: every chat,
+        apart from a 429's pause, see ``hold_outage``) for ``ms``; returns the scope paused and
+        the pause's end (server ms)."""
+        if scope not in ("chat", "global", "auto", "outage"):
+            raise ValueError(f"scope must be chat, global, auto or outage, got {scope!r}")
         if not isinstance(ms, int) or ms < 1:
             raise ValueError(f"ms must be a positive int, got {ms!r}")
         got_scope, until = await self.bus.wire.script(
@@ -169,6 +170,18 @@ class RateLimiter:
         if paused in _PAUSED:
             self._stats = added(self._stats, **{_PAUSED[paused]: 1})
         return paused, int(until)
+
+    async def hold_outage(self, ms: int) -> int:
+        """Telegram answers nobody: every process sharing this budget holds its sends for ``ms``
+        (extending, never shortening, a hold already on); returns its end (server ms). The
+        process that probes extends it while the probes fail and calls ``end_outage`` when one
+        succeeds; if that process dies, the hold runs out by itself."""
+        _, until = await self.pause("outage", 0, ms)
+        return until
+
+    async def end_outage(self) -> None:
+        """Telegram answers again: every process may send (a 429's pause stays)."""
+        await self.bus.wire.command("DEL", self.prefix + "pause:outage")
 
 
 def _chat(chat: object) -> int:

@@ -157,7 +157,7 @@ class NotificationWorker:
         self.beat_ms = beat_ms
         self.policy = policy or StepPolicy()
         self.idle_s = idle_s
-        self.outage = OutageGate(bot)
+        self.outage = OutageGate(bot, shared=limiter)
         self._stats = WorkerStats()
         self._bus_stats = ConsumerStats()
         self._rng = rng or random.Random()

@@ -30,7 +30,8 @@
 -- waits for time to be answered. Later than half the margin (the other half is the trip's), a
 -- send goes now if the logs hold it at its real time; otherwise its slot is given back (one
 -- entry fewer is always safe) and it queues again.
--- A pause (after a 429) blocks its scope.
+-- A pause (after a 429) blocks its scope; an outage pause (rate_pause 'outage': a process found
+-- Telegram answering nobody and probes it) blocks every chat.
 -- Returns {1, 0, '', member} send now (then rate_sent with the member), or {0, wait ms,
 -- 'global' | 'chat' | 'paused'}, or {0, wait ms, 'booked', member, ms until asking again}.
 local p = ARGV[1]
@@ -38,7 +39,7 @@ local chat = ARGV[2]
 local now = now_ms()
 local margin = tonumber(ARGV[7])
 local wait = 0
-for _, key in ipairs({p .. 'pause:global', p .. 'pause:chat:' .. chat}) do
+for _, key in ipairs({p .. 'pause:global', p .. 'pause:outage', p .. 'pause:chat:' .. chat}) do
   local untl = redis.call('GET', key)
   if untl and tonumber(untl) - now > wait then wait = tonumber(untl) - now end
 end
