@@ -38,9 +38,12 @@ in this process; the server and the token through the environment), stated in th
      when the run ends as it went; the cross-check is lower when the end trails off (the last
      30 arrivals spread over more than a window: ``last_window_span_s`` > 1.03), because the
      steady rate weighs the last 30 arrivals by their mean time, the cross-check by the last.
-   * ``budget_per_s``: 30. ``fraction_of_budget``: the steady rate / 30 (goal >= 0.95). The
-     ceiling set by the margin alone (``details.saturation.margin_ceiling_fraction``) is
-     ``1000 / (1000 + margin)``: 0.971 at 30 ms, 0.952 at 50 ms.
+   * ``budget_per_s``: 30. ``fraction_of_budget``: the steady rate / 30 (goal >= 0.985, issue
+     11). A send's window counts from its answer once the worker has it (``RateLimiter.sent``),
+     so the margin binds only sends still unanswered when the slot 30 later is given out;
+     ``details.saturation.margin_ceiling_fraction`` is the ceiling if every one were:
+     ``1000 / (1000 + margin)``, 0.971 at 30 ms. ``limiter.confirmed`` counts the stamped
+     sends.
    * ``whole_run_sends_per_s``: all notices / (last arrival - the moment the workers were
      ready), opening burst included; ``details.saturation.first_to_last_sends_per_s`` is
      (N - 1) / (last - first arrival).
@@ -144,7 +147,7 @@ SMALL_LIMIT_S = 20.0  # the small notices of the flood phase stop being awaited 
 SETTLE_LIMIT_S = 3.0  # after the last arrival, how long to wait for the last acks
 SAMPLE_S = 0.1  # how often the limiter's state is sampled during the saturation phase
 STOP_LIMIT_S = 5.0  # a worker process gets this long after SIGTERM before SIGKILL
-GOAL_FRACTION = 0.95
+GOAL_FRACTION = 0.985
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(codemojex.__file__)))
 
 
@@ -649,7 +652,7 @@ async def bench(
         "perf_counter": time.get_clock_info("perf_counter").implementation,
     }
     out["goals"] = {
-        "fraction_of_budget_ge_0.95": out["fraction_of_budget"] >= GOAL_FRACTION,
+        "fraction_of_budget_ge_0.985": out["fraction_of_budget"] >= GOAL_FRACTION,
         "never_above_30_in_1s": out["max_in_any_1s_window"] <= LIMITS.global_.limit
         and details["flood"]["max_in_any_1s_window"] <= LIMITS.global_.limit,
         "no_429s": out["stand_in_429s"] == 0 and details["flood"]["stand_in_429s"] == 0,

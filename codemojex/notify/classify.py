@@ -38,6 +38,7 @@ class RetryLater:
     flood: bool = False
     # A 5xx or no answer at all: perhaps Telegram's trouble for every chat, not this chat's.
     server: bool = False
+    answered: bool = True  # False: no answer at all (the request may or may not have arrived)
 
 
 @attrs.frozen
@@ -155,4 +156,5 @@ def classify(status: int, body: Mapping[str, Any] | None) -> Verdict:
 
 def classify_error(exc: BaseException) -> RetryLater:
     """A request that got no answer (network error, timeout) is worth another try."""
-    return RetryLater(f"no answer: {type(exc).__name__}: {exc}".rstrip(": "), server=True)
+    return RetryLater(f"no answer: {type(exc).__name__}: {exc}".rstrip(": "), server=True,
+                      answered=False)  # fmt: skip

@@ -1,6 +1,9 @@
 """The shared rate limit: sliding send windows kept on the server (one Lua script, server clock),
 so every worker process spends one budget. ``take(chat)`` takes from the bot's global window and
-the chat's window together or from neither, and answers ok or how long to wait.
+the chat's window together or from neither, and answers ok or how long to wait; ``sent(chat,
+entry)`` after the send's answer stamps its entry with the answer's time, so the window counts
+from when the message is known to have arrived rather than assuming the margin's worth of trip
+(``rate_take.lua`` explains the logs).
 
 Defaults (``codemojex.notify.limits.Limits``): 30 sends per second for the bot, a private chat 3 per
 3 s (1/s with a burst of 3), a group chat 20 per minute. ``pause`` honours a 429: only its chat,
@@ -30,7 +33,10 @@ class Take:
     ok: bool
     wait_ms: int = 0
     blocked_by: str = ""  # 'global', 'chat', 'paused' or 'booked' (a send booked) when not ok
-    booking: str = ""  # with 'booked': the booking, to pass back if the caller comes late
+    # The send's entry in the logs (ok or 'booked'): for ``sent`` once the send has its answer,
+    # and for ``take(booking=...)`` when a booking is refined or woken for late.
+    entry: str = ""
+    ask_ms: int = 0  # with 'booked': ask again (``booking=entry``) after this many ms (0: never)
 
 
 @attrs.frozen
@@ -39,6 +45,8 @@ class LimiterStats:
     the waits they handed out), and pauses by the scope paused."""
 
     taken: int = 0  # sends taken now or booked
+    refined: int = 0  # bookings passed back and moved (brought forward, or late and re-placed)
+    confirmed: int = 0  # sends stamped with their answer's time
     denied_global: int = 0  # the bot's window was full (the chat got a reserved slot)
     denied_chat: int = 0  # the chat's own window was full
     denied_paused: int = 0  # a pause after a 429 was on
@@ -80,12 +88,14 @@ class RateLimiter:
         """Take one send for ``chat`` now, or learn how long to wait. With ``book_ms``, a send
         the bot's window has room for within that many ms is booked: the answer is
         ``blocked_by='booked'`` and ``wait_ms`` until the slot, and the caller sends then
-        without taking again (see ``rate_take.lua``). A caller that wakes for its slot later
-        than half the margin passes the booking back (``booking``, ``Take.booking``) and the
-        limiter decides, as for a late reservation."""
+        without taking again (see ``rate_take.lua``), unless ``ask_ms`` says to ask again
+        first: then it passes the booking back (``booking=Take.entry``) after ``ask_ms`` and the
+        slot is refined (brought forward as far as the sends before it allow, never later). A
+        caller that wakes for its slot later than half the margin passes the booking back too,
+        and the limiter decides, as for a late reservation."""
         chat = _chat(chat)
         window = self.limits.for_chat(chat)
-        ok, wait, why, *member = await self.bus.wire.script(
+        ok, wait, why, *rest = await self.bus.wire.script(
             "codemojex.notify/rate_take",
             [self.global_window],
             [
@@ -100,19 +110,47 @@ class RateLimiter:
                 booking,
             ],
         )
-        take = Take(bool(ok), int(wait), as_text(why), as_text(member[0]) if member else "")
+        take = Take(bool(ok), int(wait), as_text(why), as_text(rest[0]) if rest else "",
+                    int(rest[1]) if len(rest) > 1 else 0)  # fmt: skip
         if take.ok or take.blocked_by == "booked":
-            self._stats = added(self._stats, taken=1)
+            if not booking:
+                self._stats = added(self._stats, taken=1)
+            elif take.entry != booking:  # the same send, its slot moved
+                self._stats = added(self._stats, refined=1)
         elif take.blocked_by in _DENIED:
             self._stats = added(self._stats, **{_DENIED[take.blocked_by]: 1},
                                 denied_wait_ms=take.wait_ms)  # fmt: skip
         return take
 
+    async def sent(self, chat: int, entry: str) -> bool:
+        """The send taken as ``entry`` (``Take.entry``) has Telegram's answer: stamp its entry
+        with now, less the margin, so its window counts from the answer. Call it for every
+        answer Telegram gave (any status), not for a request that got none. ``False`` when the
+        entry had already left the logs."""
+        if not entry:
+            raise ValueError("entry must be a Take.entry")
+        window = self.limits.for_chat(_chat(chat))
+        held = await self.bus.wire.script(
+            "codemojex.notify/rate_sent",
+            [self.global_window],
+            [
+                self.prefix,
+                str(chat),
+                entry,
+                str(self.margin_ms),
+                str(self.limits.global_.window_ms),
+                str(window.window_ms),
+            ],
+        )
+        self._stats = added(self._stats, confirmed=1)
+        return int(held) > 0
+
     async def pause(self, scope: str, chat: int, ms: int) -> tuple[str, int]:
-        """Pause ``scope`` (``'chat'``, ``'global'`` or ``'auto'``) for ``ms``; returns the scope
-        paused and the pause's end (server ms)."""
-        if scope not in ("chat", "global", "auto"):
-            raise ValueError(f"scope must be chat, global or auto, got {scope!r}")
+        """Pause ``scope`` (``'chat'``, ``'global'``, ``'auto'``, or ``'outage'``: every chat,
+        apart from a 429's pause, see ``hold_outage``) for ``ms``; returns the scope paused and
+        the pause's end (server ms)."""
+        if scope not in ("chat", "global", "auto", "outage"):
+            raise ValueError(f"scope must be chat, global, auto or outage, got {scope!r}")
         if not isinstance(ms, int) or ms < 1:
             raise ValueError(f"ms must be a positive int, got {ms!r}")
         got_scope, until = await self.bus.wire.script(
@@ -132,6 +170,18 @@ class RateLimiter:
         if paused in _PAUSED:
             self._stats = added(self._stats, **{_PAUSED[paused]: 1})
         return paused, int(until)
+
+    async def hold_outage(self, ms: int) -> int:
+        """Telegram answers nobody: every process sharing this budget holds its sends for ``ms``
+        (extending, never shortening, a hold already on); returns its end (server ms). The
+        process that probes extends it while the probes fail and calls ``end_outage`` when one
+        succeeds; if that process dies, the hold runs out by itself."""
+        _, until = await self.pause("outage", 0, ms)
+        return until
+
+    async def end_outage(self) -> None:
+        """Telegram answers again: every process may send (a 429's pause stays)."""
+        await self.bus.wire.command("DEL", self.prefix + "pause:outage")
 
 
 def _chat(chat: object) -> int:

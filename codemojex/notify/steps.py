@@ -95,9 +95,11 @@ class Send:
 @attrs.frozen
 class Booked:
     """A send is booked ``ms`` from the take: wait in the chat task, then send without asking
-    the limiter again."""
+    the limiter again; or, with ``ask_ms``, ask again after that many ms, passing the booking
+    back, so the limiter can bring the slot forward once the sends before it have answers."""
 
     ms: int
+    ask_ms: int = 0
 
 
 @attrs.frozen
@@ -183,7 +185,7 @@ def after_take(take: Take, policy: StepPolicy) -> Send | Booked | Hold | Defer:
     if take.ok:
         return Send()
     if take.blocked_by == "booked":
-        return Booked(take.wait_ms)
+        return Booked(take.wait_ms, take.ask_ms)
     reason = f"rate limit ({take.blocked_by})"
     if take.wait_ms <= policy.hold_max_ms:
         return Hold(take.wait_ms, reason)

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from codemojex.notify.classify import RetryLater
 from codemojex.notify.notice import DeliveryNote, Notice, decode, encode_note
 from codemojex.notify.notifier import NOTIFY_QUEUE
 from codemojex.notify.outage import OutageGate
@@ -156,7 +157,7 @@ class NotificationWorker:
         self.beat_ms = beat_ms
         self.policy = policy or StepPolicy()
         self.idle_s = idle_s
-        self.outage = OutageGate(bot)
+        self.outage = OutageGate(bot, shared=limiter)
         self._stats = WorkerStats()
         self._bus_stats = ConsumerStats()
         self._rng = rng or random.Random()
@@ -316,12 +317,12 @@ class NotificationWorker:
         limiter, a hold) are cancellable; a send and what its answer needs run to the end."""
         chat = await self._chat_for(notice.chat)
         followed = False
-        booking = ""  # a booked slot this task woke too late for: the limiter decides
+        booking = ""  # a booked slot to refine, or one this task woke too late for
         while True:
             await self.outage.wait_open()
             answer = await self.limiter.take(chat, book_ms=self.policy.hold_max_ms,
                                              booking=booking)  # fmt: skip
-            booking = ""
+            passed_back, booking = booking, ""
             take = after_take(answer, self.policy)
             if isinstance(take, Booked):
                 # The slot is `ms` after the take on the server's clock, and the take happened
@@ -330,12 +331,17 @@ class NotificationWorker:
                 # take's own round trip made most bookings look late on a slow host, and the
                 # hand-backs that followed ate the budget (bench_notify: 0.26 of it, and not
                 # every notice delivered in the run).
-                self._count(booked=1)
+                if not passed_back:
+                    self._count(booked=1)
                 answered = trio.current_time()
+                if take.ask_ms:  # ask again nearer the slot: it may come forward
+                    await trio.sleep(take.ask_ms / 1000)
+                    booking = answer.entry
+                    continue
                 await trio.sleep(take.ms / 1000)
                 late_ms = (trio.current_time() - answered) * 1000 - take.ms
                 if booking_missed(late_ms, self.limiter.margin_ms):
-                    booking = answer.booking
+                    booking = answer.entry
                     continue
             elif isinstance(take, Defer):
                 self._count(deferred=1)
@@ -350,7 +356,7 @@ class NotificationWorker:
             # notice is sent again.)
             step: Done | Retry | Bury | Defer | Hold | Follow | Outage | Stop | None = None
             with trio.CancelScope(shield=True, deadline=trio.current_time() + SEND_TIME_S):
-                step = await self._exchange(job, notice, chat, followed)
+                step = await self._exchange(job, notice, chat, answer.entry, followed)
                 if isinstance(step, Done | Retry | Bury | Defer):
                     return step
                 if isinstance(step, Follow):
@@ -363,11 +369,14 @@ class NotificationWorker:
                 await trio.sleep_forever()  # cancelled at once: the notice goes back
 
     async def _exchange(
-        self, job: Job, notice: Notice, chat: int, followed: bool
+        self, job: Job, notice: Notice, chat: int, entry: str, followed: bool
     ) -> Done | Retry | Bury | Defer | Hold | Follow | Outage | Stop:
-        """Send once and act on the answer: a step to settle with, or what to do before the next
-        send (``Hold`` after a short 429, ``Follow`` a migration, wait out an ``Outage``)."""
+        """Send once (taken from the limiter as ``entry``) and act on the answer: a step to
+        settle with, or what to do before the next send (``Hold`` after a short 429, ``Follow``
+        a migration, wait out an ``Outage``)."""
         verdict = await self.bot.send_message(chat, notice.text, **notice.opts)
+        if not (isinstance(verdict, RetryLater) and not verdict.answered):
+            await self._sent(chat, entry)
         step = after_answer(verdict, job.attempts, self.policy, self._rng)
         if isinstance(step, Follow):
             if followed:
@@ -407,6 +416,14 @@ class NotificationWorker:
             log.info("notice %s to %s dropped: %s", notice.id, chat, step.reason)
             return step
         return step  # Stop
+
+    async def _sent(self, chat: int, entry: str) -> None:
+        """Telegram answered the send: its window counts from now (see ``RateLimiter.sent``). If
+        the server cannot be told, the entry keeps the margin's assumption."""
+        try:
+            await self.limiter.sent(chat, entry)
+        except BusError as exc:
+            log.warning("could not stamp the send to chat %s with its answer: %s", chat, exc)
 
     async def _delivered(self, chat: int, notice: Notice) -> None:
         self._count(delivered=1)

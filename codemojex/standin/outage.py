@@ -27,6 +27,7 @@ class Outage:
         self.stand_in = stand_in
         self.down = False
         self.refused = 0  # requests answered with the 502 page
+        self.refused_sends = 0  # of them, sendMessage (the rest are probes, getMe)
         self.api_url = ""  # set while served by ``open_outage``
 
     async def app(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
@@ -34,6 +35,8 @@ class Outage:
             await self.stand_in.app(scope, receive, send)
             return
         self.refused += 1
+        if str(scope["path"]).endswith("/sendMessage"):
+            self.refused_sends += 1
         headers = [(b"content-type", b"text/html"),
                    (b"content-length", str(len(BAD_GATEWAY_PAGE)).encode())]  # fmt: skip
         await send({"type": "http.response.start", "status": 502, "headers": headers})

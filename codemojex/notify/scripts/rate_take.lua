@@ -4,36 +4,42 @@
 -- ARGV[1] key prefix: the queue's app key `rate:` (emq:{cm.notify}:app:rate:), ARGV[2] chat id,
 -- ARGV[3] global limit, ARGV[4] global window ms, ARGV[5] chat limit, ARGV[6] chat window ms,
 -- ARGV[7] safety margin ms, ARGV[8] longest booking ms (optional, 0: never book), ARGV[9] a
--- booking the caller holds and comes back for late (optional, '': none)
+-- booking the caller holds and comes back for (optional, '': none)
+-- cost: O(log n + limit) in the entries of the two logs (a window's worth at most)
 --
--- Windows are sliding logs (sorted sets of send times), each window lengthened by the margin:
--- arrival at Telegram jitters by a few ms, and a send up to a margin early or late still keeps
--- every real window within its limit. Sends are appended in time order, so the logs hold the
--- limit in every window.
+-- Windows are sliding logs (sorted sets of send times, each entry a member `slot:seq`). An
+-- entry's score bounds when its message reaches Telegram: no earlier than the slot (a send never
+-- goes before its slot), and no later than the score plus the margin while the send is in
+-- flight; once the caller has its answer (rate_sent), the score becomes the answer's time less
+-- the margin, so that bound is exact: the message arrived before its answer came back. Each
+-- window is therefore lengthened by the margin, and a window counted from a confirmed send is
+-- exactly the window counted from its answer.
 -- When only the global window is full, the chat gets a reservation: the next free global slot
--- is entered in both logs now, at its future time, and remembered for the chat; when the chat
--- comes back within half the margin of that time it sends in its slot without taking again. So
--- waiters queue in order instead of racing for each freed slot (a chat has at most one notice
--- in flight: its lane's limit is 1). Half, because a send early or late by up to half the
--- margin leaves the other half for the jitter of its trip to Telegram. A chat later than that
--- sends at once if the logs hold a send at its real time; otherwise it gives its slot back
--- (one entry fewer is always safe) and queues again.
+-- is entered in both logs now, at its future time, and remembered for the chat; it comes back
+-- for it. So waiters queue in order instead of racing for each freed slot (a chat has at most
+-- one notice in flight: its lane's limit is 1).
 -- A booking is a reservation the caller keeps in hand: when the next free global slot is at most
 -- ARGV[8] ms ahead, it is entered in both logs and the answer is {0, ms until the slot,
--- 'booked', member}: the caller sends at that time without asking again (a chat task holding
--- its notice), unless it wakes later than half the margin past the slot; then it comes back
--- with the member (ARGV[9]) and is treated as a late reservation (below). Nothing is
--- remembered for the chat, so a booking never sent only leaves one entry more in the logs than
--- was sent, which is always safe.
--- A pause (after a 429) blocks its scope.
--- Returns {1, 0, ''} send now, or {0, wait ms, 'global' | 'chat' | 'paused' | 'booked'} (and
--- the booking's member after 'booked'); for a reservation the wait ends half a margin before the slot, where its tolerance begins.
+-- 'booked', member, ms until it should ask again (0: never)}. Nothing is remembered for the
+-- chat, so a booking never sent only leaves one entry more in the logs than was sent, which is
+-- always safe.
+-- Coming back (a reservation, or a booking passed in ARGV[9]) up to half the margin late, the
+-- slot is refined: it moves as early as the logs allow now that the sends it was queued behind
+-- have been answered (it never moves later); the answer is send now, a booking, or (when
+-- booking is off) the wait. Asking again half a global window before a slot leaves the sends it
+-- waits for time to be answered. Later than half the margin (the other half is the trip's), a
+-- send goes now if the logs hold it at its real time; otherwise its slot is given back (one
+-- entry fewer is always safe) and it queues again.
+-- A pause (after a 429) blocks its scope; an outage pause (rate_pause 'outage': a process found
+-- Telegram answering nobody and probes it) blocks every chat.
+-- Returns {1, 0, '', member} send now (then rate_sent with the member), or {0, wait ms,
+-- 'global' | 'chat' | 'paused'}, or {0, wait ms, 'booked', member, ms until asking again}.
 local p = ARGV[1]
 local chat = ARGV[2]
 local now = now_ms()
 local margin = tonumber(ARGV[7])
 local wait = 0
-for _, key in ipairs({p .. 'pause:global', p .. 'pause:chat:' .. chat}) do
+for _, key in ipairs({p .. 'pause:global', p .. 'pause:outage', p .. 'pause:chat:' .. chat}) do
   local untl = redis.call('GET', key)
   if untl and tonumber(untl) - now > wait then wait = tonumber(untl) - now end
 end
@@ -55,10 +61,11 @@ local function fits(key, limit, window, t, own)
     end
     return out
   end
+  -- limit + 2: `own` may be among them
   local before = scores(redis.call('ZRANGE', key, t, '-inf', 'BYSCORE', 'REV', 'LIMIT', 0,
-    limit + 1, 'WITHSCORES'))
+    limit + 2, 'WITHSCORES'))
   local after = scores(redis.call('ZRANGE', key, '(' .. t, '+inf', 'BYSCORE', 'LIMIT', 0,
-    limit + 1, 'WITHSCORES'))
+    limit + 2, 'WITHSCORES'))
   for j = 0, limit do
     local lo, hi = t, t
     if j > 0 then lo = before[j] end
@@ -69,17 +76,48 @@ local function fits(key, limit, window, t, own)
 end
 
 -- The earliest time a send may be appended to a log: now, or when the entry `limit` places
--- back leaves the window (and never before the last entry: sends are appended in time order).
+-- back leaves the window, and never before the last entry (appended last, only the entries
+-- before it bound it; answers re-stamp entries, so scores need not be in the order taken).
 local function next_slot(key, limit, window)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
   local n = redis.call('ZCARD', key)
-  if n < limit then
-    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    if last[2] and tonumber(last[2]) > now then return tonumber(last[2]) end
-    return now
-  end
+  local at = now
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if last[2] and tonumber(last[2]) > at then at = tonumber(last[2]) end
+  if n < limit then return at end
   local edge = redis.call('ZRANGE', key, n - limit, n - limit, 'WITHSCORES')
-  return math.max(now, tonumber(edge[2]) + window)
+  return math.max(at, tonumber(edge[2]) + window)
+end
+
+local book_max = tonumber(ARGV[8] or '0')
+local lead = math.floor(tonumber(ARGV[4]) / 2)
+
+-- In how many ms a caller holding a slot at `at` should ask again to refine it (0: never).
+local function ask_at(at)
+  if at - now > lead then return at - lead - now end
+  return 0
+end
+
+-- How long a caller with a reservation at `at` waits before coming back for it.
+local function come_back(at)
+  local ask = ask_at(at)
+  if ask > 0 then return ask end
+  return math.max(1, at - now)
+end
+
+-- The earliest time `own` (now at `at`) may move to by one log: `limit` entries before it must
+-- lie a whole window back.
+local function earliest(key, limit, window, at, own)
+  local raw = redis.call('ZRANGE', key, at, '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, limit + 1,
+    'WITHSCORES')
+  local k = 0
+  for i = 1, #raw, 2 do
+    if raw[i] ~= own then
+      k = k + 1
+      if k == limit then return tonumber(raw[i + 1]) + window end
+    end
+  end
+  return now
 end
 
 local own = redis.call('GET', rsv_key)
@@ -87,15 +125,34 @@ if (ARGV[9] or '') ~= '' then own = ARGV[9] end
 if own then
   local at = tonumber(string.match(own, '^(%d+):'))
   local slack = math.floor(margin / 2)
-  if now < at - slack then return {0, math.max(1, at - slack - now), 'global'} end
   redis.call('DEL', rsv_key)
-  if now <= at + slack then return {1, 0, ''} end
+  if now <= at + slack then
+    -- In time: refine the slot, then send, book or wait for it (never before it).
+    local r = math.max(now, earliest(KEYS[1], glimit, gwin, at, own),
+      earliest(chat_key, climit, cwin, at, own))
+    if r < at and fits(KEYS[1], glimit, gwin, r, own) and fits(chat_key, climit, cwin, r, own)
+    then
+      local moved = r .. ':' .. string.match(own, ':(%d+)$')
+      redis.call('ZREM', KEYS[1], own)
+      redis.call('ZREM', chat_key, own)
+      redis.call('ZADD', KEYS[1], r, moved)
+      redis.call('ZADD', chat_key, r, moved)
+      own, at = moved, r
+    end
+    if at <= now then return {1, 0, '', own} end
+    if at - now <= book_max then return {0, at - now, 'booked', own, ask_at(at)} end
+    redis.call('SET', rsv_key, own, 'PX', at - now + gwin)
+    return {0, come_back(at), 'global'}
+  end
   -- Late: send now if the logs hold the send at its real time; else give the slot back (an
   -- entry fewer is always safe) and queue again like anyone else.
   if fits(KEYS[1], glimit, gwin, now, own) and fits(chat_key, climit, cwin, now, own) then
-    redis.call('ZADD', KEYS[1], now, own)
-    redis.call('ZADD', chat_key, now, own)
-    return {1, 0, ''}
+    local moved = now .. ':' .. string.match(own, ':(%d+)$')
+    redis.call('ZREM', KEYS[1], own)
+    redis.call('ZREM', chat_key, own)
+    redis.call('ZADD', KEYS[1], now, moved)
+    redis.call('ZADD', chat_key, now, moved)
+    return {1, 0, '', moved}
   end
   redis.call('ZREM', KEYS[1], own)
   redis.call('ZREM', chat_key, own)
@@ -109,8 +166,7 @@ redis.call('ZADD', KEYS[1], at, member)
 redis.call('ZADD', chat_key, at, member)
 redis.call('PEXPIRE', KEYS[1], at - now + gwin)
 redis.call('PEXPIRE', chat_key, at - now + cwin)
-if at == now then return {1, 0, ''} end
-if at - now <= tonumber(ARGV[8] or '0') then return {0, at - now, 'booked', member} end
+if at == now then return {1, 0, '', member} end
+if at - now <= book_max then return {0, at - now, 'booked', member, ask_at(at)} end
 redis.call('SET', rsv_key, member, 'PX', at - now + gwin)
--- Come back at the start of the slot's tolerance: waking a waiting lane takes a few ms.
-return {0, math.max(1, at - math.floor(margin / 2) - now), 'global'}
+return {0, come_back(at), 'global'}

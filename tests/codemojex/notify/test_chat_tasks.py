@@ -55,6 +55,59 @@ def _collapsed(texts: Sequence[str]) -> list[str]:
 
 
 @pytest.mark.timeout_s(60)
+async def test_a_send_that_got_no_answer_keeps_the_margin_it_was_taken_with(
+    bus: Bus, queue: str
+) -> None:
+    # Nothing listens on the port: the send may or may not have reached Telegram, so its entry
+    # in the logs is not stamped with an answer's time.
+    with trio.socket.socket() as sock:
+        await sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    await notify(bus, 7, "into the void", queue=queue)
+    async with worker_at(bus, queue, f"http://127.0.0.1:{port}") as worker:
+        await wait_for(lambda: not worker.outage.is_open, timeout=30)
+        taken = worker.limiter.statistics()
+        assert (taken.taken, taken.confirmed) == (1, 0), taken
+
+
+@pytest.mark.timeout_s(120)
+async def test_an_outage_found_by_one_worker_holds_the_sends_of_every_worker(
+    bus: Bus, queue: str
+) -> None:
+    chats = [5000 + c for c in range(12)]
+    async with (
+        open_stand_in(TOKEN, LIMITS) as tg,
+        open_outage(tg) as outage,
+        worker_at(bus, queue, outage.api_url) as one,
+        worker_at(bus, queue, outage.api_url) as two,
+    ):
+        outage.down = True  # every request gets the proxy's 502 page
+        await notify(bus, 4999, "finds the outage", queue=queue)
+        await wait_for(lambda: not one.outage.is_open or not two.outage.is_open, timeout=30)
+        finder, other = (one, two) if not one.outage.is_open else (two, one)
+        hold = finder.limiter.prefix + "pause:outage"
+        await wait_for(lambda: _exists(bus, hold), timeout=10)
+        # The finder claims nothing while its gate is closed; the other claims the new notices
+        # and its limiter holds every one of them: nothing more is sent into the outage.
+        for chat in chats:
+            await notify(bus, chat, f"{chat}:0", queue=queue)
+        await wait_for(lambda: other.limiter.statistics().denied_paused >= len(chats), timeout=30)
+        await wait_for(lambda: finder.outage.probes >= 2, timeout=60)
+        assert outage.refused_sends == 1, "a worker sent into an outage another one had found"
+        assert other.outage.is_open and other.statistics().outages == 0  # held, not found
+        outage.down = False
+        await tg.wait_deliveries(len(chats) + 1)
+        await wait_for(lambda: _settled(bus, queue), timeout=30)
+        assert not await _exists(bus, hold)  # the prober ended the hold
+    assert set(await _claimed_attempts(bus, queue)) == {1}  # no attempt spent
+    assert (await jobs.counts(bus, queue)).dead == 0
+
+
+async def _exists(bus: Bus, key: str) -> bool:
+    return bool(await bus.wire.command("EXISTS", key))
+
+
+@pytest.mark.timeout_s(60)
 async def test_a_chat_has_a_task_while_it_has_work_and_none_when_idle(bus: Bus, queue: str) -> None:
     async with open_stand_in(TOKEN, LIMITS) as tg:
         async with worker_at(bus, queue, tg.api_url, idle_s=0.3) as worker:

@@ -138,6 +138,8 @@ async def test_three_server_errors_then_delivered_on_attempt_four(bus: Bus, queu
         # A rate-limit deferral claims the same attempt again; the attempts go 1, 2, 3, 4.
         assert list(dict.fromkeys(await _claimed_attempts(bus, queue))) == [1, 2, 3, 4]
         assert worker.statistics().retried == 3
+        # Every send Telegram answered (the three errors too) was stamped with its answer.
+        assert worker.limiter.statistics().confirmed == len(tg.requests) == 4
 
 
 @pytest.mark.timeout_s(60)

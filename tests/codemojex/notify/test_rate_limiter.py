@@ -51,15 +51,19 @@ async def test_global_waiters_queue_in_order_for_the_next_free_slots(bus: Bus, q
     elapsed = await server_ms(bus) - began  # every take above happened within this
     # Served in the order they asked: each waits for a slot no earlier than the one before.
     assert all(b >= a - elapsed for a, b in itertools.pairwise(waits)), waits
-    # The next window's five slots, then the one after; a wait ends half a margin early.
-    early = 100
-    assert all(window - early - elapsed - 1 <= w <= window - early + 1 for w in waits[:5]), (
+    # The next window's five slots, then the one after; a waiter comes back half a window
+    # (2000 / 2) before its slot, to have it refined once the sends before it have answers.
+    lead = 1000
+    assert all(window - lead - elapsed - 1 <= w <= window - lead + 1 for w in waits[:5]), (
         waits, elapsed)  # fmt: skip
-    assert all(2 * window - early - elapsed - 1 <= w <= 2 * window - early + 1
+    assert all(2 * window - lead - elapsed - 1 <= w <= 2 * window - lead + 1
                for w in waits[5:]), (waits, elapsed)  # fmt: skip
-    # A waiter coming back at its time (within half the margin) sends in its reserved slot,
-    # without taking again...
+    # Back early, it learns the rest of its wait (nothing was answered, so the slot stays);
+    # back at its slot, it sends in it without taking again...
     await trio.sleep(waits[0] / 1000)
+    rest = await rl.take(10)
+    assert rest.blocked_by == "global" and 0 < rest.wait_ms <= lead + 1, rest
+    await trio.sleep(rest.wait_ms / 1000)
     assert (await rl.take(10)).ok
     # ...and the slots are spoken for: a newcomer's slot is no earlier than the seventh's, which
     # is at least `waits[-1]` after `began`; the newcomer asked before `asked_by` (the server's
@@ -80,7 +84,10 @@ async def test_a_late_reservation_sends_when_the_window_holds_it(bus: Bus, queue
         await rl.take(chat)
     first = await rl.take(50)
     assert not first.ok
-    await trio.sleep(first.wait_ms / 1000 + 0.05)  # back late: nobody else wanted the slot
+    await trio.sleep(first.wait_ms / 1000)  # back half a window early: told the rest
+    rest = await rl.take(50)
+    assert not rest.ok and rest.blocked_by == "global", rest
+    await trio.sleep(rest.wait_ms / 1000 + 0.05)  # back late: nobody else wanted the slot
     assert (await rl.take(50)).ok  # sent at its real time, not lost
 
 
@@ -155,7 +162,8 @@ async def test_statistics_count_what_this_limiter_answered(bus: Bus, queue: str)
     denied = await rl.take(7)
     snapshot = rl.statistics()
     assert attrs.asdict(snapshot) == {
-        "taken": 5, "denied_global": 1, "denied_chat": 1, "denied_paused": 1,
+        "taken": 5, "refined": 0, "confirmed": 0,
+        "denied_global": 1, "denied_chat": 1, "denied_paused": 1,
         "denied_wait_ms": snapshot.denied_wait_ms, "paused_global": 0, "paused_chat": 1,
     }  # fmt: skip
     assert snapshot.denied_wait_ms >= denied.wait_ms > 4_000
@@ -183,13 +191,14 @@ async def test_a_booking_is_a_send_at_its_slot_and_a_late_one_is_checked_again(
         assert (await rl.take(chat, book_ms=1000)).ok  # room now: sent now, nothing booked
     first_asked = await server_ms(bus)
     booked = await rl.take(50, book_ms=1000)
-    assert (booked.blocked_by, booked.booking != "") == ("booked", True)
+    assert (booked.blocked_by, booked.entry != "") == ("booked", True)
     assert 0 < booked.wait_ms <= 401
-    # Booked is taken: the next chat's slot is no earlier, and without book_ms it is reserved.
+    # Booked is taken: the next chat's slot is no earlier, and without book_ms it is reserved
+    # (its wait ends half a window, 200 ms, before the slot, to come back and have it refined).
     # The two takes are apart by at most `apart` ms on the server's clock (2 ms rounding).
     after = await rl.take(51)
     apart = await server_ms(bus) - first_asked
-    assert after.blocked_by == "global" and after.wait_ms >= booked.wait_ms - apart - 2, (
+    assert after.blocked_by == "global" and after.wait_ms + 200 >= booked.wait_ms - apart - 2, (
         after, booked, apart)  # fmt: skip
     assert rl.statistics().taken == 6
     # Woken a window late into a window others filled: the booking is given back and queued.
@@ -197,5 +206,73 @@ async def test_a_booking_is_a_send_at_its_slot_and_a_late_one_is_checked_again(
         await rl.take(chat, book_ms=1000)
     following = [await rl.take(70 + i, book_ms=1000) for i in range(5)]
     await trio.sleep(following[0].wait_ms / 1000 + 0.05)
-    again = await rl.take(50, booking=booked.booking)
+    again = await rl.take(50, booking=booked.entry)
     assert not again.ok and again.blocked_by == "global", again
+
+
+async def test_a_window_counts_from_the_answer_once_a_send_has_one(bus: Bus, queue: str) -> None:
+    # 5 per 400 ms with a 200 ms margin: unanswered, a send is assumed to reach Telegram up to
+    # the margin after its slot; answered, it is known to have arrived before the answer.
+    limits = Limits(global_=Window(5, 400), private=Window(2, 400), group=Window(3, 1000))
+    answered = RateLimiter(bus, limits, tag=queue, margin_ms=200)
+    assumed = RateLimiter(bus, limits, tag=queue + "-b", margin_ms=200)
+    for rl in (answered, assumed):
+        began = await server_ms(bus)
+        takes = [await rl.take(chat) for chat in range(1, 6)]
+        assert all(t.ok and t.entry for t in takes), takes
+        if rl is answered:
+            stamped_from = await server_ms(bus)
+            assert all([await rl.sent(chat, t.entry) for chat, t in enumerate(takes, 1)])
+            stamped_by = await server_ms(bus)
+        asked = await server_ms(bus)
+        nxt = await rl.take(9, book_ms=1000)
+        answered_by = await server_ms(bus)
+        assert nxt.blocked_by == "booked", nxt
+        # The slot is at least `asked + wait` and at most `answered_by + wait` (server clock).
+        if rl is answered:
+            # A window after the answers: after the first one's, by the last one's.
+            assert answered_by + nxt.wait_ms >= stamped_from + 400 - 1, (nxt, stamped_from)
+            assert asked + nxt.wait_ms <= stamped_by + 400 + 1, (nxt, stamped_by)
+        else:
+            # Unanswered: the window plus the margin after the first send was taken.
+            assert answered_by + nxt.wait_ms >= began + 600 - 1, (nxt, began)
+            assert asked + nxt.wait_ms <= asked + 600 + 1, nxt
+    assert answered.statistics().confirmed == 5 and assumed.statistics().confirmed == 0
+
+
+async def test_a_booking_comes_forward_when_the_sends_before_it_are_answered(
+    bus: Bus, queue: str
+) -> None:
+    limits = Limits(global_=Window(5, 400), private=Window(2, 400), group=Window(3, 1000))
+    rl = RateLimiter(bus, limits, tag=queue, margin_ms=200)
+    takes = [await rl.take(chat) for chat in range(1, 6)]
+    asked = await server_ms(bus)
+    booked = await rl.take(50, book_ms=2000)
+    assert booked.blocked_by == "booked" and booked.ask_ms > 0, booked
+    slot_no_earlier_than = asked + booked.wait_ms  # the slot, on the server's clock
+    # The five sends before it get their answers; the holder asks again when told to.
+    stamped_from = await server_ms(bus)
+    for chat, take in enumerate(takes, 1):
+        await rl.sent(chat, take.entry)
+    stamped_by = await server_ms(bus)
+    await trio.sleep(booked.ask_ms / 1000)
+    asked_again = await server_ms(bus)
+    refined = await rl.take(50, book_ms=2000, booking=booked.entry)
+    answered_by = await server_ms(bus)
+    assert refined.ok or refined.blocked_by == "booked", refined
+    assert refined.entry and refined.entry != booked.entry and refined.ask_ms == 0, refined
+    new_slot_by = answered_by + refined.wait_ms
+    new_slot_from = asked_again + refined.wait_ms
+    # Forward by about the margin it no longer needs, yet never within a window of an answer
+    # (the last of the five answers came at or after `stamped_from`).
+    assert new_slot_by < slot_no_earlier_than, (refined, booked)
+    assert new_slot_by >= stamped_from + 400 - 1, (refined, stamped_from)
+    assert new_slot_from <= max(stamped_by + 400, asked_again) + 1, (refined, stamped_by)
+    assert rl.statistics().refined == 1 and rl.statistics().taken == 6
+
+
+async def test_sent_needs_an_entry_the_logs_hold(bus: Bus, queue: str) -> None:
+    rl = limiter(bus, queue)
+    assert not await rl.sent(1, "123:9")  # never taken: nothing to stamp
+    with pytest.raises(ValueError):
+        await rl.sent(1, "")
