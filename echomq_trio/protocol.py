@@ -79,6 +79,7 @@ __all__ = [
     "audit_records",
     "autoclaim_command",
     "autoclaim_entries",
+    "checked_job",
     "checked_pairs",
     "claim_call",
     "claim_reply",
@@ -241,6 +242,13 @@ def checked_pairs(items: Iterable[tuple[str, Payload]], max_bytes: int) -> list[
     return [(check_job_id(i), check_payload(p, max_bytes)) for i, p in items]
 
 
+def checked_job(payload: Payload, job_id: str | None, max_bytes: int) -> tuple[str, bytes]:
+    """One job as ``checked_pairs`` gives it: ``job_id`` checked (a fresh ``JOB`` id when it is
+    ``None`` or empty: minted ids need no check), the payload as bytes."""
+    job = check_job_id(job_id) if job_id else ids.generate(JOB_NS)
+    return job, check_payload(payload, max_bytes)
+
+
 def _pairs(items: Iterable[tuple[str, Payload]], max_bytes: int) -> list[Arg]:
     flat: list[Arg] = []
     for job_id, payload in items:
@@ -293,10 +301,11 @@ def enqueue_checked_calls(k: QueueKeys, pairs: Sequence[tuple[str, bytes]]) -> l
 
 def _enqueue_chunks(k: QueueKeys, guard: list[Arg], flat: list[Arg]) -> list[Call]:
     step = 2 * ENQUEUE_CHUNK
-    return [
-        _call("enqueue", k.pending, [k.prefix, *guard, *flat[start : start + step]])
-        for start in range(0, len(flat), step)
-    ]
+    if 0 < len(flat) <= step:  # one call (every single enqueue): no slices to copy
+        chunks = [flat]
+    else:
+        chunks = [flat[start : start + step] for start in range(0, len(flat), step)]
+    return [Call("enqueue", (k.pending,), (k.prefix, *guard, *chunk)) for chunk in chunks]
 
 
 def lane_enqueue_call(

@@ -257,7 +257,8 @@ class Wire:
         if script is None:
             script = self._scripts[name] = Script(script_source(name))  # type: ignore[no-untyped-call]
         try:
-            return await self._client.invoke_script(script, keys=list(keys), args=list(args))
+            # Any sequence will do (the library only iterates and measures them): no copies.
+            return await self._client.invoke_script(script, keys=keys, args=args)  # type: ignore[arg-type]
         except GlideError as exc:
             raise self._failure(exc) from exc
 
