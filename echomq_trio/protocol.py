@@ -92,6 +92,7 @@ __all__ = [
     "discard_call",
     "enqueue_calls",
     "enqueue_checked_calls",
+    "enqueue_reply",
     "extend_call",
     "extend_reply",
     "fire_call",
@@ -332,6 +333,12 @@ def admitted_reply(raw: Iterable[object], job_ids: Sequence[str]) -> list[Admitt
     """``enqueue``/``lane_enqueue``: ``ENQUEUED`` or ``DUPLICATE`` per job of ``job_ids`` (the
     call's, in order)."""
     return [Admitted(i, o) for i, o in zip(job_ids, _outcomes(raw), strict=True)]
+
+
+def enqueue_reply(call: Call, raw: Iterable[object]) -> list[Admitted]:
+    """``admitted_reply`` for an ``enqueue`` call: its jobs are the ids it carries."""
+    job_ids: Sequence[str] = call.args[3::2]  # type: ignore[assignment]  # ids are str
+    return admitted_reply(raw, job_ids)
 
 
 def schedule_call(
