@@ -13,6 +13,11 @@ Theory of operation:
   ``ENQUEUE_CHUNK`` jobs), then hands each caller its own answer, or its own copy of the error.
   Jobs of one batch are admitted in arrival order, and a caller waits for its answer before it
   can enqueue again, so each caller's enqueues keep their order.
+* A caller counts as in flight from its arrival until it has its answer in hand (``in_flight``),
+  not only while its call is on the wire. The callers of a batch all wake when its answer
+  comes (they share one event); the first of them to enqueue again finds the others still in
+  flight and gathers their next jobs, rather than going alone ahead of them: 64 tasks
+  enqueueing in a loop send one call of 64 jobs a round trip, not one of 1 and one of 63.
 * Cancellation. A caller cancelled before its batch is taken leaves the batch: nothing is sent
   for it, and it raises ``Cancelled``. Once its batch has been taken, its job goes to the server
   with the others: the caller then waits for the answer (shielded, for at most the request
@@ -41,10 +46,15 @@ Send = Callable[[Sequence[tuple[str, bytes]]], Awaitable[list[Admitted]]]
 @attrs.define(eq=False)
 class _Waiter:
     item: tuple[str, bytes]
-    done: trio.Event = attrs.Factory(trio.Event)
-    taken: bool = False
     answer: Admitted | None = None
     error: BaseException | None = None
+
+
+@attrs.define(eq=False)
+class _Batch:
+    waiters: list[_Waiter]
+    done: trio.Event = attrs.Factory(trio.Event)  # set once every waiter has its answer or error
+    taken: bool = False  # sent (or being sent): a waiter can no longer leave
 
 
 @attrs.define(eq=False)
@@ -53,8 +63,8 @@ class Gatherer:
     for a batch already sent."""
 
     timeout_s: float
-    in_flight: int = 0
-    _batch: list[_Waiter] | None = None  # the batch being gathered (its leader is waiting)
+    in_flight: int = 0  # callers that do not have their answer yet
+    _batch: _Batch | None = None  # the batch being gathered (its leader is waiting)
 
     @property
     def idle(self) -> bool:
@@ -63,60 +73,59 @@ class Gatherer:
     async def enqueue(self, item: tuple[str, bytes], send: Send) -> Admitted:
         """Admit ``item`` (a checked ``(job id, payload)``) through ``send``, alone or with the
         items of other callers."""
-        if self.idle:  # an ordinary call: cancellable, like every other call of the bus
-            self.in_flight += 1
-            try:
-                (answer,) = await send([item])
-            finally:
-                self.in_flight -= 1
-            return answer
-        me = _Waiter(item)
-        if self._batch is not None:
-            self._batch.append(me)
-            return await self._follow(me)
-        self._batch = batch = [me]
-        self.in_flight += 1  # counted from now, so later callers gather behind this batch
+        alone = self.idle  # alone: an ordinary call, cancellable like every other call of the bus
+        self.in_flight += 1
         try:
-            # Let the runnable tasks join; the second tick lets a caller that joined with the
-            # leader and is cancelled at once leave before the batch is taken.
-            for _ in range(GATHER_TICKS):
-                await trio.lowlevel.cancel_shielded_checkpoint()
-            self._batch = None
-            for w in batch:
-                w.taken = True
+            if alone:
+                (answer,) = await send([item])
+                return answer
+            me = _Waiter(item)
+            batch = self._batch
+            if batch is not None:
+                batch.waiters.append(me)
+                return await self._follow(batch, me)
+            return await self._lead(me, send)
         finally:
             self.in_flight -= 1
+
+    async def _lead(self, me: _Waiter, send: Send) -> Admitted:
+        self._batch = batch = _Batch([me])
+        # Let the runnable tasks join; the second tick lets a caller that joined with the
+        # leader and is cancelled at once leave before the batch is taken.
+        try:
+            for _ in range(GATHER_TICKS):
+                await trio.lowlevel.cancel_shielded_checkpoint()
+        finally:
+            self._batch = None
+        batch.taken = True
         await self._send(batch, send)
         return self._result(me)
 
-    async def _send(self, batch: list[_Waiter], send: Send) -> None:
-        self.in_flight += 1
+    async def _send(self, batch: _Batch, send: Send) -> None:
+        waiters = batch.waiters
         try:
             with trio.CancelScope(shield=True, deadline=trio.current_time() + self.timeout_s):
-                answers = await send([w.item for w in batch])
-                for w, a in zip(batch, answers, strict=True):
+                answers = await send([w.item for w in waiters])
+                for w, a in zip(waiters, answers, strict=True):
                     w.answer = a
-            if any(w.answer is None for w in batch):
+            if any(w.answer is None for w in waiters):
                 raise RequestTimedOut("an enqueue batch passed its deadline")
         except BaseException as exc:
-            for w in batch:
+            for w in waiters:
                 w.error = exc
             raise
         finally:
-            self.in_flight -= 1
-            for w in batch:
-                w.done.set()
+            batch.done.set()
 
-    async def _follow(self, me: _Waiter) -> Admitted:
+    async def _follow(self, batch: _Batch, me: _Waiter) -> Admitted:
         try:
-            await me.done.wait()
+            await batch.done.wait()
         except trio.Cancelled:
-            if not me.taken:
-                assert self._batch is not None
-                self._batch.remove(me)
+            if not batch.taken:
+                batch.waiters.remove(me)
                 raise
             with trio.CancelScope(shield=True, deadline=trio.current_time() + self.timeout_s):
-                await me.done.wait()
+                await batch.done.wait()
         return self._result(me)
 
     @staticmethod

@@ -34,12 +34,20 @@ _NS = re.compile(r"[A-Z]{3}")
 _ID = re.compile(r"[A-Z]{3}[0-9A-Za-z]{11}")
 
 
+# Two base-62 digits at a time (62**2 strings): minting is on every enqueue's path, and five
+# divisions cost a third of eleven.
+_PAIRS = [a + b for a in ALPHABET for b in ALPHABET]
+_PAIR = len(_PAIRS)
+
+
 def _encode(value: int) -> str:
-    out = [""] * _WIDTH
-    for i in range(_WIDTH - 1, -1, -1):
-        value, rem = divmod(value, 62)
-        out[i] = ALPHABET[rem]
-    return "".join(out)
+    """``value`` (0 <= value < 62**11) as ``_WIDTH`` base-62 digits."""
+    value, e = divmod(value, _PAIR)
+    value, d = divmod(value, _PAIR)
+    value, c = divmod(value, _PAIR)
+    value, b = divmod(value, _PAIR)
+    value, a = divmod(value, _PAIR)
+    return ALPHABET[value] + _PAIRS[a] + _PAIRS[b] + _PAIRS[c] + _PAIRS[d] + _PAIRS[e]
 
 
 def _decode(text: str) -> int:
@@ -52,9 +60,15 @@ def _decode(text: str) -> int:
 _MAX_TEXT = _encode(_MAX)
 
 
+_CHECKED_NS: set[str] = set()  # namespaces found good; bounded: there are 26**3
+
+
 def _check_namespace(ns: str) -> None:
+    if ns.__class__ is str and ns in _CHECKED_NS:
+        return
     if not isinstance(ns, str) or not _NS.fullmatch(ns):
         raise ValueError(f"namespace must be 3 capital letters A-Z, got {ns!r}")
+    _CHECKED_NS.add(ns)
 
 
 class IdMinter:

@@ -94,14 +94,14 @@ async def enqueue(
     answer); call again with the same ``job_id`` (or key): enqueue is idempotent, and
     ``DUPLICATE`` then means the first call went through (without a ``job_id`` or key, a second
     call admits a second job)."""
-    items = protocol.with_ids([payload], job_id)
     if key is not None:  # a key guards exactly one job: its own script call
+        items = protocol.with_ids([payload], job_id)
         (call,) = protocol.enqueue_calls(
             bus.keys(queue), items, bus.max_payload_bytes, key=key, key_ttl_ms=key_ttl_ms
         )
-        (out,) = protocol.admitted_reply(await bus.run(call), [items[0][0]])
+        (out,) = protocol.enqueue_reply(call, await bus.run(call))
         return out
-    (item,) = protocol.checked_pairs(items, bus.max_payload_bytes)  # a bad job fails here only
+    item = protocol.checked_job(payload, job_id, bus.max_payload_bytes)  # a bad job fails here
     g = bus.gatherer(queue)
     try:
         return await g.enqueue(item, partial(_enqueue_batch, bus, queue))
@@ -112,11 +112,9 @@ async def enqueue(
 async def _enqueue_batch(
     bus: Bus, queue: str, pairs: Sequence[tuple[str, bytes]]
 ) -> list[Admitted]:
-    calls = protocol.enqueue_checked_calls(bus.keys(queue), pairs)
     out: list[Admitted] = []
-    for n, call in enumerate(calls):
-        chunk = pairs[n * ENQUEUE_CHUNK : (n + 1) * ENQUEUE_CHUNK]
-        out.extend(protocol.admitted_reply(await bus.run(call), [i for i, _ in chunk]))
+    for call in protocol.enqueue_checked_calls(bus.keys(queue), pairs):
+        out += protocol.enqueue_reply(call, await bus.run(call))
     return out
 
 

@@ -79,6 +79,7 @@ __all__ = [
     "audit_records",
     "autoclaim_command",
     "autoclaim_entries",
+    "checked_job",
     "checked_pairs",
     "claim_call",
     "claim_reply",
@@ -91,6 +92,7 @@ __all__ = [
     "discard_call",
     "enqueue_calls",
     "enqueue_checked_calls",
+    "enqueue_reply",
     "extend_call",
     "extend_reply",
     "fire_call",
@@ -241,6 +243,13 @@ def checked_pairs(items: Iterable[tuple[str, Payload]], max_bytes: int) -> list[
     return [(check_job_id(i), check_payload(p, max_bytes)) for i, p in items]
 
 
+def checked_job(payload: Payload, job_id: str | None, max_bytes: int) -> tuple[str, bytes]:
+    """One job as ``checked_pairs`` gives it: ``job_id`` checked (a fresh ``JOB`` id when it is
+    ``None`` or empty: minted ids need no check), the payload as bytes."""
+    job = check_job_id(job_id) if job_id else ids.generate(JOB_NS)
+    return job, check_payload(payload, max_bytes)
+
+
 def _pairs(items: Iterable[tuple[str, Payload]], max_bytes: int) -> list[Arg]:
     flat: list[Arg] = []
     for job_id, payload in items:
@@ -293,10 +302,11 @@ def enqueue_checked_calls(k: QueueKeys, pairs: Sequence[tuple[str, bytes]]) -> l
 
 def _enqueue_chunks(k: QueueKeys, guard: list[Arg], flat: list[Arg]) -> list[Call]:
     step = 2 * ENQUEUE_CHUNK
-    return [
-        _call("enqueue", k.pending, [k.prefix, *guard, *flat[start : start + step]])
-        for start in range(0, len(flat), step)
-    ]
+    if 0 < len(flat) <= step:  # one call (every single enqueue): no slices to copy
+        chunks = [flat]
+    else:
+        chunks = [flat[start : start + step] for start in range(0, len(flat), step)]
+    return [Call("enqueue", (k.pending,), (k.prefix, *guard, *chunk)) for chunk in chunks]
 
 
 def lane_enqueue_call(
@@ -323,6 +333,12 @@ def admitted_reply(raw: Iterable[object], job_ids: Sequence[str]) -> list[Admitt
     """``enqueue``/``lane_enqueue``: ``ENQUEUED`` or ``DUPLICATE`` per job of ``job_ids`` (the
     call's, in order)."""
     return [Admitted(i, o) for i, o in zip(job_ids, _outcomes(raw), strict=True)]
+
+
+def enqueue_reply(call: Call, raw: Iterable[object]) -> list[Admitted]:
+    """``admitted_reply`` for an ``enqueue`` call: its jobs are the ids it carries."""
+    job_ids: Sequence[str] = call.args[3::2]  # type: ignore[assignment]  # ids are str
+    return admitted_reply(raw, job_ids)
 
 
 def schedule_call(

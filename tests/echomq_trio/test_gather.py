@@ -11,6 +11,7 @@ import trio.testing
 
 from echomq_trio import Admitted, Bus, ConnectionLost, Outcome, Transport, events, ids, jobs
 from echomq_trio.testing import FaultyTransport, scripts
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -199,3 +200,49 @@ async def test_a_caller_cancelled_once_its_batch_went_out_gets_its_outcome(
     assert cut.fired and scope.cancelled_caught and not went_on
     assert got == [Admitted(follower, Outcome.ENQUEUED)]
     assert (await jobs.get_job(bus, queue, follower)) is not None
+
+
+class Held(FaultyTransport):
+    """Holds every ``enqueue`` call until the test releases it, noting how many jobs it
+    carries."""
+
+    def __init__(self, inner: Transport) -> None:
+        super().__init__(inner)
+        self.gates: list[trio.Event] = []
+        self.sizes: list[int] = []
+
+    async def script(self, name: str, keys: Sequence[str], args: Sequence[str | bytes]) -> Any:
+        if name == "enqueue":
+            self.sizes.append((len(args) - 3) // 2)  # ARGV: prefix, key, ttl, then pairs
+            gate = trio.Event()
+            self.gates.append(gate)
+            await gate.wait()
+        return await super().script(name, keys, args)
+
+
+async def test_callers_woken_by_one_answer_gather_again_rather_than_one_going_alone(
+    bus: Bus, queue: str
+) -> None:
+    held = Held(bus.wire)
+    hb = Bus(held)
+    done: list[str] = []
+
+    async def caller(name: str, times: int) -> None:
+        for _ in range(times):
+            assert (await jobs.enqueue(hb, queue, name)).ok
+        done.append(name)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(caller, "first", 1)  # sent alone: the others gather behind it
+        await wait_for(lambda: len(held.gates) == 1)
+        for t in range(8):
+            nursery.start_soon(caller, f"t{t}", 2)
+        await wait_for(lambda: len(held.gates) == 2)  # one batch of the eight
+        held.gates[0].set()
+        await wait_for(lambda: done == ["first"])  # nothing else in flight now
+        held.gates[1].set()  # the eight wake together, and enqueue again together
+        await wait_for(lambda: sum(held.sizes[2:]) == 8)
+        for gate in held.gates[2:]:
+            gate.set()
+    assert held.sizes == [1, 8, 8]
+    assert (await jobs.counts(bus, queue)).pending == 17

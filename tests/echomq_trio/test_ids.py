@@ -37,6 +37,19 @@ def test_timestamp_round_trips(now: int) -> None:
     assert ids.timestamp_ms(value) == now
 
 
+TIMES = st.integers(min_value=ids.EPOCH_MS, max_value=ids.EPOCH_MS + 2**41 - 1)
+
+
+@given(TIMES, st.integers(0, 1023), TIMES, st.integers(0, 1023))
+def test_text_order_is_time_then_node_order_over_the_whole_range(
+    t1: int, n1: int, t2: int, n2: int
+) -> None:
+    a = ids.IdMinter(node=n1).generate("JOB", now_ms=t1)
+    b = ids.IdMinter(node=n2).generate("JOB", now_ms=t2)
+    assert ids.is_valid(a, "JOB") and ids.is_valid(b, "JOB")
+    assert (a < b) == ((t1, n1) < (t2, n2)) and (a == b) == ((t1, n1) == (t2, n2))
+
+
 def test_timestamp_of_a_fresh_id_is_now() -> None:
     import time
 

@@ -98,9 +98,11 @@ def test_enqueue_round_trip(k: QueueKeys, items: list[tuple[str, str | bytes]], 
     words = data.draw(st.lists(st.sampled_from(["enqueued", "duplicate"]), min_size=len(items),
                                max_size=len(items)))  # fmt: skip
     ids_ = [i for i, _ in items]
-    assert protocol.admitted_reply([w.encode() for w in words], ids_) == [
-        Admitted(i, Outcome(w)) for i, w in zip(ids_, words, strict=True)
-    ]
+    wanted = [Admitted(i, Outcome(w)) for i, w in zip(ids_, words, strict=True)]
+    assert protocol.admitted_reply([w.encode() for w in words], ids_) == wanted
+    assert [a for c in calls for a in protocol.enqueue_reply(c, [w.encode() for w in words])] == (
+        wanted
+    )
 
 
 def test_enqueue_goes_in_chunks() -> None:
@@ -109,6 +111,32 @@ def test_enqueue_goes_in_chunks() -> None:
     calls = protocol.enqueue_calls(k, items, MAX)
     assert [len(c.args) for c in calls] == [3 + 2 * protocol.ENQUEUE_CHUNK] * 2 + [5]
     assert [a for c in calls for a in c.args[3::2]] == [i for i, _ in items]
+    answers = [protocol.enqueue_reply(c, [b"enqueued"] * ((len(c.args) - 3) // 2)) for c in calls]
+    assert [a.id for chunk in answers for a in chunk] == [i for i, _ in items]
+
+
+def test_enqueue_of_exactly_one_chunk_is_one_call() -> None:
+    k = queue_keys("q")
+    items = [(ids.generate("JOB"), b"") for _ in range(protocol.ENQUEUE_CHUNK)]
+    (call,) = protocol.enqueue_checked_calls(k, items)
+    assert call.args == (k.prefix, "", "", *(a for pair in items for a in pair))
+    assert protocol.enqueue_checked_calls(k, []) == []
+
+
+@given(job_ids, payloads)
+def test_checked_job_mints_an_id_or_checks_the_given_one(job_id: str, payload: str | bytes) -> None:
+    assert protocol.checked_job(payload, job_id, MAX) == (job_id, _bytes(payload))
+    minted = [protocol.checked_job(payload, given, MAX) for given in (None, "", None)]
+    assert all(ids.is_valid(j, "JOB") and p == _bytes(payload) for j, p in minted)
+    assert len({j for j, _ in minted}) == 3
+    with pytest.raises(ValueError, match="branded JOB id"):
+        protocol.checked_job(payload, "NOT" + job_id[3:], MAX)
+    with pytest.raises(ValueError, match="branded JOB id"):  # the id is checked first
+        protocol.checked_job(b"x" * (MAX + 1), "JOB", MAX)
+    with pytest.raises(ValueError, match="payload is 1001 bytes"):
+        protocol.checked_job(b"x" * (MAX + 1), None, MAX)
+    with pytest.raises(TypeError, match="payload must be str or bytes"):
+        protocol.checked_job({"a": 1}, job_id, MAX)  # type: ignore[arg-type]
 
 
 @given(keys_of, job_ids, payloads, names, st.integers(1, 2**40))

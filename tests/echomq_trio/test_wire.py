@@ -1,0 +1,94 @@
+"""The wire against real servers: a script the server has lost (``SCRIPT FLUSH`` here; a restart in
+test_restart.py) is loaded again by itself, on the node that owns the queue's slot, and answers as
+before, on a standalone server and on every node of a 3-node cluster."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+
+import attrs
+import pytest
+import trio
+
+from echomq_trio import Bus, jobs
+from echomq_trio.results import Admitted, Outcome
+from echomq_trio.transport import Transport
+from echomq_trio.wire import open_wire, script_source
+
+pytestmark = pytest.mark.cluster
+
+SCRIPTS = ("enqueue", "claim", "ack")  # the transitions this test runs after the flush
+
+
+def _sha(name: str) -> str:
+    return hashlib.sha1(script_source(name).encode()).hexdigest()
+
+
+@asynccontextmanager
+async def _nodes(bus: Bus) -> AsyncIterator[list[Transport]]:
+    """A plain connection to each server the bus was given (each node of a cluster)."""
+    spec = bus.wire.spec
+    async with AsyncExitStack() as stack:
+        yield [
+            await stack.enter_async_context(
+                open_wire(attrs.evolve(spec, hosts=(host,), cluster=False))
+            )
+            for host in spec.hosts
+        ]
+
+
+async def _owner(nodes: list[Transport], key: str) -> Transport:
+    """The node holding ``key``'s slot: the only one with keys in that slot."""
+    if len(nodes) == 1:
+        return nodes[0]
+    slot = str(await nodes[0].command("CLUSTER", "KEYSLOT", key))
+    (owner,) = [n for n in nodes if await n.command("CLUSTER", "COUNTKEYSINSLOT", slot)]
+    return owner
+
+
+async def test_scripts_flushed_from_every_node_are_loaded_again_and_answer_as_before(
+    bus: Bus, queue: str
+) -> None:
+    first = await jobs.enqueue(bus, queue, b"one")
+    assert first.outcome is Outcome.ENQUEUED
+    shas = [_sha(name) for name in SCRIPTS]
+    async with _nodes(bus) as nodes:
+        for node in nodes:
+            assert await node.command("SCRIPT", "FLUSH") == "OK"
+            assert await node.command("SCRIPT", "EXISTS", *shas) == [0] * len(SCRIPTS)
+
+        second = await jobs.enqueue(bus, queue, b"two")
+        assert second.outcome is Outcome.ENQUEUED
+        again = await jobs.enqueue(bus, queue, b"other", job_id=second.id)
+        assert again == Admitted(second.id, Outcome.DUPLICATE)
+        claimed = await jobs.claim(bus, queue, 5)
+        assert [(j.id, j.payload, j.attempts) for j in claimed] == [
+            (first.id, b"one", 1),
+            (second.id, b"two", 1),
+        ]
+        assert [await jobs.ack(bus, queue, j.id, j.token) for j in claimed] == [Outcome.ACKED] * 2
+
+        owner = await _owner(nodes, bus.keys(queue).pending)
+        assert await owner.command("SCRIPT", "EXISTS", *shas) == [1] * len(SCRIPTS)
+
+
+async def test_concurrent_enqueues_meeting_a_flushed_script_each_get_their_answer(
+    bus: Bus, queue: str
+) -> None:
+    await jobs.enqueue(bus, queue, b"first")  # the script is loaded, then lost
+    async with _nodes(bus) as nodes:
+        for node in nodes:
+            await node.command("SCRIPT", "FLUSH")
+    answers: list[Admitted] = []
+
+    async def one(i: int) -> None:
+        answers.append(await jobs.enqueue(bus, queue, f"job {i}"))
+
+    async with trio.open_nursery() as nursery:
+        for i in range(32):
+            nursery.start_soon(one, i)
+    assert sorted(a.outcome.value for a in answers) == [Outcome.ENQUEUED.value] * 32
+    assert len({a.id for a in answers}) == 32
+    assert (await jobs.counts(bus, queue)).pending == 33
