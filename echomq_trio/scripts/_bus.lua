@@ -159,26 +159,25 @@ local function lane_paused(qp, g)
   return any_lane_in(key) and redis.call('SISMEMBER', key, g) == 1
 end
 
-local function lane_wait_end(qp, g)
-  local key = qp .. KEY.lane_waits
+-- g's entry in a key of lane settings (ZSCORE or HGET) as a number, or nil (no command when no
+-- lane of the queue has that setting).
+local function lane_setting(key, command, g)
   if not any_lane_in(key) then return nil end
-  local at = redis.call('ZSCORE', key, g)
-  if at then return tonumber(at) end
+  local value = redis.call(command, key, g)
+  if value then return tonumber(value) end
   return nil
+end
+
+local function lane_wait_end(qp, g)
+  return lane_setting(qp .. KEY.lane_waits, 'ZSCORE', g)
 end
 
 local function lane_limit(qp, g)
-  local key = qp .. KEY.lane_limits
-  if not any_lane_in(key) then return nil end
-  local limit = redis.call('HGET', key, g)
-  if limit then return tonumber(limit) end
-  return nil
+  return lane_setting(qp .. KEY.lane_limits, 'HGET', g)
 end
 
 local function lane_weight(qp, g)
-  local key = qp .. KEY.lane_weights
-  if not any_lane_in(key) then return 1 end
-  return tonumber(redis.call('HGET', key, g) or '1')
+  return lane_setting(qp .. KEY.lane_weights, 'HGET', g) or 1
 end
 
 local function lane_in_flight(qp, g)

@@ -8,8 +8,9 @@
 -- the ring.
 -- Returns one word per job: 'acked', 'stale' (the token no longer holds: the job was claimed
 -- again), 'gone' (no such row).
--- cost: O(jobs acked), each O(log n) in the size of the sets touched; per job about 4
--- commands, and a lane job about 2 more (4 more when it was its lane's last)
+-- cost: O(jobs acked), each O(log n) in the size of the sets touched; per job 2 commands (its
+-- row read, its event), a lane job 1 more (4 more when it was its lane's last in flight, 1 less
+-- when its lane stays on the ring), one ZREM and one DEL per call
 local qp = ARGV[1]
 local now = now_ms()
 local out = {}

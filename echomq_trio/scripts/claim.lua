@@ -12,8 +12,9 @@
 -- meets it. A claim takes at most SKIP_MAX such lanes off per call (then it takes what it can
 -- from the flat set and leaves a wake token, so the next claim goes on where it stopped).
 -- Returns {lease deadline, then per job: id, payload, attempts, token, group or ''}.
--- cost: O(batch + SKIP_MAX) (each step O(log n)); per job about 8 commands, and per lane turn
--- about 4 (in a queue with lanes paused, waiting, limited or weighted, up to 4 more)
+-- cost: O(batch + SKIP_MAX) (each step O(log n)); per job 3 commands (its row read and
+-- written, its event), per lane turn 4 and 2 more when the lane leaves the ring (in a queue
+-- with lanes paused, waiting, limited or weighted, up to 5 more), one ZADD per call
 local qp = ARGV[1]
 local SKIP_MAX = 100
 local want = tonumber(ARGV[2])

@@ -1,8 +1,8 @@
 """The bookkeeping that keeps every script O(batch): ``counts`` reads counters of the jobs
 waiting in lanes and of the lanes with jobs, and lane status pages through a lane index, all
 kept by the scripts where a job enters or leaves a lane. After every transition (and after a
-worker holding lane jobs is killed) they must equal what a walk of every lane finds. The walk is a test-only script run
-with EVAL: the bus itself never walks its lanes."""
+worker holding lane jobs is killed) they must equal what a walk of every lane finds. The walk
+is a test-only script run with EVAL: the bus itself never walks its lanes."""
 
 import pytest
 import trio
