@@ -67,12 +67,13 @@ TUNED = {"concurrency": 64, "prefetch": 256, "claim_batch": 256}  # the best set
 
 
 async def run_noop_consumer(
-    bus: Bus, queue: str, total: int, *, tuned: bool = True
+    bus: Bus, queue: str, total: int, *, tuned: bool = True, settings: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Drain ``total`` pre-enqueued jobs with a no-op handler through one ``Consumer``: with
-    ``tuned`` ``Consumer(concurrency=64, prefetch=256, claim_batch=256)`` (``TUNED``), else
-    with no settings at all (the defaults); time from the start of claiming (just after
-    ``nursery.start`` returns) to the moment all ``total`` jobs are acked."""
+    ``settings`` when given, else with ``tuned`` ``Consumer(concurrency=64, prefetch=256,
+    claim_batch=256)`` (``TUNED``), else with no settings at all (the defaults); time from the
+    start of claiming (just after ``nursery.start`` returns) to the moment all ``total`` jobs
+    are acked."""
     first_handle: list[float] = []
 
     async def handler(job: Job) -> RetryIn | None:
@@ -85,7 +86,8 @@ async def run_noop_consumer(
     warm_queue = queue + "-warmup"
     await jobs.claim(bus, warm_queue, 1)
     await jobs.ack(bus, warm_queue, ids.generate("JOB"), 1)
-    consumer = Consumer(bus, queue, handler, **(TUNED if tuned else {}))
+    chosen = settings if settings is not None else TUNED if tuned else {}
+    consumer = Consumer(bus, queue, handler, **chosen)
     async with trio.open_nursery() as nursery:
         await nursery.start(consumer.run)
         start = trio.current_time()

@@ -10,10 +10,11 @@ settings (for example ``hash-max-listpack-value=64``, the servers' own default).
 
 What each number means:
 
-* ``throughput``: no-op jobs per second through one ``Consumer(concurrency=64, prefetch=256,
-  claim_batch=256)`` in this process, from the start of claiming to the last ack (the same run
-  as ``bench_bus.py``'s in-process figure), for ``one_lane`` (``--jobs`` jobs in one lane,
-  admitted with ``lanes.enqueue_many`` in batches of 1,000) and for ``many_lanes`` (``--lanes``
+* ``throughput``: no-op jobs per second through one ``Consumer(concurrency=64,
+  prefetch=B, claim_batch=B)`` in this process with ``B`` = ``--batch`` (default 32, see
+  below; ``--batch 256`` is ``bench_bus.py``'s tuned in-process run), from the start of
+  claiming to the last ack, for ``one_lane`` (``--jobs`` jobs in one lane, admitted with
+  ``lanes.enqueue_many`` in batches of 1,000) and for ``many_lanes`` (``--lanes``
   lanes of one job each, admitted with ``lanes.enqueue`` from 64 tasks). ``ratio``:
   many_lanes / one_lane (goal >= 0.95). ``flat`` is the same with ``--jobs`` jobs in the flat
   pending set (``jobs.enqueue_many``), for reference.
@@ -23,8 +24,9 @@ What each number means:
   logs those with no client; they are part of the script's time). ``max_us`` and ``slowest``
   (the command, and for ``EVALSHA`` the script's name, found by hashing the package's scripts),
   ``over_1ms`` (goal at many lanes: 0), ``logged`` (calls over 100 µs) and ``by_script``
-  (each name's count and slowest call). A duration is wall time on the server: on a machine
-  whose cores are busy, a call that the kernel descheduled counts the time it waited.
+  (each name's count, slowest call and the median of its logged calls). A duration is wall
+  time on the server: on a machine whose cores are busy, a call that the kernel descheduled
+  counts the time it waited.
 * ``calls``: with ``--lanes`` lanes holding one job each, before they are consumed, the median
   of ``--samples`` calls of ``jobs.counts``, of one page of lane status (``lane_status_page``:
   ``lanes.status_page`` when the package has it, else ``lanes.status`` of every lane; ``ran``
@@ -40,6 +42,17 @@ What each number means:
   with a ``--payload-bytes`` payload (100). ``lanes_bytes_per_job``: the same for the
   many-lanes run's fill (a lane per job). Goal: <= 320 bytes per waiting job.
 * ``server_config``: the server's compact-encoding limits (``CONFIG GET *-max-*``) in force.
+
+Why ``--batch 32``: a claim or an ack costs the server per job, so no batch of 256 can stay
+under the 1 ms goal (it would need under 4 µs a job, one or two commands). Measured on the
+2-core machine of issue 14 at 100,000 one-job lanes, after the scripts were made cheaper
+(2026-12-01, load average 3 to 5): a claim about 36 µs a job on the server and an ack about
+25 (medians of the slow log's calls: 1.0 to 1.2 ms and 0.8 ms at 32 jobs; 0.8 to 0.9 ms and
+0.6 ms at 24; 0.6 ms and 0.45 ms at 16). Throughput at 100,000 lanes held at 32 (8,283 and
+8,478 jobs/s against 6,974 and 9,642 at 256, the runs taken in turn), fell at 24 (7,999,
+7,014) and at 16 (5,232, 6,655): 32 is the smallest batch whose throughput holds, and its
+claims are at the 1 ms goal, not under it. A call's duration is wall time, so on a loaded
+machine a descheduled server puts calls over 1 ms whatever the batch.
 """
 
 from __future__ import annotations
@@ -74,6 +87,8 @@ SCHEDULE_AHEAD_MS = 365 * 24 * 3600 * 1000
 SLOWLOG_SLOWER_THAN_US = 100
 SLOWLOG_MAX_LEN = 1_000_000
 SLOW_CALL_US = 1_000
+CONCURRENCY = 64  # the consumer's handler tasks
+BATCH_JOBS = 32  # the consumer's claim batch and prefetch (--batch): see the docstring
 
 GOAL_LANES_RATIO = 0.95
 GOAL_BYTES_PER_WAITING_JOB = 320
@@ -155,11 +170,15 @@ async def slowlog_calls(bus: Bus, shas: dict[str, str]) -> list[tuple[int, str]]
 
 def slowlog_summary(calls: list[tuple[int, str]]) -> dict[str, Any]:
     by_script: dict[str, dict[str, int]] = {}
+    durations: dict[str, list[int]] = {}
     for duration, what in calls:
         row = by_script.setdefault(what, {"logged": 0, "over_1ms": 0, "max_us": 0})
         row["logged"] += 1
         row["over_1ms"] += duration > SLOW_CALL_US
         row["max_us"] = max(row["max_us"], duration)
+        durations.setdefault(what, []).append(duration)
+    for what, row in by_script.items():
+        row["median_us"] = round(statistics.median(durations[what]))
     slowest = max(calls, default=(0, ""))
     return {
         "max_us": slowest[0],
@@ -255,7 +274,7 @@ async def consume(run: Run, queue: str, total: int) -> dict[str, Any]:
     """The no-op consumer run over ``total`` waiting jobs, with the slow log of the run."""
     await jobs.claim(run.bus, queue + "-warmup", 1)  # scripts loaded before the slow log starts
     await slowlog_reset(run.bus)
-    result = await run_noop_consumer(run.bus, queue, total)
+    result = await run_noop_consumer(run.bus, queue, total, settings=run.sizes.consumer)
     result["slowlog"] = slowlog_summary(await slowlog_calls(run.bus, run.shas))
     left = await jobs.counts(run.bus, queue)
     result["drained"] = left.pending == left.active == left.dead == 0
@@ -274,6 +293,11 @@ class Sizes:
     payload_bytes: int
     samples: int  # calls per timed call
     flat: bool  # also the flat run
+    batch: int = BATCH_JOBS  # the consumer's claim batch and prefetch
+
+    @property
+    def consumer(self) -> dict[str, Any]:
+        return {"concurrency": CONCURRENCY, "prefetch": self.batch, "claim_batch": self.batch}
 
 
 @attrs.frozen
@@ -492,16 +516,18 @@ def main(argv: list[str] | None = None) -> None:
     add("--scheduled", type=int, default=1_000_000, help="scheduled jobs to weigh (0: skip)")
     add("--payload-bytes", type=int, default=100, help="payload size of every job (>= 12)")
     add("--samples", type=int, default=20, help="calls per timed call")
+    add("--batch", type=int, default=BATCH_JOBS,
+        help="the consumer's claim batch and prefetch (bench_bus.py's tuned: 256)")  # fmt: skip
     add("--flat", action="store_true", help="also drain --jobs flat jobs (no lane)")
     add("--server-config", type=_setting, action="append", default=[], metavar="NAME=VALUE",
         help="CONFIG SET before anything is written (repeatable)")  # fmt: skip
     args = parser.parse_args(argv)
     sizes = Sizes(args.jobs, args.lanes, args.waiting, args.scheduled, args.payload_bytes,
-                  args.samples, args.flat)  # fmt: skip
+                  args.samples, args.flat, args.batch)  # fmt: skip
     if min(sizes.jobs, sizes.lanes, sizes.waiting, sizes.scheduled) < 0:
         parser.error("sizes must be >= 0")
-    if sizes.payload_bytes < 12 or sizes.samples < 1:
-        parser.error("--payload-bytes must be >= 12 and --samples >= 1")
+    if sizes.payload_bytes < 12 or sizes.samples < 1 or sizes.batch < 1:
+        parser.error("--payload-bytes must be >= 12, --samples and --batch >= 1")
     trio.run(_main, sizes, args.server_config)
 
 

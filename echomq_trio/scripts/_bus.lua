@@ -14,30 +14,45 @@
 --                              or_pending also pending: reaped, not claimed again) as a table
 --                              {state, lease, attempts, group}; else nil and 'gone' (no row) or
 --                              'stale' (another lease, or not held)
+--   job_state(qp, id, state)   a job's state from its row's state field as read (a pending job's
+--                              row has none: one EXISTS tells it from no row); nil for no row
 --   to_waiting(qp, id, g, now, at, ...)
 --                              put a job where it waits, its state to match: until `at` on the
 --                              schedule ('scheduled'); else in its lane g, or the flat pending
---                              set ('pending')
+--                              set (pending: no state field); ... are a new row's fields
 --   lane_hold(qp, g, id, now, at)
 --                              a strict lane keeps its head and waits until `at`
---   lane_ready(qp, g, now)     is lane g serviceable: non-empty, not paused, not waiting, below
---                              its limit
---   ring_add(qp, g, now)       put a serviceable lane on the ring once, and wake a consumer
+--   lane_paused(qp, g), lane_wait_end(qp, g), lane_limit(qp, g), lane_weight(qp, g),
+--   lane_in_flight(qp, g)      a lane's settings and jobs in flight (a queue with no lane paused,
+--                              waiting, limited or weighted answers without a command per lane)
+--   lane_held(qp, g, now)      lane g is paused, or waiting past now
+--   lane_ready(qp, g, now, depth, in_flight)
+--                              is lane g serviceable: non-empty, not held, below its limit (depth
+--                              and in_flight as the caller knows them; nil: read)
+--   ring_add(qp, g, now, depth, in_flight)
+--                              put a serviceable lane on the ring once, and wake a consumer
 --   lane_push(qp, g, id, now)  put a job into its lane (at its id's place: mint order), count it
---                              in metrics.lane_pending and list the lane in the lane index
---   lane_forget(qp, g)         take a lane with nothing left (no waiting jobs, none in flight, no
---                              pause, no wait) out of the lane index (whoever empties a lane
---                              takes it out of the lane groups: claim, ack)
+--                              in metrics.lane_pending and, when it is the lane's first, count
+--                              the lane in metrics.lanes_with_jobs and list it in the lane index
+--   lane_forget(qp, g, idle)   take a lane with nothing left (no waiting jobs, none in flight
+--                              (idle: the caller knows), no pause, no wait) out of the lane index;
+--                              returns the lane's depth (whoever empties a lane counts it out of
+--                              metrics.lanes_with_jobs: claim, ack)
 --   lane_done(qp, g, now)      one fewer job of lane g in flight; re-ring it if it can go on
 --   lane_wait(qp, g, until_ms) hold lane g until a time; a wait only ever extends
 --   created(qp, now)           note the queue's creation once (meta.created_ms); a queue created
---                              so has its lane counter exact from the start (meta.counted)
+--                              so has its lane counters exact from the start (meta.counted =
+--                              COUNTED)
 --   schedule_at(qp, id, at)    put a job on the schedule (and tell the metronome if it is first)
 --   next_run(at, every, now)   a repeat's next run: the first at + n*every after now
 --   audit(qp, id, outcome, attempts, now, note, err)
 --                              when the queue keeps an audit (meta.audit = 1), append the settled
 --                              job's record to the audit stream in the same step that settles it
 local EVENTS_MAXLEN = 10000
+-- meta.counted: the lane counters (metrics.lane_pending, metrics.lanes_with_jobs) and the lane
+-- index are exact; an earlier mark (none, or '1': lanes with jobs were the set lane_groups) makes
+-- counts and lane status answer 'uncounted' until count_lanes has run once.
+local COUNTED = '2'
 
 local function wake(qp, n)
   if n < 1 then return end
@@ -54,16 +69,16 @@ local function tick(qp)
   redis.call('LTRIM', qp .. KEY.tick, 0, 0)
 end
 
--- The queue's retention (meta: events, events_maxlen, dead_max, dead_max_age_ms), read once per
--- script run: nil until the first helper that needs it.
+-- The queue's retention (meta: events, events_maxlen, dead_max, dead_max_age_ms), its creation
+-- and its audit flag, read once per script run: nil until the first helper that needs it.
 local kept = nil
 
 local function retention(qp)
   if kept == nil then
     local m = redis.call('HMGET', qp .. KEY.meta, 'events', 'events_maxlen', 'dead_max',
-      'dead_max_age_ms', 'created_ms')
+      'dead_max_age_ms', 'created_ms', 'audit')
     kept = {events = m[1] ~= '0', maxlen = tonumber(m[2]) or EVENTS_MAXLEN,
-      dead_max = tonumber(m[3]), dead_age = tonumber(m[4]), created = m[5]}
+      dead_max = tonumber(m[3]), dead_age = tonumber(m[4]), created = m[5], audit = m[6] == '1'}
   end
   return kept
 end
@@ -99,30 +114,96 @@ local function trim_dead(qp, now)
   return #gone
 end
 
+-- A job's row names its state, except a pending job's (state absent, like attempts 0 before the
+-- first claim: the fields a waiting job does without).
+local function job_state(qp, id, state)
+  if state then return state end
+  if redis.call('EXISTS', qp .. KEY.job .. id) == 1 then return 'pending' end
+  return nil
+end
+
 local function held(qp, id, token, or_pending)
   -- On the hot path (ack, extend): one HMGET, its fields named here and nowhere else.
   local f = redis.call('HMGET', qp .. KEY.job .. id, 'state', 'lease', 'attempts', 'group')
-  if not f[1] then return nil, 'gone' end
-  local holds = f[1] == 'active' or (or_pending and f[1] == 'pending')
+  local state = f[1]
+  if not state then
+    -- an active job's row always names its state: EXISTS only for a pending job or no row
+    state = job_state(qp, id, nil)
+    if not state then return nil, 'gone' end
+  end
+  local holds = state == 'active' or (or_pending and state == 'pending')
   if f[2] ~= token or not holds then return nil, 'stale' end
-  return {state = f[1], lease = f[2], attempts = f[3], group = f[4] or nil}
+  return {state = state, lease = f[2], attempts = f[3] or '0', group = f[4] or nil}
 end
 
-local function lane_ready(qp, g, now)
-  if redis.call('ZCARD', qp .. KEY.lane .. g) == 0 then return false end
-  if redis.call('SISMEMBER', qp .. KEY.paused, g) == 1 then return false end
-  local until_ms = redis.call('ZSCORE', qp .. KEY.lane_waits, g)
-  if until_ms and tonumber(until_ms) > now then return false end
-  local limit = redis.call('HGET', qp .. KEY.lane_limits, g)
-  if limit then
-    local in_flight = tonumber(redis.call('HGET', qp .. KEY.lane_in_flight, g) or '0')
-    if in_flight >= tonumber(limit) then return false end
+-- Whether any lane of the queue is paused, waiting, limited or weighted: the EXISTS of that key,
+-- read at most once per script run, so in a queue with none of them a lane's check of it costs
+-- no command. A script that adds to one of those keys forgets what was read (lanes_changed).
+local lane_keys_seen = {}
+
+local function any_lane_in(key)
+  local has = lane_keys_seen[key]
+  if has == nil then
+    has = redis.call('EXISTS', key) == 1
+    lane_keys_seen[key] = has
   end
+  return has
+end
+
+local function lanes_changed(key)
+  lane_keys_seen[key] = nil
+end
+
+local function lane_paused(qp, g)
+  local key = qp .. KEY.paused
+  return any_lane_in(key) and redis.call('SISMEMBER', key, g) == 1
+end
+
+-- g's entry in a key of lane settings (ZSCORE or HGET) as a number, or nil (no command when no
+-- lane of the queue has that setting).
+local function lane_setting(key, command, g)
+  if not any_lane_in(key) then return nil end
+  local value = redis.call(command, key, g)
+  if value then return tonumber(value) end
+  return nil
+end
+
+local function lane_wait_end(qp, g)
+  return lane_setting(qp .. KEY.lane_waits, 'ZSCORE', g)
+end
+
+local function lane_limit(qp, g)
+  return lane_setting(qp .. KEY.lane_limits, 'HGET', g)
+end
+
+local function lane_weight(qp, g)
+  return lane_setting(qp .. KEY.lane_weights, 'HGET', g) or 1
+end
+
+local function lane_in_flight(qp, g)
+  return tonumber(redis.call('HGET', qp .. KEY.lane_in_flight, g) or '0')
+end
+
+local function lane_held(qp, g, now)
+  if lane_paused(qp, g) then return true end
+  local until_ms = lane_wait_end(qp, g)
+  return until_ms ~= nil and until_ms > now
+end
+
+local function lane_ready(qp, g, now, depth, in_flight)
+  depth = depth or redis.call('ZCARD', qp .. KEY.lane .. g)
+  if depth == 0 or lane_held(qp, g, now) then return false end
+  local limit = lane_limit(qp, g)
+  if limit and (in_flight or lane_in_flight(qp, g)) >= limit then return false end
   return true
 end
 
-local function ring_add(qp, g, now)
-  if lane_ready(qp, g, now) and redis.call('SADD', qp .. KEY.on_ring, g) == 1 then
+local function ring_add(qp, g, now, depth, in_flight)
+  -- A caller that does not know the lane's depth mostly has a busy lane, already on the ring:
+  -- that is one SISMEMBER.
+  if depth == nil and redis.call('SISMEMBER', qp .. KEY.on_ring, g) == 1 then return end
+  if lane_ready(qp, g, now, depth, in_flight)
+    and redis.call('SADD', qp .. KEY.on_ring, g) == 1 then
     redis.call('RPUSH', qp .. KEY.ring, g)
     wake(qp, 1)
   end
@@ -130,38 +211,43 @@ end
 
 local function lane_push(qp, g, id, now)
   local lane = qp .. KEY.lane .. g
+  local depth = nil
   if redis.call('ZADD', lane, 0, id) == 1 then
     redis.call('HINCRBY', qp .. KEY.metrics, 'lane_pending', 1)
-    -- A lane that held jobs already is in the lane groups and the index: only its first job
+    -- A lane that held jobs already is counted and in the index: only its first job counts and
     -- lists it, so a batch into one lane writes them once.
-    if redis.call('ZCARD', lane) == 1 then
-      redis.call('SADD', qp .. KEY.lane_groups, g)
+    depth = redis.call('ZCARD', lane)
+    if depth == 1 then
+      redis.call('HINCRBY', qp .. KEY.metrics, 'lanes_with_jobs', 1)
       redis.call('ZADD', qp .. KEY.lane_index, 0, g)
     end
   end
-  ring_add(qp, g, now)
+  ring_add(qp, g, now, depth)
 end
 
-local function lane_forget(qp, g)
-  if redis.call('ZCARD', qp .. KEY.lane .. g) > 0 then return end
-  if redis.call('HEXISTS', qp .. KEY.lane_in_flight, g) == 1
-    or redis.call('SISMEMBER', qp .. KEY.paused, g) == 1
-    or redis.call('ZSCORE', qp .. KEY.lane_waits, g) then
-    return
-  end
+local function lane_forget(qp, g, idle)
+  local depth = redis.call('ZCARD', qp .. KEY.lane .. g)
+  if depth > 0 then return depth end
+  if not idle and redis.call('HEXISTS', qp .. KEY.lane_in_flight, g) == 1 then return depth end
+  if lane_paused(qp, g) or lane_wait_end(qp, g) then return depth end
   redis.call('ZREM', qp .. KEY.lane_index, g)
+  return depth
 end
 
 local function lane_done(qp, g, now)
-  if redis.call('HINCRBY', qp .. KEY.lane_in_flight, g, -1) <= 0 then
+  local in_flight = redis.call('HINCRBY', qp .. KEY.lane_in_flight, g, -1)
+  local depth = nil
+  if in_flight <= 0 then
     redis.call('HDEL', qp .. KEY.lane_in_flight, g)
-    lane_forget(qp, g)
+    in_flight = 0
+    depth = lane_forget(qp, g, true)
   end
-  ring_add(qp, g, now)
+  ring_add(qp, g, now, depth, in_flight)
 end
 
 local function lane_wait(qp, g, until_ms)
   redis.call('ZADD', qp .. KEY.lane_index, 0, g)
+  lanes_changed(qp .. KEY.lane_waits)
   -- Tell the metronome when this is now the earliest wait.
   local cur = redis.call('ZSCORE', qp .. KEY.lane_waits, g)
   if cur and tonumber(cur) >= until_ms then return end
@@ -174,7 +260,7 @@ local function created(qp, now)
   local r = retention(qp)  -- the same read as the retention's: one command when it exists
   if r.created then return end
   if redis.call('HSETNX', qp .. KEY.meta, 'created_ms', now) == 1 then
-    redis.call('HSET', qp .. KEY.meta, 'counted', 1)
+    redis.call('HSET', qp .. KEY.meta, 'counted', COUNTED)
   end
   r.created = now
 end
@@ -185,16 +271,26 @@ local function schedule_at(qp, id, at)
   if head[1] == id then tick(qp) end
 end
 
--- Any further field/value pairs (...) go into the job's row in the same write; a lane job's row
--- names its group. Returns 1 when the job joined the flat pending set (the caller wakes that
+-- A new row's field/value pairs (...) go into the job's row in the same write (a lane job's row
+-- names its group); a row that exists keeps its fields, its state set to match (a pending
+-- job's row has none). Returns 1 when the job joined the flat pending set (the caller wakes that
 -- many consumers once, at its end), else 0.
 local function to_waiting(qp, id, g, now, at, ...)
-  local state = 'pending'
-  if at then state = 'scheduled' end
-  if g then
-    redis.call('HSET', qp .. KEY.job .. id, 'state', state, 'group', g, ...)
+  local row = qp .. KEY.job .. id
+  if select('#', ...) > 0 then
+    if at and g then
+      redis.call('HSET', row, 'state', 'scheduled', 'group', g, ...)
+    elseif at then
+      redis.call('HSET', row, 'state', 'scheduled', ...)
+    elseif g then
+      redis.call('HSET', row, 'group', g, ...)
+    else
+      redis.call('HSET', row, ...)
+    end
+  elseif at then
+    redis.call('HSET', row, 'state', 'scheduled')
   else
-    redis.call('HSET', qp .. KEY.job .. id, 'state', state, ...)
+    redis.call('HDEL', row, 'state')
   end
   if at then
     schedule_at(qp, id, at)
@@ -223,11 +319,8 @@ local function next_run(at, every, now)
   return nxt
 end
 
-local audit_on = nil  -- the queue's audit flag, read once per script run
-
 local function audit(qp, id, outcome, attempts, now, note, err)
-  if audit_on == nil then audit_on = redis.call('HGET', qp .. KEY.meta, 'audit') == '1' end
-  if not audit_on then return end
+  if not retention(qp).audit then return end
   -- Never trimmed by a cap: its reader trims below what it has stored (audit_ack).
   redis.call('XADD', qp .. KEY.audit, '*', 'id', id, 'outcome', outcome, 'attempts', attempts,
     'settled_ms', now, 'payload', redis.call('HGET', qp .. KEY.job .. id, 'payload') or '',

@@ -12,23 +12,30 @@
 -- meets it. A claim takes at most SKIP_MAX such lanes off per call (then it takes what it can
 -- from the flat set and leaves a wake token, so the next claim goes on where it stopped).
 -- Returns {lease deadline, then per job: id, payload, attempts, token, group or ''}.
--- cost: O(batch + SKIP_MAX) (each step O(log n))
+-- cost: O(batch + SKIP_MAX) (each step O(log n)); per job 3 commands (its row read and
+-- written, its event), per lane turn 4 and 2 more when the lane leaves the ring (in a queue
+-- with lanes paused, waiting, limited or weighted, up to 5 more), one ZADD per call
 local qp = ARGV[1]
 local SKIP_MAX = 100
 local want = tonumber(ARGV[2])
 local now = now_ms()
 local deadline = now + tonumber(ARGV[3])
-local active = qp .. KEY.active
+local ring = qp .. KEY.ring
 local out = {deadline}
+local leased = {}  -- score, id pairs: one ZADD to active at the end
+local flat_left = true  -- the flat set may hold jobs (a claim never adds to it)
+local from_lanes, emptied = 0, 0  -- counted in metrics once, at the end
 
 local function take(id, g)
   local row = qp .. KEY.job .. id
-  local attempts = redis.call('HINCRBY', row, 'attempts', 1)
-  local token = redis.call('HINCRBY', row, 'lease', 1)
-  redis.call('HSET', row, 'state', 'active')
-  redis.call('ZADD', active, deadline, id)
+  local f = redis.call('HMGET', row, 'attempts', 'lease', 'payload')
+  local attempts = (tonumber(f[1]) or 0) + 1
+  local token = (tonumber(f[2]) or 0) + 1
+  redis.call('HSET', row, 'state', 'active', 'attempts', attempts, 'lease', token)
+  leased[#leased + 1] = deadline
+  leased[#leased + 1] = id
   out[#out + 1] = id
-  out[#out + 1] = redis.call('HGET', row, 'payload')
+  out[#out + 1] = f[3]
   out[#out + 1] = attempts
   out[#out + 1] = token
   out[#out + 1] = g
@@ -36,49 +43,65 @@ local function take(id, g)
 end
 
 local function take_flat(n)
+  if not flat_left then return 0 end
   local popped = redis.call('ZPOPMIN', KEYS[1], n)
   for i = 1, #popped, 2 do take(popped[i], '') end
-  return #popped / 2
+  local got = #popped / 2
+  if got < n then flat_left = false end
+  return got
 end
 
 -- Each turn either claims from a lane or takes a lane off the ring, so this loop ends.
 local skipped = 0
 while want > 0 do
-  if redis.call('LLEN', qp .. KEY.ring) == 0 then
-    take_flat(want)
-    break
-  end
   if skipped >= SKIP_MAX then
     take_flat(want)
     wake(qp, 1)
     break
   end
-  local g = redis.call('LMOVE', qp .. KEY.ring, qp .. KEY.ring, 'LEFT', 'RIGHT')
+  local g = redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
+  if not g then
+    take_flat(want)
+    break
+  end
   local lane = qp .. KEY.lane .. g
-  if lane_ready(qp, g, now) then
-    local n = tonumber(redis.call('HGET', qp .. KEY.lane_weights, g) or '1')
-    if n > want then n = want end
-    local limit = redis.call('HGET', qp .. KEY.lane_limits, g)
+  local depth = redis.call('ZCARD', lane)
+  local ready = depth > 0 and not lane_held(qp, g, now)
+  local limit = nil
+  local in_flight = 0
+  if ready then
+    limit = lane_limit(qp, g)
     if limit then
-      local in_flight = redis.call('HGET', qp .. KEY.lane_in_flight, g) or '0'
-      local room = tonumber(limit) - tonumber(in_flight)
-      if n > room then n = room end
+      in_flight = lane_in_flight(qp, g)
+      ready = in_flight < limit
     end
+  end
+  if ready then
+    local n = math.min(lane_weight(qp, g), want, depth)
+    if limit and n > limit - in_flight then n = limit - in_flight end
     local popped = redis.call('ZPOPMIN', lane, n)
     for i = 1, #popped, 2 do take(popped[i], g) end
     local got = #popped / 2
-    redis.call('HINCRBY', qp .. KEY.lane_in_flight, g, got)
-    redis.call('HINCRBY', qp .. KEY.metrics, 'lane_pending', -got)
+    in_flight = redis.call('HINCRBY', qp .. KEY.lane_in_flight, g, got)
+    from_lanes = from_lanes + got
     want = want - got
-    if redis.call('ZCARD', lane) == 0 then redis.call('SREM', qp .. KEY.lane_groups, g) end
+    depth = depth - got
+    if depth == 0 then emptied = emptied + 1 end
+    -- Still serviceable? Its hold cannot have changed; its depth and jobs in flight have.
+    ready = depth > 0 and not (limit and in_flight >= limit)
   else
     skipped = skipped + 1
   end
-  if not lane_ready(qp, g, now) then
+  if not ready then
     -- g was just rotated to the tail: take it off the ring until it can go on.
-    redis.call('RPOP', qp .. KEY.ring)
+    redis.call('RPOP', ring)
     redis.call('SREM', qp .. KEY.on_ring, g)
   end
   if want > 0 then want = want - take_flat(1) end
+end
+if from_lanes > 0 then redis.call('HINCRBY', qp .. KEY.metrics, 'lane_pending', -from_lanes) end
+if emptied > 0 then redis.call('HINCRBY', qp .. KEY.metrics, 'lanes_with_jobs', -emptied) end
+for i = 1, #leased, 1000 do
+  redis.call('ZADD', qp .. KEY.active, unpack(leased, i, math.min(i + 999, #leased)))
 end
 return out

@@ -2,25 +2,25 @@
 -- transition: none (read only)
 -- KEYS[1] emq:{q}:pending (the other keys are ARGV[1]'s, same slot)
 -- ARGV[1] queue prefix emq:{q}:
--- Jobs waiting in lanes are the counter metrics.lane_pending, kept by every script that puts a
--- job into a lane or takes one out; a queue from before that counter answers {'uncounted'}
--- until count_lanes has run on it once.
+-- Jobs waiting in lanes are the counter metrics.lane_pending, and lanes with jobs the counter
+-- metrics.lanes_with_jobs, kept by every script that puts a job into a lane or takes one out; a
+-- queue from before those counters answers {'uncounted'} until count_lanes has run on it once.
 -- Returns {exists (1 if the queue was ever used), pending (flat + lanes), scheduled, active,
 -- dead, lanes with jobs, paused lanes, waiting lanes, completed total, retried total,
 -- dead total, deferred total, repeats}, or {'uncounted'}.
 -- cost: O(1)
 local qp = ARGV[1]
 local exists = redis.call('EXISTS', qp .. KEY.meta)
-if exists == 1 and redis.call('HGET', qp .. KEY.meta, 'counted') ~= '1' then
+if exists == 1 and redis.call('HGET', qp .. KEY.meta, 'counted') ~= COUNTED then
   return {'uncounted'}
 end
 local m = redis.call('HMGET', qp .. KEY.metrics, 'completed', 'retried', 'dead', 'deferred',
-  'lane_pending')
+  'lane_pending', 'lanes_with_jobs')
 return {
   exists,
   redis.call('ZCARD', KEYS[1]) + tonumber(m[5] or 0), redis.call('ZCARD', qp .. KEY.schedule),
   redis.call('ZCARD', qp .. KEY.active), redis.call('ZCARD', qp .. KEY.dead),
-  redis.call('SCARD', qp .. KEY.lane_groups), redis.call('SCARD', qp .. KEY.paused),
+  tonumber(m[6] or 0), redis.call('SCARD', qp .. KEY.paused),
   redis.call('ZCARD', qp .. KEY.lane_waits),
   tonumber(m[1] or 0), tonumber(m[2] or 0), tonumber(m[3] or 0), tonumber(m[4] or 0),
   redis.call('ZCARD', qp .. KEY.repeats),

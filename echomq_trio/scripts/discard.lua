@@ -6,9 +6,9 @@
 -- cost: O(log n)
 local qp = ARGV[1]
 local id = ARGV[2]
-local job = fields(qp .. KEY.job .. id, 'state')
-if not job.state then return 'gone' end
-if job.state ~= 'dead' then return 'not_dead' end
+local state = job_state(qp, id, redis.call('HGET', qp .. KEY.job .. id, 'state') or nil)
+if not state then return 'gone' end
+if state ~= 'dead' then return 'not_dead' end
 redis.call('ZREM', KEYS[1], id)
 redis.call('DEL', qp .. KEY.job .. id)
 emit(qp, 'discarded', id)

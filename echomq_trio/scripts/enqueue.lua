@@ -25,7 +25,7 @@ for i = 4, #ARGV, 2 do
   if redis.call('EXISTS', qp .. KEY.job .. id) == 1 then
     out[#out + 1] = 'duplicate'
   else
-    added = added + to_waiting(qp, id, nil, now, nil, 'attempts', 0, 'payload', ARGV[i + 1])
+    added = added + to_waiting(qp, id, nil, now, nil, 'payload', ARGV[i + 1])
     emit(qp, 'enqueued', id)
     if guard then redis.call('SET', guard, id, 'PX', ARGV[3]) end
     out[#out + 1] = 'enqueued'

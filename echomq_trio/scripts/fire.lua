@@ -29,7 +29,7 @@ for i = 1, #due, 2 do
     if redis.call('EXISTS', qp .. KEY.job .. id) == 0 then
       local g = reg.group
       if g == '' then g = nil end
-      flat = flat + to_waiting(qp, id, g, now, nil, 'attempts', 0, 'payload', reg.template,
+      flat = flat + to_waiting(qp, id, g, now, nil, 'payload', reg.template,
         'repeat', name, 'occurrence_ms', at)
       emit(qp, 'fired', id, 'repeat', name, 'at', at)
       fired = fired + 1

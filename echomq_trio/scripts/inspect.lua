@@ -21,7 +21,7 @@ local score_set = {scheduled = qp .. KEY.schedule, active = qp .. KEY.active, de
 local out = {}
 for _, id in ipairs(list) do
   local job = fields(qp .. KEY.job .. id, 'state', 'attempts', 'payload', 'last_error', 'group')
-  local state = job.state or ''
+  local state = job_state(qp, id, job.state) or ''
   local score = ''
   if score_set[state] then score = redis.call('ZSCORE', score_set[state], id) or '' end
   out[#out + 1] = {id, state, job.attempts or '0', job.payload or '', job.last_error or '', score,

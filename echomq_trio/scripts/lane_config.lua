@@ -14,6 +14,8 @@ elseif ARGV[3] ~= '' then
   redis.call('HSET', qp .. KEY.lane_limits, g, ARGV[3])
 end
 if ARGV[4] ~= '' then redis.call('HSET', qp .. KEY.lane_weights, g, ARGV[4]) end
+lanes_changed(qp .. KEY.lane_limits)
+lanes_changed(qp .. KEY.lane_weights)
 -- A lane that can no longer go on stays on the ring until a claim meets it (claim.lua).
 ring_add(qp, g, now_ms())
 return {

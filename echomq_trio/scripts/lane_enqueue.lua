@@ -20,7 +20,10 @@ if ARGV[4] ~= '' then
 end
 local now = now_ms()
 created(qp, now)
-if ARGV[3] ~= '' then redis.call('HSET', qp .. KEY.lane_limits, g, ARGV[3]) end
+if ARGV[3] ~= '' then
+  redis.call('HSET', qp .. KEY.lane_limits, g, ARGV[3])
+  lanes_changed(qp .. KEY.lane_limits)
+end
 local out = {}
 local added = 0
 for i = 6, #ARGV, 2 do
@@ -28,7 +31,7 @@ for i = 6, #ARGV, 2 do
   if redis.call('EXISTS', qp .. KEY.job .. id) == 1 then
     out[#out + 1] = 'duplicate'
   else
-    to_waiting(qp, id, g, now, nil, 'attempts', 0, 'payload', ARGV[i + 1])
+    to_waiting(qp, id, g, now, nil, 'payload', ARGV[i + 1])
     emit(qp, 'enqueued', id, 'group', g)
     if guard then redis.call('SET', guard, id, 'PX', ARGV[5]) end
     added = added + 1

@@ -13,6 +13,7 @@ local g = ARGV[2]
 created(qp, now_ms())
 if ARGV[3] == 'pause' then
   redis.call('SADD', qp .. KEY.paused, g)
+  lanes_changed(qp .. KEY.paused)
   redis.call('ZADD', qp .. KEY.lane_index, 0, g)
   emit(qp, 'paused', g)
 else

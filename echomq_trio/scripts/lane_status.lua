@@ -18,7 +18,7 @@ if ARGV[2] == 'groups' then
   for i = 3, #ARGV do groups[#groups + 1] = ARGV[i] end
 else
   if redis.call('EXISTS', qp .. KEY.meta) == 1
-    and redis.call('HGET', qp .. KEY.meta, 'counted') ~= '1' then
+    and redis.call('HGET', qp .. KEY.meta, 'counted') ~= COUNTED then
     return {'uncounted'}
   end
   local from = '-'
@@ -33,17 +33,18 @@ end
 local now = now_ms()
 local out = {nxt}
 for _, g in ipairs(groups) do
+  local depth = redis.call('ZCARD', qp .. KEY.lane .. g)
+  local in_flight = lane_in_flight(qp, g)
+  local paused = lane_paused(qp, g)
+  local until_ms = lane_wait_end(qp, g) or 0
+  local limit = lane_limit(qp, g)
+  -- lane_ready, from the values read for the row
+  local ready = depth > 0 and not paused and until_ms <= now
+    and not (limit and in_flight >= limit)
   local ring = 0
-  if redis.call('SISMEMBER', qp .. KEY.on_ring, g) == 1 and lane_ready(qp, g, now) then ring = 1 end
-  out[#out + 1] = {
-    g,
-    redis.call('ZCARD', qp .. KEY.lane .. g),
-    tonumber(redis.call('HGET', qp .. KEY.lane_in_flight, g) or '0'),
-    tonumber(redis.call('HGET', qp .. KEY.lane_limits, g) or '0'),
-    tonumber(redis.call('HGET', qp .. KEY.lane_weights, g) or '1'),
-    redis.call('SISMEMBER', qp .. KEY.paused, g),
-    tonumber(redis.call('ZSCORE', qp .. KEY.lane_waits, g) or '0'),
-    ring,
-  }
+  if ready and redis.call('SISMEMBER', qp .. KEY.on_ring, g) == 1 then ring = 1 end
+  local held = 0
+  if paused then held = 1 end
+  out[#out + 1] = {g, depth, in_flight, limit or 0, lane_weight(qp, g), held, until_ms, ring}
 end
 return out

@@ -8,9 +8,11 @@
 local qp = ARGV[1]
 local id = ARGV[2]
 local job = fields(qp .. KEY.job .. id, 'state', 'group')
-if not job.state then return 'gone' end
-if job.state ~= 'dead' then return 'not_dead' end
+local state = job_state(qp, id, job.state)
+if not state then return 'gone' end
+if state ~= 'dead' then return 'not_dead' end
 redis.call('ZREM', KEYS[1], id)
-wake(qp, to_waiting(qp, id, job.group, now_ms(), nil, 'attempts', 0))
+redis.call('HDEL', qp .. KEY.job .. id, 'attempts')  -- none: 0
+wake(qp, to_waiting(qp, id, job.group, now_ms(), nil))
 emit(qp, 'replayed', id)
 return 'replayed'

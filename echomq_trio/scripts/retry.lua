@@ -35,7 +35,7 @@ end
 local at = now + tonumber(ARGV[4])
 redis.call('HINCRBY', qp .. KEY.metrics, 'retried', 1)
 emit(qp, 'retried', id, 'attempt', job.attempts, 'at', at, 'error', ARGV[6])
-if g and redis.call('HGET', qp .. KEY.lane_limits, g) == '1' then
+if g and lane_limit(qp, g) == 1 then
   lane_hold(qp, g, id, now, at)
 else
   to_waiting(qp, id, g, now, at)

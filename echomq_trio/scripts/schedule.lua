@@ -20,7 +20,7 @@ for i = 4, #ARGV, 3 do
   else
     local at = tonumber(ARGV[i + 2])
     if relative then at = now + at end
-    to_waiting(qp, id, g, now, at, 'attempts', 0, 'payload', ARGV[i + 1])
+    to_waiting(qp, id, g, now, at, 'payload', ARGV[i + 1])
     emit(qp, 'scheduled', id, 'at', at)
     out[#out + 1] = {'scheduled', at}
   end

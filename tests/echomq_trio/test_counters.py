@@ -1,8 +1,8 @@
-"""The bookkeeping that keeps every script O(batch): ``counts`` reads a counter of the jobs
-waiting in lanes, and lane status pages through a lane index, both kept by the scripts where a
-job enters or leaves a lane. After every transition (and after a worker holding lane jobs is
-killed) they must equal what a walk of every lane finds. The walk is a test-only script run
-with EVAL: the bus itself never walks its lanes."""
+"""The bookkeeping that keeps every script O(batch): ``counts`` reads counters of the jobs
+waiting in lanes and of the lanes with jobs, and lane status pages through a lane index, all
+kept by the scripts where a job enters or leaves a lane. After every transition (and after a
+worker holding lane jobs is killed) they must equal what a walk of every lane finds. The walk
+is a test-only script run with EVAL: the bus itself never walks its lanes."""
 
 import pytest
 import trio
@@ -38,13 +38,14 @@ def jid() -> str:
 
 
 async def check_exact(bus: Bus, queue: str) -> None:
-    """The counter, the lane groups and the lane index equal what a walk of every lane finds."""
+    """The counters (jobs waiting in lanes, lanes with jobs) and the lane index equal what a walk
+    of every lane finds."""
     k = queue_keys(queue)
     waiting, nonempty, listed = await bus.wire.command("EVAL", WALK, "1", k.meta, k.prefix)
     flat = int(await bus.wire.command("ZCARD", k.pending))
     counts = await jobs.counts(bus, queue)
     assert counts.pending == flat + waiting, "metrics.lane_pending drifted"
-    assert counts.lanes == nonempty, "the lane groups hold an empty lane"
+    assert counts.lanes == nonempty, "metrics.lanes_with_jobs drifted"
     index = [g.decode() for g in await bus.wire.command("ZRANGE", k.lane_index, "0", "-1")]
     assert sorted(index) == sorted({g.decode() for g in listed}), "the lane index drifted"
     paged = [s.group for s in await lanes.status(bus, queue)]
@@ -204,27 +205,55 @@ async def test_a_pause_leaves_the_ring_lazily_and_a_claim_skips_at_most_a_bounde
 
 
 async def test_a_queue_from_before_the_counters_is_counted_once(bus: Bus, queue: str) -> None:
-    """A queue written by an earlier version (no lane counter, no lane index, no counted mark)
-    is counted and indexed once by the first read that needs it."""
+    """A queue written by an earlier version (no lane counters, no lane index, no counted mark;
+    its lanes with jobs in the set of lane groups) is counted and indexed once by the first read
+    that needs it."""
     k = queue_keys(queue)
     for g in ("a", "b", "c"):
         await lanes.enqueue_many(bus, queue, g, [(jid(), "x"), (jid(), "y")])
     await lanes.pause(bus, queue, "idle-but-paused")
-    # What the earlier version left: none of the new bookkeeping.
+    # What the earlier version left: none of the new bookkeeping, and its set of lane groups
+    # (which could hold a lane that had emptied).
     await bus.wire.command("HDEL", k.meta, "counted")
-    await bus.wire.command("HDEL", k.metrics, "lane_pending")
+    await bus.wire.command("HDEL", k.metrics, "lane_pending", "lanes_with_jobs")
     await bus.wire.command("DEL", k.lane_index)
+    await bus.wire.command("SADD", k.lane_groups, "a", "b", "c", "emptied")
     await lanes.enqueue(
         bus, queue, "d", "z", job_id=jid()
     )  # written by this version before the count
     counts = await jobs.counts(bus, queue)
     assert (counts.pending, counts.lanes, counts.paused_lanes) == (7, 4, 1)
-    assert await bus.wire.command("HGET", k.meta, "counted") == b"1"
+    assert await bus.wire.command("HGET", k.meta, "counted") == b"2"
+    assert await bus.wire.command("EXISTS", k.lane_groups) == 0
     await check_exact(bus, queue)
     await bus.wire.command("HDEL", k.meta, "counted")
     await bus.wire.command("DEL", k.lane_index)
+    await bus.wire.command("SADD", k.lane_groups, "a", "b", "c", "d")
     page = await lanes.status_page(bus, queue)  # a page counts it too
     assert [s.group for s in page.lanes] == ["a", "b", "c", "d", "idle-but-paused"]
+
+
+async def test_a_queue_counted_by_the_version_with_the_lane_groups_set_is_recounted_once(
+    bus: Bus, queue: str
+) -> None:
+    """The version before counted lanes with jobs as a set of lane groups (``counted`` 1, an
+    exact lane index and ``lane_pending``, no ``lanes_with_jobs``): the first read that needs
+    the counter counts them once and drops the set."""
+    k = queue_keys(queue)
+    for g in ("a", "b"):
+        await lanes.enqueue_many(bus, queue, g, [(jid(), "x"), (jid(), "y")])
+    (held,) = await jobs.claim(bus, queue, 1, lease_ms=60_000)  # lane a: one in flight
+    await lanes.pause(bus, queue, "p")
+    await bus.wire.command("HSET", k.meta, "counted", "1")
+    await bus.wire.command("HDEL", k.metrics, "lanes_with_jobs")
+    await bus.wire.command("SADD", k.lane_groups, "a", "b")
+    counts = await jobs.counts(bus, queue)
+    assert (counts.pending, counts.active, counts.lanes, counts.paused_lanes) == (3, 1, 2, 1)
+    assert await bus.wire.command("HGET", k.meta, "counted") == b"2"
+    assert await bus.wire.command("EXISTS", k.lane_groups) == 0
+    await check_exact(bus, queue)
+    await jobs.ack(bus, queue, held.id, held.token)
+    await check_exact(bus, queue)
 
 
 @pytest.mark.slow
