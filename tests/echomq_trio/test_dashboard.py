@@ -148,8 +148,15 @@ async def test_state_json_pages_every_list_and_refuses_bad_requests(bus: Bus, qu
         assert last["queue"]["repeats"]["rows"][0]["next_relative"].startswith("in 1 min")
 
         async def listed() -> bool:
-            names = (await client.get(f"{url}/state.json?count=100")).json()["queues"]
-            return queue in [q["name"] for q in names]
+            # Every page of names (the test server holds every test's queues, often over 100).
+            after = ""
+            while True:
+                page = (await client.get(f"{url}/state.json?count=100&queues_after={after}")).json()
+                if queue in [q["name"] for q in page["queues"]]:
+                    return True
+                if not page["queues_next"]:
+                    return False
+                after = page["queues_next"]
 
         await wait_for(listed, timeout=30, step=0.1)
         for bad in ("count=0", "dead=x", "nope=1", "queue=a%20b"):
