@@ -479,7 +479,10 @@ class EmbeddedServer:
 
     @property
     def running(self) -> bool:
-        return self._popen is not None and not self._exited.is_set()
+        # The reaped status too: stop() reaps the process itself, and the watcher that sets
+        # _exited may be cancelled with the block before it runs.
+        return (self._popen is not None and self._popen.returncode is None
+                and not self._exited.is_set())  # fmt: skip
 
     def log_tail(self, lines: int = 5) -> str:
         try:

@@ -261,8 +261,10 @@ async def test_an_untuned_consumer_claims_more_at_once_while_the_backlog_lasts(
         await wait_for(lambda: consumer.statistics().acked == 600)
         nursery.cancel_scope.cancel()
     asked = [int(c.args[1]) for c in faulty.calls if c.name == "claim"]
-    assert asked[0] == 8  # 2 x concurrency to start with
-    assert max(asked) > 64  # grown with the backlog, up to concurrency + 128
+    # 2 x concurrency to start with, doubled while claims come back full: at most 8 + 16 + 32
+    # are held before the fourth claim, so it always has room for 64. (Past that, how much room
+    # a claim finds depends on how fast the handlers drained: not asserted.)
+    assert asked[:4] == [8, 16, 32, 64], asked[:8]
     assert max(asked) <= 4 + ADAPTIVE_PREFETCH
     assert consumer.statistics().held == 0
 
