@@ -120,6 +120,21 @@ local function earliest(key, limit, window, at, own)
   return now
 end
 
+-- Could the send `own` be at slot t in both logs?
+local function fits_both(t, own)
+  return fits(KEYS[1], glimit, gwin, t, own) and fits(chat_key, climit, cwin, t, own)
+end
+
+-- Move the send `own` to slot t in both logs; its member names the slot, so it is renamed.
+local function move(own, t)
+  local moved = t .. ':' .. string.match(own, ':(%d+)$')
+  redis.call('ZREM', KEYS[1], own)
+  redis.call('ZREM', chat_key, own)
+  redis.call('ZADD', KEYS[1], t, moved)
+  redis.call('ZADD', chat_key, t, moved)
+  return moved
+end
+
 local own = redis.call('GET', rsv_key)
 if (ARGV[9] or '') ~= '' then own = ARGV[9] end
 if own then
@@ -130,15 +145,7 @@ if own then
     -- In time: refine the slot, then send, book or wait for it (never before it).
     local r = math.max(now, earliest(KEYS[1], glimit, gwin, at, own),
       earliest(chat_key, climit, cwin, at, own))
-    if r < at and fits(KEYS[1], glimit, gwin, r, own) and fits(chat_key, climit, cwin, r, own)
-    then
-      local moved = r .. ':' .. string.match(own, ':(%d+)$')
-      redis.call('ZREM', KEYS[1], own)
-      redis.call('ZREM', chat_key, own)
-      redis.call('ZADD', KEYS[1], r, moved)
-      redis.call('ZADD', chat_key, r, moved)
-      own, at = moved, r
-    end
+    if r < at and fits_both(r, own) then own, at = move(own, r), r end
     if at <= now then return {1, 0, '', own} end
     if at - now <= book_max then return {0, at - now, 'booked', own, ask_at(at)} end
     redis.call('SET', rsv_key, own, 'PX', at - now + gwin)
@@ -146,14 +153,7 @@ if own then
   end
   -- Late: send now if the logs hold the send at its real time; else give the slot back (an
   -- entry fewer is always safe) and queue again like anyone else.
-  if fits(KEYS[1], glimit, gwin, now, own) and fits(chat_key, climit, cwin, now, own) then
-    local moved = now .. ':' .. string.match(own, ':(%d+)$')
-    redis.call('ZREM', KEYS[1], own)
-    redis.call('ZREM', chat_key, own)
-    redis.call('ZADD', KEYS[1], now, moved)
-    redis.call('ZADD', chat_key, now, moved)
-    return {1, 0, '', moved}
-  end
+  if fits_both(now, own) then return {1, 0, '', move(own, now)} end
   redis.call('ZREM', KEYS[1], own)
   redis.call('ZREM', chat_key, own)
 end
