@@ -4,11 +4,14 @@ Theory of operation:
 
 * The claimer leases batches (one round trip each) only while there is room: at most
   ``concurrency + prefetch`` jobs are held at once, so a slow handler pushes back on claiming
-  rather than growing a list. Untuned (no ``prefetch``), up to ``ADAPTIVE_PREFETCH`` jobs may
-  be held ahead, and the claim batch follows the backlog (``claim_window``): it doubles while
-  claims come back full and halves while they come back short, so a deep queue is drained in
-  large batches and a shallow one is not hoarded by one consumer. With nothing to claim it parks
-  on the queue's wake list, on a client of its own, for at most a beat.
+  rather than growing a list. Untuned (no ``prefetch``), it holds ahead of the handlers about
+  ``AHEAD_S`` of their work at the pace they finish jobs (``claim_window.HoldAhead``: from
+  ``concurrency`` up to ``ADAPTIVE_PREFETCH``; the claimer keeps the slots it does not want),
+  and the claim batch follows the backlog (``claim_window.ClaimWindow``): it doubles while claims
+  come back full and halves while they come back short, up to ``ADAPTIVE_CLAIM_BATCH``. So a
+  deep queue is drained in large batches with fast handlers far ahead, and neither a shallow
+  queue nor slow handlers let one consumer hoard jobs while another idles. With nothing to
+  claim it parks on the queue's wake list, on a client of its own, for at most a beat.
 * Handlers run the user's function. Returning ``None`` acks; returning ``RetryIn`` schedules a
   retry after that delay; returning ``DeferIn`` puts the job back to wait without spending an
   attempt (a lane job keeps its place and its lane waits); returning ``Bury`` sends it to the
@@ -16,11 +19,12 @@ Theory of operation:
   backoff policy, and after ``max_attempts`` the job is dead with the exception's text.
   Raising ``StopConsumer`` stops the whole consumer (the job goes back to pending). The mapping
   from result to transition is ``settlement.decide``, pure; this module only runs what it says.
-* A settler folds finished jobs into one ack round trip per burst (retries, deferrals and burials
-  one round trip each); a renewer extends the leases of every held job each third of a lease, so
-  a long handler is not reaped from under itself. A claim or a settlement that meets connection
-  trouble is tried again (``backoff.reconnect_delay_s``); a second try of a settlement the
-  server did run is refused by the lease token, so no job is settled twice.
+* A settler folds finished jobs into one ack round trip per burst, at most ``SETTLE_BATCH`` a
+  round trip (retries, deferrals and burials one round trip each); a renewer extends the leases
+  of every held job each third of a lease, so a long handler is not reaped from under itself.
+  A claim or a settlement that meets connection trouble is tried again
+  (``backoff.reconnect_delay_s``); a second try of a settlement the server did run is refused
+  by the lease token, so no job is settled twice.
 * Cancellation (shutdown): claiming stops at once; running handlers get ``grace_s`` to finish and
   are then cancelled; their outcomes are settled; then every job still held (running, cancelled
   or never started) goes back to pending in one round trip, without spending an attempt. A claim
@@ -50,7 +54,7 @@ import trio
 from echomq_trio import jobs, leases
 from echomq_trio.backoff import Exponential, Jitter, Policy
 from echomq_trio.bus import Bus
-from echomq_trio.claim_window import ClaimWindow
+from echomq_trio.claim_window import ClaimWindow, HoldAhead
 from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut, raising_first
 from echomq_trio.jobs import Job, Outcome
 from echomq_trio.metrics import BusMetrics
@@ -84,10 +88,13 @@ __all__ = [
 log = logging.getLogger("echomq_trio.consumer")
 
 T = TypeVar("T")
-SETTLE_BATCH = 512
+SETTLE_BATCH = 128  # the most acks per round trip (128 flat jobs cost the server about 1 ms)
 DEFAULT_BACKOFF: Policy = Jitter(Exponential(1_000, 60_000))
 SETTLE_TIME_S = leases.SETTLE_TIME_S  # after the grace period, the longest settling takes
-ADAPTIVE_PREFETCH = 128  # untuned, the most jobs claimed ahead of the handlers
+ADAPTIVE_PREFETCH = 512  # untuned, the most jobs claimed ahead of the handlers
+ADAPTIVE_CLAIM_BATCH = 128  # untuned, the most jobs per claim (about 1 ms of the server's time)
+AHEAD_S = 0.05  # untuned, the handlers' work held ahead of them (at their recent pace)
+PACE_SPAN_S = 0.05  # the shortest span over which their pace is measured
 OVERDUE_BEATS = 5  # a due job this many beats late means no metronome runs; checked as often
 
 
@@ -164,12 +171,18 @@ class Consumer:
         self.queue = queue
         self.handler = handler
         self.concurrency = concurrency
-        # Untuned (prefetch None), the claim window adapts to the backlog: up to
-        # ADAPTIVE_PREFETCH jobs ahead, the claim batch doubling while claims come back full
-        # and halving while they come back short (``claim_window``).
+        # Untuned (prefetch None): jobs held ahead at the handlers' pace (HoldAhead, up to
+        # ADAPTIVE_PREFETCH), and the claim window follows the backlog (ClaimWindow, up to
+        # ADAPTIVE_CLAIM_BATCH): doubling while claims come back full, halving while short.
         self.adaptive = prefetch is None
         self.prefetch = max(ADAPTIVE_PREFETCH, concurrency) if prefetch is None else prefetch
-        self.claim_batch = claim_batch or concurrency + self.prefetch
+        most = min(concurrency + self.prefetch, ADAPTIVE_CLAIM_BATCH) if self.adaptive else None
+        self.claim_batch = claim_batch or most or concurrency + self.prefetch
+        self._ahead = (
+            HoldAhead(least=concurrency, most=self.prefetch, horizon_s=AHEAD_S, span_s=PACE_SPAN_S)
+            if self.adaptive
+            else None
+        )
         self._window = ClaimWindow(
             least=min(2 * concurrency, self.claim_batch) if self.adaptive else self.claim_batch,
             most=self.claim_batch,
@@ -260,8 +273,10 @@ class Consumer:
     ) -> None:
         wake = self.bus.keys(self.queue).wake
         self._next_check = trio.current_time() + OVERDUE_BEATS * self.beat_ms / 1000
+        kept = 0  # slots the claimer keeps back: held ahead, only what the handlers' pace wants
         async with work_send:
             while True:
+                kept = await self._wait_for_room(slots, kept)
                 claimed, want = await leases.claim_for_slots(
                     self.bus, self.queue, slots, self._window.size, self.lease_ms
                 )
@@ -281,6 +296,33 @@ class Consumer:
                         await parker.blpop(wake, self.beat_ms / 1000)
                     except (ConnectionLost, RequestTimedOut):
                         await trio.sleep(min(self.beat_ms / 1000, 0.5))
+
+    async def _wait_for_room(self, slots: trio.Semaphore, kept: int) -> int:
+        """Untuned: wait until a slot is free beyond those the claimer keeps back, deciding
+        what to keep each time one frees (so when the handlers slow down, the slots their
+        finished jobs free are kept, and the jobs held fall to what their pace wants); returns
+        how many the claimer keeps. Tuned: at once (``claim_for_slots`` waits for a slot)."""
+        while True:
+            kept = self._keep_back(slots, kept)
+            if self._ahead is None or slots.value > 0:
+                return kept
+            await slots.acquire()  # one is free again: give it back, and decide anew
+            slots.release()
+
+    def _keep_back(self, slots: trio.Semaphore, kept: int) -> int:
+        """Untuned: hold back the free slots beyond what the handlers' pace wants ahead (or give
+        back those it now wants); returns how many the claimer keeps."""
+        if self._ahead is None:
+            return kept
+        self._ahead.observe(trio.current_time(), self._stats.claimed - len(self._held))
+        want_kept = self.prefetch - self._ahead.allowance
+        while kept < want_kept and slots.value > 0:
+            slots.acquire_nowait()
+            kept += 1
+        while kept > want_kept:
+            slots.release()
+            kept -= 1
+        return kept
 
     async def _look_for_overdue_jobs(self) -> None:
         if not self._metronome_check or trio.current_time() < self._next_check:

@@ -13,11 +13,16 @@ Theory of operation:
   ``ENQUEUE_CHUNK`` jobs), then hands each caller its own answer, or its own copy of the error.
   Jobs of one batch are admitted in arrival order, and a caller waits for its answer before it
   can enqueue again, so each caller's enqueues keep their order.
+* A batch holds at most half the callers in flight (and at least ``BATCH_MIN``); the next
+  caller leads a new batch, which leaves as soon as it has gathered, whether or not the one
+  before has its answer. So about two batches are out at once: while the server runs one, the
+  callers of the other take their answers and gather their next jobs. Measured with 64 tasks
+  enqueueing in a loop (2026-12-01, one process, 2 cores): one batch of 64 a round trip made
+  27,000 jobs/s; two of 32 made 36,000-50,000.
 * A caller counts as in flight from its arrival until it has its answer in hand (``in_flight``),
   not only while its call is on the wire. The callers of a batch all wake when its answer
   comes (they share one event); the first of them to enqueue again finds the others still in
-  flight and gathers their next jobs, rather than going alone ahead of them: 64 tasks
-  enqueueing in a loop send one call of 64 jobs a round trip, not one of 1 and one of 63.
+  flight and gathers their next jobs, rather than going alone ahead of them.
 * Cancellation. A caller cancelled before its batch is taken leaves the batch: nothing is sent
   for it, and it raises ``Cancelled``. Once its batch has been taken, its job goes to the server
   with the others: the caller then waits for the answer (shielded, for at most the request
@@ -40,6 +45,7 @@ from echomq_trio.results import Admitted
 __all__ = ["Gatherer"]
 
 GATHER_TICKS = 2  # scheduler ticks a leader waits for others to join its batch
+BATCH_MIN = 8  # a batch may always hold this many callers, however few are in flight
 Send = Callable[[Sequence[tuple[str, bytes]]], Awaitable[list[Admitted]]]
 
 
@@ -81,7 +87,7 @@ class Gatherer:
                 return answer
             me = _Waiter(item)
             batch = self._batch
-            if batch is not None:
+            if batch is not None and len(batch.waiters) < max(BATCH_MIN, self.in_flight // 2):
                 batch.waiters.append(me)
                 return await self._follow(batch, me)
             return await self._lead(me, send)
@@ -96,7 +102,8 @@ class Gatherer:
             for _ in range(GATHER_TICKS):
                 await trio.lowlevel.cancel_shielded_checkpoint()
         finally:
-            self._batch = None
+            if self._batch is batch:
+                self._batch = None
         batch.taken = True
         await self._send(batch, send)
         return self._result(me)

@@ -66,7 +66,7 @@ SCHEMA: tuple[KeySpec, ...] = (
     KeySpec("repeats", "repeat", "zset", "registrations by name; score: next run ms"),
     KeySpec("registration", "repeat:<name>", "hash", "a registration: every_ms, template, group, registered_ms, last_fired_ms, last_job"),  # noqa: E501
     # signals, streams, bookkeeping
-    KeySpec("wake", "wake", "list", "wake tokens that parked consumers block on (at most 64)"),
+    KeySpec("wake", "wake", "list", "wake tokens that parked consumers block on (at most 128)"),
     KeySpec("tick", "tick", "list", "one token that wakes a sleeping metronome"),
     KeySpec("events", "events", "stream", "every transition, capped at about 10,000 entries"),
     KeySpec("audit", "audit", "stream", "settled jobs' records (meta.audit = 1); trimmed by its reader"),  # noqa: E501

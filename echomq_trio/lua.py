@@ -14,6 +14,15 @@ Key names are folded as the source is assembled: the prelude's table ``KEY`` (th
 (building the table on every call cost a few microseconds, the price of a small script's other
 work). A name the table does not declare is a ``ValueError`` when the script is loaded, before
 it ever runs. ``KEY`` is not a table at run time.
+
+A script gets only the helpers it uses: the prelude and the bus's helpers are cut into their
+top-level definitions (each ``local`` at the start of a line, to the next; any other statement
+at the top level is refused when a script is assembled), and a definition is kept when the
+script's code, or a kept definition after it, names it (a Lua local can only use the locals
+defined before it, so one pass from the last definition to the first finds them all).
+The server runs a script's whole text on every call, so each helper defined and not used was a
+closure made for nothing: the full set cost about 5 µs a call (2026-12-01, ``return 1`` after
+every helper: 11.5 µs on the server against 6.2 alone).
 """
 
 from __future__ import annotations
@@ -28,6 +37,10 @@ _SCRIPTS = resources.files("echomq_trio") / "scripts"
 _KEY_TABLE = re.compile(r"^local KEY = \{\n(.*?)\n\}\n", re.S | re.M)
 _KEY_ROW = re.compile(r"^\s*(\w+) = '([^']*)',", re.M)
 _KEY_USE = re.compile(r"\bKEY\.([A-Za-z_]\w*)")
+_DEFINITION = re.compile(r"^local (?:function )?([\w, ]+?) *[=(]", re.M)
+# A line of the helpers that starts in column 0: a definition, the end of one, or a comment.
+_TOP_LEVEL_LINE = re.compile(r"(local |end\b|\}|--)")
+_WORD = re.compile(r"[A-Za-z_]\w*")
 
 
 def _prelude() -> tuple[str, dict[str, str]]:
@@ -49,6 +62,35 @@ _BUS_SCRIPTS = {
     for p in _SCRIPTS.iterdir()
     if p.name.endswith(".lua") and not p.name.startswith("_")
 }
+
+
+def _code_words(text: str) -> set[str]:
+    """The words of ``text``'s code, comments left out."""
+    return {w for line in text.splitlines() for w in _WORD.findall(line.partition("--")[0])}
+
+
+def _shake(helpers: str, script: str) -> str:
+    """``helpers`` less the top-level definitions that ``script`` does not use (see the module's
+    docstring)."""
+    for line in helpers.splitlines():
+        if line and not line[0].isspace() and not _TOP_LEVEL_LINE.match(line):
+            # A statement of its own would be cut along with the definition before it.
+            raise RuntimeError(f"the helpers hold a top-level line that defines nothing: {line!r}")
+    cuts = [m.start() for m in _DEFINITION.finditer(helpers)]
+    if not cuts:
+        return helpers
+    head = helpers[: cuts[0]]
+    chunks = [helpers[a:b] for a, b in zip(cuts, [*cuts[1:], len(helpers)], strict=True)]
+    needed = _code_words(script)
+    kept: list[str] = []
+    for chunk in reversed(chunks):
+        match = _DEFINITION.match(chunk)
+        assert match is not None  # every chunk starts where the pattern matched
+        names = {n.strip() for n in match.group(1).split(",")}
+        if names & needed:
+            kept.append(chunk)
+            needed |= _code_words(chunk)
+    return head + "".join(reversed(kept))
 
 
 def _fold(text: str, name: str) -> str:
@@ -76,12 +118,14 @@ def script_source(name: str) -> str:
     package, _, base = name.rpartition("/")
     package = package or "echomq_trio"
     if package == "echomq_trio" and base in _BUS_SCRIPTS:
-        return _fold("\n".join([_PRELUDE, _BUS_HELPERS, _BUS_SCRIPTS[base]]), name)
+        body = _BUS_SCRIPTS[base]
+        return _fold(_shake(_PRELUDE + "\n" + _BUS_HELPERS, body) + "\n" + body, name)
     try:
         path = resources.files(package) / "scripts" / f"{base}.lua"
     except ModuleNotFoundError:
         raise ValueError(f"no script {name!r} (no package {package!r})") from None
     if not base or base.startswith("_") or not path.is_file():
         raise ValueError(f"no script {name!r} (looked for {path})")
-    helpers = [_PRELUDE, _BUS_HELPERS] if package == "echomq_trio" else [_PRELUDE]
-    return _fold("\n".join([*helpers, path.read_text()]), name)
+    body = path.read_text()
+    helpers = _PRELUDE + "\n" + _BUS_HELPERS if package == "echomq_trio" else _PRELUDE
+    return _fold(_shake(helpers, body) + "\n" + body, name)

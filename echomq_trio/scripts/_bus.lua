@@ -3,7 +3,9 @@
 -- `local qp = ARGV[1]` (the queue prefix `emq:{q}:`) and spells every key as qp and a KEY entry,
 -- so every key it touches shares the `{q}` hash tag: one slot. The job states and the
 -- transitions between them are the table in scripts/README.md.
---   wake(qp, n)                push up to n (<= 64) wake tokens for parked consumers
+--   wake(qp, n)                push up to n (<= 64) wake tokens for parked consumers (the list
+--                              is cut back to WAKE_KEEP tokens once it holds over twice that:
+--                              one LTRIM per WAKE_KEEP pushes while no consumer drains it)
 --   tick(qp)                   nudge a sleeping metronome (an earlier due time exists)
 --   emit(qp, event, id, ...)   append to the queue's events stream, capped at its events_maxlen,
 --                              unless the queue keeps no events (meta, see retention.lua)
@@ -40,9 +42,9 @@
 --                              metrics.lanes_with_jobs: claim, ack)
 --   lane_done(qp, g, now)      one fewer job of lane g in flight; re-ring it if it can go on
 --   lane_wait(qp, g, until_ms) hold lane g until a time; a wait only ever extends
---   created(qp, now)           note the queue's creation once (meta.created_ms); a queue created
---                              so has its lane counters exact from the start (meta.counted =
---                              COUNTED)
+--   created(qp, now)           note the queue's creation once (meta.created_ms; now nil: the
+--                              server clock is read only then); a queue created so has its lane
+--                              counters exact from the start (meta.counted = COUNTED)
 --   schedule_at(qp, id, at)    put a job on the schedule (and tell the metronome if it is first)
 --   next_run(at, every, now)   a repeat's next run: the first at + n*every after now
 --   audit(qp, id, outcome, attempts, now, note, err)
@@ -54,13 +56,14 @@ local EVENTS_MAXLEN = 10000
 -- counts and lane status answer 'uncounted' until count_lanes has run once.
 local COUNTED = '2'
 
+local WAKE_KEEP = 64
 local function wake(qp, n)
   if n < 1 then return end
-  if n > 64 then n = 64 end
+  if n > WAKE_KEEP then n = WAKE_KEEP end
   local tokens = {}
   for i = 1, n do tokens[i] = '1' end
-  if redis.call('LPUSH', qp .. KEY.wake, unpack(tokens)) > 64 then
-    redis.call('LTRIM', qp .. KEY.wake, 0, 63)
+  if redis.call('LPUSH', qp .. KEY.wake, unpack(tokens)) > 2 * WAKE_KEEP then
+    redis.call('LTRIM', qp .. KEY.wake, 0, WAKE_KEEP - 1)
   end
 end
 
@@ -259,6 +262,7 @@ end
 local function created(qp, now)
   local r = retention(qp)  -- the same read as the retention's: one command when it exists
   if r.created then return end
+  now = now or now_ms()
   if redis.call('HSETNX', qp .. KEY.meta, 'created_ms', now) == 1 then
     redis.call('HSET', qp .. KEY.meta, 'counted', COUNTED)
   end

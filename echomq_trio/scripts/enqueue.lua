@@ -8,7 +8,9 @@
 -- so it is remembered for the TTL even after the job has finished.
 -- Returns one word per job, in order: 'enqueued', or 'duplicate' (a row with that id exists,
 -- or the key was used; nothing is changed).
--- cost: O(jobs admitted), each O(log n); at most ENQUEUE_CHUNK (10,000) jobs a call
+-- cost: O(jobs admitted), each O(log n); at most ENQUEUE_CHUNK (10,000) jobs a call; per job at
+-- most 3 commands (its row, its place in pending, its event), per call 2 (the meta read, the
+-- wake), 2 more with a key, and 3 more the first time (the clock, the queue's creation noted)
 local qp = ARGV[1]
 local out = {}
 local added = 0
@@ -18,14 +20,16 @@ if ARGV[2] ~= '' then
   guard = qp .. KEY.idempotency .. ARGV[2]
   if redis.call('EXISTS', guard) == 1 then return {'duplicate'} end
 end
-local now = now_ms()
-created(qp, now)
+created(qp)
 for i = 4, #ARGV, 2 do
   local id = ARGV[i]
-  if redis.call('EXISTS', qp .. KEY.job .. id) == 1 then
+  -- A new row is its payload alone (a pending job's row has no state): HSETNX writes it only
+  -- when no row with this id exists, so one command both checks and writes.
+  if redis.call('HSETNX', qp .. KEY.job .. id, 'payload', ARGV[i + 1]) == 0 then
     out[#out + 1] = 'duplicate'
   else
-    added = added + to_waiting(qp, id, nil, now, nil, 'payload', ARGV[i + 1])
+    redis.call('ZADD', KEYS[1], 0, id)
+    added = added + 1
     emit(qp, 'enqueued', id)
     if guard then redis.call('SET', guard, id, 'PX', ARGV[3]) end
     out[#out + 1] = 'enqueued'

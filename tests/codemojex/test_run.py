@@ -18,7 +18,7 @@ from codemojex.game.rooms import room_key
 from codemojex.run import STAND_IN_TOKEN, telegram_endpoint
 from echomq_trio import events, jobs, open_bus
 from tests.conftest import wait_for
-from tests.support import ROOT, Lines, start_and_stop, start_service, stop_process
+from tests.support import ROOT, Lines, parse, start_and_stop, start_service, stop_process
 
 pytestmark = pytest.mark.slow
 
@@ -76,7 +76,8 @@ async def test_run_serves_delivers_and_stops_cleanly_then_resumes(tmp_path: Path
                          stop=signal.SIGINT)  # fmt: skip
 
 
-BACKLOG = 1000  # updates waiting at start: more than the service handles while it starts
+BACKLOG = 3000  # updates waiting at start: more than the service handles before it is stopped
+SETTLED_BEFORE_STOP = 100  # updates the service has handled when the test stops it
 
 
 def help_in_private(n: int) -> dict[str, object]:
@@ -107,8 +108,29 @@ async def test_sigterm_amid_a_backlog_hands_updates_back_without_spending_attemp
 
                 nursery.start_soon(admit_some, first)
         assert (await jobs.counts(bus, UPDATES_QUEUE)).pending == BACKLOG
-    out = await start_and_stop(tmp_path, r"Leaderboard: ", "--demo", "off", "--summary-every", "0")
-    assert "stopped" in await out.rest()
+    # Stopped once its consumer has settled some updates: by then it holds jobs ahead of its
+    # handlers at their pace (an untuned consumer starts with few ahead).
+    proc = await start_service(tmp_path, "--demo", "off", "--summary-every", "0")
+    try:
+        out = Lines(proc)
+        with trio.fail_after(60):
+            page_url = (await out.until(r"Leaderboard: (http://\S+)"))[1]
+        async with httpx.AsyncClient() as client:
+
+            async def settled_enough() -> bool:
+                samples = parse((await client.get(page_url + "/metrics")).text)
+                labels = (("outcome", "acked"), ("queue", UPDATES_QUEUE))
+                acked = samples.get(("echomq_consumer_jobs_total", labels), 0.0)
+                return acked >= SETTLED_BEFORE_STOP
+
+            await wait_for(settled_enough, timeout=60)
+        proc.send_signal(signal.SIGTERM)
+        with trio.fail_after(15):
+            await proc.wait()
+        assert proc.returncode == 0, "\n".join(await out.rest())
+        assert "stopped" in await out.rest()
+    finally:
+        await stop_process(proc)
     async with open_bus(data_dir=tmp_path) as bus:
         counts = await jobs.counts(bus, UPDATES_QUEUE)
         assert (counts.active, counts.dead, counts.retried_total) == (0, 0, 0)
@@ -116,7 +138,7 @@ async def test_sigterm_amid_a_backlog_hands_updates_back_without_spending_attemp
         assert counts.pending > 0, "the backlog was done before the stop: make it larger"
         released = [e.subject for e in await events.read(bus, UPDATES_QUEUE, count=100_000)
                     if e.kind == "released"]  # fmt: skip
-        assert released, "nothing was held at the stop"
+        assert released, f"nothing was held at the stop: {counts}"
         for job_id in released:
             info = await jobs.get_job(bus, UPDATES_QUEUE, job_id)
             assert info is not None and (info.state, info.attempts) == ("pending", 0), info

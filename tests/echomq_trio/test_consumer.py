@@ -1,8 +1,5 @@
 """Consumer: handler outcomes, concurrency, lease renewal, fatal stop."""
 
-from collections.abc import Sequence
-from typing import Any
-
 import attrs
 import pytest
 import trio
@@ -21,7 +18,7 @@ from echomq_trio import (
     ids,
     jobs,
 )
-from echomq_trio.consumer import ADAPTIVE_PREFETCH
+from echomq_trio.consumer import ADAPTIVE_CLAIM_BATCH
 from echomq_trio.testing import FaultyTransport
 from tests.conftest import wait_for
 
@@ -253,40 +250,78 @@ async def test_a_huge_or_bad_delay_never_stops_the_consumer(bus: Bus, queue: str
     assert tries["bad"] == 2
 
 
-class _DrainedBeforeTheFifthClaim(FaultyTransport):
-    """Answers the fourth claim only once the handlers have acked the jobs of the first three,
-    so the fifth claim finds the room a fast machine's handlers would have made."""
-
-    claims = 0
-    consumer: Consumer | None = None
-
-    async def script(self, name: str, keys: Sequence[str], args: Sequence[str | bytes]) -> Any:
-        reply = await super().script(name, keys, args)
-        if name == "claim":
-            self.claims += 1
-            if self.claims == 4 and self.consumer is not None:
-                consumer = self.consumer
-                await wait_for(lambda: consumer.statistics().acked >= 8 + 16 + 32)
-        return reply
-
-
 async def test_an_untuned_consumer_claims_more_at_once_while_the_backlog_lasts(
     bus: Bus, queue: str
 ) -> None:
-    await jobs.enqueue_many(bus, queue, [b"x"] * 600)
-    faulty = _DrainedBeforeTheFifthClaim(bus.wire)
+    await jobs.enqueue_many(bus, queue, [b"x"] * 3000)
+    faulty = FaultyTransport(bus.wire)
     consumer = Consumer(Bus(faulty), queue, _noop, concurrency=4)  # no prefetch: adaptive
-    faulty.consumer = consumer
     async with trio.open_nursery() as nursery:
         await nursery.start(consumer.run)
-        await wait_for(lambda: consumer.statistics().acked == 600)
+        await wait_for(lambda: consumer.statistics().acked == 3000)
         nursery.cancel_scope.cancel()
     asked = [int(c.args[1]) for c in faulty.calls if c.name == "claim"]
-    assert asked[0] == 8  # 2 x concurrency to start with
-    assert asked[:4] == [8, 16, 32, 64], asked[:8]  # doubled while claims come back full
-    assert max(asked) > 64  # grown with the backlog, up to concurrency + 128
-    assert max(asked) <= 4 + ADAPTIVE_PREFETCH
+    assert asked[0] == 8  # 2 x concurrency to start with (4 running, 4 ahead)
+    # Fast handlers: more held ahead as their pace shows, and claims grown with the backlog
+    # (the window starts at 8 and only doubling takes it past 8), never past the untuned bound.
+    assert max(asked) >= 16, asked[:20]
+    assert max(asked) <= ADAPTIVE_CLAIM_BATCH
     assert consumer.statistics().held == 0
+
+
+async def test_an_untuned_consumer_holds_few_jobs_ahead_of_slow_handlers(
+    bus: Bus, queue: str
+) -> None:
+    await jobs.enqueue_many(bus, queue, [b"x"] * 100)
+    go_on = trio.Event()
+
+    async def slow(job: Job) -> None:
+        await go_on.wait()
+
+    faulty = FaultyTransport(bus.wire)
+    consumer = Consumer(Bus(faulty), queue, slow, concurrency=3)  # no prefetch: adaptive
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await wait_for(lambda: consumer.statistics().held == 6)
+        await trio.testing.wait_all_tasks_blocked()
+        # 3 running and 3 ahead: no second claim while the handlers have finished nothing
+        # (before, it held 3 + 128 of the 100 at once, leaving none to another consumer).
+        assert [int(c.args[1]) for c in faulty.calls if c.name == "claim"] == [6]
+        assert consumer.statistics().held == 6
+        go_on.set()
+        await wait_for(lambda: consumer.statistics().acked == 100)
+        nursery.cancel_scope.cancel()
+    assert consumer.statistics().held == 0
+
+
+async def test_an_untuned_consumer_holds_fewer_ahead_once_its_handlers_slow_down(
+    bus: Bus, queue: str
+) -> None:
+    await jobs.enqueue_many(bus, queue, [b"x"] * (FAST_JOBS + 20_000))  # slow: ~50 s of work
+    held_when_slowed: list[int] = []
+
+    async def fast_then_slow(job: Job) -> None:
+        if consumer.statistics().acked < FAST_JOBS:
+            return
+        if not held_when_slowed:
+            held_when_slowed.append(consumer.statistics().held)
+        await trio.sleep(0.01)  # the work of a slow handler, not a wait for anything
+
+    consumer = Consumer(bus, queue, fast_then_slow, concurrency=4)  # no prefetch: adaptive
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await wait_for(lambda: bool(held_when_slowed))
+        # At their fast pace the handlers had far more than 40 jobs held ahead of them (about
+        # 50 ms of their work); at 10 ms a job, four of them finish about 400 a second, so the
+        # consumer keeps back the slots they free until about 4 + 20 are held.
+        assert held_when_slowed[0] > 40
+        await wait_for(lambda: consumer.statistics().held <= 40, timeout=15)
+        assert (await jobs.counts(bus, queue)).pending > 10_000  # not for want of jobs
+        nursery.cancel_scope.cancel()
+    assert consumer.statistics().held == 0
+
+
+FAST_JOBS = 2000
 
 
 async def _noop(job: Job) -> None:

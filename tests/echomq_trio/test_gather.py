@@ -61,7 +61,8 @@ async def test_concurrent_enqueues_share_calls_and_each_caller_gets_its_own_answ
     async with trio.open_nursery() as nursery:
         for job_id in wanted:
             nursery.start_soon(one, job_id)
-    assert enqueue_calls(faulty) - before <= 3  # one alone, then the rest gathered
+    # one alone, then the rest gathered: a batch holds at most half the callers in flight
+    assert enqueue_calls(faulty) - before <= 6
     for i, job_id in enumerate(wanted):
         outcome = Outcome.DUPLICATE if i % 4 == 0 else Outcome.ENQUEUED
         assert got[job_id] == Admitted(job_id, outcome)
@@ -246,3 +247,30 @@ async def test_callers_woken_by_one_answer_gather_again_rather_than_one_going_al
             gate.set()
     assert held.sizes == [1, 8, 8]
     assert (await jobs.counts(bus, queue)).pending == 17
+
+
+async def test_a_batch_leaves_while_the_one_before_is_out_and_holds_half_the_callers(
+    bus: Bus, queue: str
+) -> None:
+    held = Held(bus.wire)
+    hb = Bus(held)
+    admitted: list[Admitted] = []
+
+    async def caller(index: int) -> None:
+        admitted.append(await jobs.enqueue(hb, queue, f"c{index}"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(caller, 0)  # sent alone; it stays out until the test lets it go
+        await wait_for(lambda: len(held.gates) == 1)
+        for index in range(1, 64):
+            nursery.start_soon(caller, index)
+        # Every caller's job goes out while the first call is still held: no batch waits for
+        # the answer of the one before it.
+        await wait_for(lambda: sum(held.sizes) == 64)
+        assert not admitted
+        for gate in held.gates:
+            gate.set()
+    assert len(admitted) == 64 and all(a.ok for a in admitted)
+    assert len(held.sizes) >= 3  # the first alone and at least two batches
+    assert max(held.sizes) <= 32  # none more than half the 64 callers in flight
+    assert (await jobs.counts(bus, queue)).pending == 64

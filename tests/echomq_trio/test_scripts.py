@@ -278,9 +278,45 @@ def test_bus_scripts_get_the_bus_helpers_and_app_scripts_only_the_public_prelude
         if path.parent.parent.name != "codemojex":  # moved into a sub-package
             name = f"codemojex.{path.parent.parent.name}/{path.stem}"
         source = script_source(name)
-        assert "local function now_ms(" in source and "local function held(" not in source, name
+        assert "local function held(" not in source, name
+        assert ("local function now_ms(" in source) == ("now_ms(" in path.read_text()), name
         assert "local function now_ms" not in path.read_text(), f"{name} re-implements now_ms"
     assert APP_SCRIPTS
+
+
+HELPER_NAMES = re.findall(r"^local (?:function )?(\w+)", PRELUDE + BUS_HELPERS, re.M)
+
+
+def _bare_code(text: str) -> str:
+    """``text`` without its comments, string literals, fields (``t.name``) and the keys of its
+    table constructors (``{name = ...``): what is left names only variables."""
+    code = "\n".join(line.partition("--")[0] for line in text.splitlines())
+    code = re.sub(r"'[^'\n]*'|\"[^\"\n]*\"", "''", code)
+    code = re.sub(r"\.\w+", "", code)
+    return re.sub(r"([{,]\s*)\w+(\s*=[^=])", r"\1\2", code)
+
+
+@pytest.mark.parametrize("name", BUS_SCRIPTS)
+def test_a_script_defines_every_helper_it_names(name: str) -> None:
+    source = _bare_code(script_source(name))
+    defined = set(re.findall(r"^local (?:function )?(\w+)", source, re.M))
+    named = {h for h in HELPER_NAMES if re.search(rf"\b{h}\b", source)}
+    assert named <= defined, f"{name} names {named - defined} without defining them"
+    assert len(defined & set(HELPER_NAMES)) < len(set(HELPER_NAMES))  # and not every helper
+
+
+def test_a_helper_needed_only_by_another_is_kept_and_an_unused_one_is_not() -> None:
+    enqueue, ack = script_source("enqueue"), script_source("ack")
+    assert "local function held(" not in enqueue and "local function lane_done(" not in enqueue
+    ack_body = (SCRIPTS / "ack.lua").read_text()
+    assert "lane_forget(" in ack_body and "lane_done(" in ack_body
+    assert "ring_add(" not in ack_body  # named only inside lane_done: kept through it
+    assert "local function ring_add(" in ack and "local function lane_ready(" in ack
+
+
+def test_a_top_level_statement_in_the_helpers_is_refused() -> None:
+    with pytest.raises(RuntimeError, match="defines nothing"):
+        lua._shake("local function a() return 1 end\nredis.setresp(3)\n", "return a()")
 
 
 def test_a_dotted_package_names_its_scripts(app_package: Path) -> None:
