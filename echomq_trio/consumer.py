@@ -298,31 +298,26 @@ class Consumer:
                         await trio.sleep(min(self.beat_ms / 1000, 0.5))
 
     async def _wait_for_room(self, slots: trio.Semaphore, kept: int) -> int:
-        """Untuned: wait until a slot is free beyond those the claimer keeps back, deciding
-        what to keep each time one frees (so when the handlers slow down, the slots their
-        finished jobs free are kept, and the jobs held fall to what their pace wants); returns
-        how many the claimer keeps. Tuned: at once (``claim_for_slots`` waits for a slot)."""
+        """Untuned: keep back the free slots beyond what the handlers' pace wants ahead (give
+        back those it now wants), and wait until a slot is free beyond them, deciding anew each
+        time one frees: when the handlers slow down, the slots their finished jobs free are
+        kept, and the jobs held fall to what their pace wants. Returns how many the claimer
+        keeps. Tuned: at once (``claim_for_slots`` waits for a slot)."""
+        if self._ahead is None:
+            return kept
         while True:
-            kept = self._keep_back(slots, kept)
-            if self._ahead is None or slots.value > 0:
+            self._ahead.observe(trio.current_time(), self._stats.claimed - len(self._held))
+            want_kept = self.prefetch - self._ahead.allowance
+            while kept < want_kept and slots.value > 0:
+                slots.acquire_nowait()
+                kept += 1
+            while kept > want_kept:
+                slots.release()
+                kept -= 1
+            if slots.value > 0:
                 return kept
             await slots.acquire()  # one is free again: give it back, and decide anew
             slots.release()
-
-    def _keep_back(self, slots: trio.Semaphore, kept: int) -> int:
-        """Untuned: hold back the free slots beyond what the handlers' pace wants ahead (or give
-        back those it now wants); returns how many the claimer keeps."""
-        if self._ahead is None:
-            return kept
-        self._ahead.observe(trio.current_time(), self._stats.claimed - len(self._held))
-        want_kept = self.prefetch - self._ahead.allowance
-        while kept < want_kept and slots.value > 0:
-            slots.acquire_nowait()
-            kept += 1
-        while kept > want_kept:
-            slots.release()
-            kept -= 1
-        return kept
 
     async def _look_for_overdue_jobs(self) -> None:
         if not self._metronome_check or trio.current_time() < self._next_check:

@@ -17,7 +17,7 @@ it ever runs. ``KEY`` is not a table at run time.
 
 A script gets only the helpers it uses: the prelude and the bus's helpers are cut into their
 top-level definitions (each ``local`` at the start of a line, to the next; any other statement
-at the top level is refused when a script is assembled), and a definition is kept when the
+at the top level is refused when this module is imported), and a definition is kept when the
 script's code, or a kept definition after it, names it (a Lua local can only use the locals
 defined before it, so one pass from the last definition to the first finds them all).
 The server runs a script's whole text on every call, so each helper defined and not used was a
@@ -69,28 +69,41 @@ def _code_words(text: str) -> set[str]:
     return {w for line in text.splitlines() for w in _WORD.findall(line.partition("--")[0])}
 
 
-def _shake(helpers: str, script: str) -> str:
-    """``helpers`` less the top-level definitions that ``script`` does not use (see the module's
-    docstring)."""
+Definitions = tuple[str, list[tuple[set[str], str]]]  # the text before them; (names, text)
+
+
+def _cut(helpers: str) -> Definitions:
+    """``helpers`` cut into its top-level definitions (see the module's docstring)."""
     for line in helpers.splitlines():
         if line and not line[0].isspace() and not _TOP_LEVEL_LINE.match(line):
             # A statement of its own would be cut along with the definition before it.
             raise RuntimeError(f"the helpers hold a top-level line that defines nothing: {line!r}")
     cuts = [m.start() for m in _DEFINITION.finditer(helpers)]
-    if not cuts:
-        return helpers
-    head = helpers[: cuts[0]]
-    chunks = [helpers[a:b] for a, b in zip(cuts, [*cuts[1:], len(helpers)], strict=True)]
-    needed = _code_words(script)
-    kept: list[str] = []
-    for chunk in reversed(chunks):
+    ends = [*cuts[1:], len(helpers)]
+    definitions = []
+    for start, end in zip(cuts, ends, strict=True):
+        chunk = helpers[start:end]
         match = _DEFINITION.match(chunk)
         assert match is not None  # every chunk starts where the pattern matched
-        names = {n.strip() for n in match.group(1).split(",")}
+        definitions.append(({n.strip() for n in match.group(1).split(",")}, chunk))
+    return helpers[: cuts[0]] if cuts else helpers, definitions
+
+
+def _shake(helpers: Definitions, script: str) -> str:
+    """The helpers' definitions that ``script`` uses, with those they use (see the module's
+    docstring)."""
+    head, definitions = helpers
+    needed = _code_words(script)
+    kept: list[str] = []
+    for names, chunk in reversed(definitions):
         if names & needed:
             kept.append(chunk)
             needed |= _code_words(chunk)
     return head + "".join(reversed(kept))
+
+
+_PUBLIC_HELPERS = _cut(_PRELUDE)  # an application's scripts get these
+_ALL_HELPERS = _cut(_PRELUDE + "\n" + _BUS_HELPERS)  # the bus's scripts get these
 
 
 def _fold(text: str, name: str) -> str:
@@ -119,7 +132,7 @@ def script_source(name: str) -> str:
     package = package or "echomq_trio"
     if package == "echomq_trio" and base in _BUS_SCRIPTS:
         body = _BUS_SCRIPTS[base]
-        return _fold(_shake(_PRELUDE + "\n" + _BUS_HELPERS, body) + "\n" + body, name)
+        return _fold(_shake(_ALL_HELPERS, body) + "\n" + body, name)
     try:
         path = resources.files(package) / "scripts" / f"{base}.lua"
     except ModuleNotFoundError:
@@ -127,5 +140,5 @@ def script_source(name: str) -> str:
     if not base or base.startswith("_") or not path.is_file():
         raise ValueError(f"no script {name!r} (looked for {path})")
     body = path.read_text()
-    helpers = _PRELUDE + "\n" + _BUS_HELPERS if package == "echomq_trio" else _PRELUDE
+    helpers = _ALL_HELPERS if package == "echomq_trio" else _PUBLIC_HELPERS
     return _fold(_shake(helpers, body) + "\n" + body, name)

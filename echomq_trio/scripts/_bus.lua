@@ -18,6 +18,7 @@
 --                              'stale' (another lease, or not held)
 --   job_state(qp, id, state)   a job's state from its row's state field as read (a pending job's
 --                              row has none: one EXISTS tells it from no row); nil for no row
+--   to_pending(qp, id)         put a flat job in the pending set (its row is the caller's)
 --   to_waiting(qp, id, g, now, at, ...)
 --                              put a job where it waits, its state to match: until `at` on the
 --                              schedule ('scheduled'); else in its lane g, or the flat pending
@@ -275,6 +276,13 @@ local function schedule_at(qp, id, at)
   if head[1] == id then tick(qp) end
 end
 
+-- A flat job waits in the pending set, all at score 0, so in id (mint) order. Returns 1: the
+-- consumers it may wake.
+local function to_pending(qp, id)
+  redis.call('ZADD', qp .. KEY.pending, 0, id)
+  return 1
+end
+
 -- A new row's field/value pairs (...) go into the job's row in the same write (a lane job's row
 -- names its group); a row that exists keeps its fields, its state set to match (a pending
 -- job's row has none). Returns 1 when the job joined the flat pending set (the caller wakes that
@@ -304,8 +312,7 @@ local function to_waiting(qp, id, g, now, at, ...)
     lane_push(qp, g, id, now)
     return 0
   end
-  redis.call('ZADD', qp .. KEY.pending, 0, id)
-  return 1
+  return to_pending(qp, id)
 end
 
 -- The job goes back to the head of its lane (its id's place) and the whole lane waits until

@@ -28,8 +28,7 @@ for i = 4, #ARGV, 2 do
   if redis.call('HSETNX', qp .. KEY.job .. id, 'payload', ARGV[i + 1]) == 0 then
     out[#out + 1] = 'duplicate'
   else
-    redis.call('ZADD', KEYS[1], 0, id)
-    added = added + 1
+    added = added + to_pending(qp, id)
     emit(qp, 'enqueued', id)
     if guard then redis.call('SET', guard, id, 'PX', ARGV[3]) end
     out[#out + 1] = 'enqueued'
