@@ -1,12 +1,12 @@
 """Scale benchmark of the echomq_trio job bus (many lanes, many waiting jobs); prints ONE JSON
 object on stdout, progress and a short table on stderr.
 
-Run ``python tools/bench_scale.py`` (4 to 5 minutes on a 2-core machine; ``--lanes 10000
---jobs 100000 --waiting 100000 --scheduled 100000`` for a run of about a minute). It starts
-the embedded server (``open_bus()`` with no URL) and owns it: it changes the server's slow log
-settings and empties it between parts, so it takes no ``--url``. ``--server-config
-NAME=VALUE`` (repeatable) applies ``CONFIG SET`` before anything is written, to compare server
-settings (for example ``hash-max-listpack-value=64``, the servers' own default).
+Run ``python tools/bench_scale.py`` (4 to 5 minutes on a 2-core machine; ``--lanes 10000 --jobs
+100000 --waiting 100000 --scheduled 100000`` for about a minute). It starts the embedded server
+(``open_bus()`` with no URL) and owns it: it changes the server's slow log settings and empties
+it between parts, so it takes no ``--url``. ``--server-config NAME=VALUE`` (repeatable) applies
+``CONFIG SET`` before anything is written, to compare server settings (for example
+``hash-max-listpack-value=64``, the servers' own default).
 
 What each number means:
 
@@ -15,11 +15,22 @@ What each number means:
   below; ``--batch 256`` is ``bench_bus.py``'s tuned in-process run), from the start of
   claiming to the last ack, for ``one_lane`` (``--jobs`` jobs in one lane, admitted with
   ``lanes.enqueue_many`` in batches of 1,000) and for ``many_lanes`` (``--lanes``
-  lanes of one job each, admitted with ``lanes.enqueue`` from 64 tasks). ``ratio``:
-  many_lanes / one_lane (goal >= 0.95). ``flat`` is the same with ``--jobs`` jobs in the flat
-  pending set (``jobs.enqueue_many``), for reference.
-* ``slowlog`` of each run: the server's ``SLOWLOG`` (``slowlog-log-slower-than 100`` µs,
-  ``slowlog-max-len 1000000``), reset just before the consumer starts and read when it is done.
+  lanes of one job each, admitted with ``lanes.enqueue`` from 64 tasks). Both queues are
+  filled first; then ``--slices`` (default 10) times, in turn (one lane first in even slices,
+  many lanes first in odd ones), a consumer drains a slice (``--jobs`` / ``--slices`` jobs)
+  of each, and what it took is admitted again (new lanes of one job), so the many-lanes queue
+  holds ``--lanes`` lanes throughout. ``per_s`` is the jobs drained over the time the slices
+  took; ``slice_per_s`` each slice's rate; ``ratio`` is many_lanes / one_lane (goal >= 0.95),
+  ``slice_ratios`` each slice pair's. Slices in turn, because this machine's speed drifts by
+  a fifth from one minute to the next: with the two parts run one after the other, four runs
+  of one tree gave ratios of 1.30, 0.90, 0.77 and 0.85. ``left``: the queue's counts once the
+  last slice is done, and ``lost``: jobs admitted less those acked and those counted (0: the
+  consumer stopped after each slice, handing back what it held, and nothing went missing).
+  ``flat`` is one drain of ``--jobs`` jobs in the flat pending set (``jobs.enqueue_many``),
+  for reference.
+* ``slowlog`` of each part: the server's ``SLOWLOG`` (``slowlog-log-slower-than 100`` µs,
+  ``slowlog-max-len 1000000``), reset just before the consumer starts and read when it is done,
+  every slice's calls together.
   Only calls from clients count (a server that also logs the commands a script runs inside it
   logs those with no client; they are part of the script's time). ``max_us`` and ``slowest``
   (the command, and for ``EVALSHA`` the script's name, found by hashing the package's scripts),
@@ -27,7 +38,7 @@ What each number means:
   (each name's count, slowest call and the median of its logged calls). A duration is wall
   time on the server: on a machine whose cores are busy, a call that the kernel descheduled
   counts the time it waited.
-* ``calls``: with ``--lanes`` lanes holding one job each, before they are consumed, the median
+* ``calls``: with ``--lanes`` lanes holding one job each, before any is consumed, the median
   of ``--samples`` calls of ``jobs.counts``, of one page of lane status (``lane_status_page``:
   ``lanes.status_page`` when the package has it, else ``lanes.status`` of every lane; ``ran``
   says which, ``lanes_answered`` how many lanes came back) and of ``lanes.pause`` and
@@ -89,6 +100,7 @@ SLOWLOG_MAX_LEN = 1_000_000
 SLOW_CALL_US = 1_000
 CONCURRENCY = 64  # the consumer's handler tasks
 BATCH_JOBS = 32  # the consumer's claim batch and prefetch (--batch): see the docstring
+SLICES = 10  # drains of each part taken in turn (--slices): see the docstring
 
 GOAL_LANES_RATIO = 0.95
 GOAL_BYTES_PER_WAITING_JOB = 320
@@ -147,7 +159,7 @@ async def slowlog_reset(bus: Bus) -> None:
     await bus.wire.command("SLOWLOG", "RESET")
 
 
-async def slowlog_calls(bus: Bus, shas: dict[str, str]) -> list[tuple[int, str]]:
+async def slowlog_calls(bus: Bus, shas: dict[str, str]) -> Calls:
     """(µs, what) of each call a client made that the slow log kept; ``what`` is a script's
     name for EVALSHA, else the command and its first argument."""
     entries = await bus.wire.command("SLOWLOG", "GET", str(SLOWLOG_MAX_LEN))
@@ -168,7 +180,7 @@ async def slowlog_calls(bus: Bus, shas: dict[str, str]) -> list[tuple[int, str]]
     return calls
 
 
-def slowlog_summary(calls: list[tuple[int, str]]) -> dict[str, Any]:
+def slowlog_summary(calls: Calls) -> dict[str, Any]:
     by_script: dict[str, dict[str, int]] = {}
     durations: dict[str, list[int]] = {}
     for duration, what in calls:
@@ -206,19 +218,20 @@ def lane_name(index: int) -> str:
     return f"chat-{index}"
 
 
-async def fill_lanes(bus: Bus, queue: str, count: int, payload: bytes) -> float:
-    """Admit one job to each of ``count`` lanes from ``FILL_TASKS`` tasks; jobs per second."""
+async def fill_lanes(bus: Bus, queue: str, count: int, payload: bytes, first: int = 0) -> float:
+    """Admit one job to each of ``count`` lanes (``lane_name(first)`` on) from ``FILL_TASKS``
+    tasks; jobs per second."""
     start = trio.current_time()
 
-    async def admit(first: int) -> None:
-        for index in range(first, count, FILL_TASKS):
+    async def admit(task: int) -> None:
+        for index in range(first + task, first + count, FILL_TASKS):
             got = await lanes.enqueue(bus, queue, lane_name(index), payload)
             if got.outcome is not Outcome.ENQUEUED:
                 raise RuntimeError(f"lanes.enqueue on {queue} answered {got}")
 
     async with trio.open_nursery() as nursery:
-        for first in range(FILL_TASKS):
-            nursery.start_soon(admit, first)
+        for task in range(FILL_TASKS):
+            nursery.start_soon(admit, task)
     return count / (trio.current_time() - start)
 
 
@@ -235,6 +248,7 @@ async def fill_one_lane(bus: Bus, queue: str, count: int, payload: bytes) -> flo
 # --- timed calls ---------------------------------------------------------------------------
 
 Step = tuple[str, Callable[[], Awaitable[object]]]
+Calls = list[tuple[int, str]]  # (µs, what) of each call the slow log kept
 
 
 async def evalsha_us(bus: Bus) -> int:
@@ -270,15 +284,33 @@ async def timed_calls(bus: Bus, steps: list[Step], samples: int) -> dict[str, An
     }
 
 
-async def consume(run: Run, queue: str, total: int) -> dict[str, Any]:
-    """The no-op consumer run over ``total`` waiting jobs, with the slow log of the run."""
+async def consume(run: Run, queue: str, total: int) -> tuple[dict[str, Any], Calls]:
+    """The no-op consumer run over ``total`` of the queue's waiting jobs, and the calls the
+    slow log kept during it."""
     await jobs.claim(run.bus, queue + "-warmup", 1)  # scripts loaded before the slow log starts
     await slowlog_reset(run.bus)
     result = await run_noop_consumer(run.bus, queue, total, settings=run.sizes.consumer)
-    result["slowlog"] = slowlog_summary(await slowlog_calls(run.bus, run.shas))
-    left = await jobs.counts(run.bus, queue)
-    result["drained"] = left.pending == left.active == left.dead == 0
-    return result
+    return result, await slowlog_calls(run.bus, run.shas)
+
+
+async def left_in(bus: Bus, queue: str) -> dict[str, int]:
+    counted = await jobs.counts(bus, queue)
+    return {"pending": counted.pending, "active": counted.active, "dead": counted.dead}
+
+
+def slices_summary(runs: list[tuple[dict[str, Any], Calls]]) -> dict[str, Any]:
+    """One part's slices: jobs, the rate over their summed time and each slice's, the
+    consumers' counters summed, and the slow log of every slice together."""
+    jobs_done = sum(result["jobs"] for result, _ in runs)
+    elapsed = sum(result["elapsed_s"] for result, _ in runs)
+    return {
+        "jobs": jobs_done,
+        "elapsed_s": round(elapsed, 4),
+        "per_s": round(jobs_done / elapsed, 1),
+        "slice_per_s": [result["per_s"] for result, _ in runs],
+        **{k: sum(result[k] for result, _ in runs) for k in ("acked", "stale", "released")},
+        "slowlog": slowlog_summary([call for _, calls in runs for call in calls]),
+    }
 
 
 # --- the parts -----------------------------------------------------------------------------
@@ -294,6 +326,7 @@ class Sizes:
     samples: int  # calls per timed call
     flat: bool  # also the flat run
     batch: int = BATCH_JOBS  # the consumer's claim batch and prefetch
+    slices: int = SLICES  # drains of each part, taken in turn
 
     @property
     def consumer(self) -> dict[str, Any]:
@@ -315,31 +348,93 @@ class Run:
         return payload_of(self.sizes.payload_bytes)
 
 
-async def bench_one_lane(run: Run) -> dict[str, Any]:
-    queue, total = run.queue("one"), run.sizes.jobs
-    log(f"one lane: admitting {total:,} jobs")
-    fill = await fill_one_lane(run.bus, queue, total, run.payload)
-    log("one lane: consuming")
-    return {**await consume(run, queue, total), "fill_per_s": round(fill, 1)}
-
-
 async def bench_flat(run: Run) -> dict[str, Any]:
     queue, total = run.queue("flat"), run.sizes.jobs
     log(f"flat: admitting {total:,} jobs")
     fill = await enqueue_batches(run.bus, queue, total, run.payload, BATCH)
     log("flat: consuming")
-    return {**await consume(run, queue, total), "fill_per_s": round(fill, 1)}
+    result, calls = await consume(run, queue, total)
+    return {**result, "fill_per_s": round(fill, 1), "slowlog": slowlog_summary(calls),
+            "left": await left_in(run.bus, queue)}  # fmt: skip
 
 
-async def bench_many_lanes(run: Run) -> tuple[dict[str, Any], dict[str, Any], float]:
-    """Fill ``lanes`` lanes with one job each, time the calls, consume. Returns the consumer
-    run, the timed calls, and the fill's bytes per job."""
-    bus, queue, count, samples = run.bus, run.queue("lanes"), run.sizes.lanes, run.sizes.samples
-    log(f"many lanes: admitting one job to each of {count:,} lanes")
-    before = await used_memory(bus)
-    fill = await fill_lanes(bus, queue, count, run.payload)
-    bytes_per_job = (await used_memory(bus) - before) / count
+@attrs.define
+class Part:
+    """One throughput part: its queue, its jobs per slice, how to admit more, its slices."""
 
+    name: str
+    queue: str
+    size: int  # jobs waiting in the queue between slices
+    fill: Callable[[int], Awaitable[float]]  # admit this many more; jobs per second
+    slices: list[tuple[dict[str, Any], Calls]] = attrs.Factory(list)
+    admitted: int = 0
+
+    async def admit(self, count: int) -> float:
+        rate = await self.fill(count)
+        self.admitted += count
+        return rate
+
+    def per_slice(self, run: Run) -> int:
+        return self.size // run.sizes.slices
+
+    async def drain_slice(self, run: Run) -> None:
+        take = self.per_slice(run)
+        self.slices.append(await consume(run, self.queue, take))
+        await self.admit(take)
+
+    async def summary(self, run: Run, fill_per_s: float) -> dict[str, Any]:
+        out = slices_summary(self.slices)
+        left = await left_in(run.bus, self.queue)
+        lost = self.admitted - out["acked"] - sum(left.values())
+        return {**out, "fill_per_s": round(fill_per_s, 1), "left": left, "lost": lost}
+
+
+async def bench_lanes(run: Run) -> tuple[dict[str, Any], dict[str, Any], float]:
+    """The one-lane and many-lanes parts, their slices in turn. Returns the throughput
+    entries, the timed calls of the many-lanes queue, and its fill's bytes per job."""
+    bus, sizes, payload = run.bus, run.sizes, run.payload
+    out: dict[str, Any] = {}
+    parts: list[Part] = []
+    timed: dict[str, Any] = {}
+    lane_bytes = 0.0
+    fills: dict[str, float] = {}
+    if sizes.jobs:
+        one = Part("one_lane", run.queue("one"), sizes.jobs,
+                   lambda n: fill_one_lane(bus, one.queue, n, payload))  # fmt: skip
+        log(f"one lane: admitting {sizes.jobs:,} jobs")
+        fills[one.name] = await one.admit(sizes.jobs)
+        parts.append(one)
+    if sizes.lanes:
+
+        async def more_lanes(n: int) -> float:  # new lanes: lane_name(admitted) on
+            return await fill_lanes(bus, many.queue, n, payload, first=many.admitted)
+
+        many = Part("many_lanes", run.queue("lanes"), sizes.lanes, more_lanes)
+        log(f"many lanes: admitting one job to each of {sizes.lanes:,} lanes")
+        before = await used_memory(bus)
+        fills[many.name] = await many.admit(sizes.lanes)
+        lane_bytes = (await used_memory(bus) - before) / sizes.lanes
+        timed = await time_lane_calls(run, many.queue)
+        parts.append(many)
+    log(f"consuming {sizes.slices} slices of each part in turn")
+    for index in range(sizes.slices):
+        for part in parts if index % 2 == 0 else parts[::-1]:
+            await part.drain_slice(run)
+    for part in parts:
+        out[part.name] = await part.summary(run, fills[part.name])
+    if len(parts) == 2:
+        one_slices, many_slices = parts[0].slices, parts[1].slices
+        pairs = zip(one_slices, many_slices, strict=True)
+        ratios = [m["per_s"] / o["per_s"] for (o, _), (m, _) in pairs]
+        out["ratio"] = round(out["many_lanes"]["per_s"] / out["one_lane"]["per_s"], 3)
+        out["slice_ratios"] = [round(r, 3) for r in ratios]
+    return out, timed, lane_bytes
+
+
+async def time_lane_calls(run: Run, queue: str) -> dict[str, Any]:
+    """The timed calls on a queue of ``lanes`` one-job lanes: counts, a page of lane status,
+    pause and resume of one lane."""
+    bus, count, samples = run.bus, run.sizes.lanes, run.sizes.samples
     log(f"many lanes: timing counts, a page of lane status, pause + resume ({samples} each)")
     ran: list[tuple[str, int]] = []
 
@@ -358,10 +453,7 @@ async def bench_many_lanes(run: Run) -> tuple[dict[str, Any], dict[str, Any], fl
     calls["lane_status_page"]["ran"], calls["lane_status_page"]["lanes_answered"] = ran[-1]
     steps: list[Step] = [("pause", lambda: lanes.pause(bus, queue, middle)), ("resume", resume)]
     calls |= await timed_calls(bus, steps, samples)
-
-    log("many lanes: consuming")
-    result = {**await consume(run, queue, count), "fill_per_s": round(fill, 1)}
-    return result, calls, bytes_per_job
+    return calls
 
 
 def weighed(total: int, before: int, after: int, rate: float) -> dict[str, Any]:
@@ -430,16 +522,14 @@ async def bench(sizes: Sizes, server_config: list[tuple[str, str]]) -> dict[str,
         out["server_config_set"] = dict(server_config)
         out["server_config"] = await encoding_limits(bus)
         run = Run(bus, sizes)
-        if sizes.jobs:
-            throughput["one_lane"] = await bench_one_lane(run)
-            if sizes.flat:
-                throughput["flat"] = await bench_flat(run)
-        if sizes.lanes:
-            throughput["many_lanes"], out["calls"], lane_bytes = await bench_many_lanes(run)
-            memory["lanes_bytes_per_job"] = round(lane_bytes, 1)
-        if sizes.jobs and sizes.lanes:
-            one, many = throughput["one_lane"]["per_s"], throughput["many_lanes"]["per_s"]
-            throughput["ratio"] = round(many / one, 3)
+        if sizes.jobs or sizes.lanes:
+            parts, calls, lane_bytes = await bench_lanes(run)
+            throughput |= parts
+            if sizes.lanes:
+                out["calls"] = calls
+                memory["lanes_bytes_per_job"] = round(lane_bytes, 1)
+        if sizes.jobs and sizes.flat:
+            throughput["flat"] = await bench_flat(run)
         if sizes.waiting:
             memory["waiting"] = await bytes_per_waiting_job(run)
         if sizes.scheduled:
@@ -471,7 +561,11 @@ def table(out: dict[str, Any]) -> str:
                 f"{slow['max_us']:>7,} µs ({slow['slowest'] or '-'}), {slow['over_1ms']} over 1 ms"
             )
     if "ratio" in out["throughput"]:
-        rows.append(f"  many lanes / one lane: {out['throughput']['ratio']}")
+        each = out["throughput"]["slice_ratios"]
+        rows.append(
+            f"  many lanes / one lane: {out['throughput']['ratio']} (slices: "
+            f"{min(each)} to {max(each)}, median {statistics.median(each)})"
+        )
     calls = out.get("calls", {})
     for label in ("counts", "lane_status_page", "pause", "resume"):
         if label in calls:
@@ -518,16 +612,19 @@ def main(argv: list[str] | None = None) -> None:
     add("--samples", type=int, default=20, help="calls per timed call")
     add("--batch", type=int, default=BATCH_JOBS,
         help="the consumer's claim batch and prefetch (bench_bus.py's tuned: 256)")  # fmt: skip
+    add("--slices", type=int, default=SLICES, help="drains of each part, taken in turn")
     add("--flat", action="store_true", help="also drain --jobs flat jobs (no lane)")
     add("--server-config", type=_setting, action="append", default=[], metavar="NAME=VALUE",
         help="CONFIG SET before anything is written (repeatable)")  # fmt: skip
     args = parser.parse_args(argv)
     sizes = Sizes(args.jobs, args.lanes, args.waiting, args.scheduled, args.payload_bytes,
-                  args.samples, args.flat, args.batch)  # fmt: skip
+                  args.samples, args.flat, args.batch, args.slices)  # fmt: skip
     if min(sizes.jobs, sizes.lanes, sizes.waiting, sizes.scheduled) < 0:
         parser.error("sizes must be >= 0")
-    if sizes.payload_bytes < 12 or sizes.samples < 1 or sizes.batch < 1:
-        parser.error("--payload-bytes must be >= 12, --samples and --batch >= 1")
+    if sizes.payload_bytes < 12 or min(sizes.samples, sizes.batch, sizes.slices) < 1:
+        parser.error("--payload-bytes must be >= 12, --samples, --batch and --slices >= 1")
+    if any(0 < n < sizes.slices for n in (sizes.jobs, sizes.lanes)):
+        parser.error("--slices must be at most --jobs and --lanes")
     trio.run(_main, sizes, args.server_config)
 
 

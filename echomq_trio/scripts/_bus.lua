@@ -41,13 +41,18 @@
 --                              (idle: the caller knows), no pause, no wait) out of the lane index;
 --                              returns the lane's depth (whoever empties a lane counts it out of
 --                              metrics.lanes_with_jobs: claim, ack)
---   lane_done(qp, g, now)      one fewer job of lane g in flight; re-ring it if it can go on
+--   lane_done(qp, g, now)      one fewer job of lane g in flight; re-ring it if it can go on (in
+--                              a queue with no lane limit, nothing else can have taken it off)
 --   lane_wait(qp, g, until_ms) hold lane g until a time; a wait only ever extends
 --   created(qp, now)           note the queue's creation once (meta.created_ms; now nil: the
 --                              server clock is read only then); a queue created so has its lane
 --                              counters exact from the start (meta.counted = COUNTED)
 --   schedule_at(qp, id, at)    put a job on the schedule (and tell the metronome if it is first)
 --   next_run(at, every, now)   a repeat's next run: the first at + n*every after now
+--   in_runs(command, key, items)
+--                              run a variadic command (ZADD, ZREM, DEL, SREM, LPUSH, RPUSH) on
+--                              key with the items, RUN (1000) at a time (Lua's unpack is bounded;
+--                              an even RUN keeps score/member pairs whole); DEL takes no key
 --   audit(qp, id, outcome, attempts, now, note, err)
 --                              when the queue keeps an audit (meta.audit = 1), append the settled
 --                              job's record to the audit stream in the same step that settles it
@@ -246,7 +251,9 @@ local function lane_done(qp, g, now)
     in_flight = 0
     depth = lane_forget(qp, g, true)
   end
-  ring_add(qp, g, now, depth, in_flight)
+  -- A lane leaves the ring while it has jobs only when it is held or at its limit, and whatever
+  -- ends a hold puts it back: a freed slot matters only in a queue with lane limits.
+  if any_lane_in(qp .. KEY.lane_limits) then ring_add(qp, g, now, depth, in_flight) end
 end
 
 local function lane_wait(qp, g, until_ms)
@@ -328,6 +335,17 @@ local function next_run(at, every, now)
   local nxt = at + every * (math.floor((now - at) / every) + 1)
   if nxt <= at then nxt = at + every end
   return nxt
+end
+
+local RUN = 1000
+local function in_runs(command, key, items)
+  for i = 1, #items, RUN do
+    if key then
+      redis.call(command, key, unpack(items, i, math.min(i + RUN - 1, #items)))
+    else
+      redis.call(command, unpack(items, i, math.min(i + RUN - 1, #items)))
+    end
+  end
 end
 
 local function audit(qp, id, outcome, attempts, now, note, err)

@@ -9,8 +9,9 @@
 -- Returns one word per job: 'acked', 'stale' (the token no longer holds: the job was claimed
 -- again), 'gone' (no such row).
 -- cost: O(jobs acked), each O(log n) in the size of the sets touched; per job 2 commands (its
--- row read, its event), a lane job 1 more (4 more when it was its lane's last in flight, 1 less
--- when its lane stays on the ring), one ZREM and one DEL per call
+-- row read, its event), a lane job 1 more (3 more when it was its lane's last in flight; in a
+-- queue with lane limits 1 or 2 more, to put its lane back on the ring), one ZREM and one DEL
+-- per call
 local qp = ARGV[1]
 local now = now_ms()
 local out = {}
@@ -45,11 +46,7 @@ for i = 2, #ARGV, 3 do
     out[#out + 1] = 'acked'
   end
 end
-for i = 1, #leased, 1000 do
-  redis.call('ZREM', KEYS[1], unpack(leased, i, math.min(i + 999, #leased)))
-end
-for i = 1, #rows, 1000 do
-  redis.call('DEL', unpack(rows, i, math.min(i + 999, #rows)))
-end
+in_runs('ZREM', KEYS[1], leased)
+in_runs('DEL', nil, rows)
 if #rows > 0 then redis.call('HINCRBY', qp .. KEY.metrics, 'completed', #rows) end
 return out

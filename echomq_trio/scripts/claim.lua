@@ -13,8 +13,9 @@
 -- from the flat set and leaves a wake token, so the next claim goes on where it stopped).
 -- Returns {lease deadline, then per job: id, payload, attempts, token, group or ''}.
 -- cost: O(batch + SKIP_MAX) (each step O(log n)); per job 3 commands (its row read and
--- written, its event), per lane turn 4 and 2 more when the lane leaves the ring (in a queue
--- with lanes paused, waiting, limited or weighted, up to 5 more), one ZADD per call
+-- written, its event), per lane turn 3 (in a queue with lanes paused, waiting, limited or
+-- weighted, up to 5 more); per call one ZADD, and one LPOP, LPUSH, RPUSH and SREM of the ring's
+-- lanes for each RUN (1000) of them
 local qp = ARGV[1]
 local SKIP_MAX = 100
 local want = tonumber(ARGV[2])
@@ -51,6 +52,29 @@ local function take_flat(n)
   return got
 end
 
+-- The ring is read from its head in runs (one LPOP of up to the jobs still wanted). A lane
+-- served that can go on joins `back`, in turn order, for the ring's tail; once the ring is used
+-- up, `back` is the rest of the ring and the claim goes round it again. At the end the lanes
+-- read but not reached go back to the head, in order, `back` to the tail, and the lanes that
+-- left are dropped from on_ring: three commands per call, not per turn.
+local turns, next_turn = {}, 1  -- lanes read from the ring, turns[next_turn..] not yet reached
+local ring_left = true  -- the ring may hold lanes not yet read
+local back, left = {}, {}
+
+local function next_lane()
+  if next_turn > #turns then
+    turns, next_turn = {}, 1
+    if ring_left then
+      turns = redis.call('LPOP', ring, math.min(want, RUN)) or {}
+      if #turns < math.min(want, RUN) then ring_left = false end
+    end
+    if #turns == 0 then turns, back = back, {} end
+  end
+  local g = turns[next_turn]
+  if g then next_turn = next_turn + 1 end
+  return g
+end
+
 -- Each turn either claims from a lane or takes a lane off the ring, so this loop ends.
 local skipped = 0
 while want > 0 do
@@ -59,7 +83,7 @@ while want > 0 do
     wake(qp, 1)
     break
   end
-  local g = redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
+  local g = next_lane()
   if not g then
     take_flat(want)
     break
@@ -92,16 +116,15 @@ while want > 0 do
   else
     skipped = skipped + 1
   end
-  if not ready then
-    -- g was just rotated to the tail: take it off the ring until it can go on.
-    redis.call('RPOP', ring)
-    redis.call('SREM', qp .. KEY.on_ring, g)
-  end
+  if ready then back[#back + 1] = g else left[#left + 1] = g end
   if want > 0 then want = want - take_flat(1) end
 end
+local unread = {}
+for i = #turns, next_turn, -1 do unread[#unread + 1] = turns[i] end
+in_runs('LPUSH', ring, unread)
+in_runs('RPUSH', ring, back)
+in_runs('SREM', qp .. KEY.on_ring, left)
 if from_lanes > 0 then redis.call('HINCRBY', qp .. KEY.metrics, 'lane_pending', -from_lanes) end
 if emptied > 0 then redis.call('HINCRBY', qp .. KEY.metrics, 'lanes_with_jobs', -emptied) end
-for i = 1, #leased, 1000 do
-  redis.call('ZADD', qp .. KEY.active, unpack(leased, i, math.min(i + 999, #leased)))
-end
+in_runs('ZADD', qp .. KEY.active, leased)
 return out

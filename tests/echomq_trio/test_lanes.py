@@ -276,3 +276,56 @@ async def _strict_lane_order(bus: Bus, lane_plans: list[list[list[str]]]) -> Non
         await wait_for(lambda: completed["slow"] == [slow], timeout=30)
         nursery.cancel_scope.cancel()
     assert completed == enqueued
+
+
+# A plan of claims against the ring: each step claims a batch, or admits one job to a lane.
+ring_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("claim"), st.integers(1, 9)),
+        st.tuples(st.just("admit"), st.integers(0, 5)),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(depths=st.lists(st.integers(1, 4), min_size=1, max_size=6), steps=ring_steps)
+async def test_claims_serve_the_ring_in_turn_order_whatever_their_batch(
+    server_url: str, depths: list[int], steps: list[tuple[str, int]]
+) -> None:
+    # The claim reads the ring in runs and writes back at its end (lanes not reached to the
+    # head, lanes that go on to the tail): the order served must be the one-turn-at-a-time
+    # round robin of a queue of lanes, across claims of any size, a claim that goes round the
+    # ring more than once and jobs that arrive between claims.
+    async with open_bus(server_url) as bus:
+        queue = "ring." + ids.generate("JOB")
+        ring: list[str] = []  # the model: lanes in turn order
+        waiting: dict[str, list[str]] = {}
+
+        async def admit(group: str) -> None:
+            job_id = jid()
+            await lanes.enqueue(bus, queue, group, group, job_id=job_id)
+            if not waiting.setdefault(group, []) and group not in ring:
+                ring.append(group)
+            waiting[group].append(job_id)
+
+        for n, depth in enumerate(depths):
+            for _ in range(depth):
+                await admit(f"L{n}")
+        for step, arg in steps:
+            if step == "admit":
+                await admit(f"L{arg}")
+                continue
+            expected = []
+            while len(expected) < arg and ring:
+                group = ring.pop(0)
+                expected.append(waiting[group].pop(0))
+                if waiting[group]:
+                    ring.append(group)
+            got = await jobs.claim(bus, queue, arg)
+            assert [j.id for j in got] == expected
