@@ -71,16 +71,17 @@ async def _known(bus: Bus, queue: str) -> jobs.Counts:
 
 
 async def _lanes(bus: Bus, queue: str, limit: int) -> list[lanes.LaneStatus]:
-    """The first ``limit`` lanes, a page at a time (never every lane of a large queue)."""
-    found: list[lanes.LaneStatus] = []
+    """``limit`` lanes (the lane index's first pages: never every lane of a large queue), by
+    name."""
+    found: dict[str, lanes.LaneStatus] = {}
     after: str | None = ""
     while after is not None and len(found) < limit:
         page = await lanes.status_page(
             bus, queue, after, min(limit - len(found), lanes.LANE_PAGE_MAX)
         )
-        found += page.lanes
+        found |= {lane.group: lane for lane in page.lanes}
         after = page.next
-    return found
+    return [found[group] for group in sorted(found)][:limit]
 
 
 async def _stats(bus: Bus, args: argparse.Namespace) -> Any:

@@ -21,6 +21,7 @@ __all__ = [
     "check_group",
     "check_int",
     "check_job_id",
+    "check_lane_cursor",
     "check_max_payload_bytes",
     "check_ms",
     "check_name",
@@ -127,6 +128,29 @@ def check_when(name: str, value: object, *, absolute: bool) -> int:
 def check_group(group: object) -> str:
     """Return ``group`` if it can name a lane; raise ``ValueError`` otherwise."""
     return check_name("lane group", group)
+
+
+_LANE_CURSOR = re.compile(r"([0-9]{1,20}):(.*)", re.DOTALL)
+
+
+def check_lane_cursor(cursor: object) -> str:
+    """Return ``cursor`` if it is ``''`` or a lane status page's ``next`` (``'1536:'``, or
+    ``'1536:chat-7'``: an HSCAN cursor, and the last lane taken from that call when a page cut
+    it); raise ``ValueError`` otherwise."""
+    if cursor == "":
+        return ""
+    found = _LANE_CURSOR.fullmatch(cursor) if isinstance(cursor, str) else None
+    if found and int(found[1]) < 2**64 and (not found[2] or _is_group(found[2])):
+        return found[0]
+    raise ValueError(f"a lane page cursor is '' or a page's next ('1536:'), got {cursor!r}")
+
+
+def _is_group(text: str) -> bool:
+    try:
+        check_group(text)
+    except ValueError:
+        return False
+    return True
 
 
 def check_job_id(job_id: object) -> str:

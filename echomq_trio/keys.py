@@ -54,14 +54,14 @@ SCHEMA: tuple[KeySpec, ...] = (
     # fair lanes
     KeySpec("lane", "g:<group>", "zset", "a lane's waiting jobs; score 0 (id order)"),
     KeySpec("lane_groups", "groups", "set", "before meta.counted = 2: groups whose lane held waiting jobs; count_lanes reads it once and deletes it"),  # noqa: E501
-    KeySpec("lane_index", "lanes", "zset", "lanes with waiting jobs, jobs in flight, a pause or a wait; score 0, paged in name order"),  # noqa: E501
+    KeySpec("old_lane_index", "lanes", "zset", "before meta.counted = 3: the lane index by name; count_lanes reads it once and deletes it"),  # noqa: E501
+    KeySpec("lane_index", "gactive", "hash", "the lane index: each lane with waiting jobs, jobs in flight, a pause or a wait -> its jobs in flight, plus 2^32 while jobs wait in it; paged by HSCAN"),  # noqa: E501
     KeySpec("ring", "ring", "list", "lanes being served, round-robin"),
     KeySpec("on_ring", "inring", "set", "the groups on the ring (each at most once)"),
     KeySpec("paused", "paused", "set", "lanes held until resumed"),
     KeySpec("lane_waits", "gwait", "zset", "lanes held until a time; score: the wait's end ms"),
     KeySpec("lane_limits", "glimit", "hash", "group -> most jobs in flight at once"),
     KeySpec("lane_weights", "gweight", "hash", "group -> jobs per round-robin turn"),
-    KeySpec("lane_in_flight", "gactive", "hash", "group -> jobs of the lane leased now"),
     # recurring schedules
     KeySpec("repeats", "repeat", "zset", "registrations by name; score: next run ms"),
     KeySpec("registration", "repeat:<name>", "hash", "a registration: every_ms, template, group, registered_ms, last_fired_ms, last_job"),  # noqa: E501
@@ -70,7 +70,7 @@ SCHEMA: tuple[KeySpec, ...] = (
     KeySpec("tick", "tick", "list", "one token that wakes a sleeping metronome"),
     KeySpec("events", "events", "stream", "every transition, capped at about 10,000 entries"),
     KeySpec("audit", "audit", "stream", "settled jobs' records (meta.audit = 1); trimmed by its reader"),  # noqa: E501
-    KeySpec("meta", "meta", "hash", "created_ms; audit = 1 when the queue keeps an audit; counted = 2 once the lane counters and index are exact; retention: dead_max, dead_max_age_ms, events (0: none), events_maxlen"),  # noqa: E501
+    KeySpec("meta", "meta", "hash", "created_ms; audit = 1 when the queue keeps an audit; counted = 3 once the lane counters and index are exact; retention: dead_max, dead_max_age_ms, events (0: none), events_maxlen"),  # noqa: E501
     KeySpec("metrics", "metrics", "hash", "running totals: completed, retried, dead, deferred; lane_pending: jobs waiting in lanes; lanes_with_jobs: lanes with waiting jobs"),  # noqa: E501
     # the application's own
     KeySpec("app", "app:<name>", "any", "an application's keys in the queue's slot"),
@@ -91,6 +91,7 @@ class QueueKeys:
     active: str = attrs.field(repr=False)
     dead: str = attrs.field(repr=False)
     lane_groups: str = attrs.field(repr=False)
+    old_lane_index: str = attrs.field(repr=False)
     lane_index: str = attrs.field(repr=False)
     ring: str = attrs.field(repr=False)
     on_ring: str = attrs.field(repr=False)
@@ -98,7 +99,6 @@ class QueueKeys:
     lane_waits: str = attrs.field(repr=False)
     lane_limits: str = attrs.field(repr=False)
     lane_weights: str = attrs.field(repr=False)
-    lane_in_flight: str = attrs.field(repr=False)
     repeats: str = attrs.field(repr=False)
     wake: str = attrs.field(repr=False)
     tick: str = attrs.field(repr=False)

@@ -127,26 +127,30 @@ async def status(bus: Bus, queue: str, groups: Sequence[str] = ()) -> list[LaneS
     """Lanes' depth, in-flight count, settings and holds: of the ``groups`` named (one call), or
     when none are named of every listed lane (with waiting jobs, jobs in flight, a pause or a
     wait), in name order, read a page at a time (``status_page``), so the server never walks
-    them all in one call. Read only: a cancelled call changed nothing."""
+    them all in one call (a lane met on two pages is given once, as last read). Read only: a
+    cancelled call changed nothing."""
     k = bus.keys(queue)
     if groups:
         return protocol.lane_status_reply(await bus.run(protocol.lane_status_call(k, groups))).lanes
-    out: list[LaneStatus] = []
+    found: dict[str, LaneStatus] = {}
     after: str | None = ""
     while after is not None:
         page = await status_page(bus, queue, after, protocol.LANE_PAGE_MAX)
-        out += page.lanes
+        found |= {lane.group: lane for lane in page.lanes}
         after = page.next
-    return out
+    return [found[group] for group in sorted(found)]
 
 
 async def status_page(bus: Bus, queue: str, after: str = "", count: int = 100) -> LanePage:
-    """The next ``count`` (at most ``LANE_PAGE_MAX``, 1,000) lanes in name order after the cursor
-    ``after`` (``''``: the first page; else the ``next`` of the page before), each with its
-    status, and the cursor of the page after (``None`` after the last). Listed lanes are those
-    with waiting jobs, jobs in flight, a pause or a wait; a lane that comes or goes between two
-    pages is seen or not, every other lane exactly once. O(count) on the server.
-    Read only: a cancelled call changed nothing."""
+    """At most ``count`` (up to ``LANE_PAGE_MAX``, 1,000) more lanes of the lane index from the
+    cursor ``after`` (``''``: the first page; else the ``next`` of the page before), each with
+    its status, sorted by name within the page, and the cursor of the page after (``None``
+    after the last). Listed lanes are those with waiting jobs, jobs in flight, a pause or a
+    wait. The index is a hash paged by ``HSCAN``: pages come in its order, not by name, and a
+    lane listed from the first page to the last is seen at least once (a resize of the hash
+    while the pages go can repeat one, or rarely, shrinking it, miss one); a lane that comes or
+    goes between pages may or may not be seen. O(count) on the server. Read only: a cancelled
+    call changed nothing."""
     k = bus.keys(queue)
     call = protocol.lane_status_page_call(k, after, count)
     return protocol.lane_status_reply(await run_counted(bus, k, call))

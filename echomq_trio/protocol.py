@@ -29,6 +29,7 @@ from echomq_trio.checks import (
     check_group,
     check_int,
     check_job_id,
+    check_lane_cursor,
     check_ms,
     check_name,
     check_payload,
@@ -669,9 +670,9 @@ def lane_status_call(k: QueueKeys, groups: Sequence[str]) -> Call:
 
 
 def lane_status_page_call(k: QueueKeys, after: str = "", count: int = 100) -> Call:
-    """``lane_status`` of the next ``count`` (1 to ``LANE_PAGE_MAX``) lanes of the lane index
-    after the cursor ``after`` (``''``: from the first)."""
-    cursor = "" if after == "" else check_group(after)
+    """``lane_status`` of at most ``count`` (1 to ``LANE_PAGE_MAX``) more lanes of the lane index
+    from the cursor ``after`` (``''``: from the first; else a page's ``next``)."""
+    cursor = check_lane_cursor(after)
     n = check_int("count", count, 1)
     if n > LANE_PAGE_MAX:
         raise ValueError(f"count must be <= {LANE_PAGE_MAX}, got {n}")

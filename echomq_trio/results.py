@@ -173,8 +173,8 @@ class LaneStatus:
 
 @attrs.frozen
 class LanePage:
-    """A page of ``lanes.status_page``: lanes in name order, and the cursor of the next page
-    (``None`` after the last)."""
+    """A page of ``lanes.status_page``: lanes sorted by name within the page, and the cursor of
+    the next page (``None`` after the last)."""
 
     lanes: list[LaneStatus]
     next: str | None

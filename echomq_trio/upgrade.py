@@ -1,13 +1,16 @@
 """Queues written by an earlier version of the bus: their bookkeeping brought up to date once.
 
 The lane counters (``metrics.lane_pending`` and ``metrics.lanes_with_jobs``, read by ``counts``)
-and the lane index (paged by ``lanes.status_page``) are kept by every script since they were
-introduced (``meta.counted`` = 2). A queue created before lacks some of them (the version before
-this one counted lanes with jobs as a set of lane groups): ``counts`` and a lane status page answer
-``uncounted`` until ``count_lanes`` has counted and indexed its lanes, once (a walk of every lane,
-the only one the bus ever does), and dropped that set. ``run_counted`` does that on demand, so
-callers never see it. Every process that uses a queue should run this version: an earlier one moves
-lane jobs without counting them.
+and the lane index (a hash of each listed lane's jobs in flight, marked while jobs wait in it;
+paged by ``lanes.status_page``) are kept by every script since they took their present form
+(``meta.counted`` = 3). A queue created before lacks some of them (versions before counted lanes
+with jobs as a set of lane groups, then listed lanes in a sorted set by name beside a hash of
+jobs in flight): ``counts`` and a lane status page answer ``uncounted`` until ``count_lanes`` has
+counted and indexed its lanes, once (a walk of every lane, the only one the bus ever does), and
+dropped the old structures. ``run_counted`` does that on demand, so callers never see it. Every
+process that uses a queue should run this version: an earlier one moves lane jobs without
+counting them. Scripts of this version that run on a queue before its count keep its jobs in
+flight right, and the count makes the rest exact.
 """
 
 from __future__ import annotations

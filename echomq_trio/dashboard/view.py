@@ -19,7 +19,7 @@ from urllib.parse import parse_qsl
 import attrs
 
 from echomq_trio import humane
-from echomq_trio.checks import check_group, check_queue
+from echomq_trio.checks import check_lane_cursor, check_queue
 from echomq_trio.results import Counts, JobInfo, LaneStatus, Registration
 
 __all__ = [
@@ -235,7 +235,7 @@ def _query(given: Mapping[str, str]) -> Query:
     return Query(
         queue=check_queue(queue) if queue else "",
         queues_after=check_queue(queues_after) if queues_after else "",
-        lanes_after=check_group(lanes_after) if lanes_after else "",
+        lanes_after=check_lane_cursor(lanes_after),
         scheduled=numbers.get("scheduled", 0),
         repeats=numbers.get("repeats", 0),
         dead=numbers.get("dead", 0),

@@ -34,13 +34,18 @@
 --                              and in_flight as the caller knows them; nil: read)
 --   ring_add(qp, g, now, depth, in_flight)
 --                              put a serviceable lane on the ring once, and wake a consumer
+--   lane_entry(value)          a lane's value in the lane index (a hash: jobs in flight, plus
+--                              WAITING while jobs wait in the lane) as (in flight, waiting?)
 --   lane_push(qp, g, id, now)  put a job into its lane (at its id's place: mint order), count it
 --                              in metrics.lane_pending and, when it is the lane's first, count
---                              the lane in metrics.lanes_with_jobs and list it in the lane index
---   lane_forget(qp, g, idle)   take a lane with nothing left (no waiting jobs, none in flight
---                              (idle: the caller knows), no pause, no wait) out of the lane index;
---                              returns the lane's depth (whoever empties a lane counts it out of
---                              metrics.lanes_with_jobs: claim, ack)
+--                              the lane in metrics.lanes_with_jobs and mark it WAITING in the
+--                              lane index
+--   lane_emptied(qp, g)        a script took lane g's last waiting job (not by a claim, which
+--                              does this for its batch): uncount it, unmark it, forget it if idle
+--   lane_forget(qp, g, value)  take a lane whose index value is 0 (nothing waiting, nothing in
+--                              flight; nil: read it) and that has no pause and no wait out of
+--                              the lane index
+--   lane_listed(qp, g)         list lane g in the lane index (at 0 if it was not: a pause, a wait)
 --   lane_done(qp, g, now)      one fewer job of lane g in flight; re-ring it if it can go on (in
 --                              a queue with no lane limit, nothing else can have taken it off)
 --   lane_wait(qp, g, until_ms) hold lane g until a time; a wait only ever extends
@@ -58,9 +63,10 @@
 --                              job's record to the audit stream in the same step that settles it
 local EVENTS_MAXLEN = 10000
 -- meta.counted: the lane counters (metrics.lane_pending, metrics.lanes_with_jobs) and the lane
--- index are exact; an earlier mark (none, or '1': lanes with jobs were the set lane_groups) makes
--- counts and lane status answer 'uncounted' until count_lanes has run once.
-local COUNTED = '2'
+-- index are exact; an earlier mark (none; '1': lanes with jobs were the set lane_groups; '2': the
+-- lane index was a sorted set by name, jobs in flight a hash of their own) makes counts and lane
+-- status answer 'uncounted' until count_lanes has run once.
+local COUNTED = '3'
 
 local WAKE_KEEP = 64
 local function wake(qp, n)
@@ -189,8 +195,22 @@ local function lane_weight(qp, g)
   return lane_setting(qp .. KEY.lane_weights, 'HGET', g) or 1
 end
 
+-- The lane index (KEY.lane_index, a hash) lists each lane with waiting jobs, jobs in flight, a
+-- pause or a wait. A lane's value is its jobs in flight, plus WAITING while jobs wait in it (added
+-- by whoever gives the lane its first job, taken off by whoever takes its last: where
+-- metrics.lanes_with_jobs changes), so the script that frees a lane's last slot learns from one
+-- HINCRBY whether the lane is idle. A lane with only a pause or a wait is listed at 0.
+local WAITING = 4294967296  -- 2^32, far above any count of jobs in flight
+
+-- A lane's index value as (jobs in flight, jobs waiting?). Lua's floored % keeps the count right
+-- for a value an earlier version wrote (no WAITING) that a claim then took WAITING from.
+local function lane_entry(value)
+  value = tonumber(value) or 0
+  return value % WAITING, value >= WAITING
+end
+
 local function lane_in_flight(qp, g)
-  return tonumber(redis.call('HGET', qp .. KEY.lane_in_flight, g) or '0')
+  return (lane_entry(redis.call('HGET', qp .. KEY.lane_index, g)))
 end
 
 local function lane_held(qp, g, now)
@@ -228,36 +248,37 @@ local function lane_push(qp, g, id, now)
     depth = redis.call('ZCARD', lane)
     if depth == 1 then
       redis.call('HINCRBY', qp .. KEY.metrics, 'lanes_with_jobs', 1)
-      redis.call('ZADD', qp .. KEY.lane_index, 0, g)
+      redis.call('HINCRBY', qp .. KEY.lane_index, g, WAITING)
     end
   end
   ring_add(qp, g, now, depth)
 end
 
-local function lane_forget(qp, g, idle)
-  local depth = redis.call('ZCARD', qp .. KEY.lane .. g)
-  if depth > 0 then return depth end
-  if not idle and redis.call('HEXISTS', qp .. KEY.lane_in_flight, g) == 1 then return depth end
-  if lane_paused(qp, g) or lane_wait_end(qp, g) then return depth end
-  redis.call('ZREM', qp .. KEY.lane_index, g)
-  return depth
+local function lane_forget(qp, g, value)
+  if value == nil then value = tonumber(redis.call('HGET', qp .. KEY.lane_index, g)) end
+  if value ~= 0 or lane_paused(qp, g) or lane_wait_end(qp, g) then return end
+  redis.call('HDEL', qp .. KEY.lane_index, g)
+end
+
+local function lane_emptied(qp, g)
+  redis.call('HINCRBY', qp .. KEY.metrics, 'lanes_with_jobs', -1)
+  lane_forget(qp, g, redis.call('HINCRBY', qp .. KEY.lane_index, g, -WAITING))
 end
 
 local function lane_done(qp, g, now)
-  local in_flight = redis.call('HINCRBY', qp .. KEY.lane_in_flight, g, -1)
-  local depth = nil
-  if in_flight <= 0 then
-    redis.call('HDEL', qp .. KEY.lane_in_flight, g)
-    in_flight = 0
-    depth = lane_forget(qp, g, true)
-  end
+  local value = redis.call('HINCRBY', qp .. KEY.lane_index, g, -1)
+  if value == 0 then lane_forget(qp, g, 0) end
   -- A lane leaves the ring while it has jobs only when it is held or at its limit, and whatever
   -- ends a hold puts it back: a freed slot matters only in a queue with lane limits.
-  if any_lane_in(qp .. KEY.lane_limits) then ring_add(qp, g, now, depth, in_flight) end
+  if any_lane_in(qp .. KEY.lane_limits) then ring_add(qp, g, now, nil, (lane_entry(value))) end
+end
+
+local function lane_listed(qp, g)
+  redis.call('HINCRBY', qp .. KEY.lane_index, g, 0)
 end
 
 local function lane_wait(qp, g, until_ms)
-  redis.call('ZADD', qp .. KEY.lane_index, 0, g)
+  lane_listed(qp, g)
   lanes_changed(qp .. KEY.lane_waits)
   -- Tell the metronome when this is now the earliest wait.
   local cur = redis.call('ZSCORE', qp .. KEY.lane_waits, g)

@@ -9,9 +9,9 @@
 -- Returns one word per job: 'acked', 'stale' (the token no longer holds: the job was claimed
 -- again), 'gone' (no such row).
 -- cost: O(jobs acked), each O(log n) in the size of the sets touched; per job 2 commands (its
--- row read, its event), a lane job 1 more (3 more when it was its lane's last in flight; in a
--- queue with lane limits 1 or 2 more, to put its lane back on the ring), one ZREM and one DEL
--- per call
+-- row read, its event), a lane job 1 more (1 more when it was its lane's last in flight and
+-- nothing waits in the lane; in a queue with lane limits 1 more, and up to 6 more to put its
+-- lane back on the ring), one ZREM and one DEL per call
 local qp = ARGV[1]
 local now = now_ms()
 local out = {}
@@ -32,11 +32,8 @@ for i = 2, #ARGV, 3 do
       local lane = qp .. KEY.lane .. job.group
       if redis.call('ZREM', lane, id) == 1 then
         redis.call('HINCRBY', qp .. KEY.metrics, 'lane_pending', -1)
-        if redis.call('ZCARD', lane) == 0 then
-          redis.call('HINCRBY', qp .. KEY.metrics, 'lanes_with_jobs', -1)
-        end
+        if redis.call('ZCARD', lane) == 0 then lane_emptied(qp, job.group) end
       end
-      lane_forget(qp, job.group)
     else
       redis.call('ZREM', qp .. KEY.pending, id)
     end

@@ -14,8 +14,9 @@
 -- Returns {lease deadline, then per job: id, payload, attempts, token, group or ''}.
 -- cost: O(batch + SKIP_MAX) (each step O(log n)); per job 3 commands (its row read and
 -- written, its event), per lane turn 3 (in a queue with lanes paused, waiting, limited or
--- weighted, up to 5 more); per call one ZADD, and one LPOP, LPUSH, RPUSH and SREM of the ring's
--- lanes for each RUN (1000) of them
+-- weighted, up to 5 more); per call one ZADD, one LPUSH, RPUSH and SREM of the ring's lanes for
+-- each RUN (1000) of them, and one LPOP for each run of lanes read (another when the lanes read
+-- gave too few jobs)
 local qp = ARGV[1]
 local SKIP_MAX = 100
 local want = tonumber(ARGV[2])
@@ -106,11 +107,16 @@ while want > 0 do
     local popped = redis.call('ZPOPMIN', lane, n)
     for i = 1, #popped, 2 do take(popped[i], g) end
     local got = #popped / 2
-    in_flight = redis.call('HINCRBY', qp .. KEY.lane_in_flight, g, got)
     from_lanes = from_lanes + got
     want = want - got
     depth = depth - got
-    if depth == 0 then emptied = emptied + 1 end
+    -- Its jobs in flight, and no longer WAITING in the lane index once it is empty: one HINCRBY.
+    local change = got
+    if depth == 0 then
+      emptied = emptied + 1
+      change = got - WAITING
+    end
+    in_flight = lane_entry(redis.call('HINCRBY', qp .. KEY.lane_index, g, change))
     -- Still serviceable? Its hold cannot have changed; its depth and jobs in flight have.
     ready = depth > 0 and not (limit and in_flight >= limit)
   else

@@ -14,7 +14,7 @@ created(qp, now_ms())
 if ARGV[3] == 'pause' then
   redis.call('SADD', qp .. KEY.paused, g)
   lanes_changed(qp .. KEY.paused)
-  redis.call('ZADD', qp .. KEY.lane_index, 0, g)
+  lane_listed(qp, g)
   emit(qp, 'paused', g)
 else
   lane_wait(qp, g, tonumber(ARGV[4]))

@@ -8,7 +8,7 @@ import pytest
 import trio
 
 from echomq_trio import Bus, Outcome, ids, jobs, lanes, repeat
-from echomq_trio.keys import queue_keys
+from echomq_trio.keys import QueueKeys, queue_keys
 from tests.conftest import wait_for
 from tests.echomq_trio.workers import finish_with_a_second_worker, finished, kill_a_worker_mid_run
 
@@ -18,18 +18,27 @@ pytestmark = pytest.mark.cluster
 WALK = """
 local qp = ARGV[1]
 local waiting, nonempty, listed = 0, 0, {}
+local function list(g, add) listed[g] = (listed[g] or 0) + add end
 for _, key in ipairs(redis.call('KEYS', qp .. 'g:*')) do
   local n = redis.call('ZCARD', key)
   if n > 0 then
     waiting = waiting + n
     nonempty = nonempty + 1
-    listed[#listed + 1] = string.sub(key, #qp + 3)
+    list(string.sub(key, #qp + 3), 4294967296)
   end
 end
-for _, g in ipairs(redis.call('SMEMBERS', qp .. 'paused')) do listed[#listed + 1] = g end
-for _, g in ipairs(redis.call('ZRANGE', qp .. 'gwait', 0, -1)) do listed[#listed + 1] = g end
-for _, g in ipairs(redis.call('HKEYS', qp .. 'gactive')) do listed[#listed + 1] = g end
-return {waiting, nonempty, listed}
+for _, id in ipairs(redis.call('ZRANGE', qp .. 'active', 0, -1)) do
+  local g = redis.call('HGET', qp .. 'job:' .. id, 'group')
+  if g then list(g, 1) end
+end
+for _, g in ipairs(redis.call('SMEMBERS', qp .. 'paused')) do list(g, 0) end
+for _, g in ipairs(redis.call('ZRANGE', qp .. 'gwait', 0, -1)) do list(g, 0) end
+local flat = {}
+for g, value in pairs(listed) do
+  flat[#flat + 1] = g
+  flat[#flat + 1] = tostring(value)
+end
+return {waiting, nonempty, flat}
 """
 
 
@@ -38,16 +47,19 @@ def jid() -> str:
 
 
 async def check_exact(bus: Bus, queue: str) -> None:
-    """The counters (jobs waiting in lanes, lanes with jobs) and the lane index equal what a walk
-    of every lane finds."""
+    """The counters (jobs waiting in lanes, lanes with jobs) and the lane index (each lane's
+    jobs in flight, plus 2^32 while jobs wait in it) equal what a walk of every lane finds."""
     k = queue_keys(queue)
     waiting, nonempty, listed = await bus.wire.command("EVAL", WALK, "1", k.meta, k.prefix)
     flat = int(await bus.wire.command("ZCARD", k.pending))
     counts = await jobs.counts(bus, queue)
     assert counts.pending == flat + waiting, "metrics.lane_pending drifted"
     assert counts.lanes == nonempty, "metrics.lanes_with_jobs drifted"
-    index = [g.decode() for g in await bus.wire.command("ZRANGE", k.lane_index, "0", "-1")]
-    assert sorted(index) == sorted({g.decode() for g in listed}), "the lane index drifted"
+    expected = {g.decode(): int(v) for g, v in zip(listed[::2], listed[1::2], strict=True)}
+    raw = await bus.wire.command("HGETALL", k.lane_index)
+    pairs = raw.items() if isinstance(raw, dict) else zip(raw[::2], raw[1::2], strict=True)
+    index = {g.decode(): int(v) for g, v in pairs}
+    assert index == expected, "the lane index drifted"
     paged = [s.group for s in await lanes.status(bus, queue)]
     assert paged == sorted(index)
 
@@ -156,23 +168,56 @@ async def _drain_except(bus: Bus, queue: str, keep: set[str], ack: bool = False)
         assert (await jobs.counts(bus, queue)).pending == 0
 
 
-async def test_status_pages_every_lane_once_in_name_order(bus: Bus, queue: str) -> None:
-    groups = [f"chat{n:04d}" for n in range(250)]
-    for g in groups:
-        await lanes.enqueue(bus, queue, g, "x", job_id=jid())
+async def _paged(bus: Bus, queue: str, count: int, between: object = None) -> list[str]:
+    """Every page of lane status from the first, each at most ``count`` lanes sorted by name;
+    ``between`` (an async callable) runs once, after the second page."""
     seen: list[str] = []
-    page = await lanes.status_page(bus, queue, count=100)
+    page = await lanes.status_page(bus, queue, count=count)
+    pages = 1
     while True:
-        seen += [s.group for s in page.lanes]
-        assert len(page.lanes) <= 100
+        names = [s.group for s in page.lanes]
+        assert len(names) <= count and names == sorted(names)
+        seen += names
         if page.next is None:
-            break
-        if len(seen) == 100:
-            await lanes.enqueue(bus, queue, "chat0000a", "x", job_id=jid())  # behind the cursor
-            await lanes.enqueue(bus, queue, "chat0200a", "x", job_id=jid())  # ahead of it: seen
-        page = await lanes.status_page(bus, queue, page.next, 100)
-    assert seen == sorted([*groups, "chat0200a"])
-    assert [s.depth for s in await lanes.status(bus, queue, ["chat0000a"])] == [1]
+            return seen
+        if pages == 2 and callable(between):
+            await between()
+        page = await lanes.status_page(bus, queue, page.next, count)
+        pages += 1
+
+
+async def test_status_pages_every_lane_a_page_at_a_time(bus: Bus, queue: str) -> None:
+    # A small index is one listpack, which HSCAN gives whole: the pages cut that call.
+    small = [f"s{n}" for n in range(5)]
+    for g in small:
+        await lanes.enqueue(bus, queue, g, "x", job_id=jid())
+    assert sorted(await _paged(bus, queue, 2)) == small
+
+    async def forget_s0() -> None:  # unlisted between pages: the pages after it skip nothing
+        (job,) = await jobs.claim(bus, queue, 1)
+        assert job.group == "s0"
+        await jobs.ack(bus, queue, job.id, job.token)
+
+    assert sorted(await _paged(bus, queue, 2, forget_s0)) == small
+    small.remove("s0")
+    # A large one is a hash table that HSCAN walks a cursor at a time.
+    k = queue_keys(queue)
+    groups = [f"chat{n:04d}" for n in range(700)]
+    await lanes.enqueue_many(bus, queue, groups[0], [(jid(), "x")])
+    for g in groups[1:]:
+        await lanes.enqueue(bus, queue, g, "x", job_id=jid())
+    assert await bus.wire.command("OBJECT", "ENCODING", k.lane_index) == b"hashtable"
+
+    async def late() -> None:  # comes between pages: it may or may not be seen
+        await lanes.enqueue(bus, queue, "late", "x", job_id=jid())
+
+    seen = await _paged(bus, queue, 100, late)
+    # Each lane at least once; a lane twice only if the index was being rehashed (it may be: it
+    # grew past 512 entries just now), so not many.
+    assert set(seen) - {"late"} == {*small, *groups}
+    assert len(seen) - len(set(seen)) < len(groups) // 2
+    assert [s.group for s in await lanes.status(bus, queue)] == sorted({*small, *groups, "late"})
+    assert [s.depth for s in await lanes.status(bus, queue, ["late"])] == [1]
 
 
 async def test_a_pause_leaves_the_ring_lazily_and_a_claim_skips_at_most_a_bounded_number(
@@ -204,6 +249,71 @@ async def test_a_pause_leaves_the_ring_lazily_and_a_claim_skips_at_most_a_bounde
     await check_exact(bus, queue)
 
 
+WAITING = 2**32  # in the lane index: jobs wait in the lane
+
+
+async def _as_before_the_index_hash(bus: Bus, k: QueueKeys) -> None:
+    """Rewrite the lane index as versions before ``counted`` 3 kept it: a sorted set of the
+    listed lanes by name, and a hash of each lane's jobs in flight alone."""
+    raw = await bus.wire.command("HGETALL", k.lane_index)
+    pairs = raw.items() if isinstance(raw, dict) else zip(raw[::2], raw[1::2], strict=True)
+    await bus.wire.command("DEL", k.lane_index)
+    for g, value in pairs:
+        await bus.wire.command("ZADD", k.old_lane_index, "0", g)
+        if int(value) % WAITING:
+            await bus.wire.command("HSET", k.lane_index, g, str(int(value) % WAITING))
+
+
+async def test_a_queue_counted_by_the_version_with_the_index_by_name_is_recounted_once(
+    bus: Bus, queue: str
+) -> None:
+    """The version before listed lanes in a sorted set by name and kept their jobs in flight in
+    a hash of their own (``counted`` 2): the first read that needs the index rebuilds it once
+    as one hash, and drops the sorted set; scripts that ran in between lose nothing."""
+    k = queue_keys(queue)
+    for g in ("a", "b", "c"):
+        await lanes.enqueue_many(bus, queue, g, [(jid(), "x"), (jid(), "y")])
+    held = await jobs.claim(bus, queue, 4, lease_ms=60_000)  # a, b, c, a: a is empty
+    await lanes.pause(bus, queue, "p")
+    await _as_before_the_index_hash(bus, k)
+    await bus.wire.command("HSET", k.meta, "counted", "2")
+    # This version's scripts before the count: b's last waiting job claimed (WAITING taken off
+    # a value that never had it), a new lane, an ack.
+    (more,) = await jobs.claim(bus, queue, 1, lease_ms=60_000)
+    assert more.group == "b"
+    await lanes.enqueue(bus, queue, "d", "z", job_id=jid())
+    await jobs.ack(bus, queue, held[1].id, held[1].token)
+    assert [s.in_flight for s in await lanes.status(bus, queue, ["a", "b"])] == [2, 1]
+    counts = await jobs.counts(bus, queue)
+    assert (counts.pending, counts.active, counts.lanes, counts.paused_lanes) == (2, 4, 2, 1)
+    assert await bus.wire.command("HGET", k.meta, "counted") == b"3"
+    assert await bus.wire.command("EXISTS", k.old_lane_index) == 0
+    await check_exact(bus, queue)
+    for job in [*held[:1], *held[2:], more]:
+        await jobs.ack(bus, queue, job.id, job.token)
+    await check_exact(bus, queue)
+    assert [s.group for s in await lanes.status(bus, queue)] == ["c", "d", "p"]
+
+
+async def test_a_limited_lane_of_a_queue_from_before_the_index_hash_goes_on_after_an_ack(
+    bus: Bus, queue: str
+) -> None:
+    """A lane at its limit, its waiting jobs unmarked in the index (written by the version with
+    the index by name): the ack that frees its slot puts it back on the ring all the same, and
+    the count lists it again."""
+    k = queue_keys(queue)
+    first, second = jid(), jid()
+    await lanes.enqueue_many(bus, queue, "L", [(first, "x"), (second, "y")], limit=1)
+    (job,) = await jobs.claim(bus, queue, 5, lease_ms=60_000)
+    assert job.id == first and await jobs.claim(bus, queue, 5) == []  # L at its limit
+    await _as_before_the_index_hash(bus, k)
+    await bus.wire.command("HSET", k.meta, "counted", "2")
+    assert await jobs.ack(bus, queue, job.id, job.token) is Outcome.ACKED
+    (again,) = await jobs.claim(bus, queue, 5, lease_ms=60_000)
+    assert again.id == second
+    await check_exact(bus, queue)
+
+
 async def test_a_queue_from_before_the_counters_is_counted_once(bus: Bus, queue: str) -> None:
     """A queue written by an earlier version (no lane counters, no lane index, no counted mark;
     its lanes with jobs in the set of lane groups) is counted and indexed once by the first read
@@ -223,7 +333,7 @@ async def test_a_queue_from_before_the_counters_is_counted_once(bus: Bus, queue:
     )  # written by this version before the count
     counts = await jobs.counts(bus, queue)
     assert (counts.pending, counts.lanes, counts.paused_lanes) == (7, 4, 1)
-    assert await bus.wire.command("HGET", k.meta, "counted") == b"2"
+    assert await bus.wire.command("HGET", k.meta, "counted") == b"3"
     assert await bus.wire.command("EXISTS", k.lane_groups) == 0
     await check_exact(bus, queue)
     await bus.wire.command("HDEL", k.meta, "counted")
@@ -244,12 +354,13 @@ async def test_a_queue_counted_by_the_version_with_the_lane_groups_set_is_recoun
         await lanes.enqueue_many(bus, queue, g, [(jid(), "x"), (jid(), "y")])
     (held,) = await jobs.claim(bus, queue, 1, lease_ms=60_000)  # lane a: one in flight
     await lanes.pause(bus, queue, "p")
+    await _as_before_the_index_hash(bus, k)
     await bus.wire.command("HSET", k.meta, "counted", "1")
     await bus.wire.command("HDEL", k.metrics, "lanes_with_jobs")
     await bus.wire.command("SADD", k.lane_groups, "a", "b")
     counts = await jobs.counts(bus, queue)
     assert (counts.pending, counts.active, counts.lanes, counts.paused_lanes) == (3, 1, 2, 1)
-    assert await bus.wire.command("HGET", k.meta, "counted") == b"2"
+    assert await bus.wire.command("HGET", k.meta, "counted") == b"3"
     assert await bus.wire.command("EXISTS", k.lane_groups) == 0
     await check_exact(bus, queue)
     await jobs.ack(bus, queue, held.id, held.token)

@@ -64,12 +64,13 @@ def test_names_are_paged_by_cursor() -> None:
 
 def test_the_query_is_read_or_refused_with_the_reason() -> None:
     assert view.parse_query(b"") == view.Query()
-    q = view.parse_query(b"queue=mail&lanes_after=-100&dead=40&count=5")
-    assert (q.queue, q.lanes_after, q.dead, q.count) == ("mail", "-100", 40, 5)
+    q = view.parse_query(b"queue=mail&lanes_after=100:chat-2&dead=40&count=5")
+    assert (q.queue, q.lanes_after, q.dead, q.count) == ("mail", "100:chat-2", 40, 5)
     for query, reason in {
         b"dead=-1": "dead must be a whole number",
         b"count=0": "count must be 1-100",
         b"queue=a%20b": "queue name",
+        b"lanes_after=chat-1": "lane page cursor",
         b"queue=a&queue=b": "given twice",
         b"x=1": "unknown parameter 'x'",
         b"\xff": "ASCII",

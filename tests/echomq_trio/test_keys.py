@@ -113,6 +113,8 @@ async def _every_kind_of_transition(bus: Bus, queue: str) -> None:
     # The set of lane groups, as a version before counted = 2 left it (count_lanes reads it and
     # deletes it when it counts such a queue; this queue was counted from its start).
     await bus.wire.command("SADD", k.lane_groups, "chat")
+    # The lane index by name, as a version before counted = 3 kept it (likewise).
+    await bus.wire.command("ZADD", k.old_lane_index, "0", "chat")
     await jobs.enqueue(bus, queue, "flat again")  # the claim emptied the flat set
     await lanes.enqueue(bus, queue, "other", "o")  # "chat" at its limit left the ring
 

@@ -394,7 +394,12 @@ def test_lane_status_round_trip(k: QueueKeys, lanes: list[LaneStatus]) -> None:
     assert protocol.lane_status_reply([b"zz", *rows]) == LanePage(lanes, "zz")
 
 
-@given(keys_of, st.just("") | names, st.integers(1, protocol.LANE_PAGE_MAX))
+lane_cursors = st.just("") | st.builds(
+    "{}:{}".format, st.integers(0, 2**64 - 1), st.just("") | names
+)
+
+
+@given(keys_of, lane_cursors, st.integers(1, protocol.LANE_PAGE_MAX))
 def test_lane_status_page_call(k: QueueKeys, after: str, count: int) -> None:
     call = protocol.lane_status_page_call(k, after, count)
     _check_call(call, k)
@@ -409,8 +414,9 @@ def test_lane_status_page_count_is_bounded() -> None:
         protocol.lane_status_page_call(k, "", protocol.LANE_PAGE_MAX + 1)
     with pytest.raises(ValueError, match="count must be >= 1"):
         protocol.lane_status_page_call(k, "", 0)
-    with pytest.raises(ValueError, match="group"):
-        protocol.lane_status_page_call(k, "has space", 10)
+    for bad in ("has space", "chat-1", "12", ":3", "-1:0", "1:has space", f"{2**64}:"):
+        with pytest.raises(ValueError, match="lane page cursor"):
+            protocol.lane_status_page_call(k, bad, 10)
 
 
 @given(keys_of, names, st.none() | st.integers(0, 99), st.none() | st.integers(1, 99), times)

@@ -309,9 +309,10 @@ def test_a_helper_needed_only_by_another_is_kept_and_an_unused_one_is_not() -> N
     enqueue, ack = script_source("enqueue"), script_source("ack")
     assert "local function held(" not in enqueue and "local function lane_done(" not in enqueue
     ack_body = (SCRIPTS / "ack.lua").read_text()
-    assert "lane_forget(" in ack_body and "lane_done(" in ack_body
-    assert "ring_add(" not in ack_body  # named only inside lane_done: kept through it
+    assert "lane_emptied(" in ack_body and "lane_done(" in ack_body
+    assert "ring_add(" not in ack_body and "lane_forget(" not in ack_body  # inside those two
     assert "local function ring_add(" in ack and "local function lane_ready(" in ack
+    assert "local function lane_forget(" in ack
 
 
 def test_a_top_level_statement_in_the_helpers_is_refused() -> None:
