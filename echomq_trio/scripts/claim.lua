@@ -57,18 +57,16 @@ end
 -- served that can go on joins `back`, in turn order, for the ring's tail; once the ring is used
 -- up, `back` is the rest of the ring and the claim goes round it again. At the end the lanes
 -- read but not reached go back to the head, in order, `back` to the tail, and the lanes that
--- left are dropped from on_ring: three commands per call, not per turn.
+-- left are dropped from on_ring: a few commands per call, not per turn.
 local turns, next_turn = {}, 1  -- lanes read from the ring, turns[next_turn..] not yet reached
 local ring_left = true  -- the ring may hold lanes not yet read
 local back, left = {}, {}
 
 local function next_lane()
   if next_turn > #turns then
-    turns, next_turn = {}, 1
-    if ring_left then
-      turns = redis.call('LPOP', ring, math.min(want, RUN)) or {}
-      if #turns < math.min(want, RUN) then ring_left = false end
-    end
+    next_turn = 1
+    turns = ring_left and redis.call('LPOP', ring, math.min(want, RUN)) or {}
+    if #turns < math.min(want, RUN) then ring_left = false end
     if #turns == 0 then turns, back = back, {} end
   end
   local g = turns[next_turn]

@@ -36,16 +36,17 @@ local jobs, with_jobs, listed = 0, 0, 0
 for _, g in ipairs(known) do
   local n = redis.call('ZCARD', qp .. KEY.lane .. g)
   jobs = jobs + n
-  local value = lane_entry(redis.call('HGET', index, g))
+  local in_flight = lane_entry(redis.call('HGET', index, g))
+  local value = in_flight
   if n > 0 then
     with_jobs = with_jobs + 1
-    value = value + WAITING
+    value = in_flight + WAITING
   end
   if value > 0 or lane_paused(qp, g) or lane_wait_end(qp, g) then
     redis.call('HSET', index, g, value)
     listed = listed + 1
     -- on the ring if it can go on (a lane an earlier version's bookkeeping may have left off)
-    if n > 0 then ring_add(qp, g, now, n, value % WAITING) end
+    if n > 0 then ring_add(qp, g, now, n, in_flight) end
   else
     redis.call('HDEL', index, g)  -- nothing left: not listed
   end
