@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 
 from echomq_trio.checks import DEFAULT_MAX_PAYLOAD_BYTES, check_max_payload_bytes
+from echomq_trio.clock import StepLog
 from echomq_trio.datadir import DataDir
 from echomq_trio.gather import Gatherer
 from echomq_trio.keys import QueueKeys, queue_keys
@@ -59,6 +60,9 @@ class Bus:
     # Per queue, the single enqueues being coalesced (echomq_trio.gather); an idle queue's
     # entry is dropped, so this holds only the queues with enqueues in flight.
     _gatherers: dict[str, Gatherer] = attrs.field(factory=dict, init=False, repr=False)
+    # The steps of the server clock this bus's metronomes have logged (each queue records a
+    # step on its own; the process tells of it once).
+    steps: StepLog = attrs.field(factory=StepLog, init=False, repr=False)
 
     def gatherer(self, queue: str) -> Gatherer:
         """The ``gather.Gatherer`` of ``queue``'s single enqueues (``jobs.enqueue`` uses it)."""

@@ -24,6 +24,7 @@ from echomq_trio.bus import Bus
 from echomq_trio.protocol import DEFAULT_KEY_TTL_MS, ENQUEUE_CHUNK, Item, When
 from echomq_trio.results import (
     Admitted,
+    ClockCarried,
     Counts,
     Extended,
     Job,
@@ -38,6 +39,7 @@ __all__ = [
     "DEFAULT_KEY_TTL_MS",
     "ENQUEUE_CHUNK",
     "Admitted",
+    "ClockCarried",
     "Counts",
     "Extended",
     "Job",
@@ -47,6 +49,7 @@ __all__ = [
     "Reaped",
     "ack",
     "ack_many",
+    "carry_clock",
     "claim",
     "counts",
     "dead_jobs",
@@ -186,15 +189,39 @@ async def enqueue_in(
     return await _schedule(bus, queue, payload, delay_ms, job_id, True, group)
 
 
-async def promote(bus: Bus, queue: str, batch: int = 1000, *, lateness: bool = False) -> Promoted:
+async def promote(
+    bus: Bus,
+    queue: str,
+    batch: int = 1000,
+    *,
+    lateness: bool = False,
+    witness: tuple[str, str, str] | None = None,
+) -> Promoted:
     """Move up to ``batch`` due scheduled jobs to pending (or their lanes), and put lanes whose
     wait has ended back in rotation. With ``lateness`` the answer also says how late (server
-    clock) each moved job was (``Promoted.lateness_ms``).
+    clock) each moved job was (``Promoted.lateness_ms``). With ``witness``
+    (``clock.Witness.args``) a step of the server clock since the caller's last reading is
+    recorded; while a step's waits are being carried nothing is moved and the answer says so
+    (``Promoted.carrying``: call ``carry_clock``).
 
     A cancelled call may or may not have moved them; calling again is always safe (each job is
     promoted exactly once)."""
-    call = protocol.promote_call(bus.keys(queue), batch, lateness=lateness)
+    call = protocol.promote_call(bus.keys(queue), batch, lateness=lateness, witness=witness)
     return protocol.promote_reply(await bus.run(call))
+
+
+async def carry_clock(
+    bus: Bus, queue: str, witness: tuple[str, str, str] | None = None, batch: int = 1000
+) -> ClockCarried:
+    """Record a step of the server clock that ``witness`` (``clock.Witness.args``) shows, and
+    carry up to ``batch`` of the queue's waits across the last recorded step: lease deadlines,
+    lane waits and relative scheduled waits keep their length, a recurring schedule runs within
+    a period (see the README's "When the server clock steps"). The metronome calls it; call it
+    until ``more`` is false.
+
+    A cancelled call may or may not have carried a page; calling again is always safe (an
+    entry carried is never carried twice)."""
+    return protocol.clock_reply(await bus.run(protocol.clock_call(bus.keys(queue), witness, batch)))
 
 
 async def claim(bus: Bus, queue: str, batch: int = 1, lease_ms: int = 30_000) -> list[Job]:

@@ -9,6 +9,14 @@ slept locally in short steps. Promote and reap are atomic scripts on the server 
 number of metronomes on one queue move each job exactly once. A beat that fails (the server
 unreachable) is tried again after ``backoff.reconnect_delay_s``; ``statistics()`` counts beats,
 what they moved and the failures.
+
+Each beat's promote carries the metronome's witness of the server clock (``clock.Witness``: the
+server time its last beat read, and how much time its own monotonic clock says has passed), so a
+step of the server clock is noticed at the first beat after it, by whichever metronome (or rate
+limiter) sees it first, and recorded on the queue. While a step's waits are being carried
+(``jobs.carry_clock``) promote and reap leave the queue alone; the metronome carries them, a
+page per call, before it promotes or reaps again, and logs the step once per bus (WARNING, with
+its size).
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import trio
 from echomq_trio import jobs, repeat
 from echomq_trio.backoff import reconnect_delay_s
 from echomq_trio.bus import Bus
+from echomq_trio.clock import Witness, describe_step
 from echomq_trio.errors import BusError
 from echomq_trio.metrics import BusMetrics
 
@@ -43,6 +52,8 @@ class MetronomeStats:
     fired: int = 0  # occurrences of recurring schedules
     reaped: int = 0  # expired leases returned to pending
     errors: int = 0  # sweeps that failed (each is tried again)
+    clock_steps: int = 0  # steps of the server clock whose waits this metronome carried
+    carried: int = 0  # waits it carried across steps of the server clock
 
 
 class Metronome:
@@ -70,6 +81,7 @@ class Metronome:
         self.batch = batch
         self._stats = MetronomeStats()
         self._lateness = None if metrics is None else metrics.lateness.labels(queue)
+        self._witness = Witness()
 
     def statistics(self) -> MetronomeStats:
         """A snapshot of the counters."""
@@ -84,20 +96,26 @@ class Metronome:
 
         Each step is one atomic script, counted as soon as it answers; cancelled (or failing)
         between steps, the steps done stay done and the next sweep does the rest."""
-        p = await jobs.promote(
-            self.bus, self.queue, self.batch, lateness=self._lateness is not None
-        )
+        p = await self._promote()
+        if p.carrying:
+            await self.carry()
+            p = await self._promote()
         self._count(promoted=p.moved, lanes_resumed=p.lanes_resumed)
         if self._lateness is not None:
             for ms in p.lateness_ms:
                 self._lateness.observe(ms / 1000)
         f = await repeat.fire(self.bus, self.queue, FIRE_BATCH)
         self._count(fired=f.fired)
-        more = p.moved >= self.batch or p.lanes_resumed >= self.batch or f.fired >= FIRE_BATCH
+        more = (
+            p.moved >= self.batch
+            or p.lanes_resumed >= self.batch
+            or f.fired >= FIRE_BATCH
+            or p.carrying
+        )
         if reap:
             r = await jobs.reap(self.bus, self.queue, self.batch)
             self._count(reaped=r.reaped)
-            more = more or r.reaped >= self.batch
+            more = more or r.reaped >= self.batch or r.carrying
         self._count(beats=1)
         if more:
             return 0.0
@@ -106,6 +124,31 @@ class Metronome:
             if due_ms is not None:
                 wait = min(wait, max(0.0, (due_ms - now_ms + 1) / 1000))
         return wait
+
+    async def _promote(self) -> jobs.Promoted:
+        sent = trio.current_time()
+        p = await jobs.promote(
+            self.bus, self.queue, self.batch, lateness=self._lateness is not None,
+            witness=self._witness.args(sent),
+        )  # fmt: skip
+        self._witness.observe(p.server_now_ms, sent, trio.current_time())
+        return p
+
+    async def carry(self) -> None:
+        """Carry the queue's waits across the server clock's last step, a page per call, until
+        none is left; log the step (once per bus)."""
+        self._count(clock_steps=1)
+        while True:
+            c = await jobs.carry_clock(self.bus, self.queue, batch=self.batch)
+            self._count(carried=c.carried)
+            if c.step_ms and self.bus.steps.news(c.step_ms, trio.current_time()):
+                log.warning(
+                    "the server clock stepped %s (noticed on %s): waits of a length keep their "
+                    "length, times given as times keep their wall-clock meaning",
+                    describe_step(c.step_ms), self.queue,
+                )  # fmt: skip
+            if not c.more:
+                return
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         tick = self.bus.keys(self.queue).tick

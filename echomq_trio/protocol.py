@@ -42,6 +42,7 @@ from echomq_trio.results import (
     Admitted,
     AuditOutcome,
     AuditRecord,
+    ClockCarried,
     Counts,
     Extended,
     Fired,
@@ -84,6 +85,8 @@ __all__ = [
     "checked_pairs",
     "claim_call",
     "claim_reply",
+    "clock_call",
+    "clock_reply",
     "count_lanes_call",
     "count_lanes_reply",
     "counts_call",
@@ -378,15 +381,23 @@ def schedule_reply(raw: Iterable[Sequence[Any]], job_ids: Sequence[str]) -> list
 # --- promote, claim, reap ------------------------------------------------------------------------
 
 
-def promote_call(k: QueueKeys, batch: int, *, lateness: bool = False) -> Call:
-    """``lateness``: the reply also carries how late each moved job was."""
-    args = [k.prefix, str(check_int("batch", batch, 1))]
-    return _call("promote", k.schedule, [*args, "1"] if lateness else args)
+def promote_call(
+    k: QueueKeys,
+    batch: int,
+    *,
+    lateness: bool = False,
+    witness: tuple[str, str, str] | None = None,
+) -> Call:
+    """``lateness``: the reply also carries how late each moved job was. ``witness``: the
+    caller's evidence of the server clock (``clock.Witness.args``), so a step is noticed."""
+    args = [k.prefix, str(check_int("batch", batch, 1)), "1" if lateness else "0"]
+    return _call("promote", k.schedule, [*args, *witness] if witness else args)
 
 
 def promote_reply(raw: Sequence[Any]) -> Promoted:
-    moved, lanes, nxt, now, *late = raw
-    return Promoted(int(moved), int(lanes), _time(nxt), int(now), tuple(int(ms) for ms in late))
+    moved, lanes, nxt, now, carrying, *late = raw
+    return Promoted(int(moved), int(lanes), _time(nxt), int(now),
+                    tuple(int(ms) for ms in late), carrying=int(carrying) == 1)  # fmt: skip
 
 
 def claim_call(k: QueueKeys, batch: int, lease_ms: int) -> Call:
@@ -415,8 +426,24 @@ def reap_call(k: QueueKeys, batch: int) -> Call:
 
 
 def reap_reply(raw: Sequence[Any]) -> Reaped:
-    n, now = raw
-    return Reaped(int(n), int(now))
+    n, now, carrying = raw
+    return Reaped(int(n), int(now), carrying=int(carrying) == 1)
+
+
+def clock_call(
+    k: QueueKeys, witness: tuple[str, str, str] | None = None, batch: int = 1000
+) -> Call:
+    """``clock``: record a step the ``witness`` shows (``clock.Witness.args``; ``None``: none)
+    and carry up to ``batch`` of the queue's waits across the last recorded step."""
+    seen, elapsed, spread = witness or ("", "0", "0")
+    return _call(
+        "clock", k.meta, [k.prefix, seen, elapsed, spread, str(check_int("batch", batch, 1))]
+    )
+
+
+def clock_reply(raw: Sequence[Any]) -> ClockCarried:
+    recorded, step, at, carried, more, now = raw
+    return ClockCarried(int(recorded), int(step), _time(at), int(carried), int(more) == 1, int(now))
 
 
 # --- ack, retry, defer, extend, release, replay --------------------------------------------------

@@ -16,6 +16,7 @@ __all__ = [
     "Admitted",
     "AuditOutcome",
     "AuditRecord",
+    "ClockCarried",
     "Counts",
     "Extended",
     "Fired",
@@ -112,11 +113,29 @@ class Promoted:
     # When asked for (``promote(lateness=True)``): per moved job, server now minus its score (its
     # run-at, or the end of its backoff or deferral), ms.
     lateness_ms: tuple[int, ...] = ()
+    # The queue's waits are being carried across a step of the server clock: nothing was moved
+    # (``jobs.carry_clock`` first).
+    carrying: bool = False
 
 
 @attrs.frozen
 class Reaped:
     reaped: int
+    server_now_ms: int
+    carrying: bool = False  # as ``Promoted.carrying``: nothing was reaped
+
+
+@attrs.frozen
+class ClockCarried:
+    """What ``jobs.carry_clock`` did: the step it recorded (``recorded_ms``, 0 for none), the
+    queue's last recorded step (``step_ms``, 0 for none, recorded at ``step_at_ms``), the waits
+    it carried across, and whether carrying is left to do (``more``)."""
+
+    recorded_ms: int
+    step_ms: int
+    step_at_ms: int | None
+    carried: int
+    more: bool
     server_now_ms: int
 
 

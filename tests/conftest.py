@@ -41,7 +41,9 @@ DEFAULT_TIMEOUT_S = 60
 PASSWORD = "test-" + uuid.uuid4().hex[:12]
 
 
-SERVER_FIXTURES = {"server_url", "standalone_url", "cluster_url_", "standalone_only", "bus"}
+SERVER_FIXTURES = {
+    "server_url", "standalone_url", "cluster_url_", "standalone_only", "bus", "stepping_server"
+}  # fmt: skip
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -105,10 +107,14 @@ def _wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 20) -
     raise RuntimeError(f"server on {port} not ready in {timeout}s")
 
 
-def _spawn(folder: Path, extra: list[tuple[str, str]], port: int) -> subprocess.Popen[bytes]:
+def _spawn(
+    folder: Path, extra: list[tuple[str, str]], port: int, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     folder.mkdir(parents=True, exist_ok=True)
     argv = server_argv(find_server_binary(), write_config(folder, port, PASSWORD, extra))
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env and {**os.environ, **env}
+    )
     _wait_ready(port, proc)
     return proc
 
@@ -147,6 +153,48 @@ def cluster_url_(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield cluster_url(PASSWORD, ports)
     finally:
         _stop(procs)
+
+
+# libfaketime (Debian's faketime package; .ci/run installs it): a server whose clock a test steps.
+FAKETIME_LIBS = sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))
+
+
+class SteppingServer:
+    """A server of its own whose clock (``TIME``, key expiry: the wall clock, not its monotonic
+    one) the test steps with ``step(seconds)``, as NTP or an operator would."""
+
+    def __init__(self, url: str, offset_file: Path) -> None:
+        self.url = url
+        self.offset_file = offset_file
+        self.offset_s = 0.0
+
+    def step(self, seconds: float) -> None:
+        self.offset_s += seconds
+        tmp = self.offset_file.with_suffix(".tmp")
+        tmp.write_text(f"{self.offset_s:+.3f}\n")
+        os.replace(tmp, self.offset_file)  # libfaketime never reads half a file
+
+
+@pytest.fixture
+def stepping_server(tmp_path: Path) -> Iterator[SteppingServer]:
+    """A standalone server under libfaketime (the clock read afresh on every call, monotonic
+    clock untouched), at the real time until the test calls ``step``."""
+    if not FAKETIME_LIBS:
+        pytest.fail("libfaketime is missing: apt-get install faketime (.ci/run installs it)")
+    offset = tmp_path / "faketime"
+    offset.write_text("+0\n")
+    env = {
+        "LD_PRELOAD": str(FAKETIME_LIBS[0]),
+        "FAKETIME_TIMESTAMP_FILE": str(offset),
+        "FAKETIME_NO_CACHE": "1",
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+    }
+    port = free_port()
+    proc = _spawn(tmp_path / "server", [], port, env)
+    try:
+        yield SteppingServer(f"redis://:{PASSWORD}@127.0.0.1:{port}", offset)
+    finally:
+        _stop([proc])
 
 
 def _topology() -> list[str]:

@@ -11,16 +11,26 @@ or everything when the global limit tripped; a pause only ever extends. Keys liv
 notification queue's hash tag, in the same slot as the queue: under the queue's app key
 ``rate:`` (``bus.keys(tag).app("rate:")``). ``statistics()`` counts
 what this limiter answered (each process counts its own; the budget is shared).
+
+Steps of the server clock: every call carries this limiter's witness of the server clock
+(``echomq_trio.clock.Witness``), so the first call after a step records it on the queue, and
+the scripts keep their times on a clock of their own that the recorded steps do not move (the
+prelude's ``steady_ms``): an hour's step back does not hold a chat for the hour, and a step
+forward does not empty the bot's window. A chat's own window is forgotten by its key's lifetime
+when a step forward passes it (at most its limit again; Telegram may answer that with a 429,
+which pauses the chat without spending an attempt).
 """
 
 from __future__ import annotations
 
 import attrs
+import trio
 
 from codemojex.notify.limits import Limits
 from codemojex.notify.notifier import NOTIFY_QUEUE
 from codemojex.stats import added
 from echomq_trio import Bus
+from echomq_trio.clock import Witness
 from echomq_trio.protocol import as_text
 
 __all__ = ["DEFAULT_MARGIN_MS", "LimiterStats", "RateLimiter", "Take"]
@@ -79,6 +89,10 @@ class RateLimiter:
         self.margin_ms = margin_ms
         self.prefix = bus.keys(tag).app("rate:")  # checks the tag
         self.global_window = self.prefix + "global"  # the bot's send log (the scripts' KEYS[1])
+        # KEYS of every limiter script: the bot's log and the queue's meta, where a step of the
+        # server clock is recorded (the limiter keeps a clock of its own that steps do not move)
+        self._keys = [self.global_window, bus.keys(tag).meta]
+        self._witness = Witness()  # this limiter's evidence of the server clock (echomq_trio.clock)
         self._stats = LimiterStats()
 
     def statistics(self) -> LimiterStats:
@@ -95,9 +109,10 @@ class RateLimiter:
         and the limiter decides, as for a late reservation."""
         chat = _chat(chat)
         window = self.limits.for_chat(chat)
-        ok, wait, why, *rest = await self.bus.wire.script(
+        sent_at = trio.current_time()
+        ok, wait, why, entry, ask, server_now = await self.bus.wire.script(
             "codemojex.notify/rate_take",
-            [self.global_window],
+            self._keys,
             [
                 self.prefix,
                 str(chat),
@@ -108,10 +123,11 @@ class RateLimiter:
                 str(self.margin_ms),
                 str(book_ms),
                 booking,
+                *self._witness.args(sent_at),
             ],
         )
-        take = Take(bool(ok), int(wait), as_text(why), as_text(rest[0]) if rest else "",
-                    int(rest[1]) if len(rest) > 1 else 0)  # fmt: skip
+        self._witness.observe(int(server_now), sent_at, trio.current_time())
+        take = Take(bool(ok), int(wait), as_text(why), as_text(entry), int(ask))
         if take.ok or take.blocked_by == "booked":
             if not booking:
                 self._stats = added(self._stats, taken=1)
@@ -132,7 +148,7 @@ class RateLimiter:
         window = self.limits.for_chat(_chat(chat))
         held = await self.bus.wire.script(
             "codemojex.notify/rate_sent",
-            [self.global_window],
+            self._keys,
             [
                 self.prefix,
                 str(chat),
@@ -140,6 +156,7 @@ class RateLimiter:
                 str(self.margin_ms),
                 str(self.limits.global_.window_ms),
                 str(window.window_ms),
+                *self._witness.args(trio.current_time()),
             ],
         )
         self._stats = added(self._stats, confirmed=1)
@@ -155,7 +172,7 @@ class RateLimiter:
             raise ValueError(f"ms must be a positive int, got {ms!r}")
         got_scope, until = await self.bus.wire.script(
             "codemojex.notify/rate_pause",
-            [self.global_window],
+            self._keys,
             [
                 self.prefix,
                 scope,
@@ -164,6 +181,7 @@ class RateLimiter:
                 str(self.limits.global_.limit),
                 str(self.limits.global_.window_ms),
                 str(self.margin_ms),
+                *self._witness.args(trio.current_time()),
             ],
         )
         paused = as_text(got_scope)

@@ -10,6 +10,28 @@
 --   fields(key, ...)  the named fields of a hash, as a table by name (a missing field is nil)
 --   now_ms()        the server clock, Unix ms
 --   ID_EPOCH_MS     the epoch of branded ids (2024-01-01 UTC), echomq_trio.ids.EPOCH_MS
+--   STEP_LEAST_MS   the least step of the server clock that is noticed (2 s)
+--   clock_step(meta)  the last step of the server clock recorded on a queue's meta key: its size
+--                   (ms, the new clock less the old) and when it was recorded (server ms, on
+--                   the new clock), or nil
+--   witness(meta, now, seen, elapsed, spread)
+--                   a caller's evidence of the server clock: it read `seen` (server ms; '' for
+--                   none) on a call that took `spread` ms, and at least `elapsed` ms have passed
+--                   since that call answered (its monotonic clock). A step of at least
+--                   STEP_LEAST_MS since then is recorded on meta (clock_step_ms, clock_step_at,
+--                   and clock_fix = 'todo' for the bus's metronomes), unless it is recorded
+--                   already. Returns the step it recorded (ms), or 0
+--   steady_ms(meta, base, now)
+--                   a clock the steps recorded on meta do not move, for an application's own
+--                   windows and waits (its times are compared with each other, never shown):
+--                   `now` (the server clock) less every step recorded since the hash `base`
+--                   (in the queue's slot: its offset and the step it has taken in) was first
+--                   used; record a step a caller witnesses first (witness), so nothing is
+--                   written on a stepped clock before the offset takes it in
+--   before_step(ms, step, at)
+--                   was the time `ms` written on the clock from before the step (`step` ms,
+--                   recorded at `at`)? Times on either side of a step lie about a step apart:
+--                   those beyond the middle, `at - step / 2`, are from before it
 local KEY = {
   pending = 'pending',            -- zset pending
   schedule = 'schedule',          -- zset schedule
@@ -53,4 +75,49 @@ end
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local STEP_LEAST_MS = 2000
+
+local function clock_step(meta)
+  local m = redis.call('HMGET', meta, 'clock_step_ms', 'clock_step_at')
+  if not m[1] then return nil end
+  return tonumber(m[1]), tonumber(m[2])
+end
+
+local function witness(meta, now, seen, elapsed, spread)
+  seen = tonumber(seen)
+  if not seen then return 0 end
+  elapsed, spread = tonumber(elapsed), tonumber(spread)
+  -- Without a step, now lies between seen + elapsed and that plus the calls' own time (the
+  -- spread of the reading, and this call's way here: at most STEP_LEAST_MS is assumed).
+  local skew = now - (seen + elapsed)
+  if skew > -STEP_LEAST_MS and skew < spread + STEP_LEAST_MS then return 0 end
+  local step, at = clock_step(meta)
+  if step and now - at <= elapsed + spread + STEP_LEAST_MS
+    and math.abs(skew - step) < STEP_LEAST_MS + spread then
+    return 0  -- recorded since the reading (by another witness of the same step)
+  end
+  redis.call('HSET', meta, 'clock_step_ms', skew, 'clock_step_at', now, 'clock_fix', 'todo')
+  return skew
+end
+
+local function before_step(ms, step, at)
+  if step < 0 then return ms > at - step / 2 end
+  return ms < at - step / 2
+end
+
+local function steady_ms(meta, base, now)
+  local c = redis.call('HMGET', base, 'offset', 'step_at')
+  local step, at = clock_step(meta)
+  if not c[1] then
+    redis.call('HSET', base, 'offset', 0, 'step_at', at or 0)
+    return now
+  end
+  local offset = tonumber(c[1])
+  if step and tonumber(c[2]) ~= at then
+    offset = offset - step
+    redis.call('HSET', base, 'offset', offset, 'step_at', at)
+  end
+  return now + offset
 end

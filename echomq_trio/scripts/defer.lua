@@ -21,6 +21,6 @@ if job.group then
   lane_hold(qp, job.group, id, now, at)
   lane_done(qp, job.group, now)
 else
-  to_waiting(qp, id, nil, now, at)
+  to_waiting(qp, id, nil, now, at, 'delay_ms', ARGV[4])  -- a wait of a length (clock.lua)
 end
 return 'deferred'

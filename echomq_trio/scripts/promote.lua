@@ -3,15 +3,24 @@
 -- transition: scheduled -> pending | pending (lane)
 -- KEYS[1] emq:{q}:schedule (the other keys are ARGV[1]'s, same slot)
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] batch (most jobs and most lanes handled by this call),
--- ARGV[3] (optional) '1': also answer how late each moved job was
+-- ARGV[3] '1': also answer how late each moved job was ('0' or absent: not), ARGV[4..6]
+-- (optional) the caller's witness of the server clock: the server ms it last read ('' for
+-- none), ms since that call answered (its monotonic clock), ms that call took (see the
+-- prelude's witness; a step it shows is recorded)
+-- While the queue's waits are being carried across a step of the clock (meta.clock_fix, see
+-- clock.lua) nothing is moved: the answer says so, and the caller runs clock first.
 -- Returns {jobs moved, lanes resumed, next due time (earliest run-at or lane wait, server ms;
--- -1 when none), server now ms}; with ARGV[3] = '1', followed by each moved job's lateness
--- (now minus its score: its run-at, or the end of its backoff or deferral; ms).
+-- -1 when none), server now ms, 1 while the clock's step is being carried (else 0)}; with
+-- ARGV[3] = '1', followed by each moved job's lateness (now minus its score: its run-at, or the
+-- end of its backoff or deferral; ms).
 -- cost: O(batch), each O(log n)
 local qp = ARGV[1]
 local batch = tonumber(ARGV[2])
 local report = ARGV[3] == '1'
 local now = now_ms()
+local meta = qp .. KEY.meta
+if ARGV[4] then witness(meta, now, ARGV[4], ARGV[5], ARGV[6]) end
+if redis.call('HEXISTS', meta, 'clock_fix') == 1 then return {0, 0, -1, now, 1} end
 local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, batch, 'WITHSCORES')
 local flat = 0
 local late = {}
@@ -33,6 +42,6 @@ local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if head[2] then nxt = tonumber(head[2]) end
 head = redis.call('ZRANGE', qp .. KEY.lane_waits, 0, 0, 'WITHSCORES')
 if head[2] and (nxt < 0 or tonumber(head[2]) < nxt) then nxt = tonumber(head[2]) end
-local out = {#due / 2, #lanes, nxt, now}
+local out = {#due / 2, #lanes, nxt, now, 0}
 for _, ms in ipairs(late) do out[#out + 1] = ms end
 return out

@@ -3,10 +3,13 @@
 -- transition: active -> pending | pending (lane)
 -- KEYS[1] emq:{q}:active (the other keys are ARGV[1]'s, same slot)
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] batch
--- Returns {reaped, server now ms}.
+-- While the queue's waits are being carried across a step of the clock (meta.clock_fix, see
+-- clock.lua) nothing is reaped: a lease deadline from before a step forward is not an expiry.
+-- Returns {reaped, server now ms, 1 while the clock's step is being carried (else 0)}.
 -- cost: O(batch), each O(log n)
 local qp = ARGV[1]
 local now = now_ms()
+if redis.call('HEXISTS', qp .. KEY.meta, 'clock_fix') == 1 then return {0, now, 1} end
 local expired = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))
 local flat = 0
 for _, id in ipairs(expired) do
@@ -17,4 +20,4 @@ for _, id in ipairs(expired) do
   if g then lane_done(qp, g, now) end
 end
 wake(qp, flat)
-return {#expired, now}
+return {#expired, now, 0}

@@ -38,7 +38,8 @@ emit(qp, 'retried', id, 'attempt', job.attempts, 'at', at, 'error', ARGV[6])
 if g and lane_limit(qp, g) == 1 then
   lane_hold(qp, g, id, now, at)
 else
-  to_waiting(qp, id, g, now, at)
+  -- delay_ms: a wait of a length, carried across a step of the clock (clock.lua)
+  to_waiting(qp, id, g, now, at, 'delay_ms', ARGV[4])
 end
 if g then lane_done(qp, g, now) end
 return 'scheduled'

@@ -19,8 +19,14 @@ for i = 4, #ARGV, 3 do
     out[#out + 1] = {'duplicate'}
   else
     local at = tonumber(ARGV[i + 2])
-    if relative then at = now + at end
-    to_waiting(qp, id, g, now, at, 'payload', ARGV[i + 1])
+    if relative then
+      -- delay_ms: a wait of a length, carried across a step of the clock (clock.lua); a time
+      -- given ('at') keeps its wall-clock meaning
+      at = now + at
+      to_waiting(qp, id, g, now, at, 'payload', ARGV[i + 1], 'delay_ms', ARGV[i + 2])
+    else
+      to_waiting(qp, id, g, now, at, 'payload', ARGV[i + 1])
+    end
     emit(qp, 'scheduled', id, 'at', at)
     out[#out + 1] = {'scheduled', at}
   end

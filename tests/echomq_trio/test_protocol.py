@@ -23,6 +23,7 @@ from echomq_trio.results import (
     Admitted,
     AuditOutcome,
     AuditRecord,
+    ClockCarried,
     Counts,
     Job,
     JobInfo,
@@ -322,13 +323,25 @@ def test_promote_reap_and_fire_replies(
 ) -> None:
     for call in (protocol.promote_call(k, batch), protocol.reap_call(k, batch)):
         _check_call(call, k)
-        assert call.args[1:] == (str(batch),)
+        assert call.args[1:3] == (str(batch), *(("0",) if call.script == "promote" else ()))
+    witness = (str(now), str(moved), str(lanes))
+    call = protocol.promote_call(k, batch, lateness=True, witness=witness)
+    assert call.args[2:] == ("1", *witness)
     due = None if nxt < 0 else nxt
-    got = protocol.promote_reply([moved, lanes, nxt, now])
-    assert (got.moved, got.lanes_resumed, got.next_due_ms, got.server_now_ms) == (
-        moved, lanes, due, now,
+    got = protocol.promote_reply([moved, lanes, nxt, now, 0])
+    assert (got.moved, got.lanes_resumed, got.next_due_ms, got.server_now_ms, got.carrying) == (
+        moved, lanes, due, now, False,
     )  # fmt: skip
-    assert protocol.reap_reply([moved, now]) == Reaped(moved, now)
+    assert protocol.promote_reply([0, 0, -1, now, 1]).carrying
+    assert protocol.promote_reply([1, 0, nxt, now, 0, 7]).lateness_ms == (7,)
+    assert protocol.reap_reply([moved, now, 0]) == Reaped(moved, now)
+    assert protocol.reap_reply([0, now, 1]) == Reaped(0, now, carrying=True)
+    call = protocol.clock_call(k, witness, batch)
+    _check_call(call, k)
+    assert call.keys == (k.meta,) and call.args[1:] == (*witness, str(batch))
+    assert protocol.clock_call(k).args[1:4] == ("", "0", "0")
+    carried = protocol.clock_reply([0, -nxt, nxt, moved, 1, now])
+    assert carried == ClockCarried(0, -nxt, due, moved, True, now)
     fired = protocol.fire_reply([moved, nxt, now])
     assert (fired.fired, fired.next_due_ms, fired.server_now_ms) == (moved, due, now)
     assert protocol.advance_reply(nxt) == due

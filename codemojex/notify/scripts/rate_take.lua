@@ -1,12 +1,18 @@
 -- rate_take: take one send from the bot's global window and a chat's window together, or from
 -- neither, on the server clock, so every worker process shares one budget.
--- KEYS[1] <prefix>global (other keys derive from ARGV[1], same slot)
+-- KEYS[1] <prefix>global, KEYS[2] the queue's meta (other keys derive from ARGV[1], same slot)
 -- ARGV[1] key prefix: the queue's app key `rate:` (emq:{cm.notify}:app:rate:), ARGV[2] chat id,
 -- ARGV[3] global limit, ARGV[4] global window ms, ARGV[5] chat limit, ARGV[6] chat window ms,
--- ARGV[7] safety margin ms, ARGV[8] longest booking ms (optional, 0: never book), ARGV[9] a
--- booking the caller holds and comes back for (optional, '': none)
+-- ARGV[7] safety margin ms, ARGV[8] longest booking ms (0: never book), ARGV[9] a booking the
+-- caller holds and comes back for ('': none), ARGV[10..12] the caller's witness of the server
+-- clock (the server ms it last read, '' for none; ms since; ms that call took)
 -- cost: O(log n + limit) in the entries of the two logs (a window's worth at most)
 --
+-- Every time here is the limiter's own clock (<prefix>clock, the prelude's steady_ms): the
+-- server's, less every step of it recorded on the queue, so a step of the server clock (an hour
+-- back or forward) neither holds a chat for the hour nor empties the windows: the logs, pauses,
+-- reservations and bookings keep their distances. A step this caller's witness shows is
+-- recorded first.
 -- Windows are sliding logs (sorted sets of send times, each entry a member `slot:seq`). An
 -- entry's score bounds when its message reaches Telegram: no earlier than the slot (a send never
 -- goes before its slot), and no later than the score plus the margin while the send is in
@@ -32,18 +38,23 @@
 -- entry fewer is always safe) and it queues again.
 -- A pause (after a 429) blocks its scope; an outage pause (rate_pause 'outage': a process found
 -- Telegram answering nobody and probes it) blocks every chat.
--- Returns {1, 0, '', member} send now (then rate_sent with the member), or {0, wait ms,
--- 'global' | 'chat' | 'paused'}, or {0, wait ms, 'booked', member, ms until asking again}.
+-- Returns {1, 0, '', member, 0, server now} send now (then rate_sent with the member), or
+-- {0, wait ms, 'global' | 'chat' | 'paused', '', 0, server now}, or {0, wait ms, 'booked',
+-- member, ms until asking again, server now} (server now: the server clock, for the witness).
 local p = ARGV[1]
 local chat = ARGV[2]
-local now = now_ms()
+local server_now = now_ms()
+witness(KEYS[2], server_now, ARGV[10], ARGV[11], ARGV[12])
+local now = steady_ms(KEYS[2], p .. 'clock', server_now)
 local margin = tonumber(ARGV[7])
 local wait = 0
-for _, key in ipairs({p .. 'pause:global', p .. 'pause:outage', p .. 'pause:chat:' .. chat}) do
+for _, key in ipairs({p .. 'pause:global', p .. 'pause:outage'}) do
   local untl = redis.call('GET', key)
   if untl and tonumber(untl) - now > wait then wait = tonumber(untl) - now end
 end
-if wait > 0 then return {0, wait, 'paused'} end
+local chat_pause = redis.call('ZSCORE', p .. 'paused', chat)
+if chat_pause and tonumber(chat_pause) - now > wait then wait = tonumber(chat_pause) - now end
+if wait > 0 then return {0, wait, 'paused', '', 0, server_now} end
 
 local glimit, gwin = tonumber(ARGV[3]), tonumber(ARGV[4]) + margin
 local climit, cwin = tonumber(ARGV[5]), tonumber(ARGV[6]) + margin
@@ -89,7 +100,7 @@ local function next_slot(key, limit, window)
   return math.max(at, tonumber(edge[2]) + window)
 end
 
-local book_max = tonumber(ARGV[8] or '0')
+local book_max = tonumber(ARGV[8])
 local lead = math.floor(tonumber(ARGV[4]) / 2)
 
 -- In how many ms a caller holding a slot at `at` should ask again to refine it (0: never).
@@ -136,7 +147,7 @@ local function move(own, t)
 end
 
 local own = redis.call('GET', rsv_key)
-if (ARGV[9] or '') ~= '' then own = ARGV[9] end
+if ARGV[9] ~= '' then own = ARGV[9] end
 if own then
   local at = tonumber(string.match(own, '^(%d+):'))
   local slack = math.floor(margin / 2)
@@ -146,27 +157,40 @@ if own then
     local r = math.max(now, earliest(KEYS[1], glimit, gwin, at, own),
       earliest(chat_key, climit, cwin, at, own))
     if r < at and fits_both(r, own) then own, at = move(own, r), r end
-    if at <= now then return {1, 0, '', own} end
-    if at - now <= book_max then return {0, at - now, 'booked', own, ask_at(at)} end
+    if at <= now then return {1, 0, '', own, 0, server_now} end
+    if at - now <= book_max then
+      return {0, at - now, 'booked', own, ask_at(at), server_now}
+    end
     redis.call('SET', rsv_key, own, 'PX', at - now + gwin)
-    return {0, come_back(at), 'global'}
+    return {0, come_back(at), 'global', '', 0, server_now}
   end
   -- Late: send now if the logs hold the send at its real time; else give the slot back (an
   -- entry fewer is always safe) and queue again like anyone else.
-  if fits_both(now, own) then return {1, 0, '', move(own, now)} end
+  if fits_both(now, own) then return {1, 0, '', move(own, now), 0, server_now} end
   redis.call('ZREM', KEYS[1], own)
   redis.call('ZREM', chat_key, own)
 end
 
+-- The logs have no lifetime on the server (a step forward of its clock would expire them at
+-- once): the bot's is trimmed by next_slot, and a chat's log is forgotten a window after its
+-- last entry, on the limiter's clock (<prefix>chats: chat -> when), a few chats per call.
+-- Chats' pauses that have ended are forgotten the same way (<prefix>paused: chat -> end).
+local quiet = redis.call('ZRANGE', p .. 'chats', '-inf', now, 'BYSCORE', 'LIMIT', 0, 2)
+for _, c in ipairs(quiet) do
+  redis.call('DEL', p .. 'chat:' .. c)
+  redis.call('ZREM', p .. 'chats', c)
+end
+quiet = redis.call('ZRANGE', p .. 'paused', '-inf', now, 'BYSCORE', 'LIMIT', 0, 2)
+if #quiet > 0 then redis.call('ZREM', p .. 'paused', unpack(quiet)) end
+
 local chat_at = next_slot(chat_key, climit, cwin)
-if chat_at > now then return {0, chat_at - now, 'chat'} end
+if chat_at > now then return {0, chat_at - now, 'chat', '', 0, server_now} end
 local at = next_slot(KEYS[1], glimit, gwin)
 local member = at .. ':' .. redis.call('INCR', p .. 'seq')
 redis.call('ZADD', KEYS[1], at, member)
 redis.call('ZADD', chat_key, at, member)
-redis.call('PEXPIRE', KEYS[1], at - now + gwin)
-redis.call('PEXPIRE', chat_key, at - now + cwin)
-if at == now then return {1, 0, '', member} end
-if at - now <= book_max then return {0, at - now, 'booked', member, ask_at(at)} end
+redis.call('ZADD', p .. 'chats', 'GT', at + cwin, chat)
+if at == now then return {1, 0, '', member, 0, server_now} end
+if at - now <= book_max then return {0, at - now, 'booked', member, ask_at(at), server_now} end
 redis.call('SET', rsv_key, member, 'PX', at - now + gwin)
-return {0, come_back(at), 'global'}
+return {0, come_back(at), 'global', '', 0, server_now}

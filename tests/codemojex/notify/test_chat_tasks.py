@@ -141,7 +141,7 @@ async def test_shutdown_hands_a_held_notice_back_without_spending_an_attempt(
         assert (info.state, info.attempts) == ("pending", 0)
         assert worker.bus_statistics().released == 1
         assert [e.kind for e in await events.read(bus, queue)][-1] == "released"
-        await bus.wire.command("DEL", limiter.prefix + "pause:chat:71")
+        await bus.wire.command("ZREM", limiter.prefix + "paused", "71")  # the pause ends
         async with worker_at(bus, queue, tg.api_url):
             await tg.wait_deliveries(1, 71)
         assert set(await _claimed_attempts(bus, queue)) == {1}

@@ -9,7 +9,8 @@ import trio
 
 from codemojex.notify.limits import Limits, Window
 from codemojex.notify.rate_limiter import RateLimiter
-from echomq_trio import Bus
+from echomq_trio import Bus, open_bus
+from tests.conftest import SteppingServer
 
 pytestmark = pytest.mark.cluster
 
@@ -276,3 +277,59 @@ async def test_sent_needs_an_entry_the_logs_hold(bus: Bus, queue: str) -> None:
     assert not await rl.sent(1, "123:9")  # never taken: nothing to stamp
     with pytest.raises(ValueError):
         await rl.sent(1, "")
+
+
+async def test_a_quiet_chat_s_log_is_forgotten_a_window_after_its_last_send(
+    bus: Bus, queue: str
+) -> None:
+    """The logs carry no lifetime of their own (a step forward of the server clock would expire
+    them); each take forgets a few chats whose window has passed, so the keys are bounded by the
+    chats that sent within a window."""
+    rl = limiter(bus, queue)
+    for chat in range(1, 6):
+        assert (await rl.take(chat)).ok
+
+    async def chat_logs() -> int:
+        return len(await bus.wire.scan(rl.prefix + "chat:*"))
+
+    assert await chat_logs() == 5
+    await trio.sleep(0.45)  # every window (400 ms) has passed
+    for _ in range(3):  # each take forgets up to two quiet chats
+        await rl.take(100)
+    assert await chat_logs() == 1  # chat 100's own
+
+
+ERR = 200
+
+
+@pytest.mark.timeout_s(60)
+@pytest.mark.parametrize("step_s", [-3600, 3600])
+async def test_the_limiter_s_windows_and_pauses_ride_out_a_step_of_the_server_clock(
+    stepping_server: SteppingServer, step_s: int
+) -> None:
+    """An hour back does not hold a chat (or everyone) for the hour; an hour forward does not
+    empty the bot's window or end a pause: every distance is kept."""
+    async with open_bus(stepping_server.url) as bus:
+        rl = limiter(bus, "cm.x")
+        assert [(await rl.take(chat)).ok for chat in (1, 1, 2, 3, 4)] == [True] * 5
+        await rl.pause("chat", 9, 20_000)
+        stepping_server.step(step_s)
+        # A step's size is known to within the calls' round trips (ms): ERR on top.
+        g = await rl.take(5)  # the bot's window is still full: a wait of at most a window
+        assert g.blocked_by == "global" and 0 < g.wait_ms <= 400 + ERR
+        c = await rl.take(1)  # chat 1's window too
+        assert c.blocked_by == "chat" and 0 < c.wait_ms <= 400 + ERR
+        p = await rl.take(9)  # the pause keeps what was left of it
+        assert p.blocked_by == "paused" and 15_000 < p.wait_ms <= 20_000 + ERR
+        await trio.sleep(0.45)
+        assert (await rl.take(1)).ok  # and a window later, sends go on
+        step, _ = await _step(bus, "cm.x")
+        assert abs(step - step_s * 1000) < 2_000  # the first take after it recorded the step
+
+
+async def _step(bus: Bus, queue: str) -> tuple[int, int]:
+    got = await bus.command("HMGET", bus.keys(queue).meta, "clock_step_ms", "clock_step_at")
+    assert isinstance(got, list)
+    step, at = got
+    assert isinstance(step, bytes) and isinstance(at, bytes)
+    return int(step), int(at)

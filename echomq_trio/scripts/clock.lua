@@ -1,0 +1,124 @@
+-- clock: carry the queue's waits across a step of the server clock, a page at a time. A wait
+-- keeps its length: lease deadlines (active), lane waits (gwait) and the schedule's relative
+-- waits (retries, deferrals and enqueue_in: rows with delay_ms) move by the step; a job
+-- scheduled at a time (enqueue_at) keeps that wall-clock time; a recurring schedule's next run
+-- is brought to at most one period ahead (its anchor kept) after a step back. See "When the
+-- clock steps" in scripts/README.md.
+-- transition: active | pending (lane, waiting) | scheduled | registered -> active | pending (lane, waiting) | scheduled | registered
+-- KEYS[1] emq:{q}:meta (the other keys are ARGV[1]'s, same slot)
+-- ARGV[1] queue prefix emq:{q}:, ARGV[2] the server ms the caller last read ('' for none),
+-- ARGV[3] ms since that call answered (the caller's monotonic clock), ARGV[4] ms that call
+-- took, ARGV[5] batch (most entries looked at by this call)
+-- A step is recorded by the first witness of it (this script, promote, or an application's
+-- script through the prelude's witness); its carrying is meta.clock_fix: 'todo', then
+-- '<phase> <cursor>' through the phases active, gwait, schedule, repeat, then none. Each set is
+-- read from the middle of the step away from it (a step back: ascending from at + |step| / 2;
+-- forward: descending from at - step / 2), so an entry carried lands behind the cursor and is
+-- never carried twice. While clock_fix is set, promote and reap leave the queue alone.
+-- Returns {step recorded by this call (ms, 0: none), the last step recorded (ms, 0: none),
+-- when it was recorded (server ms, -1: never), entries carried by this call, 1 while carrying
+-- is left to do (else 0), server now ms}.
+-- cost: O(batch), each O(log n) (plus, per page, the entries that share its last score)
+local qp = ARGV[1]
+local now = now_ms()
+local batch = tonumber(ARGV[5])
+local recorded = witness(KEYS[1], now, ARGV[2], ARGV[3], ARGV[4])
+local step, at = clock_step(KEYS[1])
+local fix = redis.call('HGET', KEYS[1], 'clock_fix')
+local carried = 0
+local PHASES = {'active', 'gwait', 'schedule', 'repeat'}
+local SETS = {active = qp .. KEY.active, gwait = qp .. KEY.lane_waits,
+  schedule = qp .. KEY.schedule, ['repeat'] = qp .. KEY.repeats}
+
+-- The next page of `key` from `cursor` ('' at the start) away from the middle of the step:
+-- entries (member, score pairs) and the cursor after them ('' when the set is done).
+local function page(key, cursor, n)
+  local mid = at - step / 2
+  local raw
+  if step < 0 then
+    local from = '(' .. mid
+    if cursor ~= '' then from = '(' .. cursor end
+    raw = redis.call('ZRANGE', key, from, '+inf', 'BYSCORE', 'LIMIT', 0, n, 'WITHSCORES')
+  else
+    local from = '(' .. mid
+    if cursor ~= '' then from = '(' .. cursor end
+    raw = redis.call('ZRANGE', key, from, '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, n, 'WITHSCORES')
+  end
+  if #raw < 2 * n then return raw, '' end
+  -- Take the rest of the last score's entries too, so the cursor can pass that score.
+  local last = raw[#raw]
+  local seen = {}
+  for i = 1, #raw, 2 do seen[raw[i]] = true end
+  for _, id in ipairs(redis.call('ZRANGE', key, last, last, 'BYSCORE')) do
+    if not seen[id] then
+      raw[#raw + 1] = id
+      raw[#raw + 1] = last
+    end
+  end
+  return raw, last
+end
+
+-- A recurring schedule more than a period ahead (the clock stepped back) runs within a period,
+-- on its anchor.
+local function rein(name, nxt)
+  local every = tonumber(redis.call('HGET', qp .. KEY.registration .. name, 'every_ms'))
+  if not every or nxt - now <= every then return false end
+  local periods = math.ceil((nxt - now - every) / every)
+  redis.call('ZADD', qp .. KEY.repeats, nxt - periods * every, name)
+  return true
+end
+
+local left = batch
+while fix and left > 0 do
+  local phase, cursor = 'active', ''
+  if fix ~= 'todo' then phase, cursor = string.match(fix, '^(%a+) ?(.*)$') end
+  local key = SETS[phase]
+  local raw, after
+  if phase == 'repeat' then
+    -- Only a step back puts a next run too far ahead; read from now on.
+    if step < 0 then
+      local from = '(' .. now
+      if cursor ~= '' then from = '(' .. cursor end
+      raw = redis.call('ZRANGE', key, from, '+inf', 'BYSCORE', 'LIMIT', 0, left, 'WITHSCORES')
+      after = ''
+      if #raw == 2 * left then after = raw[#raw] end
+    else
+      raw, after = {}, ''
+    end
+  else
+    raw, after = page(key, cursor, left)
+  end
+  for i = 1, #raw, 2 do
+    local member, score = raw[i], tonumber(raw[i + 1])
+    if phase == 'repeat' then
+      if rein(member, score) then carried = carried + 1 end
+    elseif phase ~= 'schedule'
+      or redis.call('HEXISTS', qp .. KEY.job .. member, 'delay_ms') == 1 then
+      redis.call('ZADD', key, score + step, member)
+      carried = carried + 1
+    end
+  end
+  left = left - #raw / 2
+  if after ~= '' then
+    fix = phase .. ' ' .. after
+  else
+    local nxt = nil
+    for i, p in ipairs(PHASES) do
+      if p == phase then nxt = PHASES[i + 1] end
+    end
+    if nxt then fix = nxt .. ' ' else fix = nil end
+  end
+end
+if fix then
+  redis.call('HSET', KEYS[1], 'clock_fix', fix)
+else
+  redis.call('HDEL', KEYS[1], 'clock_fix')
+end
+if carried > 0 then
+  emit(qp, 'clock', '', 'step_ms', step or 0, 'carried', carried)
+  -- Lanes whose wait now ends sooner, and jobs due sooner: let the metronome look again.
+  tick(qp)
+end
+local more = 0
+if fix then more = 1 end
+return {recorded, step or 0, at or -1, carried, more, now}
