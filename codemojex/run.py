@@ -60,6 +60,7 @@ from echomq_trio import (
 from echomq_trio.cli import cancel_on_signal, first_error
 from echomq_trio.dashboard import Dashboard, new_token
 from echomq_trio.datadir import DataDir, InUse
+from echomq_trio.storage import storage_note
 
 __all__ = ["MEMORY_REPORT_AT", "main", "memory_note", "run", "summary_line", "telegram_endpoint"]
 
@@ -118,8 +119,22 @@ async def summary_line(
         f"notices sent {worker.delivered}, deferred {worker.deferred}, retried {worker.retried}, "
         f"dropped {worker.dropped}, 429s {worker.flood_waits} | pending {notify_counts.pending}, "
         f"scheduled {notify_counts.scheduled}, dead {notify_counts.dead}{audit} "
-        f"| round leaders: {', '.join(leaders) or '-'}" + memory_note(use, at=memory_at)
+        f"| round leaders: {', '.join(leaders) or '-'}"
+        + memory_note(use, at=memory_at)
+        + _storage_note(bus)
     )
+
+
+def _storage_note(bus: Bus) -> str:
+    """`` | WRITES REFUSED since 12:00:01 (2 min), the server cannot write ...`` while the
+    embedded server cannot write its append-only file (``Bus.storage``), else nothing."""
+    if bus.storage is None:
+        return ""
+    seen = bus.storage.statistics()
+    if seen.refusing_since is None:
+        return ""
+    lasted = humane.span(round((trio.current_time() - seen.refusing_since) * 1000))
+    return f" | {storage_note(seen.storage)} (for {lasted})"
 
 
 def memory_note(use: memory.MemoryUse, *, at: float = MEMORY_REPORT_AT) -> str:

@@ -48,10 +48,12 @@ from echomq_trio.errors import (
     BusError,
     ConnectionLost,
     OutOfMemory,
+    PersistenceFailed,
     RequestTimedOut,
     ServerDied,
     ServerError,
     ServerNotFound,
+    WritesRefused,
 )
 from echomq_trio.jobs import Admitted, Job, Outcome
 from echomq_trio.metronome import Metronome, MetronomeStats
@@ -78,6 +80,7 @@ __all__ = [
     "MetronomeStats",
     "OutOfMemory",
     "Outcome",
+    "PersistenceFailed",
     "QueueStats",
     "Reply",
     "RequestTimedOut",
@@ -91,6 +94,7 @@ __all__ = [
     "Worker",
     "WorkerState",
     "WorkerStats",
+    "WritesRefused",
     "audit",
     "backoff",
     "events",

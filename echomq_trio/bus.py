@@ -11,6 +11,7 @@ from functools import lru_cache
 from typing import Any
 
 import attrs
+import trio
 
 from echomq_trio.checks import DEFAULT_MAX_PAYLOAD_BYTES, check_max_payload_bytes
 from echomq_trio.clock import StepLog
@@ -19,6 +20,7 @@ from echomq_trio.gather import Gatherer
 from echomq_trio.keys import QueueKeys, queue_keys
 from echomq_trio.protocol import Call
 from echomq_trio.server import EmbeddedServer, start_server
+from echomq_trio.storage import StorageWatch
 from echomq_trio.transport import Transport
 from echomq_trio.wire import open_wire, parse_url
 
@@ -63,6 +65,8 @@ class Bus:
     # The steps of the server clock this bus's metronomes have logged (each queue records a
     # step on its own; the process tells of it once).
     steps: StepLog = attrs.field(factory=StepLog, init=False, repr=False)
+    # With an embedded server: whether it can write its data, and where (``open_bus`` runs it).
+    storage: StorageWatch | None = attrs.field(default=None, init=False, repr=False)
 
     def gatherer(self, queue: str) -> Gatherer:
         """The ``gather.Gatherer`` of ``queue``'s single enqueues (``jobs.enqueue`` uses it)."""
@@ -131,11 +135,21 @@ async def open_bus(
         async with open_wire(spec) as wire:
             yield Bus(wire, max_payload_bytes=max_payload_bytes)
         return
-    async with start_server(data_dir) as server, open_wire(server.url) as wire:
+    async with (
+        start_server(data_dir) as server,
+        open_wire(server.url) as wire,
+        trio.open_nursery() as nursery,
+    ):
         where = "a temporary directory, removed on exit" if data_dir is None else "kept"
         log.info(
             "open_bus: no URL given, so it started an embedded server (pid %s, port %d); its "
             "data lives in %s (%s)",
             server.pid, server.port, server.data_dir, where,
         )  # fmt: skip
-        yield Bus(wire, server, max_payload_bytes=max_payload_bytes)
+        bus = Bus(wire, server, max_payload_bytes=max_payload_bytes)
+        bus.storage = StorageWatch(bus)
+        await nursery.start(bus.storage.run)
+        try:
+            yield bus
+        finally:
+            nursery.cancel_scope.cancel()

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import attrs
 
+from echomq_trio.humane import span
+
 __all__ = ["STEP_LEAST_MS", "Step", "StepLog", "Witness", "describe_step"]
 
 STEP_LEAST_MS = 2_000  # the prelude's STEP_LEAST_MS: smaller steps are not noticed
@@ -94,16 +96,7 @@ class StepLog:
         return True
 
 
-def _span(ms: int) -> str:
-    s = abs(ms) / 1000
-    if s < 120:
-        return f"{s:.1f} s"
-    minutes = round(s / 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes} min" if hours else f"{minutes} min"
-
-
 def describe_step(step_ms: int) -> str:
-    """``'back 1 h 0 min (-3,600,012 ms)'`` or ``'forward 2.5 s (2,512 ms)'``."""
+    """``'back 1 h (-3,600,012 ms)'`` or ``'forward 3 s (2,512 ms)'``."""
     way = "back" if step_ms < 0 else "forward"
-    return f"{way} {_span(step_ms)} ({step_ms:,} ms)"
+    return f"{way} {span(round(step_ms, -3))} ({step_ms:,} ms)"  # a step is known to the ms

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TypeVar
@@ -11,11 +12,14 @@ __all__ = [
     "BusError",
     "ConnectionLost",
     "OutOfMemory",
+    "PersistenceFailed",
     "RequestTimedOut",
     "ServerDied",
     "ServerError",
     "ServerNotFound",
+    "WritesRefused",
     "first_error",
+    "level_of",
     "raising_first",
 ]
 
@@ -33,12 +37,26 @@ class AuthenticationFailed(ConnectionLost):
     is required). Retrying will not help: fix the URL."""
 
 
-class OutOfMemory(ConnectionLost):
+class WritesRefused(ConnectionLost):
+    """The server refused a write and will take writes again by itself once what stops it has
+    passed: nothing was written (a script is atomic). Like a dropped connection, the consumer,
+    the metronome and a settlement wait and try again; a handler that meets it is not failing
+    its job (its attempt is given back, see ``settlement``). The wire logs these refusals (at
+    most a line every ``wire.REFUSAL_REPORT_EVERY_S`` per connection)."""
+
+
+class OutOfMemory(WritesRefused):
     """The server refused a write because its memory is at its ceiling (``maxmemory``) and it
-    evicts nothing (``noeviction``, as the embedded server runs): nothing was written. Like a
-    dropped connection it may pass (jobs finish, keys expire), so the consumer and the metronome
-    retry it; if it lasts, raise the server's ``maxmemory`` or find what fills it
-    (``INFO memory``, ``MEMORY USAGE <key>``). The wire logs these refusals."""
+    evicts nothing (``noeviction``, as the embedded server runs). It may pass (jobs finish, keys
+    expire); if it lasts, raise the server's ``maxmemory`` or find what fills it
+    (``INFO memory``, ``MEMORY USAGE <key>``)."""
+
+
+class PersistenceFailed(WritesRefused):
+    """The server refused a write because it cannot write its append-only file or snapshot
+    (``MISCONF``: its disk is full, read-only or gone). It holds in memory what the file could
+    not take yet and retries the file every second; writes are taken again once it succeeds.
+    Free space where its data lives (``storage.Storage`` says where, and how much is free)."""
 
 
 class RequestTimedOut(BusError):
@@ -57,6 +75,14 @@ class ServerDied(BusError):
     """The embedded server kept dying: more restarts than its budget allows in its window. The
     ``open_bus``/``start_server`` block that owns it ends with this error; its log tail is in
     the message."""
+
+
+def level_of(exc: BaseException) -> int:
+    """The log level of a retried operation's failure: ``WARNING``, or ``DEBUG`` for a refused
+    write (``WritesRefused``), which is told once where it is noticed (the wire, at most a line
+    every few seconds; ``storage.StorageWatch`` for the embedded server), not by every caller
+    that waits it out."""
+    return logging.DEBUG if isinstance(exc, WritesRefused) else logging.WARNING
 
 
 E = TypeVar("E", bound=BaseException)

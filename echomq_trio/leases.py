@@ -19,7 +19,7 @@ import trio
 from echomq_trio import jobs
 from echomq_trio.backoff import reconnect_delay_s
 from echomq_trio.bus import Bus
-from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut
+from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut, level_of
 from echomq_trio.jobs import Job, Outcome
 
 __all__ = ["COUNTER", "SETTLE_TIME_S", "claim_for_slots", "persist", "release", "renew", "shielded"]
@@ -70,7 +70,7 @@ async def claim_for_slots(
             for _ in range(want):
                 slots.release()
             failures += 1
-            log.warning("claim on %s failed (%s); retrying", queue, exc)
+            log.log(level_of(exc), "claim on %s failed (%s); retrying", queue, exc)
             await trio.sleep(reconnect_delay_s(failures))
             continue
         for _ in range(want - len(claimed)):
@@ -88,7 +88,7 @@ async def persist(queue: str, call: Callable[[], Awaitable[T]]) -> T:
             return await call()
         except (ConnectionLost, RequestTimedOut) as exc:
             failures += 1
-            log.warning("settling on %s failed (%s); retrying", queue, exc)
+            log.log(level_of(exc), "settling on %s failed (%s); retrying", queue, exc)
             await trio.sleep(reconnect_delay_s(failures))
 
 
@@ -105,7 +105,7 @@ async def renew(
         try:
             result = await jobs.extend(bus, queue, items, lease_ms)
         except BusError as exc:
-            log.warning("lease renewal on %s failed: %s", queue, exc)
+            log.log(level_of(exc), "lease renewal on %s failed: %s", queue, exc)
             continue
         lost(len(result.lost))
 

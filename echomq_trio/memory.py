@@ -7,10 +7,14 @@ writes (``OutOfMemory``), so a service reports the fraction before it gets there
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import attrs
 
-from echomq_trio.bus import Bus
 from echomq_trio.protocol import as_text
+
+if TYPE_CHECKING:
+    from echomq_trio.bus import Bus
 
 __all__ = ["MemoryUse", "memory_use", "parse_info_memory", "size_text"]
 

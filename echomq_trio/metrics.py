@@ -32,6 +32,10 @@ Two kinds of numbers, named so that they never clash:
   - ``echomq_server_memory_used_bytes`` and ``echomq_server_memory_max_bytes`` (gauges): the
     server's memory and its ``maxmemory`` (0: none), so an alert can fire before a
     ``noeviction`` server refuses writes.
+  - ``echomq_server_writes_refused`` (gauge): 1 while the server cannot write its append-only
+    file (a full disk: it refuses writes until it can), else 0 (``storage.read_storage``).
+  - ``echomq_server_disk_free_bytes`` and ``echomq_server_disk_size_bytes`` (gauges), for an
+    embedded server: the file system of its data directory.
 
 Reading the server is async, but prometheus_client collects synchronously, so a scrape is two
 steps: await fresh readings, then render the registry, whose collectors read that snapshot.
@@ -56,6 +60,7 @@ from prometheus_client.registry import Collector
 from echomq_trio import jobs, memory
 from echomq_trio.bus import Bus
 from echomq_trio.results import Counts
+from echomq_trio.storage import Storage, read_storage
 
 __all__ = [
     "CLAIM_BATCH_BUCKETS",
@@ -132,12 +137,14 @@ class QueueReadings(Collector):
         self.queues = tuple(queues)
         self._last: dict[str, Counts] = {}
         self._memory: memory.MemoryUse | None = None
+        self._storage: Storage | None = None
         if registry is not None:
             registry.register(self)
 
     async def read(self) -> None:
         fresh = {queue: await jobs.counts(self.bus, queue) for queue in self.queues}
         self._memory = await memory.memory_use(self.bus)
+        self._storage = await read_storage(self.bus)
         self._last = fresh
 
     def last(self) -> dict[str, Counts]:
@@ -182,6 +189,23 @@ class QueueReadings(Collector):
                 "The server's maxmemory (0: no ceiling); at it a noeviction server refuses writes.",
                 value=self._memory.max_bytes,
             )
+        if self._storage is not None:
+            yield GaugeMetricFamily(
+                "echomq_server_writes_refused",
+                "1 while the server cannot write its append-only file (it refuses writes).",
+                value=0 if self._storage.writable else 1,
+            )
+            if self._storage.disk is not None:
+                yield GaugeMetricFamily(
+                    "echomq_server_disk_free_bytes",
+                    "Free space on the file system of the embedded server's data directory.",
+                    value=self._storage.disk.free_bytes,
+                )
+                yield GaugeMetricFamily(
+                    "echomq_server_disk_size_bytes",
+                    "Size of the file system of the embedded server's data directory.",
+                    value=self._storage.disk.size_bytes,
+                )
 
 
 async def render(registry: CollectorRegistry, readings: Iterable[Readings] = ()) -> bytes:

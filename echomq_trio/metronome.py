@@ -17,6 +17,11 @@ limiter) sees it first, and recorded on the queue. While a step's waits are bein
 (``jobs.carry_clock``) promote and reap leave the queue alone; the metronome carries them, a
 page per call, before it promotes or reaps again, and logs the step once per bus (WARNING, with
 its size).
+
+While the server refuses writes (``WritesRefused``: a full disk, the memory ceiling) no holder
+can renew a lease, so a lease may run out under a handler that is still at work. Reaping waits
+``reap_grace_ms`` after the last refusal the metronome met, so the holders renew (and settle)
+first: a handler that succeeded is settled, never run a second time.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from echomq_trio import jobs, repeat
 from echomq_trio.backoff import reconnect_delay_s
 from echomq_trio.bus import Bus
 from echomq_trio.clock import Witness, describe_step
-from echomq_trio.errors import BusError
+from echomq_trio.errors import BusError, WritesRefused, level_of
 from echomq_trio.metrics import BusMetrics
 
 __all__ = ["Metronome", "MetronomeStats"]
@@ -40,6 +45,10 @@ log = logging.getLogger("echomq_trio.metronome")
 PARK_MARGIN_S = 0.15  # the server may wake a blocked pop this late; park only this far ahead
 SHORT_STEP_S = 0.02  # re-check step in the last stretch, to notice an even earlier job
 FIRE_BATCH = 16  # occurrences per fire call (ids are minted ahead for them)
+# After the server refused writes (a full disk, the memory ceiling), no lease could be renewed:
+# reaping waits this long after the last refusal, so holders renew first (a consumer renews each
+# third of its lease, 30 s by default).
+REAP_GRACE_MS = 30_000
 
 
 @attrs.frozen
@@ -69,12 +78,16 @@ class Metronome:
         beat_ms: int = 1_000,
         batch: int = 1_000,
         metrics: BusMetrics | None = None,
+        reap_grace_ms: int = REAP_GRACE_MS,
     ) -> None:
         bus.keys(queue)
         if not isinstance(beat_ms, int) or beat_ms <= 0:
             raise ValueError(f"beat_ms must be a positive int, got {beat_ms!r}")
         if not isinstance(batch, int) or batch <= 0:
             raise ValueError(f"batch must be a positive int, got {batch!r}")
+        if not isinstance(reap_grace_ms, int) or reap_grace_ms < 0:
+            raise ValueError(f"reap_grace_ms must be an int >= 0, got {reap_grace_ms!r}")
+        self.reap_grace_s = reap_grace_ms / 1000
         self.bus = bus
         self.queue = queue
         self.beat_s = beat_ms / 1000
@@ -164,7 +177,11 @@ class Metronome:
                 except BusError as exc:
                     failures += 1
                     self._count(errors=1)
-                    log.warning("metronome on %s: %s", self.queue, exc)
+                    log.log(level_of(exc), "metronome on %s: %s", self.queue, exc)
+                    if isinstance(exc, WritesRefused):
+                        # No lease could be renewed meanwhile: once writes are taken again,
+                        # give the holders time to renew before any lease counts as expired.
+                        next_reap = max(next_reap, trio.current_time() + self.reap_grace_s)
                     await trio.sleep(reconnect_delay_s(failures))
                     continue
                 failures = 0

@@ -16,10 +16,13 @@ connection timeout. The probe only ever rules a seed out on a definite answer; a
 not answer in time is left to the client library. A cluster fails only if every seed is ruled
 out. Credentials the server refuses raise ``AuthenticationFailed``.
 
-A write the server refuses because its memory is at ``maxmemory`` (with ``noeviction``, nothing
-is evicted to make room) raises ``OutOfMemory``, a ``ConnectionLost`` (it may pass, so the
-consumer and the metronome retry it), and is logged as such on ``echomq_trio.wire``: one warning
-at most every ``OOM_REPORT_EVERY_S`` per connection, counting the writes refused since the last.
+A write the server refuses for a while raises a ``WritesRefused`` (a ``ConnectionLost``: it
+passes, so the consumer, the metronome and settlements wait and retry it): ``OutOfMemory`` when
+its memory is at ``maxmemory`` (with ``noeviction``, nothing is evicted to make room),
+``PersistenceFailed`` when it cannot write its append-only file (``MISCONF``: a full disk), and
+``WritesRefused`` itself for a replica during a failover (``READONLY``) or too few replicas
+(``NOREPLICAS``). Each is logged on ``echomq_trio.wire``: one warning at most every
+``REFUSAL_REPORT_EVERY_S`` per connection, counting the writes refused since the last.
 """
 
 from __future__ import annotations
@@ -60,8 +63,10 @@ from echomq_trio.errors import (
     BusError,
     ConnectionLost,
     OutOfMemory,
+    PersistenceFailed,
     RequestTimedOut,
     ServerError,
+    WritesRefused,
 )
 from echomq_trio.lua import script_source
 from echomq_trio.protocol import as_bytes, as_text
@@ -86,11 +91,17 @@ _SCHEMES = {"redis": False, "valkey": False, "rediss": True, "valkeys": True}
 _TRUE = {"1", "true", "yes", "on"}
 # Server answers that mean "not now" (loading, failing over, busy): worth retrying like a
 # dropped connection.
-_TRANSIENT = ("LOADING", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "BUSY ", "READONLY")
+_TRANSIENT = ("LOADING", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "BUSY ")
 # A write refused at maxmemory: "OOM command not allowed when used memory > 'maxmemory'", which
 # the client library words "OOM: command ..." (and a script's error quotes inside its own).
 _OUT_OF_MEMORY = re.compile(r"\bOOM\b")
-OOM_REPORT_EVERY_S = 10.0
+# A write refused because the append-only file or a snapshot cannot be written: "MISCONF Errors
+# writing to the AOF file: No space left on device" (a script's error quotes it inside its own).
+_PERSISTENCE = re.compile(r"\bMISCONF\b")
+# Other refusals the server lifts by itself: a replica during a failover ("READONLY You can't
+# write against a read only replica"), too few replicas ("NOREPLICAS", min-replicas-to-write).
+_REFUSED = re.compile(r"\b(READONLY|NOREPLICAS)\b")
+REFUSAL_REPORT_EVERY_S = 10.0
 _FALSE = {"0", "false", "no", "off"}
 
 
@@ -201,6 +212,15 @@ def _configure_logging() -> None:
     Logger.init(getattr(LogLevel, level, LogLevel.OFF))
 
 
+_REMEDY: dict[type[BusError], str] = {
+    OutOfMemory: "out of memory: used memory is at its maxmemory and it evicts nothing; free "
+    "memory or raise maxmemory",
+    PersistenceFailed: "its disk: it cannot write its append-only file; free space where its "
+    "data lives",
+    WritesRefused: "a replica during a failover, or too few replicas: it passes by itself",
+}
+
+
 def _translate(exc: GlideError) -> BusError:
     if isinstance(exc, GlideTimeoutError):
         return RequestTimedOut(str(exc))
@@ -210,6 +230,12 @@ def _translate(exc: GlideError) -> BusError:
         text = str(exc)
         if _OUT_OF_MEMORY.search(text):
             return OutOfMemory(f"the server is out of memory and refused a write: {text}")
+        if _PERSISTENCE.search(text):
+            return PersistenceFailed(
+                f"the server cannot write its append-only file and refused a write: {text}"
+            )
+        if _REFUSED.search(text):
+            return WritesRefused(f"the server refused a write for now: {text}")
         low = text.lower()
         if "connection" in low or "broken pipe" in low or any(c in text for c in _TRANSIENT):
             return ConnectionLost(text)
@@ -226,28 +252,28 @@ class Wire:
         self._client = client
         # Bounded by the scripts on disk: a name without one raises before it is added.
         self._scripts: dict[str, Script] = {}
-        self._refused_for_memory = 0  # since the last report
-        self._memory_reported_at: float | None = None
+        self._refused = 0  # writes refused since the last report
+        self._refusal_reported_at: float | None = None
 
     @property
     def cluster(self) -> bool:
         return self.spec.cluster
 
     def _failure(self, exc: GlideError) -> BusError:
-        """The bus's error for the library's ``exc``; a write refused for memory is logged."""
+        """The bus's error for the library's ``exc``; a refused write is logged (at most a line
+        every ``REFUSAL_REPORT_EVERY_S``)."""
         error = _translate(exc)
-        if isinstance(error, OutOfMemory):
-            self._refused_for_memory += 1
+        if isinstance(error, WritesRefused):
+            self._refused += 1
             now = trio.current_time()
-            last = self._memory_reported_at
-            if last is None or now - last >= OOM_REPORT_EVERY_S:
+            last = self._refusal_reported_at
+            if last is None or now - last >= REFUSAL_REPORT_EVERY_S:
                 log.warning(
-                    "the server at %s is out of memory: %d write(s) refused since the last report "
-                    "(used memory is at its maxmemory and it evicts nothing; free memory or raise "
-                    "maxmemory): %s", self.spec.redacted(), self._refused_for_memory, exc,
+                    "the server at %s refuses writes: %d refused since the last report (%s): %s",
+                    self.spec.redacted(), self._refused, _REMEDY[type(error)], exc,
                 )  # fmt: skip
-                self._refused_for_memory = 0
-                self._memory_reported_at = now
+                self._refused = 0
+                self._refusal_reported_at = now
         return error
 
     async def script(self, name: str, keys: Sequence[str], args: Sequence[str | bytes]) -> Any:

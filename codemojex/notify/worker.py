@@ -79,7 +79,7 @@ from echomq_trio import (
 )
 from echomq_trio.backoff import delay_ms, reconnect_delay_s
 from echomq_trio.bus import Bus
-from echomq_trio.errors import RequestTimedOut
+from echomq_trio.errors import RequestTimedOut, level_of
 from echomq_trio.transport import Transport
 
 if TYPE_CHECKING:
@@ -292,7 +292,8 @@ class NotificationWorker:
                 step = await self._attempt(job, notice)
             except (ConnectionLost, RequestTimedOut) as exc:
                 failures += 1
-                log.warning("notice %s: the server failed (%s); trying again", notice.id, exc)
+                log.log(level_of(exc), "notice %s: the server failed (%s); trying again",
+                        notice.id, exc)  # fmt: skip
                 await trio.sleep(reconnect_delay_s(failures))
                 continue
             except Exception as exc:
@@ -423,7 +424,8 @@ class NotificationWorker:
         try:
             await self.limiter.sent(chat, entry)
         except BusError as exc:
-            log.warning("could not stamp the send to chat %s with its answer: %s", chat, exc)
+            log.log(level_of(exc), "could not stamp the send to chat %s with its answer: %s",
+                    chat, exc)  # fmt: skip
 
     async def _delivered(self, chat: int, notice: Notice) -> None:
         self._count(delivered=1)
@@ -432,7 +434,7 @@ class NotificationWorker:
         try:  # the streak of 429s ends; never worth sending the delivered notice again
             await self.bus.wire.command("DEL", self._stuck_key(chat))
         except BusError as exc:
-            log.warning("could not clear the 429 streak of chat %s: %s", chat, exc)
+            log.log(level_of(exc), "could not clear the 429 streak of chat %s: %s", chat, exc)
 
     async def _chat_for(self, chat: int) -> int:
         moved = await self.bus.wire.command("HGET", self._migrations, str(chat))

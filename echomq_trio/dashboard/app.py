@@ -41,6 +41,7 @@ from echomq_trio.bus import Bus
 from echomq_trio.checks import check_group, check_job_id, check_queue
 from echomq_trio.dashboard import view
 from echomq_trio.errors import BusError
+from echomq_trio.storage import read_storage, storage_note
 
 if TYPE_CHECKING:
     from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope
@@ -141,6 +142,8 @@ class Dashboard:
         shown = query.queue or (names[0] if names else "")
         return {
             "now": humane.iso(now),
+            # the server's own trouble, for a banner: it refuses writes (storage_note)
+            "alert": storage_note(await read_storage(self.bus)),
             "queues": [view.queue_row(n, self.history, self.sample_s) for n in names],
             "queues_next": next_names,
             "queue": await self._detail(shown, query, now) if shown else None,

@@ -47,9 +47,9 @@ def test_a_step_carries_what_was_written_before_it_and_only_that(
 
 
 def test_steps_are_described_for_people() -> None:
-    assert describe_step(-3_600_012) == "back 1 h 0 min (-3,600,012 ms)"
-    assert describe_step(2_512) == "forward 2.5 s (2,512 ms)"
-    assert describe_step(-300_000) == "back 5 min (-300,000 ms)"
+    assert describe_step(-3_600_012) == "back 1 h (-3,600,012 ms)"
+    assert describe_step(2_512) == "forward 3 s (2,512 ms)"  # to the nearest second
+    assert describe_step(-5_430_000) == "back 1 h 30 min (-5,430,000 ms)"
 
 
 def test_a_step_seen_on_several_queues_is_news_once() -> None:
@@ -108,9 +108,7 @@ async def test_after_a_step_back_waits_keep_their_length_and_times_their_meaning
             await wait_for(lambda: metronome.statistics().clock_steps == 1, timeout=10)
             await wait_for(lambda: metronome.statistics().fired >= 1, timeout=10)
             await wait_for(lambda: metronome.statistics().reaped == 1, timeout=10)
-            await wait_for(
-                lambda: _all_none(bus, queue, [relative, claimed[None].id]), timeout=10
-            )
+            await wait_for(lambda: _all_none(bus, queue, [relative, claimed[None].id]), timeout=10)
             assert await _lane_wait(bus, queue, "chat") is None
             # The time given as a time is an hour away again on the stepped clock.
             now = await bus.wire.server_time_ms()
@@ -121,7 +119,7 @@ async def test_after_a_step_back_waits_keep_their_length_and_times_their_meaning
             nursery.cancel_scope.cancel()
     told = [r for r in caplog.records if "server clock stepped" in r.getMessage()]
     assert len(told) == 1, [r.getMessage() for r in told]
-    assert "stepped back 1 h 0 min" in told[0].getMessage()
+    assert "stepped back 1 h (" in told[0].getMessage()
 
 
 async def _all_none(bus: Bus, queue: str, ids: list[str]) -> bool:
@@ -168,7 +166,7 @@ async def test_after_a_step_forward_no_lease_is_reaped_and_waits_keep_their_leng
             assert wait is not None and 15_000 < wait - now <= 30_000
             nursery.cancel_scope.cancel()
     told = [r.getMessage() for r in caplog.records if "server clock stepped" in r.getMessage()]
-    assert len(told) == 1 and "stepped forward 1 h 0 min" in told[0], told
+    assert len(told) == 1 and "stepped forward 1 h (" in told[0], told
 
 
 @pytest.mark.timeout_s(90)

@@ -114,6 +114,9 @@ async def test_a_scrape_during_a_burst_matches_what_the_bus_reports(bus: Bus, qu
     use = await memory.memory_use(bus)
     assert value(got, "echomq_server_memory_max_bytes") == use.max_bytes > 0
     assert 0 < value(got, "echomq_server_memory_used_bytes") <= use.max_bytes
+    # It writes its append-only file (a server given by URL: no disk of a data directory shown).
+    assert value(got, "echomq_server_writes_refused") == 0
+    assert not [name for name, _ in got if name == "echomq_server_disk_free_bytes"]
     # Process-local: what this consumer settled, as its statistics count it.
     stats = consumer.statistics()
     assert (stats.acked, stats.retried, stats.dead) == (75, 5, 5)

@@ -8,6 +8,13 @@ from hypothesis import strategies as st
 
 from echomq_trio.backoff import Exponential, Fixed, Jitter, Policy, delay_ms
 from echomq_trio.checks import MAX_DELAY_MS
+from echomq_trio.errors import (
+    ConnectionLost,
+    OutOfMemory,
+    PersistenceFailed,
+    RequestTimedOut,
+    ServerError,
+)
 from echomq_trio.jobs import Job
 from echomq_trio.settlement import (
     Ack,
@@ -81,6 +88,28 @@ def test_a_raised_exception_retries_after_the_backoff_for_the_attempt_with_its_t
     assert t.delay_ms == delay_ms(policy, max(attempts, 1), random.Random(seed))
     bound = policy.inner if isinstance(policy, Jitter) else policy
     assert 0 <= t.delay_ms <= delay_ms(bound, max(attempts, 1))
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        PersistenceFailed("MISCONF Errors writing to the AOF file: No space left on device"),
+        OutOfMemory("OOM command not allowed"),
+        ConnectionLost("connection reset"),
+        RequestTimedOut("no answer in 5000 ms"),
+    ],
+)
+def test_a_bus_failure_in_a_handler_defers_the_job_without_spending_its_attempt(
+    failure: Exception,
+) -> None:
+    """The handler's own call to the bus failed (a full disk, the memory ceiling, a dropped
+    connection): not the job's failure. ``ServerError`` (a refused command, a script's error)
+    stays the handler's own."""
+    t = decide(failure, job(2), POLICY)
+    assert t == DeferJob(250, f"the bus failed: {error_text(failure)}")
+    assert isinstance(
+        decide(ServerError("ERR wrong number of arguments"), job(2), POLICY), RetryJob
+    )
 
 
 def test_the_backoff_counts_the_attempt_that_failed() -> None:

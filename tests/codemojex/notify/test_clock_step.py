@@ -86,7 +86,7 @@ async def test_a_burst_goes_on_within_telegram_s_limits_when_the_clock_steps(
         assert max(gaps, default=0) < 6, (chat, gaps)
     told = [r.getMessage() for r in caplog.records if "server clock stepped" in r.getMessage()]
     way = "back" if step_s < 0 else "forward"
-    assert len(told) == 1 and f"stepped {way} 1 h 0 min" in told[0], told
+    assert len(told) == 1 and f"stepped {way} 1 h (" in told[0], told
 
 
 async def _counts(url: str) -> jobs.Counts:

@@ -1,0 +1,187 @@
+"""Whether the server can write its data, and, for the embedded server, where that data lives.
+
+A server that cannot write its append-only file (a full disk, a file system gone read-only)
+refuses every write (``MISCONF``, raised as ``PersistenceFailed``) and keeps in memory what the
+file could not take yet; it tries the file again every second and takes writes again once that
+succeeds. Nothing is lost while it runs; so the bus waits rather than exits (the consumer, the
+metronome and settlements retry a ``WritesRefused``), and the embedded server is left running.
+
+``read_storage(bus)`` reads the state: one ``INFO persistence`` (``aof_last_write_status``,
+``rdb_last_bgsave_status``) and, when the bus owns an embedded server, the file system of its
+data directory (``Disk``: its mount point, type, free space). ``StorageWatch`` (``open_bus``
+runs one beside the embedded server, as ``Bus.storage``) reads it every second and logs one
+WARNING line when the server starts refusing writes, naming the data directory, its file
+system and its free space, and one line when writes are taken again; ``statistics()`` is what
+the summary line, the metrics and the dashboard show.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from echomq_trio.errors import BusError
+from echomq_trio.memory import size_text
+
+if TYPE_CHECKING:
+    from echomq_trio.bus import Bus
+
+__all__ = ["Disk", "Storage", "StorageWatch", "disk_of", "read_storage", "storage_note"]
+
+log = logging.getLogger("echomq_trio.storage")
+
+WATCH_EVERY_S = 1.0  # the server retries its file every second
+
+
+@attrs.frozen
+class Disk:
+    """The file system a directory is on, and its room, as ``statvfs`` tells it."""
+
+    path: str
+    mount: str  # the file system's mount point ('' when /proc/self/mountinfo is not readable)
+    fstype: str
+    free_bytes: int  # free to an unprivileged writer
+    size_bytes: int
+
+    def describe(self) -> str:
+        """``'codemojex-data (file system /data, ext4): 0 B free of 20 MiB'``."""
+        where = f"{self.mount}, {self.fstype}" if self.mount else "file system unknown"
+        return (
+            f"{self.path} (file system {where}): {size_text(self.free_bytes)} free of "
+            f"{size_text(self.size_bytes)}"
+        )
+
+
+@attrs.frozen
+class Storage:
+    """``writable``: the server's last write of its append-only file (and snapshot) succeeded;
+    ``disk``: where an embedded server's data lives (``None`` for a server given by URL)."""
+
+    writable: bool
+    disk: Disk | None = None
+
+
+def _mount_of(path: str) -> tuple[str, str]:
+    """The mount point and type of the file system holding ``path`` (the longest mount point
+    that is a prefix of it), from ``/proc/self/mountinfo``; ``('', '')`` without it."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return "", ""
+    best = ("", "")
+    for line in lines:
+        fields = line.split()
+        try:
+            mount = fields[4].encode().decode("unicode_escape")  # \040 for a space
+            fstype = fields[fields.index("-") + 1]
+        except (IndexError, ValueError):
+            continue
+        inside = path == mount or path.startswith(mount.rstrip("/") + "/")
+        if inside and len(mount) >= len(best[0]):
+            best = (mount, fstype)
+    return best
+
+
+def disk_of(path: str | os.PathLike[str]) -> Disk:
+    """The file system ``path`` is on (``OSError`` when it cannot be read)."""
+    real = os.path.realpath(path)
+    st = os.statvfs(real)
+    mount, fstype = _mount_of(real)
+    return Disk(str(path), mount, fstype, st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize)
+
+
+def _info_fields(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition(":")
+        if sep:
+            out[name.strip()] = value.strip()
+    return out
+
+
+async def read_storage(bus: Bus) -> Storage:
+    """The server's ability to write its data (one ``INFO persistence``; on a cluster, every
+    primary must be writing) and, for an embedded server, its data directory's file system.
+    ``BusError`` when the server cannot be read."""
+    raw = await bus.wire.command("INFO", "persistence")
+    texts = raw.values() if isinstance(raw, dict) else [raw]
+    writable = True
+    for text in texts:
+        fields = _info_fields(text.decode() if isinstance(text, bytes) else str(text))
+        failed = ("aof_last_write_status", "rdb_last_bgsave_status")
+        writable = writable and all(fields.get(name, "ok") == "ok" for name in failed)
+    disk = None
+    if bus.server is not None:
+        try:
+            disk = await trio.to_thread.run_sync(disk_of, bus.server.data_dir)
+        except OSError:
+            disk = None
+    return Storage(writable, disk)
+
+
+def storage_note(storage: Storage) -> str:
+    """What a person should read when the server refuses writes, one line; '' while it
+    writes."""
+    if storage.writable:
+        return ""
+    where = f": {storage.disk.describe()}" if storage.disk else ""
+    return f"WRITES REFUSED, the server cannot write its append-only file{where}"
+
+
+@attrs.frozen
+class StorageStats:
+    """What the watch saw last: the state, and since when (trio clock) it has refused."""
+
+    storage: Storage
+    refusing_since: float | None = None
+    outages: int = 0  # spells of refused writes so far
+
+
+class StorageWatch:
+    """Reads ``read_storage`` every ``every_s`` and logs each change (see the module's
+    docstring). Run with ``nursery.start(watch.run)``."""
+
+    def __init__(self, bus: Bus, *, every_s: float = WATCH_EVERY_S) -> None:
+        self.bus = bus
+        self.every_s = every_s
+        self._stats = StorageStats(Storage(True))
+
+    def statistics(self) -> StorageStats:
+        return self._stats
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            with contextlib.suppress(BusError):  # the server restarting: its supervisor says so
+                await self.check()
+            await trio.sleep(self.every_s)
+
+    async def check(self) -> StorageStats:
+        """Read once, log a change, and answer the new statistics."""
+        now = trio.current_time()
+        storage = await read_storage(self.bus)
+        was = self._stats
+        if not storage.writable and was.refusing_since is None:
+            self._stats = StorageStats(storage, now, was.outages + 1)
+            log.warning(
+                "the server refuses writes: it cannot write its append-only file in %s. It "
+                "keeps what it has in memory and tries again every second; claiming, enqueueing "
+                "and settling wait and go on by themselves once it can write. Free space there.",
+                storage.disk.describe() if storage.disk else "its data directory",
+            )
+        elif storage.writable and was.refusing_since is not None:
+            self._stats = StorageStats(storage, None, was.outages)
+            log.warning(
+                "the server writes its append-only file again, after %.0f s of refused writes%s",
+                now - was.refusing_since,
+                f" ({storage.disk.describe()})" if storage.disk else "",
+            )
+        else:
+            self._stats = attrs.evolve(was, storage=storage)
+        return self._stats
