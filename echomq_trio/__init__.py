@@ -52,6 +52,7 @@ from echomq_trio.errors import (
     ServerDied,
     ServerError,
     ServerNotFound,
+    ServerNotRunning,
 )
 from echomq_trio.jobs import Admitted, Job, Outcome
 from echomq_trio.metronome import Metronome, MetronomeStats
@@ -86,6 +87,7 @@ __all__ = [
     "ServerDied",
     "ServerError",
     "ServerNotFound",
+    "ServerNotRunning",
     "StopConsumer",
     "Transport",
     "Worker",
