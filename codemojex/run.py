@@ -281,7 +281,8 @@ async def run(
             say(f"codemojex is running. Leaderboard: {page_url}")
             say(f"  metrics: {page_url}/metrics")
             say(f"  bus dashboard: {page_url}{DASHBOARD_PATH}/#token={dash_token}")
-            say(f"  server: {bus.url}" + ("" if url else f" (data in {settings.data_dir})"))
+            d = settings.data_dir  # the embedded server's, recorded there for `echomq`
+            say(f"  server: {bus.url}" + ("" if url else f" (data in {d}: echomq --data-dir {d})"))
             say(f"  telegram: {telegram_endpoint(api_url, local=stand_in is not None)}")
             now = await bus.wire.server_time_ms()
             say(f"  daily digest: {answer.value}, next run {humane.at(next_run, now)}")
@@ -334,6 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 check_replica(settings.replica_spec)  # an s3:// one needs boto3
         except (ValueError, OSError, S3Unavailable) as exc:  # SettingsError is a ValueError
             print(f"codemojex: {exc}", file=sys.stderr)
+            data_dir.abandon()  # refused before anything started: leave the directory as it was
             return 2
         try:
             return trio.run(_main, settings, data_dir)
@@ -342,6 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if first is None:
                 raise
         print(f"codemojex: {first}", file=sys.stderr)
+        data_dir.abandon()  # what a failed start made goes; a directory holding data stays
         return 2 if isinstance(first, InUse) else 1  # an archive another process holds
 
 

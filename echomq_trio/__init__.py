@@ -53,6 +53,7 @@ from echomq_trio.errors import (
     ServerDied,
     ServerError,
     ServerNotFound,
+    ServerNotRunning,
     WritesRefused,
 )
 from echomq_trio.jobs import Admitted, Job, Outcome
@@ -89,6 +90,7 @@ __all__ = [
     "ServerDied",
     "ServerError",
     "ServerNotFound",
+    "ServerNotRunning",
     "StopConsumer",
     "Transport",
     "Worker",

@@ -1,6 +1,6 @@
 """``echomq`` / ``python -m echomq_trio``: inspect and repair queues on a running server.
 
-    echomq [--url URL] [--json] stats QUEUE
+    echomq [--url URL | --data-dir DIR] [--json] stats QUEUE
     echomq ls QUEUE pending|scheduled|active|dead|repeat|lanes [--limit N]
     echomq show QUEUE JOB_ID
     echomq replay QUEUE JOB_ID | --all [--reason TEXT]
@@ -9,11 +9,15 @@
     echomq queues
     echomq dashboard [--host 127.0.0.1] [--port 8090]
 
-The server is ``--url``, else ``ECHOMQ_URL``, else ``redis://127.0.0.1:6379``. Errors are one
-line on stderr and exit status 1 (2 for bad usage). A reader that stops early
-(``echomq tail q | head``) ends the command quietly with exit status 141, as for a command
-killed by SIGPIPE: no traceback, and no error message. SIGINT (Ctrl-C) or SIGTERM stops a
-command cleanly with exit status 128 + N (130 for Ctrl-C).
+The server is ``--url``, else the one ``--data-dir DIR`` records (``DIR/server.json``, written
+by the owner of an embedded server: ``echomq_trio.address``), else ``ECHOMQ_URL``, else the one
+``./codemojex-data`` records (``python -m codemojex.run``'s default data directory; a line on
+stderr says so), else ``redis://127.0.0.1:6379``. Every subcommand takes these options too
+(``echomq queues --data-dir DIR``). A CLI never starts a server. Errors are one line on stderr
+and exit status 1 (2 for bad usage); a record whose server does not answer is one naming the
+directory. A reader that stops early (``echomq tail q | head``) ends the command quietly with
+exit status 141, as for a command killed by SIGPIPE: no traceback, and no error message. SIGINT
+(Ctrl-C) or SIGTERM stops a command cleanly with exit status 128 + N (130 for Ctrl-C).
 """
 
 from __future__ import annotations
@@ -22,19 +26,23 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
 import trio
 
-from echomq_trio import events, humane, ids, jobs, lanes, queues, repeat, retention
+from echomq_trio import address, events, humane, ids, jobs, lanes, queues, repeat, retention
 from echomq_trio.bus import Bus, open_bus
 from echomq_trio.cli import CliError, Stopped, cancel_on_signal, silence_stdout
-from echomq_trio.errors import BusError
+from echomq_trio.errors import AuthenticationFailed, BusError, ConnectionLost
 from echomq_trio.results import Retention
 
 DEFAULT_URL = "redis://127.0.0.1:6379"
+# Looked for in the current directory when no server is named: the default data directory of
+# ``python -m codemojex.run`` (codemojex.settings.Settings.data_dir; a test checks they agree).
+FOUND_DATA_DIR = Path("codemojex-data")
 REPLAY_PAGE = 100  # dead jobs read per round trip by `replay --all`
 REPLAYED = jobs.Outcome.REPLAYED
 
@@ -251,41 +259,127 @@ COMMANDS = {
 }
 
 
+CONNECTION_HELP = (
+    "The server is --url, else the one --data-dir records, else $ECHOMQ_URL, else the one "
+    f"./{FOUND_DATA_DIR} records (the default data directory of python -m codemojex.run; a line "
+    f"on stderr says when it is used), else {DEFAULT_URL}. A URL's password on a command line is "
+    "on show to every user of the machine: prefer ECHOMQ_URL or --data-dir."
+)
+
+
+def _common_options(p: argparse.ArgumentParser, *, top: bool) -> None:
+    """The options every command takes, before or after its name. Below the top they default to
+    nothing at all (SUPPRESS), so they do not undo one given before the command's name."""
+    unset: Any = None if top else argparse.SUPPRESS
+    which = p.add_argument_group("which server", CONNECTION_HELP)
+    which.add_argument("--url", default=unset, help="server URL (or set ECHOMQ_URL)")
+    which.add_argument(
+        "--data-dir", default=unset, metavar="DIR",
+        help="the data directory of a service with an embedded server (python -m "
+             "codemojex.run --data-dir): the server it records in DIR/server.json",
+    )  # fmt: skip
+    p.add_argument("--json", action="store_true", default=False if top else argparse.SUPPRESS,
+                   help="machine-readable output")  # fmt: skip
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="echomq", description="Inspect echomq_trio queues.")
-    p.add_argument("--url", default=os.environ.get("ECHOMQ_URL", DEFAULT_URL),
-                   help="server URL (default: $ECHOMQ_URL or %(default)s)")  # fmt: skip
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _common_options(p, top=True)
+    common = argparse.ArgumentParser(add_help=False)
+    _common_options(common, top=False)
     sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("stats", help="jobs per state and running totals")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=help, parents=[common])
+
+    s = command("stats", "jobs per state and running totals")
     s.add_argument("queue")
-    s = sub.add_parser("ls", help="list jobs in a state, recurring schedules, or lanes")
+    s = command("ls", "list jobs in a state, recurring schedules, or lanes")
     s.add_argument("queue")
     s.add_argument("what", choices=["pending", "scheduled", "active", "dead", "repeat", "lanes"])
     s.add_argument("--limit", type=int, default=50)
-    s = sub.add_parser("show", help="one job's row")
+    s = command("show", "one job's row")
     s.add_argument("queue")
     s.add_argument("job_id")
-    s = sub.add_parser("replay", help="move a dead job (or every one: --all) back to pending")
+    s = command("replay", "move a dead job (or every one: --all) back to pending")
     s.add_argument("queue")
     s.add_argument("job_id", nargs="?")
     s.add_argument("--all", action="store_true", help="every dead job of the queue")
     s.add_argument("--reason", help="with --all: only those whose last error contains this")
-    s = sub.add_parser("cancel-repeat", help="remove a recurring schedule")
+    s = command("cancel-repeat", "remove a recurring schedule")
     s.add_argument("queue")
     s.add_argument("name")
-    s = sub.add_parser("tail", help="follow the queue's events (Ctrl-C to stop)")
+    s = command("tail", "follow the queue's events (Ctrl-C to stop)")
     s.add_argument("queue")
-    sub.add_parser("queues", help="every queue on the server, with its counts")
-    s = sub.add_parser("dashboard", help="serve the bus dashboard (a web page; Ctrl-C to stop)")
+    command("queues", "every queue on the server, with its counts")
+    s = command("dashboard", "serve the bus dashboard (a web page; Ctrl-C to stop)")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (%(default)s)")
     s.add_argument("--port", type=int, default=8090, help="port (%(default)s; 0: any free one)")
     return p
 
 
+@attrs.frozen
+class Target:
+    """The server a command talks to: its URL; the data directory whose record named it (and
+    the record); a line to say before connecting; whether it is the default, named by nothing."""
+
+    url: str
+    data_dir: Path | None = None
+    record: address.ServerAddress | None = None
+    note: str | None = None
+    default: bool = False
+
+    def unreachable(self, exc: ConnectionLost) -> Exception:
+        """The error for a connection refused before the command connected."""
+        if self.data_dir is not None and self.record is not None:
+            return address.not_answering(self.data_dir, self.record)
+        if self.default:
+            return CliError(
+                f"{exc} (no server named: pass --url URL or set ECHOMQ_URL, or --data-dir DIR "
+                "for a service's embedded server)"
+            )
+        return exc
+
+
+def _recorded(data_dir: Path) -> Target:
+    url, record = address.url_of(data_dir)
+    return Target(url, data_dir, record)
+
+
+def target(url: str | None, data_dir: str | None, environ: Mapping[str, str], cwd: Path) -> Target:
+    """Which server (see ``CONNECTION_HELP``). ``ServerNotRunning`` for a data directory that
+    records none running (a stale record shows only on connecting: ``Target.unreachable``)."""
+    if url is not None and data_dir is not None:
+        raise CliError("give --url or --data-dir, not both", status=2)
+    if url is not None:
+        return Target(url)
+    if data_dir is not None:
+        return _recorded(Path(data_dir))
+    if environ.get("ECHOMQ_URL"):
+        return Target(environ["ECHOMQ_URL"])
+    if (cwd / FOUND_DATA_DIR / address.ADDRESS_FILE).exists():
+        found = _recorded(cwd / FOUND_DATA_DIR)
+        assert found.record is not None
+        where = f"{found.record.host}:{found.record.port}"
+        note = (f"echomq: using the server recorded in {found.data_dir} ({where}); --url or "
+                "--data-dir names another")  # fmt: skip
+        return attrs.evolve(found, note=note)
+    return Target(DEFAULT_URL, default=True)
+
+
 async def _command(args: argparse.Namespace) -> Any:
-    async with open_bus(args.url) as bus:
-        return await COMMANDS[args.command](bus, args)
+    server = target(args.url, args.data_dir, os.environ, Path.cwd())
+    connected = False
+    try:
+        async with open_bus(server.url) as bus:
+            connected = True
+            if server.note is not None:  # once connected: a stale record is one line alone
+                print(server.note, file=sys.stderr, flush=True)
+            return await COMMANDS[args.command](bus, args)
+    except ConnectionLost as exc:
+        if connected or isinstance(exc, AuthenticationFailed):
+            raise
+        raise server.unreachable(exc) from None
 
 
 async def run(argv: Sequence[str] | None = None) -> int:

