@@ -60,6 +60,7 @@ from echomq_trio import (
 from echomq_trio.cli import cancel_on_signal, first_error
 from echomq_trio.dashboard import Dashboard, new_token
 from echomq_trio.datadir import DataDir, InUse
+from echomq_trio.durability import OnDisk
 from echomq_trio.storage import storage_note
 
 __all__ = ["MEMORY_REPORT_AT", "main", "memory_note", "run", "summary_line", "telegram_endpoint"]
@@ -67,6 +68,15 @@ __all__ = ["MEMORY_REPORT_AT", "main", "memory_note", "run", "summary_line", "te
 STAND_IN_TOKEN = "123456:LOCAL-STAND-IN"
 MEMORY_REPORT_AT = 0.8  # the summary shows the server's memory past this fraction of its ceiling
 SUMMARY_ROOMS = 3  # the summary shows the round leaders of the first rooms, this many
+# The promise of notify() is that a notice whose id it returned is delivered: so an admission
+# (a notice, an update from Telegram, a reminder) returns once the server's append-only file
+# holds it. A settlement returns from memory: waiting for the disk on each would hold every
+# chat's lane a sync longer, and a settlement lost with a dead server only sends a notice again.
+DURABILITY = OnDisk(settlements=False)
+DURABILITY_TEXT = (
+    "notify() returns a notice's id once the server's append-only file holds it (WAITAOF); "
+    "settlements return from memory"
+)
 
 
 def say(text: str) -> None:
@@ -222,7 +232,7 @@ async def run(
         return
     url = settings.url
     async with (
-        open_bus(url, data_dir=data_dir if url is None else None) as bus,
+        open_bus(url, data_dir=data_dir if url is None else None, durability=DURABILITY) as bus,
         _telegram(settings) as (token, api_url, stand_in),
         open_bot(token, api_url) as bot,
     ):
@@ -284,6 +294,7 @@ async def run(
             d = settings.data_dir  # the embedded server's, recorded there for `echomq`
             say(f"  server: {bus.url}" + ("" if url else f" (data in {d}: echomq --data-dir {d})"))
             say(f"  telegram: {telegram_endpoint(api_url, local=stand_in is not None)}")
+            say(f"  durability: {DURABILITY_TEXT}")
             now = await bus.wire.server_time_ms()
             say(f"  daily digest: {answer.value}, next run {humane.at(next_run, now)}")
             say(f"  updates: {updates}, as @{username}")

@@ -16,6 +16,7 @@ import trio
 from echomq_trio.checks import DEFAULT_MAX_PAYLOAD_BYTES, check_max_payload_bytes
 from echomq_trio.clock import StepLog
 from echomq_trio.datadir import DataDir
+from echomq_trio.durability import Durability, DurableCalls, InMemory, OnDisk
 from echomq_trio.gather import Gatherer
 from echomq_trio.keys import QueueKeys, queue_keys
 from echomq_trio.protocol import Call
@@ -59,6 +60,11 @@ class Bus:
     wire: Transport
     server: EmbeddedServer | None = None
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES  # larger payloads raise before any I/O
+    # When calls return: once the server holds the write in memory, or (OnDisk) once its
+    # append-only file does (echomq_trio.durability); ``open_bus`` gives OnDisk's calls a
+    # connection of their own (``durable``), else they share ``wire``.
+    durability: Durability = InMemory()
+    durable: DurableCalls | None = attrs.field(default=None, kw_only=True)
     # Per queue, the single enqueues being coalesced (echomq_trio.gather); an idle queue's
     # entry is dropped, so this holds only the queues with enqueues in flight.
     _gatherers: dict[str, Gatherer] = attrs.field(factory=dict, init=False, repr=False)
@@ -85,8 +91,16 @@ class Bus:
         application's own); raises ``ValueError`` for a name that cannot be a hash tag."""
         return _keys(queue)
 
+    def __attrs_post_init__(self) -> None:
+        if isinstance(self.durability, OnDisk) and self.durable is None:
+            self.durable = DurableCalls((self.wire,), self.durability)
+
     async def run(self, call: Call) -> Any:
-        """Run one script call built by ``protocol`` and return the server's raw reply."""
+        """Run one script call built by ``protocol`` and return the server's raw reply; with an
+        ``OnDisk`` durability, an admission or settlement returns once the server's append-only
+        file holds it (``durability.NotDurable`` after its timeout)."""
+        if self.durable is not None and self.durability.waits_for(call.script):
+            return await self.durable.run(call)
         return await self.wire.script(call.script, call.keys, call.args)
 
     async def command(self, *args: CommandArg) -> Reply:
@@ -110,6 +124,7 @@ async def open_bus(
     *,
     data_dir: str | os.PathLike[str] | DataDir | None = None,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    durability: Durability = InMemory(),
 ) -> AsyncIterator[Bus]:
     """Connect to ``url``, or with no URL start an embedded server and stop it on exit.
 
@@ -120,8 +135,12 @@ async def open_bus(
     your program. A malformed URL raises ``ValueError`` before any connection is tried. If the
     embedded server keeps dying (see ``server.start_server``), the block ends with
     ``ServerDied``. ``max_payload_bytes`` (1 MiB by default, at most 512 MiB) is the largest
-    payload the bus admits; a larger one raises ``ValueError`` before any I/O.
+    payload the bus admits; a larger one raises ``ValueError`` before any I/O. ``durability``
+    says when admissions and settlements return (``durability.InMemory``, the default, or
+    ``OnDisk``: once the server's append-only file holds them; see ``echomq_trio.durability``).
     """
+    if not isinstance(durability, InMemory | OnDisk):
+        raise TypeError(f"durability must be InMemory() or OnDisk(...), got {durability!r}")
     check_max_payload_bytes(max_payload_bytes)
     if url == "":
         raise ValueError(
@@ -132,12 +151,14 @@ async def open_bus(
         if data_dir is not None:
             raise ValueError("data_dir applies only to the embedded server (url=None)")
         spec = parse_url(url)
-        async with open_wire(spec) as wire:
-            yield Bus(wire, max_payload_bytes=max_payload_bytes)
+        async with open_wire(spec) as wire, _durable(wire, durability) as durable:
+            yield Bus(wire, max_payload_bytes=max_payload_bytes, durability=durability,
+                      durable=durable)  # fmt: skip
         return
     async with (
         start_server(data_dir) as server,
         open_wire(server.url) as wire,
+        _durable(wire, durability) as durable,
         trio.open_nursery() as nursery,
     ):
         where = "a temporary directory, removed on exit" if data_dir is None else "kept"
@@ -146,10 +167,21 @@ async def open_bus(
             "data lives in %s (%s)",
             server.pid, server.port, server.data_dir, where,
         )  # fmt: skip
-        bus = Bus(wire, server, max_payload_bytes=max_payload_bytes)
+        bus = Bus(wire, server, max_payload_bytes, durability, durable=durable)
         bus.storage = StorageWatch(bus)
         await nursery.start(bus.storage.run)
         try:
             yield bus
         finally:
             nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def _durable(wire: Transport, durability: Durability) -> AsyncIterator[DurableCalls | None]:
+    """Two connections of their own for ``OnDisk``'s calls (a ``WAITAOF`` blocks its
+    connection; see ``durability.DurableCalls``)."""
+    if not isinstance(durability, OnDisk):
+        yield None
+        return
+    async with wire.blocking() as one, wire.blocking() as two:
+        yield DurableCalls((one, two), durability)

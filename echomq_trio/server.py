@@ -334,10 +334,16 @@ def write_config(
     *,
     maxmemory_bytes: int = MAXMEMORY_CAP_BYTES,
 ) -> Path:
-    """Write ``data_dir/server.conf`` (0600) and return its path."""
+    """Write ``data_dir/server.conf`` (0600) and return its path. A file that already says the
+    same is left as it is: a restart on a full disk needs no room for it."""
     path = data_dir / CONFIG_FILE
     config = server_config(data_dir, port, password, extra, maxmemory_bytes=maxmemory_bytes)
-    write_private(path, config)
+    try:
+        unchanged = path.read_text() == config
+    except OSError:
+        unchanged = False
+    if not unchanged:
+        write_private(path, config)
     return path
 
 
@@ -497,8 +503,12 @@ class EmbeddedServer:
         popen = _spawn(server_argv(self.binary, config))
         self._popen, self._exited = popen, trio.Event()
         nursery.start_soon(self._watch, popen, self._exited)
-        write_private(self.data_dir / PID_FILE,
-                       json.dumps({"pid": popen.pid, "binary": self.binary}) + "\n")  # fmt: skip
+        pid = json.dumps({"pid": popen.pid, "binary": self.binary}) + "\n"
+        try:
+            write_private(self.data_dir / PID_FILE, pid)
+        except OSError as exc:  # a full disk: the server still dies with its owner (pdeathsig)
+            log.warning("could not record the embedded server's pid in %s: %s",
+                        self.data_dir / PID_FILE, exc)  # fmt: skip
         try:
             await self._wait_ready(popen)
         except BaseException:

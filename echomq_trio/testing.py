@@ -43,15 +43,16 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-Op = Literal["script", "command", "blpop", "scan", "server_time_ms", "subscribe"]
+Op = Literal["script", "command", "blpop", "scan", "server_time_ms", "subscribe", "wait_aof"]
 
 
 @attrs.frozen
 class Call:
     """One call made through the transport. ``name`` is the script's name, the command's name in
-    upper case (``"TIME"`` for ``server_time_ms``, ``"BLPOP"``, ``"SCAN"``, ``"SUBSCRIBE"``);
-    ``keys`` and ``args`` are as given (a command's arguments after its name; a subscription's
-    channels and patterns; a scan's pattern and count)."""
+    upper case (``"TIME"`` for ``server_time_ms``, ``"BLPOP"``, ``"SCAN"``, ``"SUBSCRIBE"``,
+    ``"WAITAOF"``); ``keys`` and ``args`` are as given (a command's arguments after its name; a
+    subscription's channels and patterns; a scan's pattern and count; ``WAITAOF``'s key and its
+    counts)."""
 
     op: Op
     name: str
@@ -205,6 +206,14 @@ class FaultyTransport:
 
     async def server_time_ms(self) -> int:
         return await self._run(Call("server_time_ms", "TIME"), self.inner.server_time_ms)
+
+    async def wait_aof(
+        self, key: str, numlocal: int, numreplicas: int, timeout_ms: int
+    ) -> tuple[int, int]:
+        call = Call("wait_aof", "WAITAOF", (key,), (str(numlocal), str(numreplicas)))
+        return await self._run(
+            call, lambda: self.inner.wait_aof(key, numlocal, numreplicas, timeout_ms)
+        )
 
     @asynccontextmanager
     async def blocking(self) -> AsyncIterator[Transport]:

@@ -89,3 +89,13 @@ class Transport(Protocol):
     async def server_time_ms(self) -> int:
         """The server's clock, in Unix ms."""
         ...
+
+    async def wait_aof(
+        self, key: str, numlocal: int, numreplicas: int, timeout_ms: int
+    ) -> tuple[int, int]:
+        """``WAITAOF numlocal numreplicas timeout_ms`` on the server (on a cluster: the primary
+        of ``key``'s slot): wait until this client's writes so far are synced to the append-only
+        file locally and on ``numreplicas`` replicas; how many local (0 or 1) and replica files
+        hold them. It blocks the connection while it waits: call it on a connection of its own
+        (``blocking()``)."""
+        ...

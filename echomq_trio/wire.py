@@ -53,6 +53,8 @@ from glide import (
     NodeAddress,
     Script,
     ServerCredentials,
+    SlotKeyRoute,
+    SlotType,
 )
 from glide_shared.exceptions import ClosingError, GlideError, RequestError
 from glide_shared.exceptions import ConnectionError as GlideConnectionError
@@ -300,6 +302,22 @@ class Wire:
             return await self._client.custom_command(list(args))
         except GlideError as exc:
             raise self._failure(exc) from exc
+
+    async def wait_aof(
+        self, key: str, numlocal: int, numreplicas: int, timeout_ms: int
+    ) -> tuple[int, int]:
+        """``WAITAOF`` on the server holding ``key``'s slot (see ``Transport.wait_aof``)."""
+        args: list[str | bytes] = ["WAITAOF", str(numlocal), str(numreplicas), str(timeout_ms)]
+        try:
+            if isinstance(self._client, GlideClusterClient):
+                route = SlotKeyRoute(SlotType.PRIMARY, key)
+                reply = await self._client.custom_command(args, route=route)
+            else:
+                reply = await self._client.custom_command(args)
+        except GlideError as exc:
+            raise self._failure(exc) from exc
+        local, replicas = reply
+        return int(local), int(replicas)
 
     async def scan(self, match: str, *, count: int = 1000) -> list[str]:
         """Every key matching the glob ``match``, on every primary of a cluster: SCAN a cursor

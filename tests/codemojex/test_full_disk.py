@@ -21,10 +21,11 @@ import pytest
 import trio
 
 from codemojex.notify.notifier import notify
+from codemojex.run import DURABILITY
 from codemojex.standin.bot_api import open_stand_in
-from echomq_trio import Bus, WritesRefused, open_bus
+from echomq_trio import Bus, ConnectionLost, RequestTimedOut, WritesRefused, open_bus
 from tests.codemojex.test_operations import SERVER_LINE, bus_url
-from tests.support import Lines, parse, start_service, stop_process, value
+from tests.support import Lines, parse, server_pid, start_service, stop_process, value
 
 pytestmark = pytest.mark.slow
 
@@ -142,6 +143,85 @@ async def test_a_full_disk_is_an_outage_the_service_rides_out_delivering_each_no
                 by_chat = tg.by_chat()
                 for chat in CHATS:
                     assert [t.split(" ")[0] for t in by_chat[chat]] == ["before"] * 3 + ["during"]
+                proc.send_signal(signal.SIGTERM)
+                with trio.fail_after(30):
+                    assert await proc.wait() == 0, out.text()
+            finally:
+                await stop_process(proc)
+
+
+async def _notify_taken_once(bus: Bus, chat: int, text: str, key: str) -> None:
+    """As a careful user retries: the same idempotency key each time, so a notice that was
+    taken (in memory) before a refusal is not taken twice."""
+    while True:
+        try:
+            await notify(bus, chat, text, key=key)
+            return
+        except (ConnectionLost, RequestTimedOut):  # NotDurable too: in memory, not on disk
+            await trio.sleep(0.2)
+
+
+@pytest.mark.timeout_s(240)
+async def test_with_admissions_on_disk_a_server_killed_while_the_disk_is_full_loses_no_notice(
+    tmp_path: Path,
+) -> None:
+    """``codemojex.run`` admits on disk (``durability.OnDisk``): ``notify`` returns once the
+    server's append-only file holds the notice. Killed with SIGKILL while the disk is full, the
+    server comes back with every notice whose ``notify`` returned; each is delivered. A notice
+    whose send was in flight when the disk filled may be sent once more (its acknowledgement,
+    in memory only, died with the server): counted, and bounded by the sends in flight."""
+    with small_disk(tmp_path / "disk", 64) as disk:
+        data = disk / "data"
+        async with open_stand_in(TOKEN, keep=10_000) as tg:
+            proc = await start_service(
+                data, "--telegram-token", TOKEN, "--telegram-api-url", tg.api_url,
+                "--demo", "off", "--summary-every", "1",
+            )  # fmt: skip
+            try:
+                out = Lines(proc)
+                port = (await out.until(SERVER_LINE))[1]
+                await out.until(r"durability: notify\(\) returns a notice's id once")
+                sent: list[tuple[int, str]] = []
+                # This process notifies as the service does: admissions on disk.
+                async with open_bus(bus_url(data, port), durability=DURABILITY) as bus:
+                    for i in range(3):
+                        for chat in CHATS:
+                            text = f"before {chat} #{i} {TEXT}"
+                            await notify(bus, chat, text)
+                            sent.append((chat, text))
+                    with trio.fail_after(60):
+                        await tg.wait_deliveries(10)
+                    filler = fill(disk)
+                    taken: list[tuple[int, str]] = []
+                    async with trio.open_nursery() as nursery:
+
+                        async def one(chat: int) -> None:
+                            text = f"during {chat} {TEXT}"
+                            await _notify_taken_once(bus, chat, text, f"during:{chat}")
+                            taken.append((chat, text))
+
+                        for chat in CHATS:
+                            nursery.start_soon(one, chat)
+                        with trio.fail_after(60):
+                            await out.until(REFUSED_LINE)
+                        killed = server_pid(data)
+                        os.kill(killed, signal.SIGKILL)
+                        with trio.fail_after(30):
+                            await out.until(rf"embedded server \(pid {killed}\) was killed")
+                        with trio.move_on_after(2):
+                            await proc.wait()
+                        assert proc.returncode is None, out.text()
+                        filler.unlink()
+                    sent += taken
+                    with trio.fail_after(120):
+                        await tg.wait_deliveries(len(sent))
+                # Every notice that notify returned (and every one taken before the fill) came.
+                delivered = collections.Counter((d.chat_id, d.text) for d in tg.deliveries)
+                assert set(delivered) == set(sent)
+                twice = sum(n - 1 for n in delivered.values())
+                in_flight = 8  # the worker's concurrency: at most this many sends unsettled
+                print("sent twice:", twice)
+                assert twice <= in_flight, twice
                 proc.send_signal(signal.SIGTERM)
                 with trio.fail_after(30):
                     assert await proc.wait() == 0, out.text()

@@ -1,0 +1,165 @@
+"""When a call of the bus returns: once the server holds its write in memory, or once its
+append-only file does.
+
+By default (``InMemory``) a call returns when the server has the write in memory. The server
+writes its append-only file before it answers (``write(2)``, every event-loop turn) and syncs it
+to the disk every second (``appendfsync everysec``), so a killed server loses nothing it
+answered; a power cut may lose the last second, and a server that cannot write the file (a full
+disk) keeps what it answered in memory only until it can: killed meanwhile, it loses that.
+
+``OnDisk`` makes admissions (``enqueue`` and its kin, ``lanes.enqueue``, ``repeat.register``)
+and, unless ``settlements=False``, settlements (``ack``, ``retry``, ``defer``) return only once
+the server's append-only file holds the write, synced: ``WAITAOF 1 0`` (Valkey, Redis 7.2 and
+later). A write that is not on disk within ``timeout_ms`` raises ``NotDurable`` (a
+``PersistenceFailed``): it happened in memory, so calling again is safe (an admission answers
+``DUPLICATE``, a settlement ``GONE`` or ``STALE``) and returns once it is on disk.
+
+How it runs (``Committer``, ``DurableCalls``): durable calls go on connections of their own,
+and their waits are committed in groups: the first caller that needs its write on disk sends
+one ``WAITAOF``, and every write answered before it is covered by that one (the server counts a
+client's writes by its replication offset), so a second of calls costs about one sync, not one
+each. ``WAITAOF`` blocks its connection until the sync (up to a second with ``everysec``), which
+is why the bus's other calls do not share it, and why a durable call sent meanwhile takes the
+other of two. Each call waits for the server's next sync: up to a second with ``everysec``,
+whatever the load. The cost is measured in the README (Benchmarks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import trio
+
+from echomq_trio.errors import PersistenceFailed
+from echomq_trio.protocol import Call
+from echomq_trio.transport import Transport
+
+__all__ = [
+    "ADMISSIONS",
+    "SETTLEMENTS",
+    "Committer",
+    "Durability",
+    "DurableCalls",
+    "InMemory",
+    "NotDurable",
+    "OnDisk",
+]
+
+# The scripts whose writes ``OnDisk`` waits for.
+ADMISSIONS = frozenset({"enqueue", "lane_enqueue", "schedule", "register"})
+SETTLEMENTS = frozenset({"ack", "retry", "defer"})
+
+
+class NotDurable(PersistenceFailed):
+    """The write happened in memory, but the server's append-only file did not hold it within
+    the durability's ``timeout_ms`` (its disk is full or slow). Calling again is safe and
+    returns once it is on disk."""
+
+
+@attrs.frozen
+class InMemory:
+    """Return once the server holds the write in memory (the default; see the module)."""
+
+    def waits_for(self, script: str) -> bool:
+        return False
+
+
+@attrs.frozen
+class OnDisk:
+    """Return admissions (and settlements, unless ``settlements`` is false) once the server's
+    append-only file holds them; ``NotDurable`` after ``timeout_ms``, which should be well over
+    the server's second between syncs (``appendfsync everysec``)."""
+
+    timeout_ms: int = attrs.field(default=5_000)
+    settlements: bool = True
+
+    @timeout_ms.validator
+    def _check(self, _: object, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"timeout_ms must be a positive int, got {value!r}")
+
+    def waits_for(self, script: str) -> bool:
+        return script in ADMISSIONS or (self.settlements and script in SETTLEMENTS)
+
+
+Durability = InMemory | OnDisk
+
+
+class Committer:
+    """Group commit of the writes made on ``wire`` to one server (one slot's node, given by
+    ``key``): ``await committed()`` after a write on ``wire`` has answered returns once the
+    server's append-only file holds it. The first waiter leads: it sends one ``WAITAOF`` that
+    covers every write answered before it; the others wait for it, and those whose writes
+    answered after it was sent lead the next."""
+
+    def __init__(self, wire: Transport, key: str, timeout_ms: int) -> None:
+        self.wire = wire
+        self.key = key
+        self.timeout_ms = timeout_ms
+        self._answered = 0  # writes answered on wire so far
+        self._synced = 0  # of those, how many are known to be on disk
+        self._leading: trio.Event | None = None  # set when the current leader's WAITAOF ends
+
+    @property
+    def leading(self) -> bool:
+        """A ``WAITAOF`` of this committer holds its connection now."""
+        return self._leading is not None
+
+    async def committed(self) -> None:
+        """Call once per write answered on ``wire``; returns once it is on disk (see the
+        class). ``NotDurable`` when the server did not sync within ``timeout_ms``; other
+        failures as the transport raises them. Cancelled, the write stays where it is (in
+        memory, and on disk when the server gets to it)."""
+        self._answered += 1
+        mine = self._answered
+        while self._synced < mine:
+            if self._leading is not None:
+                await self._leading.wait()
+                continue
+            done = self._leading = trio.Event()
+            covers = self._answered
+            try:
+                local, _ = await self.wire.wait_aof(self.key, 1, 0, self.timeout_ms)
+            finally:
+                self._leading = None
+                done.set()
+            if local < 1:
+                raise NotDurable(
+                    f"the server's append-only file did not take the write within "
+                    f"{self.timeout_ms} ms (is its disk full?); it is in memory: call again "
+                    "to wait for it"
+                )
+            self._synced = max(self._synced, covers)
+
+
+class DurableCalls:
+    """The calls an ``OnDisk`` durability waits for, run on ``wires`` (connections of their
+    own: a ``WAITAOF`` blocks its connection until the sync, so a call sent meanwhile goes on
+    another, and waits for the same sync rather than the one after) and committed in groups:
+    one ``Committer`` per connection for a single server, per connection and key hash tag (a
+    queue's ``{q}``, so its slot's primary) on a cluster."""
+
+    def __init__(self, wires: Sequence[Transport], durability: OnDisk) -> None:
+        if not wires:
+            raise ValueError("DurableCalls needs at least one connection")
+        self.wires = tuple(wires)
+        self.durability = durability
+        self._committers: dict[tuple[int, str], Committer] = {}
+
+    def _committer(self, i: int, tag: str, key: str) -> Committer:
+        c = self._committers.get((i, tag))
+        if c is None:
+            c = self._committers[i, tag] = Committer(self.wires[i], key, self.durability.timeout_ms)
+        return c
+
+    async def run(self, call: Call) -> Any:
+        """Run ``call`` and return its reply once the server's append-only file holds it."""
+        key = call.keys[0]
+        tag = key[key.find("{") : key.find("}") + 1] if self.wires[0].spec.cluster else ""
+        choices = [self._committer(i, tag, key) for i in range(len(self.wires))]
+        committer = next((c for c in choices if not c.leading), choices[0])
+        reply = await committer.wire.script(call.script, call.keys, call.args)
+        await committer.committed()
+        return reply
