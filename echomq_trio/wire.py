@@ -2,8 +2,10 @@
 
 ``Wire`` is the ``transport.Transport`` the bus runs on. It turns a URL into a connected client
 (standalone or cluster), runs the package's Lua scripts by EVALSHA (the client loads a script on
-NOSCRIPT by itself), and maps the library's exceptions to ``echomq_trio.errors``. A blocking pop
-holds its connection, so callers that park open a second client with ``Wire.blocking()``.
+NOSCRIPT by itself), and maps the library's exceptions to ``echomq_trio.errors`` (a dropped
+connection in words of our own, naming the server; the library's go to the debug log). A
+blocking pop holds its connection, so callers that park open a second client with
+``Wire.blocking()``.
 
 URL forms: ``redis://[user:password@]host[:port][/db]``, ``rediss://`` for TLS, ``valkey://`` and
 ``valkeys://`` as synonyms; ``host1:port1,host2:port2`` seeds a cluster; query parameters
