@@ -77,7 +77,7 @@ def check_int(name: str, value: object, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+        raise ValueError(f"{name} must be >= {minimum}, got {_shown(value)}")
     return value
 
 
@@ -90,14 +90,19 @@ def check_ms(name: str, value: object, minimum: int = 0, *, absolute: bool = Fal
     if absolute and ms > MAX_TIME_MS:
         raise ValueError(
             f"{name} must be at most {MAX_TIME_MS} (2**53 ms, the latest time a sorted-set "
-            f"score holds exactly), got {ms}"
+            f"score holds exactly), got {_shown(ms)}"
         )
     if not absolute and ms > MAX_DELAY_MS:
         raise ValueError(
             f"{name} must be at most {MAX_DELAY_MS} (2**53 - 2**43 ms, so that the server's now "
-            f"plus it stays exact in a sorted-set score), got {ms}"
+            f"plus it stays exact in a sorted-set score), got {_shown(ms)}"
         )
     return ms
+
+
+def _shown(n: int) -> str:
+    """``n`` as a line can hold it: its digits, or ``1.000e+300`` past 24 digits."""
+    return str(n) if abs(n) < 10**24 else f"{n:.3e}"
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -117,7 +122,7 @@ def check_when(name: str, value: object, *, absolute: bool) -> int:
             )
         value = -((_EPOCH - value) // _US // 1000)  # whole µs, then ms rounded up
     elif not absolute and isinstance(value, dt.timedelta):
-        value = -(-value // _US // 1000)
+        value = -(-(value // _US) // 1000)  # whole µs as an int first: -timedelta.max overflows
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"{name} must be a finite number of ms, got {value}")

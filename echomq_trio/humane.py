@@ -1,6 +1,6 @@
 """What a person reads (pure): a server time in Unix ms as ISO 8601 in UTC, a span as
 "3 h 5 min", a time relative to now as "in 3 h" or "5 min ago", and a payload as text with its
-emoji as emoji (JSON's ``\ud83c\udfc6`` escapes undone). What the CLI, the dashboard and the
+emoji as emoji (JSON's ``\\ud83c\\udfc6`` escapes undone). What the CLI, the dashboard and the
 service's summary print instead of raw milliseconds and bytes."""
 
 from __future__ import annotations

@@ -2,8 +2,10 @@
 
 ``Wire`` is the ``transport.Transport`` the bus runs on. It turns a URL into a connected client
 (standalone or cluster), runs the package's Lua scripts by EVALSHA (the client loads a script on
-NOSCRIPT by itself), and maps the library's exceptions to ``echomq_trio.errors``. A blocking pop
-holds its connection, so callers that park open a second client with ``Wire.blocking()``.
+NOSCRIPT by itself), and maps the library's exceptions to ``echomq_trio.errors`` (a dropped
+connection in words of our own, naming the server; the library's go to the debug log). A
+blocking pop holds its connection, so callers that park open a second client with
+``Wire.blocking()``.
 
 URL forms: ``redis://[user:password@]host[:port][/db]``, ``rediss://`` for TLS, ``valkey://`` and
 ``valkeys://`` as synonyms; ``host1:port1,host2:port2`` seeds a cluster; query parameters
@@ -221,13 +223,22 @@ _REMEDY: dict[type[BusError], str] = {
     "data lives",
     WritesRefused: "a replica during a failover, or too few replicas: it passes by itself",
 }
+_LOST = (
+    "lost the connection to the server at {} (it stopped, restarted or closed the connection); "
+    "reconnecting"
+)
 
 
-def _translate(exc: GlideError) -> BusError:
+def _translate(exc: GlideError, where: str) -> BusError:
+    """The bus's error for the library's ``exc`` on the server at ``where`` (a redacted URL).
+    A lost connection is told in our own words: the library's ("Failed to receive a response
+    due to a fatal error - FatalReceiveError: channel closed") goes to the debug log only."""
     if isinstance(exc, GlideTimeoutError):
         return RequestTimedOut(str(exc))
-    if isinstance(exc, GlideConnectionError | ClosingError):
-        return ConnectionLost(str(exc))
+    if isinstance(exc, ClosingError):
+        return _lost(exc, f"the client for the server at {where} is closed")
+    if isinstance(exc, GlideConnectionError):
+        return _lost(exc, _LOST.format(where))
     if isinstance(exc, RequestError):
         text = str(exc)
         if _OUT_OF_MEMORY.search(text):
@@ -238,11 +249,18 @@ def _translate(exc: GlideError) -> BusError:
             )
         if _REFUSED.search(text):
             return WritesRefused(f"the server refused a write for now: {text}")
-        low = text.lower()
-        if "connection" in low or "broken pipe" in low or any(c in text for c in _TRANSIENT):
+        if any(c in text for c in _TRANSIENT):  # the server's own reply: it says why
             return ConnectionLost(text)
+        low = text.lower()
+        if "connection" in low or "broken pipe" in low:
+            return _lost(exc, _LOST.format(where))
         return ServerError(text)
     return BusError(str(exc))
+
+
+def _lost(exc: GlideError, said: str) -> ConnectionLost:
+    log.debug("%s; the client library said: %s", said, " ".join(str(exc).split()))
+    return ConnectionLost(said)
 
 
 class Wire:
@@ -264,7 +282,7 @@ class Wire:
     def _failure(self, exc: GlideError) -> BusError:
         """The bus's error for the library's ``exc``; a refused write is logged (at most a line
         every ``REFUSAL_REPORT_EVERY_S``)."""
-        error = _translate(exc)
+        error = _translate(exc, self.spec.redacted())
         if isinstance(error, WritesRefused):
             self._refused += 1
             now = trio.current_time()
@@ -349,7 +367,7 @@ class Wire:
         try:
             got = await self._client.blpop([key], timeout_s)
         except GlideError as exc:
-            raise _translate(exc) from exc
+            raise self._failure(exc) from exc
         return None if got is None else got[1]
 
     @asynccontextmanager
@@ -371,7 +389,7 @@ class Wire:
         except GlideError as exc:
             raise _connect_failure(self.spec, exc) from exc
         try:
-            yield Subscription(client)
+            yield Subscription(client, self.spec.redacted())
         finally:
             await _close(client)
 
@@ -404,14 +422,15 @@ class Subscription:
     long-lived task: cancelling ``receive`` loses the message that was on its way (the client
     library keeps the cancelled waiter), so cancel only to stop for good."""
 
-    def __init__(self, client: GlideClient | GlideClusterClient) -> None:
+    def __init__(self, client: GlideClient | GlideClusterClient, where: str) -> None:
         self._client = client
+        self._where = where
 
     async def receive(self) -> Message:
         try:
             msg = await self._client.get_pubsub_message()
         except GlideError as exc:
-            raise _translate(exc) from exc
+            raise _translate(exc, self._where) from exc
         pattern = msg.pattern
         return Message(
             channel=as_text(msg.channel),

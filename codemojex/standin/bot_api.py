@@ -37,11 +37,15 @@ How strict it is, as Telegram is:
   :meth:`TelegramStandIn.block`) stays blocked until :meth:`TelegramStandIn.unblock`.
 * ``parse_mode`` is applied (``codemojex.notify.markup``): malformed HTML or MarkdownV2 is a 400
   "Bad Request: can't parse entities: ..."; accepted markup comes back as the plain text plus
-  ``entities``. The text is trimmed as Telegram trims it; whitespace only is "message text is
-  empty"; over 4096 UTF-16 units after parsing "message is too long"; over 32 KiB as sent "text is
-  too long".
+  ``entities``. No text is "message text is empty", over 32 KiB as sent "text is too long"
+  (both, and ``parse_mode``'s errors, before the chat is looked at, as the Bot API server reads
+  them); the text is then trimmed as TDLib trims it: whitespace only is "text must be
+  non-empty", over 4096 UTF-16 units after parsing "message is too long".
 * Chats are what their ids say (``codemojex.standin.chats``): basic groups, supergroups, private
-  chats, with a ``title`` or a ``first_name``; an id no chat can have is "chat not found".
+  chats, with a ``title`` or a ``first_name`` (and a basic group's
+  ``all_members_are_administrators``); an id no chat can have is "chat not found".
+* ``getMe`` answers the bot's ``User`` with the fields Telegram returns only there
+  (``can_join_groups``, ``can_read_all_group_messages``, ... : ``GET_ME_ONLY``).
 * A 502 or 504 can come as the HTML page of the proxy in front of the Bot API
   (``Scripted.gateway_page``, or every scripted 502/504 with ``proxy_pages = True``), as the real
   ones do, instead of JSON.
@@ -94,6 +98,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_KEEP",
     "DEFAULT_LIMITS",
+    "GET_ME_ONLY",
     "MAX_MESSAGE_LENGTH",
     "MAX_TEXT_BYTES",
     "TELEGRAM_FLOOD",
@@ -113,6 +118,20 @@ log = logging.getLogger("codemojex.standin.bot_api")
 
 MAX_MESSAGE_LENGTH = MAX_TEXT
 """Longest accepted ``text``, counted as Telegram counts it (UTF-16 code units)."""
+
+GET_ME_ONLY: JsonObject = {
+    "can_join_groups": True,
+    "can_read_all_group_messages": True,
+    "supports_inline_queries": False,
+    "can_connect_to_business": False,
+    "has_main_web_app": False,
+    "has_topics_enabled": False,
+    "allows_users_to_create_topics": False,
+}
+"""The fields Telegram's ``User`` has "only in getMe" (Bot API 9.4; the Bot API server's
+``JsonUser`` with ``full_bot_info``), as a bot set up as the README says has them: it may join
+groups and reads every message there (privacy mode off, so it sees the guesses); no inline
+mode, business connection, main Web App or topics. A message's ``from`` has none of them."""
 
 MAX_BODY_BYTES = 1 << 20
 BLOCKED = "Forbidden: bot was blocked by the user"
@@ -552,7 +571,7 @@ class TelegramStandIn:
         if body_error is not None:
             return _error(400, body_error)
         if method == "getme":
-            return _Reply(200, {"ok": True, "result": self._me()})
+            return _Reply(200, {"ok": True, "result": self._me() | GET_ME_ONLY})
         if method in UPDATE_METHODS:
             return _Reply(*await self.updates.call(method, params))
         return _error(404, "Not Found: method not found")
@@ -598,27 +617,24 @@ class TelegramStandIn:
             return answer(_error(401, "Unauthorized"))
         if body_error is not None:
             return answer(_error(400, body_error))
-        if chat_id is None:
-            return answer(_error(400, chat_error or "Bad Request: chat_id is empty"))
-        if chat_id not in self._chats and chat_kind(chat_id) is None:
-            return answer(_error(400, "Bad Request: chat not found"))
-
-        queue = self._scripts.get(chat_id)
-        if queue:
+        # A scripted answer stands for whatever Telegram (or the proxy in front of it) answers
+        # that chat, so it comes before every check but the chat's own.
+        if chat_id is not None and self._is_chat(chat_id) and (queue := self._scripts.get(chat_id)):
             scripted = queue.popleft()
             if scripted.hang_s is None:
                 return answer(self._scripted(chat_id, scripted))
             await trio.sleep(scripted.hang_s)
-
-        if chat_id in self._migrated:
-            return answer(_migrated(self._migrated[chat_id]))
-        if chat_id in self._blocked:
-            return answer(_error(403, self._blocked[chat_id]))
-        # The order and the wording follow tdlib/telegram-bot-api's Client.cpp
-        # (get_input_message_text, get_formatted_text; fail_query_with_error turns "Message text
-        # is empty" into "Bad Request: message text is empty" and TDLib's "Can't parse entities:
-        # ..." into "Bad Request: can't parse entities: ...").
+        # The order and the wording follow tdlib/telegram-bot-api's Client.cpp and TDLib: the
+        # Bot API server reads the text first (process_send_message_query calls
+        # get_input_message_text, then do_send_message looks the chat up): no text is "Message
+        # text is empty", over 32 KiB as sent "Text is too long", then parse_mode
+        # (get_formatted_text); then the chat; then TDLib's own checks of what is left after
+        # parsing and trimming (fix_formatted_text: "Text must be non-empty"; over 4096 UTF-16
+        # units "Message is too long"); fail_query_with_error prefixes "Bad Request: " and
+        # lowers the first letter.
         text = raw_text or ""
+        if not text:
+            return answer(_error(400, "Bad Request: message text is empty"))
         if len(text.encode()) > MAX_TEXT_BYTES:
             return answer(_error(400, "Bad Request: text is too long"))
         parse_mode = params.get("parse_mode")
@@ -630,10 +646,18 @@ class TelegramStandIn:
             shown = markup.apply(text, parse_mode)
         except markup.MarkupError as e:
             return answer(_error(400, f"Bad Request: can't parse entities: {e}"))
+        if chat_id is None:
+            return answer(_error(400, chat_error or "Bad Request: chat_id is empty"))
+        if not self._is_chat(chat_id):
+            return answer(_error(400, "Bad Request: chat not found"))
+        if chat_id in self._migrated:
+            return answer(_migrated(self._migrated[chat_id]))
         if not shown.text:
-            return answer(_error(400, "Bad Request: message text is empty"))
+            return answer(_error(400, "Bad Request: text must be non-empty"))
         if telegram_length(shown.text) > MAX_MESSAGE_LENGTH:
             return answer(_error(400, "Bad Request: message is too long"))
+        if chat_id in self._blocked:
+            return answer(_error(403, self._blocked[chat_id]))
 
         now = self._clock()
         retry_after = None if self.flood is None else self.flood.retry_after(chat_id, now)
@@ -651,6 +675,10 @@ class TelegramStandIn:
                 200, {"ok": True, "result": self._deliver(chat_id, text, parse_mode, shown, now)}
             )
         )
+
+    def _is_chat(self, chat_id: int) -> bool:
+        """Whether a chat can have ``chat_id`` (by its range, or named by the operator)."""
+        return chat_id in self._chats or chat_kind(chat_id) is not None
 
     def _scripted(self, chat_id: int, scripted: Scripted) -> _Reply:
         """The reply of a scripted answer; a block or a migration stays, as on Telegram."""

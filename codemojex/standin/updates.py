@@ -39,6 +39,8 @@ import attrs
 import httpx
 import trio
 
+from codemojex.standin.chats import ChatKind, chat_json
+
 __all__ = ["MAX_PENDING", "UPDATE_METHODS", "UpdateFeed", "Webhook"]
 
 MAX_PENDING = 100_000
@@ -118,12 +120,8 @@ class UpdateFeed:
         """User ``user_id`` (``name``) sends ``text`` to ``chat_id``: the update's id (``None``
         when the bot's ``allowed_updates`` exclude messages)."""
         private = chat_id == user_id
-        kind = "private" if private else "supergroup" if chat_id < -(10**12) else "group"
-        chat: dict[str, Any] = {"id": chat_id, "type": kind}
-        if private:
-            chat["first_name"] = name
-        else:
-            chat["title"] = chat_title or f"Group {chat_id}"
+        kind: ChatKind = "private" if private else "supergroup" if chat_id < -(10**12) else "group"
+        chat = chat_json(chat_id, kind, name if private else chat_title or f"Group {chat_id}")
         message: dict[str, Any] = {
             "from": {"id": user_id, "is_bot": is_bot, "first_name": name},
             "chat": chat,

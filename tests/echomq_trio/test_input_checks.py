@@ -7,11 +7,14 @@ call leaves no key behind.
 """
 
 import datetime as dt
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 
 from echomq_trio import Bus, ConnectionLost, events, ids, jobs, lanes, open_bus, repeat
 from echomq_trio.checks import (
@@ -65,6 +68,16 @@ REFUSED: list[tuple[str, Call, str]] = [
         "in+1",
         lambda b: jobs.enqueue_in(b, "q", "", MAX_DELAY_MS + 1, job_id=J),
         "delay_ms must be at most",
+    ),
+    (
+        "in timedelta.max",
+        lambda b: jobs.enqueue_in(b, "q", "", dt.timedelta.max, job_id=J),
+        "delay_ms must be at most 8998403161718784 .*, got 86400000000000000$",
+    ),
+    (
+        "at datetime.min",
+        lambda b: jobs.enqueue_at(b, "q", "", dt.datetime.min.replace(tzinfo=dt.UTC), job_id=J),
+        "run_at_ms must be >= 0, got -62135596800000$",
     ),
     ("retry", lambda b: jobs.retry(b, "q", J, 1, 2**60, 3), "delay_ms must be at most"),
     ("defer", lambda b: jobs.defer(b, "q", J, 1, 2**60), "delay_ms must be at most"),
@@ -183,6 +196,10 @@ async def test_the_payload_limit_is_the_bus_s(server_url: str, queue: str) -> No
             await lanes.enqueue(small, queue, "g", "x" * 11)
 
 
+EAST = dt.timezone(dt.timedelta(hours=23))  # the datetime type's extreme offsets (almost)
+WEST = dt.timezone(-dt.timedelta(hours=23))
+
+
 @pytest.mark.parametrize(
     ("value", "absolute", "ms"),
     [
@@ -194,6 +211,8 @@ async def test_the_payload_limit_is_the_bus_s(server_url: str, queue: str) -> No
         (dt.datetime(1970, 1, 1, 1, 0, 1, tzinfo=dt.timezone(dt.timedelta(hours=1))), True, 1000),
         (dt.timedelta(microseconds=1500), False, 2),
         (dt.timedelta(seconds=3), False, 3000),
+        (dt.datetime.max.replace(tzinfo=dt.UTC), True, 253402300800000),  # 10000-01-01
+        (dt.datetime.max.replace(tzinfo=WEST), True, 253402383600000),
     ],
 )
 def test_times_and_delays_in_whole_ms_rounded_up(value: Any, absolute: bool, ms: int) -> None:
@@ -213,11 +232,42 @@ def test_times_and_delays_in_whole_ms_rounded_up(value: Any, absolute: bool, ms:
         ("5", True, TypeError, "must be an int"),
         (True, False, TypeError, "must be an int"),
         (float(MAX_TIME_MS) * 2, True, ValueError, "at most"),
+        # the extremes of the types: ValueError naming the limit, never OverflowError
+        (dt.timedelta.max, False, ValueError, "t must be at most 8998403161718784 "),
+        (dt.timedelta.min, False, ValueError, "t must be >= 0, got -86399999913600000$"),
+        (dt.datetime.min.replace(tzinfo=dt.UTC), True, ValueError, "t must be >= 0"),
+        (dt.datetime.min.replace(tzinfo=EAST), True, ValueError, "t must be >= 0"),
+        (1e300, True, ValueError, r"at most 9007199254740992 .*, got 1\.000e\+300$"),
+        (-1e300, False, ValueError, r">= 0, got -1\.000e\+300$"),
+        (10**30, False, ValueError, r"got 1\.000e\+30$"),
     ],
 )
 def test_bad_times_are_refused(value: Any, absolute: bool, error: type, message: str) -> None:
     with pytest.raises(error, match=message):
         check_when("t", value, absolute=absolute)
+
+
+OFFSETS = st.timedeltas(min_value=-dt.timedelta(hours=23, minutes=59),
+                        max_value=dt.timedelta(hours=23, minutes=59))  # fmt: skip
+
+
+@given(
+    st.one_of(
+        st.timedeltas().map(lambda d: (d, False)),
+        st.datetimes(timezones=OFFSETS.map(dt.timezone)).map(lambda t: (t, True)),
+        st.floats().map(lambda f: (f, bool(int(f) % 2) if math.isfinite(f) else True)),
+    )
+)
+def test_any_time_or_delay_is_whole_ms_or_a_value_error(case: tuple[Any, bool]) -> None:
+    """Every timedelta, every aware datetime and every float, however extreme: whole ms within
+    the limits, or ValueError naming the argument."""
+    value, absolute = case
+    try:
+        ms = check_when("when", value, absolute=absolute)
+    except ValueError as exc:
+        assert str(exc).startswith("when ")
+    else:
+        assert 0 <= ms <= (MAX_TIME_MS if absolute else MAX_DELAY_MS)
 
 
 async def test_enqueue_at_takes_float_ms_and_aware_datetimes(bus: Bus, queue: str) -> None:

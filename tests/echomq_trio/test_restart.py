@@ -1,11 +1,24 @@
 """Server restart: pending and scheduled jobs survive in the append-only file, and a running
-consumer reconnects and drains them."""
+consumer reconnects and drains them; a call the restart cuts says so in the bus's own words."""
+
+import logging
 
 import pytest
 import trio
 
-from echomq_trio import Consumer, Job, Metronome, ids, jobs, lanes, open_bus
-from echomq_trio.server import start_server
+from echomq_trio import (
+    BusError,
+    ConnectionLost,
+    Consumer,
+    Job,
+    Metronome,
+    ids,
+    jobs,
+    lanes,
+    open_bus,
+)
+from echomq_trio.server import EmbeddedServer, start_server
+from echomq_trio.wire import open_wire, parse_url
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.server
@@ -83,3 +96,61 @@ async def test_pause_until_survives_a_restart_and_resumes_on_time(tmp_path) -> N
             await wait_for(lambda: a in seen, timeout=30)
             nursery.cancel_scope.cancel()
     assert seen[a] >= until
+
+
+LIBRARY_WORDS = ("FatalReceiveError", "channel closed", "Will attempt to reconnect", "Received")
+
+
+async def test_a_call_cut_by_a_restart_says_so_in_our_words(
+    tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:  # type: ignore[no-untyped-def]
+    """A blocking pop in flight when the server dies meets the client library's "Failed to
+    receive a response due to a fatal error - FatalReceiveError: channel closed". The bus
+    raises ConnectionLost in one line of its own naming the server (every caller that logs it
+    logs that), the library's words go to the debug log only, and the connection comes back."""
+    caplog.set_level(logging.DEBUG, logger="echomq_trio.wire")
+    async with (
+        start_server(tmp_path) as server,
+        open_wire(server.url) as wire,
+        wire.blocking() as parker,
+    ):
+        lost: list[ConnectionLost] = []
+
+        async def pop() -> None:
+            try:
+                await parker.blpop("restart:nothing", 30)
+            except ConnectionLost as exc:
+                lost.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pop)
+
+            async def blocked() -> bool:
+                info = await wire.command("INFO", "clients")
+                return b"blocked_clients:1" in info
+
+            await wait_for(blocked)
+            server.kill()
+        (exc,) = lost
+        said = str(exc)
+        assert said.startswith(f"lost the connection to the server at {server_url(server)}")
+        assert "***" in said and server.url.split("@")[0].split(":")[-1] not in said
+        assert not any(words in said for words in LIBRARY_WORDS), said
+        await wait_for(lambda: server.restarts == 1, timeout=30)
+
+        async def answers() -> bool:
+            try:
+                return await parker.command("PING") == b"PONG"
+            except BusError:
+                return False
+
+        await wait_for(answers, timeout=30)
+    shown = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert not [m for m in shown if any(words in m for words in LIBRARY_WORDS)], shown
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert any("the client library said" in m and "FatalReceiveError" in m for m in debug), debug
+
+
+def server_url(server: EmbeddedServer) -> str:
+    """The server's URL as the bus shows it: the password as ***."""
+    return parse_url(server.url).redacted()

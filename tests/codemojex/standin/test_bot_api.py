@@ -101,8 +101,26 @@ async def test_get_me_by_get_and_post(tg: TelegramStandIn, client: httpx.AsyncCl
                 "is_bot": True,
                 "first_name": "codemojex",
                 "username": "codemojex_bot",
+                # Telegram's User "returned only in getMe" (Bot API 9.4)
+                "can_join_groups": True,
+                "can_read_all_group_messages": True,
+                "supports_inline_queries": False,
+                "can_connect_to_business": False,
+                "has_main_web_app": False,
+                "has_topics_enabled": False,
+                "allows_users_to_create_topics": False,
             },
         }
+
+
+async def test_only_get_me_has_the_bots_settings(
+    tg: TelegramStandIn, client: httpx.AsyncClient
+) -> None:
+    """A sent message's ``from`` is the bot's plain User, as the Bot API server writes it
+    (``JsonUser`` without ``full_bot_info``)."""
+    me = (await client.get(tg.method_url("getMe"))).json()["result"]
+    sent = (await send(client, tg, 5, "hi")).json()["result"]
+    assert sent["from"] == {k: me[k] for k in ("id", "is_bot", "first_name", "username")}
 
 
 async def test_send_message_json(tg: TelegramStandIn, client: httpx.AsyncClient) -> None:
@@ -209,6 +227,9 @@ async def test_unknown_method_and_path_are_404(
     }
 
 
+UNCLOSED = 'Can\'t find end tag corresponding to start tag "b"'
+
+
 @pytest.mark.parametrize(
     ("payload", "description"),
     [
@@ -217,7 +238,16 @@ async def test_unknown_method_and_path_are_404(
         ({"chat_id": "@nobody", "text": "x"}, "Bad Request: chat not found"),
         ({"chat_id": 5}, "Bad Request: message text is empty"),
         ({"chat_id": 5, "text": ""}, "Bad Request: message text is empty"),
-        ({"chat_id": 5, "text": "  \n "}, "Bad Request: message text is empty"),
+        # whitespace is text to the Bot API server; TDLib trims it and refuses what is left
+        ({"chat_id": 5, "text": "  \n "}, "Bad Request: text must be non-empty"),
+        # the server reads the text before it looks for the chat (Client.cpp)
+        ({}, "Bad Request: message text is empty"),
+        ({"chat_id": ""}, "Bad Request: message text is empty"),
+        ({"chat_id": "@nobody"}, "Bad Request: message text is empty"),
+        ({"text": "x", "parse_mode": "Klingon"}, "Bad Request: unsupported parse_mode"),
+        ({"text": "<b>", "parse_mode": "HTML"}, f"Bad Request: can't parse entities: {UNCLOSED}"),
+        # and trims it after: whitespace with no chat names the chat
+        ({"text": "  \n "}, "Bad Request: chat_id is empty"),
         (
             {"chat_id": 5, "text": "x" * (MAX_MESSAGE_LENGTH + 1)},
             "Bad Request: message is too long",
@@ -717,13 +747,31 @@ async def test_text_is_trimmed_and_its_limits_are_telegrams(
     assert r.json()["result"]["text"] == "hello"
     assert (tg.deliveries[-1].text, tg.deliveries[-1].shown) == ("\n  hello  \n", "hello")
     r = await send(client, tg, 5, " <b> </b> ", parse_mode="HTML")
-    assert error_of(r)["description"] == "Bad Request: message text is empty"
+    assert error_of(r)["description"] == "Bad Request: text must be non-empty"
     # 4096 after parsing is the message's limit: markup does not count.
     longest = "<b>" + "x" * MAX_MESSAGE_LENGTH + "</b>"
     assert (await send(client, tg, 5, longest, parse_mode="HTML")).status_code == 200
     # Over 32 KiB as sent, the server refuses before parsing.
     r = await send(client, tg, 5, "é" * (MAX_TEXT_BYTES // 2 + 1))
     assert error_of(r)["description"] == "Bad Request: text is too long"
+
+
+async def test_what_trimming_leaves_is_checked_after_the_chat_and_before_a_block(
+    tg: TelegramStandIn, client: httpx.AsyncClient
+) -> None:
+    """TDLib trims the text once the chat is known and before it sends: whitespace to an
+    upgraded group meets the migration, whitespace to a chat that blocked the bot is refused
+    for its text (the send never reaches the user)."""
+    tg.migrate(-77, -1001000000077)
+    tg.block(78)
+    r = await send(client, tg, -77, " \n")
+    assert r.json()["parameters"] == {"migrate_to_chat_id": -1001000000077}
+    assert error_of(await send(client, tg, 78, " \n"))["description"] == (
+        "Bad Request: text must be non-empty")  # fmt: skip
+    assert error_of(await send(client, tg, 78, "hi"))["error_code"] == 403
+    assert error_of(await send(client, tg, 78, ""))["description"] == (
+        "Bad Request: message text is empty")  # fmt: skip
+    assert tg.deliveries == []
 
 
 async def test_chats_are_what_their_ids_say(tg: TelegramStandIn, client: httpx.AsyncClient) -> None:
@@ -734,8 +782,10 @@ async def test_chats_are_what_their_ids_say(tg: TelegramStandIn, client: httpx.A
         chats[chat_id] = (await send(client, tg, chat_id)).json()["result"]["chat"]
     assert chats == {
         7: {"id": 7, "first_name": "User 7", "type": "private"},
-        -42: {"id": -42, "title": "Emoji Club", "type": "group"},
-        -999999999999: {"id": -999999999999, "title": "Chat -999999999999", "type": "group"},
+        -42: {"id": -42, "title": "Emoji Club", "type": "group",
+              "all_members_are_administrators": True},
+        -999999999999: {"id": -999999999999, "title": "Chat -999999999999", "type": "group",
+                        "all_members_are_administrators": True},
         -1001234567891: {"id": -1001234567891, "title": "Chat -1001234567891",
                          "type": "supergroup"},
         -1001234567890: {"id": -1001234567890, "title": "News", "type": "channel"},

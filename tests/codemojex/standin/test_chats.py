@@ -27,5 +27,7 @@ def test_kind_by_id_range(chat_id: int, kind: str | None) -> None:
 
 def test_groups_have_a_title_private_chats_a_first_name() -> None:
     assert chat_json(5, "private") == {"id": 5, "first_name": "User 5", "type": "private"}
-    assert chat_json(-5, "group", "Team") == {"id": -5, "title": "Team", "type": "group"}
+    assert chat_json(-5, "group", "Team") == {"id": -5, "title": "Team", "type": "group",
+                                              "all_members_are_administrators": True}  # fmt: skip
+    assert "all_members_are_administrators" not in chat_json(-1001234567890, "supergroup")
     assert chat_json(-1001, "channel")["title"] == "Chat -1001"

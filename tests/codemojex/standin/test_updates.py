@@ -38,7 +38,8 @@ async def test_long_polling_and_offsets() -> None:
             first = (await client.post(url, json={"timeout": 10})).json()["result"]
         (update,) = first
         assert update["message"]["text"] == "/round"
-        assert update["message"]["chat"] == {"id": -5, "type": "group", "title": "G"}
+        assert update["message"]["chat"] == {"id": -5, "type": "group", "title": "G",
+                                             "all_members_are_administrators": True}  # fmt: skip
         assert update["message"]["entities"][0]["type"] == "bot_command"
         uid = update["update_id"]
         feed.user_says(7, 7, "hi", name="Ann")  # a private chat
