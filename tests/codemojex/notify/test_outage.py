@@ -213,8 +213,10 @@ async def test_a_hang_is_logged_once_while_it_lasts_marked_and_loses_nothing(
         await wait_for(lambda: _outage_lines(caplog), timeout=30)
         ((level, message),) = _outage_lines(caplog)  # one line while it hangs
         assert level == logging.WARNING
-        assert message.startswith("Telegram has not answered sendMessage to chat 62")
-        assert " since 20" in message and "it hangs" in message
+        # A send (or, on a machine too busy to look sooner, the probe after it timed out).
+        assert re.match(r"Telegram has not answered (sendMessage to chat 62\d\d|getMe) since 20",
+                        message), message  # fmt: skip
+        assert "it hangs" in message
 
         async def marked() -> bool:
             got = await _scrape(client, url)
@@ -226,7 +228,7 @@ async def test_a_hang_is_logged_once_while_it_lasts_marked_and_loses_nothing(
         assert value(got, "codemojex_telegram_outages_total", cause="unanswered") == 1
         trouble = worker.outage.statistics().trouble
         line = await summary_line(bus, WorkerStats(), None, telegram=trouble)
-        assert " | TELEGRAM OUTAGE " in line and "has not answered sendMessage to chat 62" in line
+        assert " | TELEGRAM OUTAGE " in line and "Telegram has not answered " in line
         # The sends time out, getMe gets no answer either: sending pauses, still one outage.
         await wait_for(lambda: not worker.outage.is_open, timeout=30)
         trouble = worker.outage.statistics().trouble
