@@ -20,6 +20,15 @@ and metronomes observe, and the queues' state read from the server per scrape) a
     ``chat_type`` is ``private`` or ``group`` (their per-chat limits differ), never the chat
     itself (that label would grow without bound).
 
+* Telegram's outages, from the worker's ``OutageGate`` and its bot:
+
+  - ``codemojex_telegram_outages_total{cause}`` (counter): outages that began, by cause
+    (``server_error``, ``no_answer``, ``not_bot_api``, ``unanswered``).
+  - ``codemojex_telegram_outage_seconds`` (gauge): how long the outage going on has lasted
+    (0: none); ``codemojex_telegram_sending_paused`` (gauge): 1 while sending is paused.
+  - ``codemojex_telegram_unanswered_seconds`` (gauge): how long the oldest request to Telegram
+    in flight has waited (0: none in flight).
+
 * The archive, from the ``Archiver``: ``codemojex_archive_rows_total`` (rows archived),
   ``codemojex_archive_segments_total`` (segments replicated), ``codemojex_archive_fenced``
   (1 when another archiver took over), ``codemojex_archive_replica_up`` (0 during an outage)
@@ -43,6 +52,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from codemojex.asgi import Response
+from codemojex.notify.classify import CAUSES
 from codemojex.notify.limits import is_group_chat
 from echomq_trio import Bus, BusError, ids
 from echomq_trio.metrics import CONTENT_TYPE_LATEST, BusMetrics, QueueReadings, render
@@ -133,8 +143,10 @@ class _ServiceCollector(Collector):
         self.worker: _Worker | None = None
         self.archiver: Archiver | None = None
         self._budget = 0.0
+        self._now = 0.0  # trio's clock at the last sample
 
     def sample(self, now: float) -> None:
+        self._now = now
         w = self.worker
         if w is not None:
             limit = w.worker.limiter.limits.global_.per_second
@@ -175,6 +187,34 @@ class _ServiceCollector(Collector):
             f"Sends this process took in about the last {BUDGET_WINDOW_S:g} s over what the "
             "bot's global limit allows in that time.",
             value=self._budget,
+        )
+        yield from self._telegram(worker)
+
+    def _telegram(self, worker: NotificationWorker) -> Iterator[Metric]:
+        o = worker.outage.statistics()
+        outages = CounterMetricFamily(
+            "codemojex_telegram_outages", "Outages of Telegram this process saw begin, by cause.",
+            labels=["cause"],
+        )  # fmt: skip
+        for cause in CAUSES:
+            outages.add_metric([cause], getattr(o, cause))
+        yield outages
+        lasted = 0.0 if o.trouble is None else max(0.0, self._now - o.trouble.since)
+        yield GaugeMetricFamily(
+            "codemojex_telegram_outage_seconds",
+            "How long the outage of Telegram going on has lasted (0: none).",
+            value=lasted,
+        )
+        yield GaugeMetricFamily(
+            "codemojex_telegram_sending_paused",
+            "1 while sending is paused for an outage of Telegram, else 0.",
+            value=int(not worker.outage.is_open),
+        )
+        oldest = worker.bot.unanswered()
+        yield GaugeMetricFamily(
+            "codemojex_telegram_unanswered_seconds",
+            "How long the oldest request to Telegram in flight has waited (0: none).",
+            value=0.0 if oldest is None else max(0.0, self._now - oldest.started),
         )
 
     def _archive(self, archiver: Archiver) -> Iterator[Metric]:

@@ -42,6 +42,9 @@ from codemojex.game import Feed, PageServer, board, demo
 from codemojex.game.page import DASHBOARD_PATH, EMOJI_FONT
 from codemojex.metrics import ServiceMetrics
 from codemojex.notify import NOTIFY_QUEUE, NotificationWorker, RateLimiter, WorkerStats, open_bot
+from codemojex.notify.health import Trouble
+from codemojex.notify.health import note as telegram_note
+from codemojex.notify.outage import log_to_stderr
 from codemojex.notify.telegram import DEFAULT_API_URL
 from codemojex.settings import Settings, SettingsError, parse_settings
 from codemojex.standin import TelegramStandIn, open_stand_in
@@ -100,11 +103,13 @@ async def summary_line(
     archiver: ArchiverStats | None,
     *,
     memory_at: float = MEMORY_REPORT_AT,
+    telegram: Trouble | None = None,
 ) -> str:
     """The summary line: notices, the notify queue, the archive, each room's leader in its
     current round (the first three rooms: one page of three, so the cost does not grow with the
-    number of rooms), and the server's memory once its use passes ``memory_at`` of its
-    ceiling. ``BusError`` when the server cannot be read."""
+    number of rooms), the server's memory once its use passes ``memory_at`` of its ceiling, and
+    an outage of Telegram going on (``telegram``, the worker's ``outage.statistics().trouble``).
+    ``BusError`` when the server cannot be read."""
     notify_counts = await jobs.counts(bus, NOTIFY_QUEUE)
     first = await game.room_page(bus, count=SUMMARY_ROOMS)
     leaders = []
@@ -132,6 +137,7 @@ async def summary_line(
         f"| round leaders: {', '.join(leaders) or '-'}"
         + memory_note(use, at=memory_at)
         + _storage_note(bus)
+        + telegram_note(telegram, trio.current_time())
     )
 
 
@@ -167,7 +173,8 @@ async def _summary(
         await trio.sleep(every_s)
         try:
             stats = None if archiver is None else archiver.statistics()
-            say(await summary_line(bus, worker.statistics(), stats))
+            trouble = worker.outage.statistics().trouble
+            say(await summary_line(bus, worker.statistics(), stats, telegram=trouble))
         except BusError as exc:
             say(f"summary: server unavailable: {exc}")
 
@@ -238,7 +245,8 @@ async def run(
     ):
         limiter = RateLimiter(bus, settings.limits)
         metrics = ServiceMetrics(bus, [NOTIFY_QUEUE, game.GAME_QUEUE, UPDATES_QUEUE])
-        worker = NotificationWorker(bus, bot, limiter, metrics=metrics.notify)
+        worker = NotificationWorker(bus, bot, limiter, metrics=metrics.notify,
+                                    hang_after_s=settings.telegram_hang_after_s)  # fmt: skip
         metrics.watch(worker=worker)
         answer, next_run = await game.register_digest(bus)
         moved = await game.migrate_room_index(bus)  # rooms kept before the index (see rooms)
@@ -329,6 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Exit status: 0 after a clean stop, 1 when the service failed, 2 when it could not start
     (a bad setting, the data directory owned by another process, a port in use, an s3://
     replica without boto3), 128+N after a second signal N."""
+    log_to_stderr()
     try:
         settings = parse_settings(argv)
         data_dir = DataDir.own(settings.data_dir)  # before any other side effect

@@ -13,6 +13,7 @@ import attrs
 from codemojex.audit.compaction import DEFAULT_COMPACT_SEGMENTS
 from codemojex.game.rounds import ENDED_ROUND_KEEP_MS, MIN_KEEP_MS
 from codemojex.notify import DEFAULT_API_URL, Limits, Window
+from codemojex.notify.outage import DEFAULT_HANG_AFTER_S
 
 __all__ = ["Settings", "SettingsError", "parse_settings"]
 
@@ -40,6 +41,7 @@ class Settings:
     data_dir: Path = Path("codemojex-data")
     telegram_token: str | None = None
     telegram_api_url: str = DEFAULT_API_URL
+    telegram_hang_after_s: float = DEFAULT_HANG_AFTER_S
     limits: Limits = Limits()
     host: str = "127.0.0.1"
     page_port: int = 8080
@@ -74,6 +76,10 @@ _HELP = {
                        "stand-in"),
     "telegram_api_url": ("--telegram-api-url", "CODEMOJEX_TELEGRAM_API_URL",
                          "Bot API base URL used with a token"),
+    "telegram_hang_after_s": ("--telegram-hang-after", "CODEMOJEX_TELEGRAM_HANG_AFTER",
+                             "seconds a request to Telegram may go unanswered before it is "
+                             "logged as an outage and shown on the summary line and in the "
+                             "metrics (the client gives up at 10)"),
     "global_limit": ("--global-limit", "CODEMOJEX_GLOBAL_LIMIT",
                      "bot-wide sends per window, LIMIT/WINDOW_MS"),
     "private_limit": ("--private-limit", "CODEMOJEX_PRIVATE_LIMIT",
@@ -109,7 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     d = Settings()
     defaults = {
         "url": None, "data_dir": str(d.data_dir), "telegram_token": None,
-        "telegram_api_url": d.telegram_api_url, "global_limit": str(d.limits.global_),
+        "telegram_api_url": d.telegram_api_url,
+        "telegram_hang_after_s": f"{d.telegram_hang_after_s:g}",
+        "global_limit": str(d.limits.global_),
         "private_limit": str(d.limits.private), "group_limit": str(d.limits.group),
         "host": d.host, "page_port": str(d.page_port), "feed_port": str(d.feed_port),
         "demo": _on_off(d.demo), "summary_every_s": str(d.summary_every_s),
@@ -142,6 +150,7 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
     compact = _number("--compact-segments", ns.compact_segments, int, 2)
     keep = _number("--round-keep", ns.round_keep_s, float, MIN_KEEP_MS / 1000)
     round_s = _number("--round-length", ns.round_s, float, 5)
+    hang_after = _number("--telegram-hang-after", ns.telegram_hang_after_s, float, 0.1)
     token = ns.telegram_token or None
     updates, webhook_url = _updates(ns.updates, ns.webhook_url or None, token)
     if token is not None and ("/" in token or any(c.isspace() for c in token)):
@@ -158,6 +167,7 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
         data_dir=Path(ns.data_dir),
         telegram_token=token,
         telegram_api_url=ns.telegram_api_url,
+        telegram_hang_after_s=float(hang_after),
         limits=Limits(
             _window("--global-limit", ns.global_limit),
             _window("--private-limit", ns.private_limit),

@@ -9,7 +9,9 @@ on the server, so every worker process shares one budget), holding short waits a
 long ones, sends it with the ``TelegramBot`` (``telegram``), and acts on the verdict ``classify``
 gives Telegram's answer, as ``steps`` (pure, ``StepPolicy``) decides: ack with a
 ``DeliveryNote`` for the audit, retry, defer, follow a migration, drop, stop, or wait out an
-outage of Telegram behind the ``OutageGate`` (``outage``) without spending attempts.
+outage of Telegram behind the ``OutageGate`` (``outage``) without spending attempts: a 5xx, no
+answer, an answer that is not the Bot API's, or a request left unanswered, each outage logged
+once from beginning to end (``health``, pure).
 ``python -m codemojex.notify`` runs a worker process alone.
 """
 

@@ -5,6 +5,7 @@ in place of its worker (every process shares the one rate limit on the server).
                                [--global-limit 30/1000] [--private-limit 3/3000]
                                [--group-limit 20/60000] [--margin-ms 30] [--lease-ms 15000]
                                [--beat-ms 500] [--hold-max-ms 5000] [--stuck-after-s 3600]
+                               [--hang-after-s 5]
 
 It runs a ``NotificationWorker`` and a ``Metronome`` on the queue at ``--url`` (or
 ``ECHOMQ_URL``) and never starts a server of its own. The bot token comes from
@@ -25,6 +26,7 @@ import trio
 
 from codemojex.notify.limits import Limits, Window
 from codemojex.notify.notifier import NOTIFY_QUEUE
+from codemojex.notify.outage import DEFAULT_HANG_AFTER_S, log_to_stderr
 from codemojex.notify.rate_limiter import DEFAULT_MARGIN_MS, RateLimiter
 from codemojex.notify.steps import DEFAULT_HOLD_MAX_MS, DEFAULT_STUCK_AFTER_MS, StepPolicy
 from codemojex.notify.telegram import DEFAULT_API_URL, open_bot
@@ -78,6 +80,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--stuck-after-s", type=int, default=DEFAULT_STUCK_AFTER_MS // 1000,
                    help="a chat answering 429 this long in a row: its notice is dead with the "
                    "reason (default: %(default)s)")  # fmt: skip
+    p.add_argument("--hang-after-s", type=float, default=DEFAULT_HANG_AFTER_S,
+                   help="a request to Telegram unanswered this long is logged as an outage "
+                   "(default: %(default)s)")  # fmt: skip
     return p
 
 
@@ -88,7 +93,7 @@ async def _work(args: argparse.Namespace, token: str) -> None:
         policy = StepPolicy(hold_max_ms=args.hold_max_ms,
                             stuck_after_ms=args.stuck_after_s * 1000)  # fmt: skip
         worker = NotificationWorker(bus, bot, limiter, queue=args.queue, lease_ms=args.lease_ms,
-                                    policy=policy)  # fmt: skip
+                                    policy=policy, hang_after_s=args.hang_after_s)  # fmt: skip
         async with trio.open_nursery() as nursery:
             await nursery.start(worker.run)
             await nursery.start(Metronome(bus, args.queue, beat_ms=args.beat_ms).run)
@@ -104,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                            "never starts a server of its own", status=2)  # fmt: skip
         if not token:
             raise CliError(f"needs the bot token in {TOKEN_ENV}", status=2)
+        log_to_stderr()
         trio.run(cancel_on_signal, _work, args, token)
     except (Exception, BaseExceptionGroup) as exc:
         known = first_error(exc, (CliError, StopConsumer, BusError, ValueError, OSError))

@@ -2,25 +2,41 @@
 fatal. Like the mature bot libraries, it reads ``parameters`` first (``retry_after``,
 ``migrate_to_chat_id``), then the description, then the status, so a 403 that only *sounds*
 permanent is retried, and only blocked, kicked, deactivated and similar ones are dropped.
+
+Only the Bot API's own answer is read that way: a JSON object whose ``ok`` is true or false
+(``is_bot_api``). Anything else (a proxy's or a captive portal's page, a body cut short, JSON of
+another shape) came from something between the bot and Telegram, whatever its status, so it says
+nothing about the chat: it is ``Garbled`` and retried as a 5xx is (``RetryLater(server=True,
+garbled=True)``: ask ``getMe`` whether every chat would get the same before spending an attempt),
+except a 429, whose ``Retry-After`` is honoured as a flood wait.
 """
 
 from __future__ import annotations
 
+import http
 from collections.abc import Mapping
-from typing import Any
 
 import attrs
 
 __all__ = [
+    "CAUSES",
     "Delivered",
     "Drop",
     "Fatal",
+    "Garbled",
     "Migrate",
     "RetryLater",
     "Verdict",
     "classify",
     "classify_error",
+    "is_bot_api",
 ]
+
+# Why a request failed for every chat alike, when it does (``RetryLater.cause``): an answer of
+# the Bot API's with a 5xx status, no answer at all (refused, reset, timed out), or an answer that
+# is not the Bot API's; and, seen by the worker's watch rather than an answer, a request that has
+# had no answer for too long.
+CAUSES = ("server_error", "no_answer", "not_bot_api", "unanswered")
 
 
 @attrs.frozen
@@ -39,6 +55,14 @@ class RetryLater:
     # A 5xx or no answer at all: perhaps Telegram's trouble for every chat, not this chat's.
     server: bool = False
     answered: bool = True  # False: no answer at all (the request may or may not have arrived)
+    garbled: bool = False  # the answer was not the Bot API's (``Garbled``), nor a 5xx
+
+    @property
+    def cause(self) -> str:
+        """For a ``server`` one, which of ``CAUSES`` it is."""
+        if not self.answered:
+            return "no_answer"
+        return "not_bot_api" if self.garbled else "server_error"
 
 
 @attrs.frozen
@@ -64,6 +88,49 @@ class Fatal:
 
 
 Verdict = Delivered | RetryLater | Migrate | Drop | Fatal
+
+
+@attrs.frozen
+class Garbled:
+    """An answer that is not the Bot API's: its HTTP ``status``, ``what`` it was instead (``not
+    JSON (text/html, "502 Bad Gateway")``, ``JSON but not the Bot API's (an array)``), and a
+    ``Retry-After`` header's seconds if it had one. ``codemojex.notify.telegram.garbled`` reads
+    one from a response; ``classify`` makes one of any decoded body that is not the Bot API's."""
+
+    status: int
+    what: str = "not JSON"
+    retry_after_s: int | None = None
+
+    @property
+    def description(self) -> str:
+        try:
+            phrase = http.HTTPStatus(self.status).phrase
+        except ValueError:
+            phrase = "Unknown Status"
+        return f"HTTP {self.status} {phrase}: {self.what}"
+
+
+def is_bot_api(body: object) -> bool:
+    """Whether a decoded body is the Bot API's answer: a JSON object whose ``ok`` is a bool."""
+    return isinstance(body, Mapping) and isinstance(body.get("ok"), bool)
+
+
+def not_bot_api(body: object) -> str:
+    """What a decoded body that is not the Bot API's was, for ``Garbled.what``."""
+    if body is None:
+        return "not JSON"
+    if isinstance(body, Mapping):
+        kind = 'an object without "ok"'
+    elif isinstance(body, list):
+        kind = "an array"
+    elif isinstance(body, str):
+        kind = "a string"
+    elif isinstance(body, bool):
+        kind = "a boolean"
+    else:
+        kind = "a number"
+    return f"JSON but not the Bot API's ({kind})"
+
 
 # Descriptions that make a notice undeliverable for good (lowercase substrings). Checked against
 # the Bot API server (tdlib/telegram-bot-api, ``Client::fail_query_with_error``: it rewrites
@@ -119,10 +186,14 @@ def _int(value: object) -> int | None:
     return None
 
 
-def classify(status: int, body: Mapping[str, Any] | None) -> Verdict:
-    """Classify one Bot API answer: HTTP ``status`` and the decoded JSON ``body`` (``None`` when
-    the body was not JSON)."""
-    body = body if isinstance(body, Mapping) else {}
+def classify(status: int, body: object) -> Verdict:
+    """Classify one answer: HTTP ``status`` and the decoded JSON ``body`` (``None`` when the body
+    was not JSON), or the ``Garbled`` it was read as. Never raises."""
+    if isinstance(body, Garbled):
+        return _garbled(body)
+    if not is_bot_api(body):
+        return _garbled(Garbled(status, not_bot_api(body)))
+    assert isinstance(body, Mapping)
     if status == 200 and body.get("ok") is True:
         result = body.get("result")
         message_id = _int(result.get("message_id")) if isinstance(result, Mapping) else None
@@ -149,9 +220,20 @@ def classify(status: int, body: Mapping[str, Any] | None) -> Verdict:
     if code == 403:
         # An unknown 403 is not proof of a block (some are transient): a few spaced retries.
         return RetryLater(description)
-    if status == 200:
+    if status == 200:  # ok false with a 200: not what the Bot API answers
         return RetryLater(f"undecodable answer: {description}")
     return Drop(description)
+
+
+def _garbled(answer: Garbled) -> RetryLater:
+    """Not the Bot API's answer: nothing in it is about the chat. A 429 is a flood wait (its
+    ``Retry-After``, else 1 s); anything else is retried as a 5xx is, ``Retry-After`` as the
+    floor of the backoff. A 5xx page (the proxy's 502 or 504) is a server error; any other
+    status with such a body (a 200 page, a body cut short) is ``garbled``."""
+    wait = None if answer.retry_after_s is None else max(answer.retry_after_s, 0) * 1000
+    if answer.status == 429:
+        return RetryLater(answer.description, wait or 1000, flood=True)
+    return RetryLater(answer.description, wait, server=True, garbled=answer.status < 500)
 
 
 def classify_error(exc: BaseException) -> RetryLater:

@@ -8,12 +8,14 @@ has one function here that answers with a value the task then carries out:
   or ``Defer`` it durably for a long one.
 * ``after_answer(verdict, attempts, policy, rng)``: Telegram answered; ``Done`` (ack), ``Retry``
   (spends the attempt), ``Bury`` (dead with the reason), ``Flood`` (a 429: pause, then
-  ``after_flood``), ``Follow`` (a migration: resend to the new id), ``Probe`` (5xx or no answer:
-  ask whether the bot is reachable at all, then ``after_probe``) or ``Stop`` (the bot is refused).
+  ``after_flood``), ``Follow`` (a migration: resend to the new id), ``Probe`` (5xx, no answer,
+  or an answer that is not the Bot API's: ask whether the bot is reachable at all, then
+  ``after_probe``) or ``Stop`` (the bot is refused).
 * ``after_flood(wait_ms, flooded_for_ms, policy)``: a 429 for ``wait_ms``, the chat answering 429
   for ``flooded_for_ms`` already: ``Hold``, ``Defer``, or ``Bury`` once that passes the cap.
 * ``after_probe(bot_down, ...)``: the bot is down for everyone: ``Outage`` (hold the notice, no
-  attempt spent, until a probe succeeds); else the failure was this chat's: ``Retry``.
+  attempt spent, until a probe succeeds); else the failure was this chat's: ``Retry``, its
+  reason saying so.
 """
 
 from __future__ import annotations
@@ -158,10 +160,12 @@ class Follow:
 
 @attrs.frozen
 class Probe:
-    """5xx or no answer: ask whether the bot reaches Telegram at all, then ``after_probe``."""
+    """5xx, no answer, or not the Bot API's answer: ask whether the bot reaches Telegram at all,
+    then ``after_probe``."""
 
     reason: str
     floor_ms: int  # the server's own retry hint, if it gave one (else 0)
+    cause: str = "server_error"  # one of ``codemojex.notify.classify.CAUSES``
 
 
 @attrs.frozen
@@ -169,6 +173,7 @@ class Outage:
     """Telegram is down for every chat: hold the notice, spending nothing, until it is back."""
 
     reason: str
+    cause: str = "server_error"
 
 
 @attrs.frozen
@@ -213,7 +218,7 @@ def after_answer(
         if verdict.flood:
             return Flood(verdict.delay_ms or 1000, f"429: {verdict.reason}")
         if verdict.server:
-            return Probe(verdict.reason, verdict.delay_ms or 0)
+            return Probe(verdict.reason, verdict.delay_ms or 0, verdict.cause)
         return _retry(verdict.reason, verdict.delay_ms or 0, attempts, policy, rng)
     raise AssertionError(f"unhandled verdict {verdict!r}")  # pragma: no cover
 
@@ -234,8 +239,9 @@ def after_probe(
     rng: random.Random | None = None,
 ) -> Outage | Retry:
     if bot_down:
-        return Outage(probe.reason)
-    return _retry(probe.reason, probe.floor_ms, attempts, policy, rng)
+        return Outage(probe.reason, probe.cause)
+    reason = f"{probe.reason} (getMe answered: this chat's failure)"
+    return _retry(reason, probe.floor_ms, attempts, policy, rng)
 
 
 def _retry(

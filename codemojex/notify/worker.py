@@ -11,13 +11,15 @@ Theory of operation:
 * A chat task decides with ``codemojex.notify.steps`` (pure) and carries the step out: a short
   wait for the rate limiter (``hold_max_ms``) is held in the task while the renewer extends the
   lease; a long one is deferred on the server (the lane waits, the notice keeps its place, no
-  attempt spent). A 429 pauses the limiter (the chat, or everyone) the same way. A 5xx or no
-  answer asks ``getMe`` whether Telegram is there at all: if not, it is an outage of the bot, not
-  of the notice: the outage gate closes (no claims, every chat task waits at it holding its
-  notice, no attempt spent) until a probe gets an answer. If Telegram is there, the failure was
-  the chat's and costs the attempt (6 at most, backoff ``min(500·2^(a−1), 30000)`` ms with full
-  jitter). A chat answering 429 for ``stuck_after_ms`` in a row: its notice is dead with the
-  reason.
+  attempt spent). A 429 pauses the limiter (the chat, or everyone) the same way. A 5xx, no
+  answer, or an answer that is not the Bot API's asks ``getMe`` whether Telegram is there at
+  all: if not, it is an outage of the bot, not of the notice: the outage gate closes (no claims,
+  every chat task waits at it holding its notice, no attempt spent) until a probe gets an
+  answer. If Telegram is there, the failure was the chat's and costs the attempt (6 at most,
+  backoff ``min(500·2^(a−1), 30000)`` ms with full jitter). The probe runs after the send's
+  shielded part, so it is not cut short by the send's deadline; cancelled, it gives the notice
+  back unspent. The gate also watches for requests left unanswered (``hang_after_s``). A chat
+  answering 429 for ``stuck_after_ms`` in a row: its notice is dead with the reason.
 * Cancel scopes: the worker's (cancel it to shut down) holds the claimer, the renewer, the
   prober and the chats' nursery. Each chat task runs in a scope of its own (``ChatLane.scope``):
   cancelling it ends that chat's task at its next wait; the notice it held but had not settled
@@ -44,7 +46,7 @@ import trio
 from codemojex.notify.classify import RetryLater
 from codemojex.notify.notice import DeliveryNote, Notice, decode, encode_note
 from codemojex.notify.notifier import NOTIFY_QUEUE
-from codemojex.notify.outage import OutageGate
+from codemojex.notify.outage import DEFAULT_HANG_AFTER_S, OutageGate
 from codemojex.notify.rate_limiter import RateLimiter
 from codemojex.notify.steps import (
     Booked,
@@ -106,7 +108,7 @@ class WorkerStats:
     retried: int = 0
     migrated: int = 0
     dropped: int = 0  # buried: undeliverable, or stuck behind 429s
-    outages: int = 0  # times the outage gate closed
+    outages: int = 0  # outages of Telegram this worker saw (``OutageGate.statistics()``)
     chat_tasks: int = 0  # chat tasks started
     fatal: str | None = None
 
@@ -126,7 +128,8 @@ class NotificationWorker:
     ``metrics`` (``codemojex.metrics.NotifyMetrics``) it observes its claims and settlements, and
     each delivery its delay; without, nothing. ``concurrency`` is how many notices (so chats) it
     holds at most: 8 by default, the best of 8/16/64 measured with tools/bench_notify.py (more
-    chat tasks wake later for their booked slots, and late sends meet 429s; README)."""
+    chat tasks wake later for their booked slots, and late sends meet 429s; README).
+    ``hang_after_s``: a request to Telegram unanswered this long is an outage (``OutageGate``)."""
 
     def __init__(
         self,
@@ -142,6 +145,7 @@ class NotificationWorker:
         idle_s: float = IDLE_S,
         rng: random.Random | None = None,
         metrics: NotifyMetrics | None = None,
+        hang_after_s: float = DEFAULT_HANG_AFTER_S,
     ) -> None:
         bus.keys(queue)  # validates the name
         for name, value in (("concurrency", concurrency), ("lease_ms", lease_ms),
@@ -157,7 +161,7 @@ class NotificationWorker:
         self.beat_ms = beat_ms
         self.policy = policy or StepPolicy()
         self.idle_s = idle_s
-        self.outage = OutageGate(bot, shared=limiter)
+        self.outage = OutageGate(bot, shared=limiter, hang_after_s=hang_after_s)
         self._stats = WorkerStats()
         self._bus_stats = ConsumerStats()
         self._rng = rng or random.Random()
@@ -174,7 +178,7 @@ class NotificationWorker:
         self._stopped: StopConsumer | None = None
 
     def statistics(self) -> WorkerStats:
-        return self._stats
+        return attrs.evolve(self._stats, outages=self.outage.statistics().outages)
 
     def bus_statistics(self) -> ConsumerStats:
         """The queue-side counters, as ``echomq_trio.Consumer.statistics()`` has them."""
@@ -355,7 +359,7 @@ class NotificationWorker:
             # needs, so that the answer is acted on: a delivered notice given back would be
             # sent again. (Past the deadline, which the bot's timeout keeps from coming, the
             # notice is sent again.)
-            step: Done | Retry | Bury | Defer | Hold | Follow | Outage | Stop | None = None
+            step: Done | Retry | Bury | Defer | Hold | Follow | Probe | Stop | None = None
             with trio.CancelScope(shield=True, deadline=trio.current_time() + SEND_TIME_S):
                 step = await self._exchange(job, notice, chat, answer.entry, followed)
                 if isinstance(step, Done | Retry | Bury | Defer):
@@ -363,7 +367,12 @@ class NotificationWorker:
                 if isinstance(step, Follow):
                     followed = True
                     chat = step.new_chat_id
-            if isinstance(step, Hold):
+            if isinstance(step, Probe):
+                probed = await self._probe(job, step)
+                if isinstance(probed, Retry):
+                    return probed
+                # An outage: wait at the gate, then send again, no attempt spent.
+            elif isinstance(step, Hold):
                 await trio.sleep(step.ms / 1000)
             elif isinstance(step, Stop):
                 self._stop(step.reason)
@@ -371,10 +380,10 @@ class NotificationWorker:
 
     async def _exchange(
         self, job: Job, notice: Notice, chat: int, entry: str, followed: bool
-    ) -> Done | Retry | Bury | Defer | Hold | Follow | Outage | Stop:
+    ) -> Done | Retry | Bury | Defer | Hold | Follow | Probe | Stop:
         """Send once (taken from the limiter as ``entry``) and act on the answer: a step to
         settle with, or what to do before the next send (``Hold`` after a short 429, ``Follow``
-        a migration, wait out an ``Outage``)."""
+        a migration, ``Probe`` whether Telegram answers at all)."""
         verdict = await self.bot.send_message(chat, notice.text, **notice.opts)
         if not (isinstance(verdict, RetryLater) and not verdict.answered):
             await self._sent(chat, entry)
@@ -398,14 +407,6 @@ class NotificationWorker:
             if isinstance(after, Defer):
                 return Defer(after.ms, f"429 ({scope}): {step.reason}")
             step = after  # stuck: buried below, as an undeliverable notice is
-        if isinstance(step, Probe):
-            probed = after_probe(not await self.bot.reachable(), step, job.attempts,
-                                 self.policy, self._rng)  # fmt: skip
-            if isinstance(probed, Outage):
-                if self.outage.close(probed.reason):
-                    self._count(outages=1)
-                return probed  # wait at the gate, then send again: no attempt spent
-            step = probed
         if isinstance(step, Done):
             await self._delivered(chat, notice)
             return attrs.evolve(step, chat=chat)
@@ -416,7 +417,19 @@ class NotificationWorker:
             self._count(dropped=1)
             log.info("notice %s to %s dropped: %s", notice.id, chat, step.reason)
             return step
-        return step  # Stop
+        return step  # Probe or Stop
+
+    async def _probe(self, job: Job, probe: Probe) -> Retry | Outage:
+        """Ask ``getMe`` whether Telegram answers the bot at all after a send failed as every
+        chat's would: an ``Outage`` (the gate closes) or the chat's own failure (a ``Retry``).
+        Not shielded: cancelled, the notice goes back unspent."""
+        step = after_probe(not await self.bot.reachable(), probe, job.attempts, self.policy,
+                           self._rng)  # fmt: skip
+        if isinstance(step, Outage):
+            self.outage.close(step.reason, step.cause)
+        else:
+            self._count(retried=1)
+        return step
 
     async def _sent(self, chat: int, entry: str) -> None:
         """Telegram answered the send: its window counts from now (see ``RateLimiter.sent``). If

@@ -185,6 +185,7 @@ async def test_a_start_moves_the_rooms_of_the_old_set_into_the_index(tmp_path: P
         (["--webhook-url", "http://example.org/hook"], "--webhook-url must be an https:// URL"),
         (["--updates", "webhook", "--telegram-token", "1:A"], "needs --webhook-url"),
         (["--round-length", "1"], "--round-length must be >= 5"),
+        (["--telegram-hang-after", "0"], "--telegram-hang-after must be >= 0.1"),
     ],
 )
 async def test_bad_settings_are_one_clear_line(args: list[str], words: str) -> None:
@@ -229,7 +230,7 @@ async def test_help_documents_every_setting() -> None:
                  "--group-limit", "--host", "--page-port", "--feed-port", "--demo",
                  "--archive", "--archive-db", "--replica", "--summary-every",
                  "--compact-segments", "--round-keep", "--updates", "--webhook-url",
-                 "--round-length"):  # fmt: skip
+                 "--round-length", "--telegram-hang-after"):  # fmt: skip
         assert flag in text
     assert "CODEMOJEX_TELEGRAM_TOKEN" in text
 

@@ -1,15 +1,35 @@
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from codemojex.notify.classify import (
     Delivered,
     Drop,
     Fatal,
+    Garbled,
     Migrate,
     RetryLater,
     classify,
     classify_error,
+    is_bot_api,
 )
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+# Answers shaped as the Bot API's: "ok" a bool, the other fields anything at all.
+BOT_API = st.fixed_dictionaries(
+    {"ok": st.booleans()},
+    optional={"result": JSON, "error_code": JSON, "description": JSON,
+              "parameters": JSON | st.fixed_dictionaries({}, optional={
+                  "retry_after": JSON, "migrate_to_chat_id": JSON})},
+)  # fmt: skip
+STATUS = st.integers(100, 599)
 
 
 def err(code: int, description: str, **params: object) -> dict[str, object]:
@@ -103,3 +123,50 @@ def test_parameters_win_over_status() -> None:
 def test_network_errors_retry() -> None:
     v = classify_error(httpx.ConnectTimeout("timed out"))
     assert isinstance(v, RetryLater) and "ConnectTimeout" in v.reason and not v.flood
+
+
+@given(STATUS, JSON.filter(lambda body: not is_bot_api(body)))
+def test_an_answer_that_is_not_the_bot_api_s_is_retried_as_a_5xx_whatever_its_status(
+    status: int, body: object
+) -> None:
+    verdict = classify(status, body)
+    assert isinstance(verdict, RetryLater)
+    if status == 429:  # a proxy's rate limit: a flood wait, never an attempt either
+        assert verdict.flood and not verdict.server
+    else:
+        assert verdict.server and not verdict.flood and verdict.answered
+        assert verdict.cause == ("server_error" if status >= 500 else "not_bot_api")
+    assert verdict.reason.startswith(f"HTTP {status} ")
+    assert classify(status, Garbled(status, "x")) == attrs_evolve_reason(verdict, status)
+
+
+def attrs_evolve_reason(verdict: RetryLater, status: int) -> RetryLater:
+    """``verdict`` as ``Garbled(status, "x")`` reads: the same but for what it was."""
+    return RetryLater(f"{verdict.reason.partition(': ')[0]}: x", verdict.delay_ms,
+                      verdict.flood, verdict.server, verdict.answered, verdict.garbled)  # fmt: skip
+
+
+@given(STATUS, BOT_API)
+def test_every_answer_of_the_bot_api_s_shape_is_read_and_never_taken_for_garbage(
+    status: int, body: dict[str, object]
+) -> None:
+    verdict = classify(status, body)  # never raises, whatever the fields hold
+    assert isinstance(verdict, Delivered | RetryLater | Migrate | Drop | Fatal)
+    assert not (isinstance(verdict, RetryLater) and verdict.garbled)
+
+
+@pytest.mark.parametrize(
+    ("body", "what"),
+    [
+        (None, "not JSON"),
+        ([], "JSON but not the Bot API's (an array)"),
+        ("ok", "JSON but not the Bot API's (a string)"),
+        (7, "JSON but not the Bot API's (a number)"),
+        ({"result": {"message_id": 1}}, 'JSON but not the Bot API\'s (an object without "ok")'),
+        ({"ok": "true"}, 'JSON but not the Bot API\'s (an object without "ok")'),
+    ],
+)
+def test_a_200_that_is_not_the_bot_api_s_says_what_it_was_and_is_never_delivered(
+    body: object, what: str
+) -> None:
+    assert classify(200, body) == RetryLater(f"HTTP 200 OK: {what}", server=True, garbled=True)

@@ -6,7 +6,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from codemojex.notify.classify import Delivered, Drop, Fatal, Migrate, RetryLater, classify
+from codemojex.notify.classify import (
+    CAUSES,
+    Delivered,
+    Drop,
+    Fatal,
+    Migrate,
+    RetryLater,
+    classify,
+)
 from codemojex.notify.rate_limiter import Take
 from codemojex.notify.steps import (
     Booked,
@@ -59,9 +67,20 @@ def test_each_answer_leads_to_its_step() -> None:
         3000, "429: Too Many Requests"
     )
     # A 5xx or no answer may be Telegram's trouble for everyone: ask before spending the attempt.
-    assert after_answer(classify(502, None), 1, POLICY) == Probe("HTTP 502", 0)
+    assert after_answer(classify(502, None), 1, POLICY) == Probe(
+        "HTTP 502 Bad Gateway: not JSON", 0, "server_error"
+    )
+    # So is an answer that is not the Bot API's, whatever its status: a 200 page, a cut body.
+    assert after_answer(classify(200, None), 1, POLICY) == Probe(
+        "HTTP 200 OK: not JSON", 0, "not_bot_api"
+    )
+    assert after_answer(classify(200, [1]), 1, POLICY) == Probe(
+        "HTTP 200 OK: JSON but not the Bot API's (an array)", 0, "not_bot_api"
+    )
     # Any other transient answer is the chat's: the attempt is spent, backed off.
-    step = after_answer(classify(403, {"description": "Forbidden: odd"}), 3, POLICY, rng)
+    step = after_answer(
+        classify(403, {"ok": False, "description": "Forbidden: odd"}), 3, POLICY, rng
+    )
     assert isinstance(step, Retry) and 0 <= step.ms <= 2000
 
 
@@ -69,11 +88,13 @@ def test_each_answer_leads_to_its_step() -> None:
 def test_a_probe_that_fails_is_an_outage_one_that_succeeds_spends_the_attempt(
     attempts: int, floor: int
 ) -> None:
-    probe = Probe("Bad Gateway", floor)
-    assert after_probe(True, probe, attempts, POLICY) == Outage("Bad Gateway")
-    step = after_probe(False, probe, attempts, POLICY, random.Random(attempts))
-    assert isinstance(step, Retry) and step.reason == "Bad Gateway"
-    assert floor <= step.ms <= max(floor, 500 * 2 ** (attempts - 1))
+    for cause in CAUSES:
+        probe = Probe("Bad Gateway", floor, cause)
+        assert after_probe(True, probe, attempts, POLICY) == Outage("Bad Gateway", cause)
+        step = after_probe(False, probe, attempts, POLICY, random.Random(attempts))
+        assert isinstance(step, Retry)
+        assert step.reason == "Bad Gateway (getMe answered: this chat's failure)"
+        assert floor <= step.ms <= max(floor, 500 * 2 ** (attempts - 1))
 
 
 @given(st.integers(1, 10_000), st.integers(0, 120_000))

@@ -4,11 +4,14 @@ import logging
 
 import httpx
 import pytest
+import trio
 
 from codemojex import ids
-from codemojex.notify.classify import Delivered, Drop, Fatal, RetryLater, classify
-from codemojex.notify.telegram import not_json, open_bot
+from codemojex.notify.classify import Delivered, Drop, Fatal, Garbled, RetryLater, classify
+from codemojex.notify.telegram import garbled, open_bot
 from codemojex.standin.bot_api import Scripted, open_stand_in
+from codemojex.standin.outage import open_outage
+from tests.conftest import wait_for
 
 TOKEN = "987654:SECRET-TOKEN-VALUE"
 
@@ -69,15 +72,75 @@ async def test_proxy_pages_are_retried_with_what_they_were() -> None:
         assert isinstance(await bot.send_message(5, "x"), Delivered)
 
 
-def test_an_answer_that_is_not_json_keeps_its_retry_after_header() -> None:
+def test_an_answer_that_is_not_the_bot_api_s_is_read_for_what_it_was() -> None:
     page = httpx.Response(429, headers={"retry-after": "7", "content-type": "text/plain"},
                           content=b"slow down")  # fmt: skip
-    assert classify(429, not_json(page)) == RetryLater(
-        "HTTP 429 Too Many Requests: not JSON (text/plain)", 7000, flood=True
+    assert garbled(page) == Garbled(429, "not JSON (text/plain, 9 bytes)", 7)
+    assert classify(429, garbled(page)) == RetryLater(
+        "HTTP 429 Too Many Requests: not JSON (text/plain, 9 bytes)", 7000, flood=True
     )
-    assert not_json(httpx.Response(200, content=b"<html><title>Wi-Fi login</title></html>")) == {
-        "ok": False,
-        "error_code": 200,
-        "description": 'HTTP 200 OK: not JSON (no content type, "Wi-Fi login")',
-    }
-    assert isinstance(classify(200, not_json(httpx.Response(200, content=b"?"))), RetryLater)
+    portal = httpx.Response(200, content=b"<html><title>Wi-Fi login</title></html>")
+    assert garbled(portal) == Garbled(200, 'not JSON (no content type, "Wi-Fi login")')
+    assert classify(200, garbled(portal)) == RetryLater(
+        'HTTP 200 OK: not JSON (no content type, "Wi-Fi login")', server=True, garbled=True
+    )
+    cut = httpx.Response(200, headers={"content-type": "application/json"}, content=b'{"ok":tr')
+    assert garbled(cut).what == "not JSON (application/json, 8 bytes)"
+    assert garbled(httpx.Response(200, content=b"")).what == "not JSON (no content type, empty)"
+    assert (
+        garbled(httpx.Response(200, json=[1]), [1]).what == "JSON but not the Bot API's (an array)"
+    )
+    assert garbled(httpx.Response(503, json={}), {}).description == (
+        'HTTP 503 Service Unavailable: JSON but not the Bot API\'s (an object without "ok")'
+    )
+
+
+async def test_garbage_and_silence_from_the_switch_over_real_http() -> None:
+    async with (
+        open_stand_in(TOKEN, None) as tg,
+        open_outage(tg) as outage,
+        open_bot(TOKEN, outage.api_url, timeout_s=1) as bot,
+    ):
+        assert await bot.reachable() and bot.last_answer is not None
+        answered = bot.last_answer
+        # A 200 with a page: garbage, and getMe gets the same; nothing reaches the Bot API.
+        outage.mode = "not_json"
+        assert await bot.send_message(5, "x") == RetryLater(
+            'HTTP 200 OK: not JSON (text/html, "Network notice")', server=True, garbled=True
+        )
+        assert not await bot.reachable()
+        assert (outage.refused, outage.refused_sends, tg.statistics().requests) == (2, 1, 0)
+        # A body cut short: the send was delivered, but its answer cannot say so.
+        outage.mode = "truncated"
+        cut = await bot.send_message(5, "cut")
+        assert isinstance(cut, RetryLater) and cut.cause == "not_bot_api"
+        assert cut.reason.startswith("HTTP 200 OK: not JSON (application/json, ")
+        assert not await bot.reachable()
+        assert tg.by_chat() == {5: ["cut"]} and (outage.cut, outage.cut_sends) == (2, 1)
+        assert bot.last_answer == answered  # no answer of the Bot API's since
+        # No answer at all: the request shows in flight until the client gives up.
+        outage.mode = "hang"
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(bot.send_message, 6, "hangs")
+            await wait_for(lambda: bot.unanswered() is not None)
+            request = bot.unanswered()
+            assert request is not None and request.describe() == "sendMessage to chat 6"
+        assert bot.unanswered() is None  # timed out
+        assert (await bot.send_message(6, "again")).cause == "no_answer"  # type: ignore[union-attr]
+        # Switched off, the requests still held get the proxy's 504 page.
+        verdicts = []
+        async with (
+            open_bot(TOKEN, outage.api_url, timeout_s=30) as patient,
+            trio.open_nursery() as nursery,
+        ):
+
+            async def send() -> None:
+                verdicts.append(await patient.send_message(6, "held"))
+
+            nursery.start_soon(send)
+            await wait_for(lambda: patient.unanswered() is not None and outage.hung == 3)
+            outage.mode = None
+        assert verdicts == [RetryLater('HTTP 504 Gateway Timeout: not JSON (text/html, "504 '
+                                       'Gateway Timeout")', server=True)]  # fmt: skip
+        assert await bot.reachable() and isinstance(await bot.send_message(6, "ok"), Delivered)
+        assert tg.by_chat() == {5: ["cut"], 6: ["ok"]}
