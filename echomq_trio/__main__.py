@@ -1,4 +1,5 @@
-"""``echomq`` / ``python -m echomq_trio``: inspect and repair queues on a running server.
+"""``echomq`` / ``python -m echomq_trio``: inspect and repair queues on a running server, and
+repair or restore a stopped embedded server's append-only file.
 
     echomq [--url URL] [--json] stats QUEUE
     echomq ls QUEUE pending|scheduled|active|dead|repeat|lanes [--limit N]
@@ -8,12 +9,15 @@
     echomq tail QUEUE
     echomq queues
     echomq dashboard [--host 127.0.0.1] [--port 8090]
+    echomq repair --data-dir DIR
+    echomq restore --data-dir DIR [--from COPY]
 
-The server is ``--url``, else ``ECHOMQ_URL``, else ``redis://127.0.0.1:6379``. Errors are one
-line on stderr and exit status 1 (2 for bad usage). A reader that stops early
-(``echomq tail q | head``) ends the command quietly with exit status 141, as for a command
-killed by SIGPIPE: no traceback, and no error message. SIGINT (Ctrl-C) or SIGTERM stops a
-command cleanly with exit status 128 + N (130 for Ctrl-C).
+``repair`` and ``restore`` work on a stopped embedded server's files in its data directory
+(``echomq_trio.repair``); the others on a server: ``--url``, else ``ECHOMQ_URL``, else
+``redis://127.0.0.1:6379``. Errors are one line on stderr and exit status 1 (2 for bad usage).
+A reader that stops early (``echomq tail q | head``) ends the command quietly with exit status
+141, as for a command killed by SIGPIPE: no traceback, and no error message. SIGINT (Ctrl-C) or
+SIGTERM stops a command cleanly with exit status 128 + N (130 for Ctrl-C).
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
 import trio
 
-from echomq_trio import events, humane, ids, jobs, lanes, queues, repeat, retention
+from echomq_trio import events, humane, ids, jobs, lanes, queues, repair, repeat, retention
 from echomq_trio.bus import Bus, open_bus
 from echomq_trio.cli import CliError, Stopped, cancel_on_signal, silence_stdout
 from echomq_trio.errors import BusError
@@ -239,6 +244,26 @@ async def _dashboard(bus: Bus, args: argparse.Namespace) -> Any:
     return None
 
 
+async def _repair(args: argparse.Namespace) -> Any:
+    try:
+        done = await repair.repair(args.data_dir)
+    except repair.RepairError as exc:
+        raise CliError(str(exc)) from None
+    if args.json:
+        return {"data_dir": str(done.data_dir), "repaired": done.record}
+    return repair.describe_repair(done)
+
+
+async def _restore(args: argparse.Namespace) -> Any:
+    try:
+        record = await repair.restore(args.data_dir, args.source)
+    except repair.RepairError as exc:
+        raise CliError(str(exc)) from None
+    return record if args.json else repair.describe_restore(args.data_dir, record)
+
+
+OFFLINE = {"repair": _repair, "restore": _restore}  # a stopped server's files: no connection
+
 COMMANDS = {
     "stats": _stats,
     "ls": _ls,
@@ -280,10 +305,24 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("dashboard", help="serve the bus dashboard (a web page; Ctrl-C to stop)")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (%(default)s)")
     s.add_argument("--port", type=int, default=8090, help="port (%(default)s; 0: any free one)")
+    s = sub.add_parser("repair", help="cut a stopped embedded server's damaged append-only "
+                       "file at the damage (keeps a copy; says what was cut)")  # fmt: skip
+    s.add_argument("--data-dir", required=True, type=Path,
+                   help="the server's data directory (codemojex's: codemojex-data)")  # fmt: skip
+    s = sub.add_parser("restore", help="put an older copy of a stopped embedded server's "
+                       "append-only files in place (keeps the current ones), or record that "
+                       "they were put in place by hand")  # fmt: skip
+    s.add_argument("--data-dir", required=True, type=Path,
+                   help="the server's data directory (codemojex's: codemojex-data)")  # fmt: skip
+    s.add_argument("--from", dest="source", type=Path,
+                   help="a copy of a data directory, of its appendonlydir/ or of its "
+                   "appendonly.aof; without it, only record a restore made by hand")  # fmt: skip
     return p
 
 
 async def _command(args: argparse.Namespace) -> Any:
+    if args.command in OFFLINE:
+        return await OFFLINE[args.command](args)
     async with open_bus(args.url) as bus:
         return await COMMANDS[args.command](bus, args)
 
