@@ -166,7 +166,8 @@ class _ServiceCollector(Collector):
         )  # fmt: skip
         for outcome, n in (("delivered", s.delivered), ("deferred", s.deferred),
                            ("flood_wait", s.flood_waits), ("retried", s.retried),
-                           ("dropped", s.dropped)):  # fmt: skip
+                           ("dropped", s.dropped),
+                           ("already_delivered", s.already_delivered)):  # fmt: skip
             notices.add_metric([outcome], n)
         yield notices
         yield CounterMetricFamily(
@@ -222,6 +223,11 @@ class _ServiceCollector(Collector):
         r = a.replicator
         yield CounterMetricFamily(
             "codemojex_archive_rows", "Rows the archiver inserted.", value=a.folder.archived
+        )
+        yield CounterMetricFamily(
+            "codemojex_archive_resent",
+            "Deliveries of notices the archive had recorded as delivered before (sent again).",
+            value=a.folder.resent,
         )
         yield CounterMetricFamily(
             "codemojex_archive_segments", "Segments the archiver replicated.", value=r.segments

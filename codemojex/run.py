@@ -26,7 +26,14 @@ from functools import partial
 import trio
 
 from codemojex import game
-from codemojex.audit import Archiver, ArchiverStats, S3Unavailable, check_replica, open_replica
+from codemojex.audit import (
+    Archiver,
+    ArchiverStats,
+    Ledger,
+    S3Unavailable,
+    check_replica,
+    open_replica,
+)
 from codemojex.chat import (
     UPDATES_QUEUE,
     WEBHOOK_PATH,
@@ -126,13 +133,16 @@ async def summary_line(
     if archiver is not None:
         r = archiver.replicator
         audit = f" | archived {archiver.folder.archived}, segments {r.segments}"
+        audit += f", re-sent {archiver.folder.resent}" if archiver.folder.resent else ""
         audit += f" (FENCED: {r.fenced})" if r.fenced else ""
         if r.replica_down_since is not None:
             since = humane.at(round(r.replica_down_since * 1000), round(time.time() * 1000))
             audit += f" (replica down since {since}: {r.replica_error})"
+    known = f", already delivered {worker.already_delivered}" if worker.already_delivered else ""
     return (
         f"notices sent {worker.delivered}, deferred {worker.deferred}, retried {worker.retried}, "
-        f"dropped {worker.dropped}, 429s {worker.flood_waits} | pending {notify_counts.pending}, "
+        f"dropped {worker.dropped}, 429s {worker.flood_waits}{known} "
+        f"| pending {notify_counts.pending}, "
         f"scheduled {notify_counts.scheduled}, dead {notify_counts.dead}{audit} "
         f"| round leaders: {', '.join(leaders) or '-'}"
         + memory_note(use, at=memory_at)
@@ -238,14 +248,17 @@ async def run(
             await run(settings, data_dir=owned, task_status=task_status)
         return
     url = settings.url
+    # After a repair or restore of the server's data, the archive says which notices were sent.
+    archive_db = settings.archive_db_path if settings.archive else None
     async with (
         open_bus(url, data_dir=data_dir if url is None else None, durability=DURABILITY) as bus,
         _telegram(settings) as (token, api_url, stand_in),
         open_bot(token, api_url) as bot,
+        Ledger.for_data_dir(data_dir.path, archive_db) as ledger,
     ):
         limiter = RateLimiter(bus, settings.limits)
         metrics = ServiceMetrics(bus, [NOTIFY_QUEUE, game.GAME_QUEUE, UPDATES_QUEUE])
-        worker = NotificationWorker(bus, bot, limiter, metrics=metrics.notify,
+        worker = NotificationWorker(bus, bot, limiter, metrics=metrics.notify, ledger=ledger,
                                     hang_after_s=settings.telegram_hang_after_s)  # fmt: skip
         metrics.watch(worker=worker)
         answer, next_run = await game.register_digest(bus)
@@ -316,6 +329,8 @@ async def run(
             if archiver is not None:
                 say(f"  audit: {settings.archive_db_path}, replicated to "
                     f"{archiver.replica.describe()}")  # fmt: skip
+            if (checked := ledger.describe()) is not None:
+                say(f"  ledger: {checked}")
             if settings.summary_every_s > 0:
                 nursery.start_soon(_summary, bus, worker, archiver, settings.summary_every_s)
             task_status.started(where)

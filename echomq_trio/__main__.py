@@ -1,4 +1,5 @@
-"""``echomq`` / ``python -m echomq_trio``: inspect and repair queues on a running server.
+"""``echomq`` / ``python -m echomq_trio``: inspect and repair queues on a running server, and
+repair or restore a stopped embedded server's append-only file.
 
     echomq [--url URL | --data-dir DIR] [--json] stats QUEUE
     echomq ls QUEUE pending|scheduled|active|dead|repeat|lanes [--limit N]
@@ -8,8 +9,12 @@
     echomq tail QUEUE
     echomq queues
     echomq dashboard [--host 127.0.0.1] [--port 8090]
+    echomq repair --data-dir DIR
+    echomq restore --data-dir DIR [--from COPY]
 
-The server is ``--url``, else the one ``--data-dir DIR`` records (``DIR/server.json``, written
+``repair`` and ``restore`` work on a stopped embedded server's files in its data directory
+(``--data-dir DIR``; ``echomq_trio.repair``), never on a running server. The others reach a
+server: ``--url``, else the one ``--data-dir DIR`` records (``DIR/server.json``, written
 by the owner of an embedded server: ``echomq_trio.address``), else ``ECHOMQ_URL``, else the one
 ``./codemojex-data`` records (``python -m codemojex.run``'s default data directory; a line on
 stderr says so), else ``redis://127.0.0.1:6379``. Every subcommand takes these options too
@@ -33,7 +38,7 @@ from typing import Any
 import attrs
 import trio
 
-from echomq_trio import address, events, humane, ids, jobs, lanes, queues, repeat, retention
+from echomq_trio import address, events, humane, ids, jobs, lanes, queues, repair, repeat, retention
 from echomq_trio.bus import Bus, open_bus
 from echomq_trio.cli import CliError, Stopped, cancel_on_signal, silence_stdout
 from echomq_trio.errors import AuthenticationFailed, BusError, ConnectionLost
@@ -247,6 +252,34 @@ async def _dashboard(bus: Bus, args: argparse.Namespace) -> Any:
     return None
 
 
+def _data_dir_of(args: argparse.Namespace) -> Path:
+    """The data directory ``repair`` and ``restore`` work on: ``--data-dir``, before or after
+    the command's name (they never read a record or reach a server)."""
+    if getattr(args, "data_dir", None) is None:
+        raise CliError(f"{args.command} needs --data-dir DIR: the stopped server's data directory")
+    return Path(args.data_dir)
+
+
+async def _repair(args: argparse.Namespace) -> Any:
+    try:
+        done = await repair.repair(_data_dir_of(args))
+    except repair.RepairError as exc:
+        raise CliError(str(exc)) from None
+    if args.json:
+        return {"data_dir": str(done.data_dir), "repaired": done.record}
+    return repair.describe_repair(done)
+
+
+async def _restore(args: argparse.Namespace) -> Any:
+    try:
+        record = await repair.restore(_data_dir_of(args), args.source)
+    except repair.RepairError as exc:
+        raise CliError(str(exc)) from None
+    return record if args.json else repair.describe_restore(_data_dir_of(args), record)
+
+
+OFFLINE = {"repair": _repair, "restore": _restore}  # a stopped server's files: no connection
+
 COMMANDS = {
     "stats": _stats,
     "ls": _ls,
@@ -315,6 +348,20 @@ def _parser() -> argparse.ArgumentParser:
     s = command("dashboard", "serve the bus dashboard (a web page; Ctrl-C to stop)")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (%(default)s)")
     s.add_argument("--port", type=int, default=8090, help="port (%(default)s; 0: any free one)")
+    offline = argparse.ArgumentParser(add_help=False)
+    offline.add_argument("--data-dir", default=argparse.SUPPRESS, metavar="DIR",
+                         help="the stopped server's data directory (codemojex's: "
+                         "codemojex-data); needed")  # fmt: skip
+    offline.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                         help="machine-readable output")  # fmt: skip
+    sub.add_parser("repair", parents=[offline], help="cut a stopped embedded server's damaged "
+                   "append-only file at the damage (keeps a copy; says what was cut)")  # fmt: skip
+    s = sub.add_parser("restore", parents=[offline], help="put an older copy of a stopped "
+                       "embedded server's append-only files in place (keeps the current ones), "
+                       "or record that they were put in place by hand")  # fmt: skip
+    s.add_argument("--from", dest="source", type=Path,
+                   help="a copy of a data directory, of its appendonlydir/ or of its "
+                   "appendonly.aof; without it, only record a restore made by hand")  # fmt: skip
     return p
 
 
@@ -368,6 +415,8 @@ def target(url: str | None, data_dir: str | None, environ: Mapping[str, str], cw
 
 
 async def _command(args: argparse.Namespace) -> Any:
+    if args.command in OFFLINE:
+        return await OFFLINE[args.command](args)
     server = target(args.url, args.data_dir, os.environ, Path.cwd())
     connected = False
     try:

@@ -11,6 +11,7 @@ __all__ = [
     "AuthenticationFailed",
     "BusError",
     "ConnectionLost",
+    "DamagedAppendOnlyFile",
     "OutOfMemory",
     "PersistenceFailed",
     "RequestTimedOut",
@@ -83,6 +84,13 @@ class ServerDied(BusError):
     """The embedded server kept dying: more restarts than its budget allows in its window. The
     ``open_bus``/``start_server`` block that owns it ends with this error; its log tail is in
     the message."""
+
+
+class DamagedAppendOnlyFile(ServerDied):
+    """The embedded server cannot start: its append-only file is damaged (the server refuses to
+    load it). Restarting cannot help; the message names the repair command for the data
+    directory (``echomq repair --data-dir DIR``, ``echomq_trio.repair``), which keeps a copy of
+    the damaged files and cuts the file at the damage."""
 
 
 def level_of(exc: BaseException) -> int:

@@ -22,7 +22,8 @@ Theory of operation:
   append-only file brings the data back, clients reconnect by themselves, and one line is
   logged. More than ``max_restarts`` deaths within ``restart_window_s`` raise ``ServerDied`` out
   of the ``async with`` block, cancelling its body: the owner ends with a clear message instead
-  of hanging.
+  of hanging. A server that refuses its damaged append-only file (at the start or a restart)
+  raises ``DamagedAppendOnlyFile`` at once, naming the repair command (``echomq repair``).
 * **Found by clients, on a port that stays.** Once the server answers (and after every
   restart) its owner records how to reach it in ``server.json`` (0600; ``echomq_trio.address``:
   URL with the password, host, port, the server's pid and the owner's), which ``echomq
@@ -81,8 +82,15 @@ import trio
 
 from echomq_trio import address
 from echomq_trio.address import process_state
+from echomq_trio.aof import damage_message, damaged_file
 from echomq_trio.datadir import PRIVATE_FILE_MODE, DataDir, write_private
-from echomq_trio.errors import BusError, ServerDied, ServerNotFound, first_error
+from echomq_trio.errors import (
+    BusError,
+    DamagedAppendOnlyFile,
+    ServerDied,
+    ServerNotFound,
+    first_error,
+)
 from echomq_trio.protocol import as_text
 from echomq_trio.wire import open_wire
 
@@ -107,6 +115,7 @@ log = logging.getLogger("echomq_trio.server")
 
 READY_TIMEOUT_S = 30.0  # loading a large append-only file answers LOADING until done
 STOP_TIMEOUT_S = 10.0
+DAMAGE_LOG_LINES = 40  # the end of the log searched for a refused append-only file
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 60.0
 CONFIG_FILE = "server.conf"
@@ -540,6 +549,9 @@ class EmbeddedServer:
         deadline = trio.current_time() + READY_TIMEOUT_S
         while True:
             if popen.poll() is not None:
+                damaged = damaged_file(self.log_tail(DAMAGE_LOG_LINES))
+                if damaged is not None:  # restarting cannot help: say how to repair it
+                    raise DamagedAppendOnlyFile(damage_message(self.data_dir, damaged))
                 raise BusError(
                     f"{self.binary} {_describe_exit(popen.returncode)} while starting on port "
                     f"{self.port}:\n" + self.log_tail()
@@ -582,6 +594,8 @@ class EmbeddedServer:
                 )
             try:
                 await self._launch(nursery)
+            except DamagedAppendOnlyFile:
+                raise
             except BusError as exc:
                 log.warning("embedded server (pid %d) %s; restarting it failed: %s",
                             old_pid, how, str(exc).splitlines()[0])  # fmt: skip
@@ -657,6 +671,8 @@ async def _first_launch(
         try:
             await server._launch(nursery)
             break
+        except DamagedAppendOnlyFile:
+            raise  # another port cannot help
         except BusError:
             if i == len(wanted) - 1:
                 raise

@@ -1,6 +1,7 @@
 """Helpers shared by tests of both packages: helper processes started from a test (and ended
 with it), processes of a data directory, and running ``python -m codemojex.run`` as a user
-does, reading its output line by line; samples of a Prometheus scrape by name and labels."""
+does, reading its output line by line; samples of a Prometheus scrape by name and labels;
+garbage put in the middle of a stopped server's append-only file, and ``echomq`` run on it."""
 
 from __future__ import annotations
 
@@ -171,3 +172,29 @@ def parse(text: str) -> Samples:
 
 def value(samples: Samples, name: str, **labels: str) -> float:
     return samples[(name, tuple(sorted(labels.items())))]
+
+
+GARBAGE = b"\x00GARBAGE-in-the-middle!\x00"  # 24 bytes
+
+
+def damage_aof(data_dir: Path, after: int = 0) -> tuple[Path, int]:
+    """Put ``GARBAGE`` into the last file of a stopped server's append-only file, at the first
+    command that begins past the middle of its bytes from ``after`` on: the server refuses the
+    file from there. The file and the offset of the damage."""
+    folder = data_dir / "appendonlydir"
+    manifest = next(folder.glob("*.manifest")).read_text()
+    last = [line.split()[1] for line in manifest.splitlines() if " type i" in line][-1]
+    path = folder / last
+    data = path.read_bytes()
+    at = data.index(b"\r\n*", after + (len(data) - after) // 2) + 2
+    path.write_bytes(data[:at] + GARBAGE + data[at:])
+    return path, at
+
+
+async def echomq(*args: str) -> subprocess.CompletedProcess[bytes]:
+    """``python -m echomq_trio *args`` as an operator runs it: its exit status and output."""
+    return await trio.run_process(
+        [sys.executable, "-m", "echomq_trio", *args], cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)), stdin=subprocess.DEVNULL,
+        capture_stdout=True, capture_stderr=True, check=False,
+    )  # fmt: skip

@@ -8,13 +8,16 @@ in a ``replica`` (a directory or S3) and writes the committed rows to it create-
 numbered segments whose format ``segments`` (pure) writes and reads, and compacts them into
 larger objects under numbered manifests by the rules of ``compaction`` (pure), reading the
 replica through ``contents``; its ``restore`` rebuilds a database from the newest manifest and
-the segments after it. ``python -m codemojex.audit`` queries, checks and restores archives, or
-runs an archiver.
+the segments after it. The ``Ledger`` (``ledger``) reads the archive for the notification
+worker after a repair or restore of the server's data, so that a notice the archive records as
+delivered is not sent again. ``python -m codemojex.audit`` queries, checks and restores
+archives, or runs an archiver.
 """
 
 from codemojex.audit.archive import ArchiveDB, ArchiveStore, NotAnArchive, read_archive
 from codemojex.audit.archiver import Archiver, ArchiverStats
 from codemojex.audit.folder import Folder, FolderStats
+from codemojex.audit.ledger import ArchivedDelivery, Ledger, LedgerStats
 from codemojex.audit.replica import (
     DirectoryReplica,
     NameTaken,
@@ -34,12 +37,15 @@ __all__ = [
     "OUTCOMES",
     "ArchiveDB",
     "ArchiveStore",
+    "ArchivedDelivery",
     "Archiver",
     "ArchiverStats",
     "AuditRow",
     "DirectoryReplica",
     "Folder",
     "FolderStats",
+    "Ledger",
+    "LedgerStats",
     "NameTaken",
     "NoSuchName",
     "NotAnArchive",

@@ -82,14 +82,20 @@ def cmd_query(args: argparse.Namespace) -> None:
     since, until = _time(args.since), _time(args.until)
     rows = read_archive(args.db, lambda db: db.query(args.chat, since, until, args.limit))
     lines = [f"{_when(r.settled_ms)}  {r.outcome:<9} chat {r.chat}  {r.notice_id}  "
-             f"attempts {r.attempts}  {r.reason or ''}".rstrip() for r in rows]  # fmt: skip
+             f"attempts {r.attempts}  deliveries {r.deliveries}  {r.reason or ''}".rstrip()
+             for r in rows]  # fmt: skip
     _print([r.as_dict() for r in rows], args.json, "\n".join(lines) or "no notices")
 
 
 def cmd_counts(args: argparse.Namespace) -> None:
-    counts = read_archive(args.db, lambda db: db.counts())
+    counts, (deliveries, resent) = read_archive(
+        args.db, lambda db: (db.counts(), db.delivery_counts())
+    )
     text = "\n".join(f"{k:<10} {v}" for k, v in sorted(counts.items())) or "no notices"
-    _print(counts, args.json, text)
+    if counts:
+        text += (f"\ndeliveries {deliveries}  (every send Telegram accepted)"
+                 f"\nresent     {resent}  (notices delivered more than once)")  # fmt: skip
+    _print(counts | {"deliveries": deliveries, "resent": resent}, args.json, text)
 
 
 def cmd_status(args: argparse.Namespace) -> None:
@@ -192,7 +198,8 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--until", help="before this time (ISO 8601 or Unix ms)")
     q.add_argument("--limit", type=int, default=1000)
     q.add_argument("--json", action="store_true", help="print a JSON list of rows")
-    c = sub.add_parser("counts", help="notices per outcome (read-only)")
+    c = sub.add_parser("counts", help="notices per outcome, deliveries, notices delivered more "
+                       "than once (read-only)")  # fmt: skip
     c.add_argument("--json", action="store_true", help="print a JSON object")
     s = sub.add_parser("status", help="replica status: last segment, manifest, objects and lag "
                        "(read-only)")  # fmt: skip

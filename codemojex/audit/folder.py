@@ -13,7 +13,8 @@ Theory of operation:
   later pass. A batch is folded into SQLite and
   committed, then acknowledged, then the stream is trimmed below what every reader of the group
   has committed (one script, never a blind cap). A crash between commit and acknowledge replays
-  the batch; inserts are idempotent by notice id.
+  the batch; inserts are idempotent by notice id and settlement time, and a later delivery of a
+  notice already delivered is counted on its row (``resent``, and one log line per batch).
 * It needs only the server and the local disk. Server trouble is logged once (and once when it
   is over) and retried every ``poll_s``.
 * While ``may_read()`` is false (the archiver's epoch is fenced) it leaves the stream to the
@@ -55,6 +56,7 @@ def one_line(exc: BaseException) -> str:
 @attrs.frozen
 class FolderStats:
     archived: int = 0  # rows inserted (new)
+    resent: int = 0  # deliveries of notices already recorded as delivered (sent again)
     acknowledged: int = 0  # stream entries committed and acked
     forgotten: int = 0  # members of past runs removed from the group
     folding: bool = False  # reading the stream (not while a new database waits for the replica)
@@ -187,10 +189,15 @@ class Folder:
     async def _fold(self, records: Sequence[audit.AuditRecord]) -> int:
         if not records:
             return 0
-        archived = await self.store.insert(fold(records))  # committed (synchronous=FULL)
-        self._stats = attrs.evolve(self._stats, archived=self._stats.archived + archived)
+        done = await self.store.insert_counted(fold(records))  # committed (synchronous=FULL)
+        self._stats = attrs.evolve(self._stats, archived=self._stats.archived + done.written,
+                                   resent=self._stats.resent + done.resent)  # fmt: skip
+        if done.resent:
+            log.warning("archiver: %d notice(s) delivered again that the archive recorded as "
+                        "delivered before (python -m codemojex.audit counts)",
+                        done.resent)  # fmt: skip
         # Acknowledge, and trim below what every reader of the group has committed: one script.
-        done = await audit.ack_and_trim(self.bus, self.queue, GROUP,
-                                        [r.stream_id for r in records])  # fmt: skip
-        self._stats = attrs.evolve(self._stats, acknowledged=self._stats.acknowledged + done.acked)
+        acked = await audit.ack_and_trim(self.bus, self.queue, GROUP,
+                                         [r.stream_id for r in records])  # fmt: skip
+        self._stats = attrs.evolve(self._stats, acknowledged=self._stats.acknowledged + acked.acked)
         return len(records)

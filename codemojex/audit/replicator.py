@@ -511,7 +511,7 @@ def _restore(replica: Replica, db_path: str | Path) -> int:
                 with replica.reader(name) as piece:  # a compacted object is read in parts
                     for rows in segments.read_rows(piece):
                         seqs = [seq for seq, _ in rows]
-                        total += db.insert_in(cur, [row for _, row in rows], seqs)
+                        total += db.insert_in(cur, [row for _, row in rows], seqs).written
                         replicated = max(replicated, seqs[-1])
                 db.set_meta_in(cur, {"segment": str(segments.span(name)[1]),
                                      "replicated_seq": str(replicated)})  # fmt: skip

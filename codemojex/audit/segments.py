@@ -12,6 +12,9 @@ deleted by compaction, see ``compaction``):
       {"seq": 2001, "notice_id": "NOT...", "job_id": "JOB...", "chat": 42, ...}
 
   ``seq`` is the row's number in the archive; a row's other fields are ``AuditRow``'s.
+  ``deliveries`` is written only when it is not what the outcome implies (1 for delivered, 0
+  otherwise: a notice sent again, or acked unsent), so rows read as they always were, and a
+  row written before the count existed reads as its outcome implies.
 * ``compacted/<first>-<last>.jsonl``: segments ``first`` to ``last`` merged into one object: the
   same row lines, in the same order, under one header::
 
@@ -40,6 +43,7 @@ from pathlib import PurePosixPath
 from typing import Any, BinaryIO
 
 import attrs
+from cattrs.gen import make_dict_unstructure_fn, override
 from cattrs.preconf.json import make_converter
 
 from codemojex.audit.replica import Readable
@@ -84,6 +88,10 @@ MANIFESTS = "manifests/"
 CHUNK = 1 << 16  # bytes a merge or a restore reads and writes at a time
 
 _converter = make_converter(forbid_extra_keys=False)
+_converter.register_unstructure_hook(
+    AuditRow,
+    make_dict_unstructure_fn(AuditRow, _converter, deliveries=override(omit_if_default=True)),
+)
 
 
 @attrs.frozen

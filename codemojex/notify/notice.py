@@ -114,10 +114,21 @@ def decode(payload: bytes | str) -> Notice:
 @attrs.frozen
 class DeliveryNote:
     """What the audit keeps of a delivery, beside the notice itself (which is in the payload):
-    the chat it reached (after a migration, the new one) and Telegram's id for the message."""
+    the chat it reached (after a migration, the new one) and Telegram's id for the message.
+    ``already_delivered``: not sent this time, because the audit archive records the notice
+    delivered (after a repair or restore of the server's data); left out when false."""
 
     chat: int
     message_id: int | None
+    already_delivered: bool = False
+
+
+_converter.register_unstructure_hook(
+    DeliveryNote,
+    make_dict_unstructure_fn(
+        DeliveryNote, _converter, already_delivered=override(omit_if_default=True)
+    ),
+)
 
 
 def encode_note(note: DeliveryNote) -> str:

@@ -122,10 +122,12 @@ class Defer:
 
 @attrs.frozen
 class Done:
-    """Delivered: ack, with Telegram's message id and the chat reached for the audit."""
+    """Delivered: ack, with Telegram's message id and the chat reached for the audit.
+    ``already``: not sent now, because the audit archive records it delivered (the ledger)."""
 
     message_id: int | None
     chat: int = 0  # filled in by the worker: the id sent to (after a migration, the new one)
+    already: bool = False
 
 
 @attrs.frozen

@@ -31,6 +31,11 @@ Theory of operation:
   trouble; the lease token refuses a second try of a settled job. On exit every held notice not
   settled goes back in one ``release`` (shielded, with a deadline). After ``kill -9`` the leases
   expire and the metronome's reaper returns the notices, still first in their lanes.
+* After a repair or restore of the server's data (its append-only file cut at a damage, or an
+  older copy put in place), notices delivered before it may be pending again. With a ``ledger``
+  (``codemojex.audit.Ledger``), a chat task first asks it about a notice minted before that
+  time: one the audit archive records as delivered is acked without sending, its note saying
+  so, and counted (``already_delivered``).
 """
 
 from __future__ import annotations
@@ -85,6 +90,7 @@ from echomq_trio.errors import RequestTimedOut, level_of
 from echomq_trio.transport import Transport
 
 if TYPE_CHECKING:
+    from codemojex.audit.ledger import Ledger
     from codemojex.metrics import NotifyMetrics
 
 __all__ = ["ChatLane", "NotificationWorker", "WorkerStats"]
@@ -110,6 +116,7 @@ class WorkerStats:
     dropped: int = 0  # buried: undeliverable, or stuck behind 429s
     outages: int = 0  # outages of Telegram this worker saw (``OutageGate.statistics()``)
     chat_tasks: int = 0  # chat tasks started
+    already_delivered: int = 0  # acked unsent: the audit archive records them delivered
     fatal: str | None = None
 
 
@@ -129,7 +136,9 @@ class NotificationWorker:
     each delivery its delay; without, nothing. ``concurrency`` is how many notices (so chats) it
     holds at most: 8 by default, the best of 8/16/64 measured with tools/bench_notify.py (more
     chat tasks wake later for their booked slots, and late sends meet 429s; README).
-    ``hang_after_s``: a request to Telegram unanswered this long is an outage (``OutageGate``)."""
+    ``hang_after_s``: a request to Telegram unanswered this long is an outage (``OutageGate``).
+    With a ``ledger`` it does not send again a notice the audit archive records as delivered
+    (after a repair or restore of the server's data; see the module docstring)."""
 
     def __init__(
         self,
@@ -146,6 +155,7 @@ class NotificationWorker:
         rng: random.Random | None = None,
         metrics: NotifyMetrics | None = None,
         hang_after_s: float = DEFAULT_HANG_AFTER_S,
+        ledger: Ledger | None = None,
     ) -> None:
         bus.keys(queue)  # validates the name
         for name, value in (("concurrency", concurrency), ("lease_ms", lease_ms),
@@ -166,6 +176,7 @@ class NotificationWorker:
         self._bus_stats = ConsumerStats()
         self._rng = rng or random.Random()
         self._metrics = metrics
+        self.ledger = ledger
         self._claim_sizes = None if metrics is None else metrics.bus.claim_batch.labels(queue)
         self._settled = None if metrics is None else metrics.bus.settled(queue)
         # On the server, not in this process: old chat id -> new chat id, one field per group
@@ -290,6 +301,8 @@ class NotificationWorker:
             self._count(dropped=1)
             await self._settle(job, Bury(str(exc)))
             return
+        if self.ledger is not None and await self._already_delivered(job, notice):
+            return
         failures = 0
         while True:
             try:
@@ -308,6 +321,20 @@ class NotificationWorker:
             if isinstance(step, Defer | Bury) and lane.inbox.statistics().current_buffer_used == 0:
                 self._end(lane)  # paused, stuck or gone: the chat needs no task now
             return
+
+    async def _already_delivered(self, job: Job, notice: Notice) -> bool:
+        """Ack ``notice`` unsent if the ledger (the audit archive) records it delivered: the
+        server's data went back since (see the module docstring)."""
+        assert self.ledger is not None
+        known = await self.ledger.delivered(notice.id or job.id)
+        if known is None:
+            return False
+        self._count(already_delivered=1)
+        log.info("notice %s not sent again: the audit archive records it delivered to %s "
+                 "(message %s)", notice.id, known.chat, known.message_id)  # fmt: skip
+        chat = notice.chat if known.chat is None else known.chat
+        await self._settle(job, Done(known.message_id, chat=chat, already=True))
+        return True
 
     def _end(self, lane: ChatLane) -> None:
         """End a chat's task at its next checkpoint (its inbox is empty: checked just before,
@@ -472,8 +499,8 @@ class NotificationWorker:
         """One script for the notice, shielded with a deadline so that a shutdown does not cut
         it off, and tried again through connection trouble."""
         match step:
-            case Done(message_id=mid, chat=chat):
-                note = encode_note(DeliveryNote(chat, mid))
+            case Done(message_id=mid, chat=chat, already=already):
+                note = encode_note(DeliveryNote(chat, mid, already_delivered=already))
                 call = partial(jobs.ack, self.bus, self.queue, job.id, job.token, note)
             case Retry(ms=wait, reason=why):
                 call = partial(jobs.retry, self.bus, self.queue, job.id, job.token, wait,

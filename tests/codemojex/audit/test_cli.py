@@ -82,7 +82,7 @@ def test_query_counts_status_restore(tmp_path: Path) -> None:
     assert "NOT0ST3A7fpq01" in out.stdout and "NOT0ST3A7fpq02" in out.stdout
     assert "NOT0ST3A7fpq03" not in out.stdout and "chat not found" in out.stdout
     out = audit("counts", "--db", str(db), "--json")
-    assert json.loads(out.stdout) == {"delivered": 3, "dropped": 1}
+    assert json.loads(out.stdout) == {"delivered": 3, "dropped": 1, "deliveries": 3, "resent": 0}
     out = audit("status", "--db", str(db), "--replica", str(rep), "--json")
     status = json.loads(out.stdout)
     assert (status["segments"], status["local_rows"], status["lag_rows"], status["epoch"]) == (

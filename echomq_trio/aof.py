@@ -1,0 +1,238 @@
+"""An embedded server's append-only file, read without I/O (pure): whether the server's log says
+the file is damaged, what the server's checker (``redis-check-aof``) reported, what a cut-off
+part held, and the record of a repair or restore kept in the data directory.
+``echomq_trio.repair`` does the I/O and ``echomq repair`` / ``echomq restore`` run it.
+
+Why a record: a repaired file is cut at its damage, and a restored one is an older copy, so the
+server's data goes back in time: jobs settled after that point are pending again and would run
+a second time. The record (``repairs.jsonl`` in the data directory: one JSON line per repair or
+restore, with its time) lets an application that keeps its own ledger of finished work
+(codemojex's audit archive) consult it for the work that predates the latest one.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable
+from pathlib import Path, PurePath
+
+import attrs
+from cattrs.preconf.json import make_converter
+
+__all__ = [
+    "AOF_DIR",
+    "REPAIRS_FILE",
+    "SINGLE_FILE",
+    "Checked",
+    "Cut",
+    "RepairRecord",
+    "checker_name",
+    "count_cut",
+    "damage_message",
+    "damaged_file",
+    "encode_record",
+    "last_rewind_ms",
+    "parse_check",
+    "parse_records",
+    "repair_command",
+]
+
+AOF_DIR = "appendonlydir"  # Redis 7+ and Valkey: a manifest, a base file and incremental files
+SINGLE_FILE = "appendonly.aof"  # Redis 6.2: one file
+REPAIRS_FILE = "repairs.jsonl"  # one line per repair or restore of the data directory
+
+# The server's refusals that its checker can mend (Redis 6.2-8, Valkey): a format error in the
+# middle, or an unexpected end when truncated tails are not loaded (the default loads them).
+_DAMAGED = (
+    re.compile(r"Bad file format reading the append only file (\S+?):?\s"),
+    re.compile(r"Unexpected end of file reading the append only file (\S+?)\.?\s"),
+)
+_STARTING = "oO0OoO0OoO0Oo"  # the line each start of Redis or Valkey begins with
+_CHECKER_HINT = re.compile(r"\./(?:redis|valkey)-check-aof --fix")
+_ANALYZED = re.compile(
+    r"AOF analyzed:(?: filename=(?P<file>[^,]+),)? size=(?P<size>\d+), ok_up_to=(?P<ok>\d+),"
+    r"(?: ok_up_to_line=\d+,)? diff=(?P<diff>\d+)"
+)
+_TRUNCATED = re.compile(r"Successfully truncated AOF")
+_NOT_LAST = re.compile(r"because it is not the last file")
+
+
+def damaged_file(log_text: str) -> str | None:
+    """The file a server's log says is damaged (``appendonly.aof.1.incr.aof``), or "the
+    append-only file" when the log asks for the checker without naming one; ``None`` when the
+    log says nothing of the kind. Only the lines of the last start count (the log is kept
+    across starts)."""
+    log_text = log_text[log_text.rfind(_STARTING) + 1 :]
+    for pattern in _DAMAGED:
+        named = [m[1] for m in pattern.finditer(log_text)]
+        if named:
+            return named[-1]
+    return "the append-only file" if _CHECKER_HINT.search(log_text) else None
+
+
+def repair_command(data_dir: str | PurePath) -> str:
+    """The command that repairs the append-only file of ``data_dir``, as an operator types it."""
+    return f"echomq repair --data-dir {shlex.quote(str(data_dir))}"
+
+
+def damage_message(data_dir: str | PurePath, file: str) -> str:
+    """One line for an operator whose server refused its damaged append-only file."""
+    return (
+        f"the embedded server cannot start: its append-only file is damaged ({file} in "
+        f"{Path(data_dir) / AOF_DIR}). Repair it with `{repair_command(data_dir)}` (it keeps "
+        "a copy of the damaged files, cuts the file at the damage and says what was cut)"
+    )
+
+
+def checker_name(binary: str) -> str:
+    """The name to run the server ``binary`` by so that it is the append-only file checker: the
+    servers choose by the name they are run as (argv[0])."""
+    return "valkey-check-aof" if "valkey" in PurePath(binary).name else "redis-check-aof"
+
+
+@attrs.frozen
+class Checked:
+    """What the checker said of an append-only file: ``valid``, or the damaged ``file`` of
+    ``size`` bytes, readable up to ``ok_up_to`` and ``diff`` bytes after that (what a fix cuts).
+    ``fixable`` is false when the damage is where the checker cannot cut (not in the last file);
+    ``truncated`` when a ``--fix`` run cut it."""
+
+    valid: bool
+    file: str | None = None
+    size: int = 0
+    ok_up_to: int = 0
+    diff: int = 0
+    fixable: bool = True
+    truncated: bool = False
+
+
+def parse_check(output: str, status: int) -> Checked:
+    """The checker's output (and exit status) read (Redis 6.2 to 8, Valkey)."""
+    damaged = [m for m in _ANALYZED.finditer(output) if int(m["diff"]) > 0]
+    fixable = not _NOT_LAST.search(output)
+    truncated = bool(_TRUNCATED.search(output))
+    if not damaged:
+        return Checked(valid=status == 0, fixable=fixable and status == 0, truncated=truncated)
+    m = damaged[-1]
+    return Checked(
+        valid=False,
+        file=(m["file"] or SINGLE_FILE).strip(),
+        size=int(m["size"]),
+        ok_up_to=int(m["ok"]),
+        diff=int(m["diff"]),
+        fixable=fixable,
+        truncated=truncated,
+    )
+
+
+@attrs.frozen
+class Cut:
+    """What a cut-off part of an append-only file held: ``commands`` (data commands: not
+    ``MULTI``, ``EXEC`` or ``SELECT``), ``writes`` (a transaction, which is how a server logs a
+    script call, counts once; a command on its own too) and ``unreadable`` bytes (the damage,
+    and whatever could not be read as commands)."""
+
+    commands: int = 0
+    writes: int = 0
+    unreadable: int = 0
+
+
+_BOOKKEEPING = frozenset({b"MULTI", b"EXEC", b"SELECT"})
+
+
+def count_cut(data: bytes) -> Cut:
+    """Count the commands in ``data``, the part of an append-only file a repair cuts off. It
+    starts with the damage (or a transaction the damage is in); past what cannot be read, the
+    count picks up at the next command."""
+    pos, commands, writes, unreadable, in_multi = 0, 0, 0, 0, False
+    while pos < len(data):
+        parsed = _command_at(data, pos)
+        if parsed is None:
+            resume = data.find(b"\r\n*", pos)
+            skip_to = len(data) if resume < 0 else resume + 2
+            unreadable += skip_to - pos
+            pos = skip_to
+            continue
+        name, pos = parsed
+        if name == b"MULTI":
+            in_multi = True
+            writes += 1
+        elif name == b"EXEC":
+            in_multi = False
+        elif name not in _BOOKKEEPING:
+            commands += 1
+            writes += 0 if in_multi else 1
+    return Cut(commands, writes, unreadable)
+
+
+_ARRAY = re.compile(rb"\*(\d{1,9})\r\n")
+_BULK = re.compile(rb"\$(\d{1,12})\r\n")
+
+
+def _command_at(data: bytes, pos: int) -> tuple[bytes, int] | None:
+    """The command (its name, upper case) at ``pos`` and where the next begins; ``None`` when
+    no whole command starts there."""
+    head = _ARRAY.match(data, pos)
+    if head is None or int(head[1]) < 1:
+        return None
+    pos, name = head.end(), b""
+    for n in range(int(head[1])):
+        bulk = _BULK.match(data, pos)
+        if bulk is None:
+            return None
+        start = bulk.end()
+        end = start + int(bulk[1])
+        if data[end : end + 2] != b"\r\n":
+            return None
+        if n == 0:
+            name = data[start:end].upper()
+        pos = end + 2
+    return name, pos
+
+
+@attrs.frozen
+class RepairRecord:
+    """One line of ``repairs.jsonl``: a ``repair`` (the file cut at its damage: ``file``, its
+    ``size``, cut at ``cut_at``, ``cut_bytes`` holding ``commands`` in ``writes``) or a
+    ``restore`` (the server's data replaced by an older copy from ``source``, or by hand when
+    ``source`` is ``None``), at ``at_ms`` (Unix ms, this host's clock); ``kept`` is where the
+    files as they were before it are kept."""
+
+    kind: str
+    at_ms: int
+    kept: str | None = None
+    file: str | None = None
+    size: int | None = None
+    cut_at: int | None = None
+    cut_bytes: int | None = None
+    commands: int | None = None
+    writes: int | None = None
+    source: str | None = None
+
+
+_converter = make_converter(omit_if_default=True, forbid_extra_keys=False)
+
+
+def encode_record(record: RepairRecord) -> str:
+    """One line of ``repairs.jsonl`` (no line end)."""
+    return _converter.dumps(record)
+
+
+def parse_records(text: str) -> tuple[list[RepairRecord], int]:
+    """The records of a ``repairs.jsonl`` and how many of its lines are not records (a line
+    cut short by a crash while it was written, say)."""
+    records, bad = [], 0
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            records.append(_converter.loads(line, RepairRecord))
+        except Exception:  # cattrs and json raise several kinds; all mean "not a record"
+            bad += 1
+    return records, bad
+
+
+def last_rewind_ms(records: Iterable[RepairRecord]) -> int | None:
+    """The latest time the data went back (the latest repair or restore), or ``None``."""
+    return max((r.at_ms for r in records), default=None)
