@@ -37,13 +37,13 @@ class Migration:
 
 
 def migrations_key(bus: Bus, queue: str = NOTIFY_QUEUE) -> str:
-    """The hash old chat id -> new chat id (``emq:{<queue>}:app:migrated``)."""
+    """The hash old chat id -> new chat id (the queue's app key ``migrated``)."""
     return bus.keys(queue).app("migrated")
 
 
 def chat_links_key(bus: Bus, queue: str = NOTIFY_QUEUE) -> str:
-    """The hash chat id -> room id (``emq:{<queue>}:app:chat-rooms``), kept in the same slot as
-    the migrations so that one script moves a link with the record."""
+    """The hash chat id -> room id (the queue's app key ``chat-rooms``), kept in the same slot
+    as the migrations so that one script moves a link with the record."""
     return bus.keys(queue).app("chat-rooms")
 
 
