@@ -8,17 +8,20 @@ old group, ``migrate_from_chat_id`` in the new supergroup), or a send to the old
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
+import trio
 
 from codemojex import ids
-from codemojex.chat import room_of_chat
+from codemojex.chat import UPDATES_QUEUE, room_of_chat
 from codemojex.game import board, current_round, get_room
 from codemojex.game.rounds import Round
 from codemojex.standin import TelegramStandIn, open_stand_in
-from echomq_trio import Bus, lanes
+from echomq_trio import Bus, lanes, open_bus
 from tests.codemojex.chat.conftest import TOKEN, group_id, playing, user_id
 from tests.conftest import wait_for
+from tests.support import Lines, start_service, stop_process
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -163,6 +166,53 @@ async def test_a_send_answered_with_the_move_carries_the_game_over(bus: Bus, que
     assert again == f"🏆 {TITLE}, round {second.id} (in play)\n1. Bob 100%"
     assert requests_to(tg, old) == sent_to_old + 1  # the one send that learnt of the move
     assert (await board.top(bus, board.round_board(room, second.id)))[0].percentage == 100
+
+
+@pytest.mark.timeout_s(180)
+async def test_the_service_plays_on_in_the_supergroup(standalone_only: str, tmp_path: Path) -> None:
+    """The same through ``python -m codemojex.run`` as a process of its own, polling the
+    stand-in: the upgrade is announced mid-round; a guess in the supergroup lands on the
+    round's board beside the one made before, ``/top`` there shows both, the round's results
+    go there, and the old id is never sent to again."""
+    old, new = group_id(), supergroup_id()
+    alice, bob = user_id(), user_id()
+    args = ("--url", standalone_only, "--telegram-token", TOKEN, "--demo", "off",
+            "--archive", "off", "--summary-every", "0", "--round-length", "600")  # fmt: skip
+    async with open_stand_in(TOKEN, None) as tg, open_bus(standalone_only) as bus:
+        proc = await start_service(tmp_path, *args, "--telegram-api-url", tg.api_url)
+        try:
+            with trio.fail_after(60):
+                await Lines(proc).until("codemojex is running")
+            u = tg.updates
+            u.user_says(old, alice, "/newgame", name="Alice", chat_title=TITLE)
+            u.user_says(old, alice, "/round", name="Alice", chat_title=TITLE)
+            with trio.fail_after(60):
+                await tg.wait_deliveries(4, old)  # the room, the round, its reply, its start
+            room = await room_of_chat(bus, old)
+            assert room is not None
+            rnd = await current_round(bus, room)
+            u.user_says(old, alice, "".join(rnd.secret), name="Alice", chat_title=TITLE)
+            with trio.fail_after(60):
+                await tg.wait_deliveries(1, alice)
+            sent_to_old = requests_to(tg, old)
+            tg.migrate(old, new)
+            u.user_says(new, bob, worse(rnd, 3), name="Bob", chat_title=TITLE)
+            u.user_says(new, bob, "/top", name="Bob", chat_title=TITLE)
+            with trio.fail_after(60):
+                await tg.wait_deliveries(1, bob)
+                (top,) = await _next(tg, new, 1)
+            await end_now(bus, UPDATES_QUEUE, rnd)
+            with trio.fail_after(60):
+                (results,) = await _next(tg, new, 2)
+            assert (await get_room(bus, room)).chat == new
+        finally:
+            await stop_process(proc)
+    heading, *board_lines = top.splitlines()
+    assert heading == f"🏆 {TITLE}, round {rnd.id} (in play)"
+    assert board_lines[0] == "1. Alice 100%" and board_lines[1].startswith("2. Bob ")
+    assert results.splitlines()[1:] == [f"🏆 {TITLE}, round {rnd.id}", *board_lines]
+    assert requests_to(tg, old) == sent_to_old
+    assert tg.statistics().statuses.get(400, 0) == 0
 
 
 async def _waiting(bus: Bus, queue: str, chat: int, count: int) -> bool:
