@@ -159,12 +159,12 @@ class ChatGame:
             log.debug("update %s ignored: %s", update_id, what.reason)
             return None
         if isinstance(what, Upgraded):
-            self._stats = added(self._stats, upgrades=1)
             try:
                 moved = await follow_migration(self.bus, what.old, what.new,
                                                queue=self.notify_queue)  # fmt: skip
             except ValueError as exc:  # ids no upgrade has (such as 0): nothing to follow
                 return Bury(f"not an upgrade: {exc}")
+            self._stats = added(self._stats, upgrades=1)  # followed (counted once done)
             log.info("chat %s was upgraded to %s (room %s)", what.old, moved.new, moved.room)
             return None
         key = f"reply:{self.bot_id}:{update_id}"

@@ -69,7 +69,7 @@ async def test_a_group_upgraded_mid_game_plays_on_under_the_new_id(bus: Bus, que
         u = tg.updates
         u.user_says(old, alice, "/newgame", name="Alice", chat_title=TITLE)
         u.user_says(old, alice, "/round", name="Alice", chat_title=TITLE)
-        await tg.wait_deliveries(4, old)  # the room, the round, its reply, its start
+        await started(tg, old)
         room = await room_of_chat(bus, old)
         assert room is not None
         rnd = await current_round(bus, room)
@@ -129,7 +129,7 @@ async def test_a_send_answered_with_the_move_carries_the_game_over(bus: Bus, que
         u = tg.updates
         u.user_says(old, alice, "/newgame", name="Alice", chat_title=TITLE)
         u.user_says(old, alice, "/round", name="Alice", chat_title=TITLE)
-        await tg.wait_deliveries(4, old)
+        await started(tg, old)
         room = await room_of_chat(bus, old)
         assert room is not None
         first = await current_round(bus, room)
@@ -187,7 +187,7 @@ async def test_the_service_plays_on_in_the_supergroup(standalone_only: str, tmp_
             u.user_says(old, alice, "/newgame", name="Alice", chat_title=TITLE)
             u.user_says(old, alice, "/round", name="Alice", chat_title=TITLE)
             with trio.fail_after(60):
-                await tg.wait_deliveries(4, old)  # the room, the round, its reply, its start
+                await started(tg, old)
             room = await room_of_chat(bus, old)
             assert room is not None
             rnd = await current_round(bus, room)
@@ -200,11 +200,16 @@ async def test_the_service_plays_on_in_the_supergroup(standalone_only: str, tmp_
             u.user_says(new, bob, "/top", name="Bob", chat_title=TITLE)
             with trio.fail_after(60):
                 await tg.wait_deliveries(1, bob)
-                (top,) = await _next(tg, new, 1)
+                top = await _first(tg, new, "🏆")
             await end_now(bus, UPDATES_QUEUE, rnd)
             with trio.fail_after(60):
-                (results,) = await _next(tg, new, 2)
+                results = await _first(tg, new, "Round over")
             assert (await get_room(bus, room)).chat == new
+            assert [t.split()[0] for t in shown(tg, new)] == ["🏆", "Round"], (
+                shown(tg, new),
+                shown(tg, old),
+                tg.requests,
+            )
         finally:
             await stop_process(proc)
     heading, *board_lines = top.splitlines()
@@ -221,6 +226,22 @@ async def _waiting(bus: Bus, queue: str, chat: int, count: int) -> bool:
 
 async def _moved(bus: Bus, room: str, new: int) -> bool:
     return await room_of_chat(bus, new) == room and (await get_room(bus, room)).chat == new
+
+
+async def started(tg: TelegramStandIn, chat: int) -> None:
+    """Wait for the four texts a new game's first round sends ``chat`` (the room, the round,
+    its reply, its start reminder: the reminder may come first when the round starts at once),
+    so that nothing more is on its way there."""
+    await tg.wait_deliveries(4, chat)
+    kinds = sorted(t.split()[0] for t in shown(tg, chat))
+    assert kinds == sorted(["🎮", "🎲", "The", "⏰"]), (shown(tg, chat), tg.requests)
+
+
+async def _first(tg: TelegramStandIn, chat: int, prefix: str) -> str:
+    """The first text delivered to ``chat`` that starts with ``prefix``, once there is one."""
+    while not (found := [t for t in shown(tg, chat) if t.startswith(prefix)]):
+        await tg.wait_deliveries(tg.delivered(chat) + 1, chat)
+    return found[0]
 
 
 async def _next(tg: TelegramStandIn, chat: int, count: int) -> list[str]:
