@@ -44,6 +44,7 @@ from codemojex.chat import (
     register_webhook,
 )
 from codemojex.chat.demo import play_in_chats
+from codemojex.chat.directory import LEGACY_CHAT_ROOMS_KEY, upgrade_chat_links
 from codemojex.chat.service import identify, poll_updates
 from codemojex.game import Feed, PageServer, board, demo
 from codemojex.game.page import DASHBOARD_PATH, EMOJI_FONT
@@ -263,6 +264,7 @@ async def run(
         metrics.watch(worker=worker)
         answer, next_run = await game.register_digest(bus)
         moved = await game.migrate_room_index(bus)  # rooms kept before the index (see rooms)
+        linked = await upgrade_chat_links(bus)  # chat links kept before (see chat.directory)
         async with trio.open_nursery() as nursery:
             archiver = None
             if not settings.archive:
@@ -321,6 +323,11 @@ async def run(
             say(f"  updates: {updates}, as @{username}")
             if moved:
                 say(f"  rooms: moved {moved} room(s) of the old set cm:rooms into the index")
+            if linked:
+                say(
+                    f"  chats: moved {linked} chat link(s) of {LEGACY_CHAT_ROOMS_KEY} beside the "
+                    "migrated chats"
+                )
             if settings.demo and stand_in is not None:  # simulated users talk in chats
                 nursery.start_soon(play_in_chats, bus, stand_in.updates)
             elif settings.demo:

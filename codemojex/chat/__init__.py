@@ -6,14 +6,24 @@ guess, or nothing, by rule). ``intake.admit`` is the one way an update enters th
 ``Poller`` reads updates with ``getUpdates`` long polling and confirms them to Telegram only
 after they are on the bus; in webhook mode the ``Webhook`` endpoint (on the page server) checks
 the secret, admits the update and only then answers 200. ``ChatGame`` consumes the queue and
-plays: rooms per chat and players per Telegram user (``directory``), rounds, guesses and
-boards (``codemojex.game``), every answer through ``codemojex.notify``.
+plays: rooms per chat and players per Telegram user (``directory``, which also follows a group
+upgraded to a supergroup), rounds, guesses and boards (``codemojex.game``), every answer
+through ``codemojex.notify``.
 """
 
-from codemojex.chat.directory import open_room, player_for, room_of_chat
+from codemojex.chat.directory import follow_migration, open_room, player_for, room_of_chat
 from codemojex.chat.handler import ChatGame, ChatStats
 from codemojex.chat.intake import ALLOWED_UPDATES, UPDATES_QUEUE, admit
-from codemojex.chat.meaning import Chat, Command, Guess, Ignored, Meaning, Sender, meaning
+from codemojex.chat.meaning import (
+    Chat,
+    Command,
+    Guess,
+    Ignored,
+    Meaning,
+    Sender,
+    Upgraded,
+    meaning,
+)
 from codemojex.chat.poller import Poller, PollerStats, TelegramRefused
 from codemojex.chat.webhook import WEBHOOK_PATH, Webhook, new_secret, register_webhook
 
@@ -32,8 +42,10 @@ __all__ = [
     "PollerStats",
     "Sender",
     "TelegramRefused",
+    "Upgraded",
     "Webhook",
     "admit",
+    "follow_migration",
     "meaning",
     "new_secret",
     "open_room",

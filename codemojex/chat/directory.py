@@ -1,5 +1,7 @@
 """Which room plays in a Telegram chat, and which player a Telegram user is: two hashes in the
-server, ``cm:chat-rooms`` (chat id -> room id) and ``cm:tg-players`` (user id -> player id).
+server, the chat links (chat id -> room id: the notify queue's app key ``chat-rooms``, beside
+the record of migrated chats, see ``codemojex.notify.migration``) and ``cm:tg-players`` (user
+id -> player id).
 
 Each entry is written once (``HSETNX``), after the room or player it names: a failure in
 between leaves a room or player nobody points at, never a pointer to nothing. A chat's updates
@@ -7,51 +9,117 @@ are handled one at a time (its lane), so two rooms are never opened for one chat
 writes in two chats at once may have two players made, of which the first pointer written wins
 (the other is an unused record of about a hundred bytes). Both grow with the chats and people
 who play, never with time.
+
+A group upgraded to a supergroup keeps its room (``follow_migration``): its link moves to the
+new id together with the record of the move (one script, ``chat_migrate``), and the room's
+record names the new chat, so its rounds, board and notices go on there. An update of the old
+group handled after the move (its lane is not the new one's) still finds the room: a chat with
+no link of its own is looked up under the id it moved to. Players are Telegram users, reached
+in their private chats: an upgrade changes nothing for them.
+
+Links written before they lived in the notify queue's slot (the hash ``cm:chat-rooms``) are
+moved there by ``upgrade_chat_links``, which ``codemojex.run`` calls once at start.
 """
 
 from __future__ import annotations
 
 from codemojex.chat.meaning import Chat, Sender
-from codemojex.game.rooms import Player, create_player, create_room, get_player
+from codemojex.game.rooms import Player, create_player, create_room, get_player, move_room
+from codemojex.notify.migration import Migration, chat_links_key, migrate_chat, migrations_key
+from codemojex.notify.notifier import NOTIFY_QUEUE
 from echomq_trio import Bus
 from echomq_trio.protocol import as_text
 
 __all__ = [
-    "CHAT_ROOMS_KEY",
+    "LEGACY_CHAT_ROOMS_KEY",
     "PLAYERS_BY_USER_KEY",
     "adopt_room",
+    "follow_migration",
     "open_room",
     "player_for",
     "room_of_chat",
+    "upgrade_chat_links",
 ]
 
-CHAT_ROOMS_KEY = "cm:chat-rooms"
+LEGACY_CHAT_ROOMS_KEY = "cm:chat-rooms"  # the chat links as written before (see the docstring)
 PLAYERS_BY_USER_KEY = "cm:tg-players"
+_SCAN_PAGE = 1_000
 
 
-async def room_of_chat(bus: Bus, chat: int) -> str | None:
-    """The id of the room playing in ``chat``, or ``None``."""
-    raw = await bus.wire.command("HGET", CHAT_ROOMS_KEY, str(chat))
+async def room_of_chat(bus: Bus, chat: int, *, queue: str = NOTIFY_QUEUE) -> str | None:
+    """The id of the room playing in ``chat`` (or in the chat it moved to), or ``None``. One
+    read for a chat with a room; a chat without one also looks for a move."""
+    links = chat_links_key(bus, queue)
+    raw = await bus.wire.command("HGET", links, str(chat))
+    if raw is None:
+        moved = await bus.wire.command("HGET", migrations_key(bus, queue), str(chat))
+        if moved is not None:
+            raw = await bus.wire.command("HGET", links, as_text(moved))
     return None if raw is None else as_text(raw)
 
 
-async def open_room(bus: Bus, chat: Chat) -> tuple[str, bool]:
+async def open_room(bus: Bus, chat: Chat, *, queue: str = NOTIFY_QUEUE) -> tuple[str, bool]:
     """The room of ``chat``, made (titled after the chat) if it has none: ``(room id, made)``."""
-    found = await room_of_chat(bus, chat.id)
+    found = await room_of_chat(bus, chat.id, queue=queue)
     if found is not None:
         return found, False
     room = await create_room(bus, chat.id, chat.title)
-    if await bus.wire.command("HSETNX", CHAT_ROOMS_KEY, str(chat.id), room.id):
+    if await bus.wire.command("HSETNX", chat_links_key(bus, queue), str(chat.id), room.id):
         return room.id, True
-    winner = await room_of_chat(bus, chat.id)
+    winner = await room_of_chat(bus, chat.id, queue=queue)
     assert winner is not None
     return winner, False
 
 
-async def adopt_room(bus: Bus, chat: int, room_id: str) -> bool:
+async def adopt_room(bus: Bus, chat: int, room_id: str, *, queue: str = NOTIFY_QUEUE) -> bool:
     """Make ``room_id`` (a room made before chats had rooms) the room of ``chat`` if the chat
     has none; ``True`` if it did."""
-    return bool(await bus.wire.command("HSETNX", CHAT_ROOMS_KEY, str(chat), room_id))
+    links = chat_links_key(bus, queue)
+    return bool(await bus.wire.command("HSETNX", links, str(chat), room_id))
+
+
+async def follow_migration(bus: Bus, old: int, new: int, *, queue: str = NOTIFY_QUEUE) -> Migration:
+    """The group ``old`` is now the supergroup ``new``: its room's link moves with the record
+    of the move (``migrate_chat``, one script), then the room's record names the new chat
+    (``rooms.move_room``), so its round notices and digests go there. Idempotent: every signal
+    of the upgrade calls it, and one that finds the move made completes what a crash may have
+    left undone. ``ValueError`` for ids that are not chat ids or are equal."""
+    moved = await migrate_chat(bus, old, new, queue=queue)
+    if moved.room is not None:
+        await move_room(bus, moved.room, old, moved.new)
+    return moved
+
+
+async def upgrade_chat_links(bus: Bus, *, queue: str = NOTIFY_QUEUE) -> int:
+    """Move the links of ``cm:chat-rooms`` (written before they lived beside the migrations)
+    into the notify queue's slot; returns how many it moved (0 when there is nothing to move:
+    one ``HSCAN``). A link already there is kept. Each batch is written before it is removed
+    from the old hash, so a failure midway loses nothing and a second run finishes the move;
+    safe to run from several processes at once."""
+    links = chat_links_key(bus, queue)
+    moved = 0
+    cursor = "0"
+    while True:
+        cursor_raw, flat = await bus.wire.command(
+            "HSCAN", LEGACY_CHAT_ROOMS_KEY, cursor, "COUNT", str(_SCAN_PAGE)
+        )
+        pairs = _pairs(flat)
+        for chat, room in pairs:
+            await bus.wire.command("HSETNX", links, chat, room)
+        if pairs:
+            await bus.wire.command("HDEL", LEGACY_CHAT_ROOMS_KEY, *[chat for chat, _ in pairs])
+            moved += len(pairs)
+        cursor = as_text(cursor_raw)
+        if cursor == "0":
+            return moved
+
+
+def _pairs(flat: object) -> list[tuple[str, str]]:
+    """HSCAN's fields and values: a flat list (RESP2) or a map (RESP3)."""
+    if isinstance(flat, dict):
+        return [(as_text(k), as_text(v)) for k, v in flat.items()]
+    items = [as_text(x) for x in (flat or [])] if isinstance(flat, list) else []
+    return list(zip(items[::2], items[1::2], strict=True))
 
 
 async def player_for(bus: Bus, sender: Sender) -> Player:

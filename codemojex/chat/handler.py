@@ -11,7 +11,15 @@ go on. What an update means is decided by ``meaning`` (pure); here it is acted o
 * a guess in a room with a round in play is scored (``rounds.guess``: the player's score comes
   in their private chat); emoji sent when no round is in play are conversation;
 * ``/top`` shows the board of the round in play (or the last one), ``/me`` the sender's
-  standing in it, ``/help`` (and anything in a private chat) the help.
+  standing in it, ``/help`` (and anything in a private chat) the help;
+* the service messages of a group's upgrade to a supergroup move the chat's room to the new id
+  (``directory.follow_migration``; the notification worker calls the same script when a send to
+  the old id is answered with the move), so the game, its board and ``/top`` go on there.
+
+Every text is built for how it is sent (``codemojex.game.markup``): the boards as HTML with
+the names escaped, everything else plain with the names as written. An answer to a message in
+a forum topic goes to that topic (``message_thread_id``), and so do the notices of a round
+started there.
 
 Every sender of a command or guess is a player from the first contact on
 (``directory.player_for``). Every answer goes out through ``notify`` (rate limits, lanes,
@@ -30,10 +38,11 @@ import attrs
 import trio
 
 from codemojex import ids
-from codemojex.chat.directory import open_room, player_for, room_of_chat
+from codemojex.chat.directory import follow_migration, open_room, player_for, room_of_chat
 from codemojex.chat.intake import UPDATES_QUEUE
-from codemojex.chat.meaning import Command, Guess, Ignored, meaning, update_id_of
+from codemojex.chat.meaning import Chat, Command, Guess, Ignored, Upgraded, meaning, update_id_of
 from codemojex.game import board
+from codemojex.game.markup import Text, plain
 from codemojex.game.rooms import get_room, player_names
 from codemojex.game.rounds import (
     ENDED_ROUND_KEEP_MS,
@@ -60,8 +69,8 @@ ROUND_MS = 120_000  # how long a round started in a chat lasts
 START_IN_MS = 5_000  # from /round to the start: time to read the announcement
 
 
-def group_help(bot_username: str) -> str:
-    return (
+def group_help(bot_username: str) -> Text:
+    return plain(
         "🎯 codemojex: guess the 6 secret emojis, in order.\n"
         "/newgame: start playing in this chat\n"
         "/round: start a round\n"
@@ -71,8 +80,8 @@ def group_help(bot_username: str) -> str:
     )
 
 
-def private_help(bot_username: str) -> str:
-    return (
+def private_help(bot_username: str) -> Text:
+    return plain(
         "🎯 codemojex is played in groups: add me to a group and send /newgame there, then "
         f"/round. Your scores for each guess will come here. Emojis: {''.join(ALPHABET)}"
     )
@@ -85,6 +94,7 @@ class ChatStats:
     guesses: int = 0
     ignored: int = 0
     rounds_ended: int = 0
+    upgrades: int = 0  # service messages of a group's upgrade to a supergroup
 
 
 class ChatGame:
@@ -148,6 +158,15 @@ class ChatGame:
             self._stats = added(self._stats, ignored=1)
             log.debug("update %s ignored: %s", update_id, what.reason)
             return None
+        if isinstance(what, Upgraded):
+            try:
+                moved = await follow_migration(self.bus, what.old, what.new,
+                                               queue=self.notify_queue)  # fmt: skip
+            except ValueError as exc:  # ids no upgrade has (such as 0): nothing to follow
+                return Bury(f"not an upgrade: {exc}")
+            self._stats = added(self._stats, upgrades=1)  # followed (counted once done)
+            log.info("chat %s was upgraded to %s (room %s)", what.old, moved.new, moved.room)
+            return None
         key = f"reply:{self.bot_id}:{update_id}"
         try:
             if isinstance(what, Guess):
@@ -155,15 +174,22 @@ class ChatGame:
             else:
                 await self._command(what, key)
         except GameError as exc:  # a move the game refuses: say why
-            await self._reply(what.chat.id, str(exc), key)
+            await self._reply(what.chat, plain(str(exc)), key)
         return None
 
-    async def _reply(self, chat: int, text: str, key: str) -> None:
-        await notify(self.bus, chat, text, queue=self.notify_queue, key=key)
+    async def _reply(self, chat: Chat | int, text: Text, key: str) -> None:
+        """``text`` to ``chat``: in the forum topic of the message answered (a ``Chat``), or to
+        a private chat (its id)."""
+        to, thread = (chat, None) if isinstance(chat, int) else (chat.id, chat.thread)
+        await notify(self.bus, to, text.body, text.opts(thread), queue=self.notify_queue,
+                     key=key)  # fmt: skip
+
+    async def _room_of(self, chat: int) -> str | None:
+        return await room_of_chat(self.bus, chat, queue=self.notify_queue)
 
     async def _guess(self, what: Guess, key: str) -> None:
         player = await player_for(self.bus, what.sender)
-        room = await room_of_chat(self.bus, what.chat.id)
+        room = await self._room_of(what.chat.id)
         if room is None:
             self._stats = added(self._stats, ignored=1)
             return
@@ -176,51 +202,49 @@ class ChatGame:
         try:
             await guess(self.bus, room, player.id, what.text, key=key)
         except GameError as exc:  # to the player alone, as their scores are
-            await self._reply(player.chat, f"{what.chat.title}: {exc}", key)
+            await self._reply(player.chat, plain(f"{what.chat.title}: {exc}"), key)
 
     async def _command(self, what: Command, key: str) -> None:
         self._stats = added(self._stats, commands=1)
         chat = what.chat
         player = await player_for(self.bus, what.sender)
         if chat.private:
-            await self._reply(chat.id, private_help(self.bot_username), key)
+            await self._reply(chat, private_help(self.bot_username), key)
             return
         if what.name in ("newgame", "start"):
-            room, made = await open_room(self.bus, chat)
+            room, made = await open_room(self.bus, chat, queue=self.notify_queue)
             title = (await get_room(self.bus, room)).title
-            text = (
-                f"🎮 {title} plays codemojex now!\n" if made else f"{title} already plays.\n"
-            ) + group_help(self.bot_username)
-            await self._reply(chat.id, text, key)
+            said = f"🎮 {title} plays codemojex now!\n" if made else f"{title} already plays.\n"
+            await self._reply(chat, plain(said + group_help(self.bot_username).body), key)
             return
         if what.name == "help":
-            await self._reply(chat.id, group_help(self.bot_username), key)
+            await self._reply(chat, group_help(self.bot_username), key)
             return
-        room_id = await room_of_chat(self.bus, chat.id)
+        room_id = await self._room_of(chat.id)
         if room_id is None:
-            await self._reply(chat.id, "No game in this chat yet: /newgame starts one.", key)
+            await self._reply(chat, plain("No game in this chat yet: /newgame starts one."), key)
             return
         if what.name == "round":
-            await self._round(chat.id, room_id, key)
+            await self._round(chat, room_id, key)
         elif what.name == "top":
-            await self._reply(chat.id, await self._top(room_id), key)
+            await self._reply(chat, await self._top(room_id), key)
         elif what.name == "me":
-            await self._reply(chat.id, await self._me(room_id, player.id, player.name), key)
+            await self._reply(chat, await self._me(room_id, player.id, player.name), key)
 
-    async def _round(self, chat: int, room_id: str, key: str) -> None:
+    async def _round(self, chat: Chat, room_id: str, key: str) -> None:
         try:
-            rnd = await start_round(
-                self.bus, room_id, starts_in_ms=self.start_in_ms, lasts_ms=self.round_ms
-            )
+            rnd = await start_round(self.bus, room_id, starts_in_ms=self.start_in_ms,
+                                    lasts_ms=self.round_ms, thread=chat.thread)  # fmt: skip
         except GameError:  # one is open already (else this raises what is wrong)
             rnd = await current_round(self.bus, room_id)
-            ends_at = await self._schedule_end(chat, rnd)  # made sure of, after a crash
+            ends_at = await self._schedule_end(chat.id, rnd)  # made sure of, after a crash
             left_s = max(0, (ends_at - await self.bus.wire.server_time_ms()) // 1000)
-            await self._reply(chat, f"A round is already in play: it ends in {left_s} s.", key)
+            said = f"A round is already in play: it ends in {left_s} s."
+            await self._reply(chat, plain(said), key)
             return
-        await self._schedule_end(chat, rnd)
-        text = f"The round lasts {self.round_ms // 1000} s: send {SIZE} emojis here to guess."
-        await self._reply(chat, text, key)
+        await self._schedule_end(chat.id, rnd)
+        said = f"The round lasts {self.round_ms // 1000} s: send {SIZE} emojis here to guess."
+        await self._reply(chat, plain(said), key)
 
     async def _schedule_end(self, chat: int, rnd: Round) -> int:
         ends_at = rnd.starts_at_ms + self.round_ms
@@ -241,21 +265,24 @@ class ChatGame:
             except GameError:
                 return
 
-    async def _top(self, room_id: str) -> str:
+    async def _top(self, room_id: str) -> Text:
+        """The board as HTML (names escaped), or a plain line when there is none yet."""
         room = await get_room(self.bus, room_id)
         shown = await latest_round(self.bus, room_id)
         if shown is None:
-            return f"No round in {room.title} yet: /round starts one."
+            return plain(f"No round in {room.title} yet: /round starts one.")
         standings = await board.top(self.bus, board.round_board(room_id, shown.id), TOP_N)
         names = await player_names(self.bus, [s.player for s in standings])
         label = "in play" if shown.open else "ended"
         return standings_text(f"{room.title}, round {shown.id} ({label})", standings, names)
 
-    async def _me(self, room_id: str, player: str, name: str) -> str:
+    async def _me(self, room_id: str, player: str, name: str) -> Text:
+        """Plain: the name as written."""
         shown = await latest_round(self.bus, room_id)
         if shown is None:
-            return f"{name}: no round yet: /round starts one."
+            return plain(f"{name}: no round yet: /round starts one.")
         mine = await board.around(self.bus, board.round_board(room_id, shown.id), player, 0)
         if not mine:
-            return f"{name}: no score in round {shown.id} yet."
-        return f"{name}: best {mine[0].percentage}% in round {shown.id}, rank {mine[0].rank}."
+            return plain(f"{name}: no score in round {shown.id} yet.")
+        return plain(f"{name}: best {mine[0].percentage}% in round {shown.id}, "
+                     f"rank {mine[0].rank}.")  # fmt: skip

@@ -5,6 +5,9 @@ The rules, in order:
 
 * only a new ``message`` counts: an ``edited_message`` (a guess cannot be changed after it
   was scored), a channel post or any other kind is ignored;
+* the service messages of a group's upgrade to a supergroup mean ``Upgraded(old, new)``,
+  whoever sent them: ``migrate_to_chat_id`` in the old group, ``migrate_from_chat_id`` in the
+  new supergroup (Telegram sends both; the game acts on the first it handles);
 * a message with no sender, or from a bot (another bot, or this one), is ignored;
 * a message without text (a sticker, a photo, a voice note, a service message such as a member
   joining) is ignored;
@@ -18,6 +21,10 @@ The rules, in order:
   play, the game decides. Emoji-only texts of another length (a 👍, a 😂😂😂) are conversation,
   so nobody is told off for reacting;
 * any other text is conversation, ignored.
+
+A message in a forum topic (``is_topic_message``, with its ``message_thread_id``) names that
+thread in its ``Chat``, so the answer goes there; any other message (the General topic, a
+group without topics) names none.
 
 Names from Telegram (a user's display name, a group's title) are cleaned for the game's input
 rules (``codemojex.game.rules.clean_label``) here, so no outside text reaches a message
@@ -43,6 +50,7 @@ __all__ = [
     "Ignored",
     "Meaning",
     "Sender",
+    "Upgraded",
     "chat_of",
     "meaning",
     "update_id_of",
@@ -62,11 +70,13 @@ class Sender:
 
 @attrs.frozen
 class Chat:
-    """The chat a message was sent in; ``title`` cleaned for the game."""
+    """The chat a message was sent in; ``title`` cleaned for the game; ``thread`` the forum
+    topic it was sent in (``message_thread_id``), ``None`` outside one."""
 
     id: int
     title: str
     private: bool
+    thread: int | None = None
 
 
 @attrs.frozen
@@ -88,13 +98,21 @@ class Guess:
 
 
 @attrs.frozen
+class Upgraded:
+    """The group ``old`` was upgraded to the supergroup ``new`` (a service message)."""
+
+    old: int
+    new: int
+
+
+@attrs.frozen
 class Ignored:
     """Nothing for the game; ``reason`` says which rule decided it."""
 
     reason: str
 
 
-Meaning = Command | Guess | Ignored
+Meaning = Command | Guess | Upgraded | Ignored
 
 
 def update_id_of(update: Mapping[str, Any]) -> int:
@@ -125,17 +143,20 @@ def meaning(update: Mapping[str, Any], bot_username: str) -> Meaning:
         return Ignored(f"not a new message ({', '.join(kinds) or 'empty'})")
     sender = message.get("from")
     chat = message.get("chat")
-    if not isinstance(sender, Mapping) or not _is_int(sender.get("id")):
-        return Ignored("no sender")
     if not isinstance(chat, Mapping) or not _is_int(chat.get("id")):
         return Ignored("no chat")
+    upgraded = _upgrade(message, int(chat["id"]))
+    if upgraded is not None:
+        return upgraded
+    if not isinstance(sender, Mapping) or not _is_int(sender.get("id")):
+        return Ignored("no sender")
     if sender.get("is_bot"):
         return Ignored("from a bot")
     text = message.get("text")
     if not isinstance(text, str) or not text.strip():
         return Ignored("not a text message")
     who = Sender(int(sender["id"]), display_name(sender))
-    where = _chat(chat)
+    where = _chat(chat, message)
     if where.private:
         return Command(where, who, "help")
     first = text.split(maxsplit=1)[0]
@@ -174,11 +195,25 @@ def display_name(user: Mapping[str, Any]) -> str:
     return clean_label(full, MAX_NAME, str(user.get("username") or f"player {user['id']}"))
 
 
-def _chat(chat: Mapping[str, Any]) -> Chat:
+def _upgrade(message: Mapping[str, Any], chat: int) -> Upgraded | None:
+    """The upgrade a service message announces, or ``None``."""
+    to, since = message.get("migrate_to_chat_id"), message.get("migrate_from_chat_id")
+    if isinstance(to, int) and _is_int(to) and to != chat:
+        return Upgraded(chat, to)
+    if isinstance(since, int) and _is_int(since) and since != chat:
+        return Upgraded(since, chat)
+    return None
+
+
+def _chat(chat: Mapping[str, Any], message: Mapping[str, Any]) -> Chat:
     private = chat.get("type") == "private"
     title = chat.get("title") or chat.get("first_name") or ""
     cleaned = clean_label(str(title), MAX_TITLE, f"chat {chat['id']}")
-    return Chat(int(chat["id"]), cleaned, private)
+    thread = message.get("message_thread_id")
+    topic: int | None = None
+    if message.get("is_topic_message") is True and isinstance(thread, int) and _is_int(thread):
+        topic = thread if thread > 0 else None
+    return Chat(int(chat["id"]), cleaned, private, topic)
 
 
 def _is_int(value: object) -> bool:

@@ -38,6 +38,7 @@ from codemojex.game.rooms import (
     get_room,
     list_room_ids,
     migrate_room_index,
+    move_room,
     player_names,
     room_page,
 )
@@ -104,6 +105,7 @@ __all__ = [
     "latest_round",
     "list_room_ids",
     "migrate_room_index",
+    "move_room",
     "play",
     "player_names",
     "register_digest",

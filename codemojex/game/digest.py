@@ -23,7 +23,7 @@ import trio
 
 from codemojex.game import board
 from codemojex.game.days import day_label, digest_day, next_digest_in_ms
-from codemojex.game.markup import html_opts
+from codemojex.game.markup import Text
 from codemojex.game.rooms import Room, get_room, list_room_ids, player_names
 from codemojex.game.rounds import standings_text
 from codemojex.game.rules import DAY_MS, TOP_N
@@ -68,8 +68,8 @@ class Notify(Protocol):
     ) -> str | None: ...
 
 
-async def digest_text(bus: Bus, room: Room, day: int) -> str:
-    """The room's standings of ``day`` (its day board's top 10), as HTML (``html_opts()``)."""
+async def digest_text(bus: Bus, room: Room, day: int) -> Text:
+    """The room's standings of ``day`` (its day board's top 10), as HTML."""
     standings = await board.top(bus, board.day_board(room.id, day), TOP_N)
     names = await player_names(bus, [s.player for s in standings])
     title = f"Daily standings, {room.title} ({day_label(day)} UTC)"
@@ -98,7 +98,7 @@ async def send_digest(bus: Bus, occurrence: str, *, notify: Notify = notifier.no
                 room = await get_room(bus, room_id)
                 text = await digest_text(bus, room, day)
                 key = f"digest:{occurrence}:{room_id}"
-                await notify(bus, room.chat, text, html_opts(), key=key)
+                await notify(bus, room.chat, text.body, text.opts(), key=key)
                 admitted += 1
             except ValueError as exc:
                 log.warning("digest %s: room %s skipped, its notice is invalid: %s",

@@ -54,6 +54,7 @@ __all__ = [
     "get_room",
     "list_room_ids",
     "migrate_room_index",
+    "move_room",
     "player_names",
     "room_key",
     "room_page",
@@ -126,6 +127,21 @@ async def get_room(bus: Bus, room_id: str) -> Room:
     if chat is None:
         raise GameError(f"no room {room_id}")
     return Room(room_id, int(chat), as_text(title))
+
+
+async def move_room(bus: Bus, room_id: str, old: int, new: int) -> bool:
+    """The room's chat was upgraded from ``old`` to ``new`` (Telegram gave it a new id): its
+    record names ``new`` from now on, so its notices go there. ``True`` if this call changed
+    it; a record that names another chat, or no record, is left alone. Every caller writes the
+    same id for the same move, so reading and then writing needs no script."""
+    if not ids.is_valid(room_id, ids.ROOM):
+        raise GameError(f"not a room id: {room_id!r}")
+    key = room_key(room_id, "room")
+    chat = await bus.wire.command("HGET", key, "chat")
+    if chat is None or as_text(chat) != str(old):
+        return False
+    await bus.wire.command("HSET", key, "chat", str(new))
+    return True
 
 
 def _check_cursor(after: str | None) -> None:

@@ -25,7 +25,7 @@ import attrs
 
 from codemojex import ids
 from codemojex.game import board
-from codemojex.game.markup import bold, escape, html_opts
+from codemojex.game.markup import Text, bold, escape, html, plain
 from codemojex.game.rooms import get_player, get_room, player_names, room_key, round_key
 from codemojex.game.rules import MAX_START_DELAY_MS, TOP_N, GameError
 from codemojex.game.scoring import ALPHABET, SIZE, Score, parse_emojis, score
@@ -46,6 +46,7 @@ __all__ = [
     "guess",
     "latest_round",
     "round_view",
+    "standings_html",
     "standings_text",
     "start_round",
 ]
@@ -60,6 +61,7 @@ class Round:
     room: str
     starts_at_ms: int
     secret: tuple[str, ...] = attrs.field(repr=False)
+    thread: int | None = None  # the forum topic its notices go to (where /round was asked)
 
 
 @attrs.frozen
@@ -96,10 +98,13 @@ async def start_round(
     starts_in_ms: int = 60_000,
     rng: random.Random | None = None,
     lasts_ms: int | None = None,
+    thread: int | None = None,
 ) -> Round:
     """Draw a secret, open the round, announce it now, and schedule its start reminder.
     ``lasts_ms``, when given, is how long the round is meant to last from its start: the live
-    page counts down to it (ending the round is still ``end_round``'s).
+    page counts down to it (ending the round is still ``end_round``'s). ``thread``, when given,
+    is the forum topic of the room's chat where the round is played: its announcement,
+    reminder and results go there.
 
     Opening is one script (``round_start``): it checks the room exists and has no open round
     (``GameError`` "a round is already open in <title>" otherwise), creates the round and points
@@ -115,6 +120,9 @@ async def start_round(
         isinstance(lasts_ms, bool) or not isinstance(lasts_ms, int) or lasts_ms < 1
     ):
         raise GameError("lasts_ms must be a positive int")
+    if thread is not None and (isinstance(thread, bool) or not isinstance(thread, int)
+                               or thread < 1):  # fmt: skip
+        raise GameError("thread must be a positive int (a forum topic's message_thread_id)")
     room = await get_room(bus, room_id)
     secret = tuple((rng or random.SystemRandom()).sample(ALPHABET, SIZE))
     round_id = ids.new(ids.ROUND)
@@ -122,20 +130,21 @@ async def start_round(
         "codemojex.game/round_start",
         [room_key(room.id, "room"), round_key(room.id, round_id)],
         [round_id, "".join(secret), str(starts_in_ms), board.feed_channel(room.id), room.id,
-         "" if lasts_ms is None else str(lasts_ms)],
+         "" if lasts_ms is None else str(lasts_ms), "" if thread is None else str(thread)],
     )  # fmt: skip
     if code == 0:
         raise GameError(f"a round is already open in {room.title}")
     if code < 0:
         raise GameError(f"no room {room.id}")
-    rnd = Round(round_id, room.id, int(value), secret)
-    reminder = Notice(room.chat, f"⏰ Round {rnd.id} has started: guess the 6 emojis!",
-                      id=ids.new(ids.NOTICE), due_ms=rnd.starts_at_ms)  # fmt: skip
+    rnd = Round(round_id, room.id, int(value), secret, thread)
+    started = plain(f"⏰ Round {rnd.id} has started: guess the 6 emojis!")
+    reminder = Notice(room.chat, started.body, started.opts(thread), id=ids.new(ids.NOTICE),
+                      due_ms=rnd.starts_at_ms)  # fmt: skip
     await jobs.enqueue_at(bus, NOTIFY_QUEUE, encode(reminder), rnd.starts_at_ms,
                           group=str(room.chat))  # fmt: skip
-    await notify(bus, room.chat, f"🎲 New round {rnd.id} in {bold(escape(room.title))}: it "
-                 f"starts in {starts_in_ms // 1000} s. Emojis: {''.join(ALPHABET)}",
-                 html_opts())  # fmt: skip
+    announced = html(f"🎲 New round {rnd.id} in {bold(escape(room.title))}: it starts in "
+                     f"{starts_in_ms // 1000} s. Emojis: {''.join(ALPHABET)}")  # fmt: skip
+    await notify(bus, room.chat, announced.body, announced.opts(thread))
     return rnd
 
 
@@ -144,12 +153,13 @@ async def current_round(bus: Bus, room_id: str) -> Round:
     rnd = await bus.wire.command("HGET", room_key(room.id, "room"), "round")
     if not rnd:
         raise GameError(f"no round is open in {room.title}")
-    secret, starts_at, status = await bus.wire.command(
-        "HMGET", round_key(room.id, as_text(rnd)), "secret", "starts_at_ms", "status"
+    secret, starts_at, status, thread = await bus.wire.command(
+        "HMGET", round_key(room.id, as_text(rnd)), "secret", "starts_at_ms", "status", "thread"
     )
     if secret is None or as_text(status) != "open":
         raise GameError(f"no round is open in {room.title}")
-    return Round(as_text(rnd), room.id, int(starts_at), tuple(as_text(secret)))
+    return Round(as_text(rnd), room.id, int(starts_at), tuple(as_text(secret)),
+                 None if thread is None else int(thread))  # fmt: skip
 
 
 async def latest_round(bus: Bus, room_id: str) -> LatestRound | None:
@@ -206,20 +216,23 @@ async def guess(
     result = score(rnd.secret, emojis)
     recorded = await board.record(bus, room_id, rnd.id, player.id, result.percentage)
     standing = await board.rank(bus, board.round_board(room_id, rnd.id), player.id)
-    await notify(bus, player.chat,
-                 f"{describe(result)} · round best {recorded.best}% · rank {standing}",
-                 key=key)  # fmt: skip
+    told = plain(f"{describe(result)} · round best {recorded.best}% · rank {standing}")
+    await notify(bus, player.chat, told.body, told.opts(), key=key)
     return GuessResult(result, recorded.best, recorded.improved, standing)
 
 
-def standings_text(title: str, standings: Sequence[board.Standing], names: dict[str, str]) -> str:
-    """The standings under ``title``, as HTML (send with ``html_opts()``): the title and the
-    names escaped."""
+def standings_html(title: str, standings: Sequence[board.Standing], names: dict[str, str]) -> str:
+    """The standings under ``title``, as a piece of HTML: the title and the names escaped."""
     if not standings:
         return f"{escape(title)}: no scores yet."
     lines = [f"{s.rank}. {escape(names.get(s.player, s.player))} {s.percentage}%"
              for s in standings]  # fmt: skip
     return f"🏆 {escape(title)}\n" + "\n".join(lines)
+
+
+def standings_text(title: str, standings: Sequence[board.Standing], names: dict[str, str]) -> Text:
+    """The standings under ``title`` as a text of their own (HTML: ``standings_html``)."""
+    return html(standings_html(title, standings, names))
 
 
 async def end_round(
@@ -241,10 +254,12 @@ async def end_round(
     )
     if reply[0] != 1:
         raise GameError(f"no round is open in {room.title}")
-    round_id, secret = as_text(reply[1]), as_text(reply[2])
+    round_id, secret, thread = as_text(reply[1]), as_text(reply[2]), as_text(reply[3])
     standings = await board.top(bus, board.round_board(room.id, round_id), TOP_N)
     names = await player_names(bus, [s.player for s in standings])
-    await notify(bus, room.chat, f"Round over, the secret was {bold(secret)}\n"
-                 + standings_text(f"{room.title}, round {round_id}", standings, names),
-                 html_opts())  # fmt: skip
+    results = html(
+        f"Round over, the secret was {bold(secret)}\n"
+        + standings_html(f"{room.title}, round {round_id}", standings, names)
+    )
+    await notify(bus, room.chat, results.body, results.opts(int(thread) if thread else None))
     return standings

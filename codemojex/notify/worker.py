@@ -49,6 +49,7 @@ import attrs
 import trio
 
 from codemojex.notify.classify import RetryLater
+from codemojex.notify.migration import migrate_chat, migrations_key
 from codemojex.notify.notice import DeliveryNote, Notice, decode, encode_note
 from codemojex.notify.notifier import NOTIFY_QUEUE
 from codemojex.notify.outage import DEFAULT_HANG_AFTER_S, OutageGate
@@ -181,7 +182,7 @@ class NotificationWorker:
         self._settled = None if metrics is None else metrics.bus.settled(queue)
         # On the server, not in this process: old chat id -> new chat id, one field per group
         # that Telegram upgraded to a supergroup (once each), so bounded by the group chats.
-        self._migrations = bus.keys(queue).app("migrated")
+        self._migrations = migrations_key(bus, queue)
         self._lanes: dict[str, ChatLane] = {}  # at most `concurrency`: one per held notice
         self._held: dict[str, Job] = {}  # at most `concurrency` (the claimer's semaphore)
         self._slots = trio.Semaphore(concurrency)
@@ -419,8 +420,8 @@ class NotificationWorker:
             if followed:
                 return Retry(0, "migrated twice")
             self._count(migrated=1)
-            await self.bus.wire.command("HSET", self._migrations, str(notice.chat),
-                                        str(step.new_chat_id))  # fmt: skip
+            # Recorded with the chat's room carried along: one script for every signal of it.
+            await migrate_chat(self.bus, notice.chat, step.new_chat_id, queue=self.queue)
             log.info("chat %s migrated to %s", chat, step.new_chat_id)
             return step
         if isinstance(step, Flood):

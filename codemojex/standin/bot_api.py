@@ -33,7 +33,9 @@ How strict it is, as Telegram is:
   ``limits=`` a ``FloodRules`` to make Telegram stricter or looser than the limiter believes (a
   limiter's ``Limits`` is read as the same windows, no penalty). A 429 carries ``Retry-After``.
 * Permanent answers stay: after a migration (scripted, or :meth:`TelegramStandIn.migrate`) the old
-  group id keeps answering the migrate error; a chat that blocked the bot (a scripted 403, or
+  group id keeps answering the migrate error; the upgrade itself comes as Telegram sends it, two
+  service messages (``migrate_to_chat_id`` in the old group, ``migrate_from_chat_id`` in the
+  new supergroup) among the updates; a chat that blocked the bot (a scripted 403, or
   :meth:`TelegramStandIn.block`) stays blocked until :meth:`TelegramStandIn.unblock`.
 * ``parse_mode`` is applied (``codemojex.notify.markup``): malformed HTML or MarkdownV2 is a 400
   "Bad Request: can't parse entities: ..."; accepted markup comes back as the plain text plus
@@ -41,6 +43,10 @@ How strict it is, as Telegram is:
   (both, and ``parse_mode``'s errors, before the chat is looked at, as the Bot API server reads
   them); the text is then trimmed as TDLib trims it: whitespace only is "text must be
   non-empty", over 4096 UTF-16 units after parsing "message is too long".
+* ``message_thread_id`` (a forum topic) is taken for a supergroup, recorded
+  (``Delivery.thread``) and echoed in the message with ``is_topic_message``; a value that is not
+  a positive integer, or one sent to a private chat or a basic group (which have no topics), is
+  400 "Bad Request: message thread not found".
 * Chats are what their ids say (``codemojex.standin.chats``): basic groups, supergroups, private
   chats, with a ``title`` or a ``first_name`` (and a basic group's
   ``all_members_are_administrators``); an id no chat can have is "chat not found".
@@ -135,6 +141,8 @@ mode, business connection, main Web App or topics. A message's ``from`` has none
 
 MAX_BODY_BYTES = 1 << 20
 BLOCKED = "Forbidden: bot was blocked by the user"
+UPGRADED_BY = 1  # the user who upgrades a group, unless ``migrate`` is told another
+NO_THREAD = "Bad Request: message thread not found"
 JsonObject = dict[str, Any]
 
 
@@ -172,6 +180,8 @@ class Delivery:
     shown: str = ""
     """What the user sees: ``text`` with its markup applied and trimmed (see ``entities``)."""
     entities: tuple[markup.Entity, ...] = ()
+    thread: int | None = None
+    """The forum topic it went to (``message_thread_id``), ``None`` for the chat itself."""
 
 
 @attrs.frozen
@@ -208,7 +218,8 @@ class Scripted:
     sends it: an HTML page, not JSON.
 
     A scripted 403 blocks the chat and a scripted migrate migrates it, for good, as on Telegram:
-    later calls to the chat get the same answer (see ``TelegramStandIn.block`` and ``migrate``).
+    later calls to the chat get the same answer (see ``TelegramStandIn.block`` and ``migrate``;
+    the migration's service messages are among the updates from then on).
     """
 
     status: int
@@ -327,6 +338,18 @@ def _parse_chat_id(value: object) -> int | None:
     raise _BadRequest("Bad Request: chat not found")
 
 
+def _thread_id(value: object) -> int | None:
+    """``message_thread_id``: ``None`` when absent or empty, else an int (0 for what is no
+    number: no thread has it, so it is "not found")."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    return 0
+
+
 def _parse_text(value: object) -> str:
     if isinstance(value, str):
         return value
@@ -433,13 +456,39 @@ class TelegramStandIn:
     def unblock(self, chat_id: int) -> None:
         self._blocked.pop(chat_id, None)
 
-    def migrate(self, chat_id: int, new_chat_id: int) -> None:
+    def migrate(
+        self, chat_id: int, new_chat_id: int, *, announce: bool = True, by: int = UPGRADED_BY
+    ) -> None:
         """The group ``chat_id`` became the supergroup ``new_chat_id``: from now on every message
         to ``chat_id`` is answered 400 "group chat was upgraded to a supergroup chat" with
-        ``parameters.migrate_to_chat_id``, as Telegram answers an upgraded group's old id."""
+        ``parameters.migrate_to_chat_id``, as Telegram answers an upgraded group's old id, and
+        the supergroup has the group's title. With ``announce`` (as on Telegram) the bot is told
+        among its updates, by the two service messages Telegram sends, both from the user ``by``
+        who upgraded it: one in the old group with ``migrate_to_chat_id``, then one in the new
+        supergroup with ``migrate_from_chat_id``. ``announce=False`` leaves the bot to find out
+        from a send's 400 alone."""
+        if chat_kind(chat_id) != "group":
+            raise ValueError(f"a basic group (-1 .. -999999999999) is upgraded, got {chat_id}")
         if chat_kind(new_chat_id) != "supergroup":
             raise ValueError(f"a group migrates to a supergroup id (-100...), got {new_chat_id}")
+        self._upgrade(chat_id, new_chat_id, announce=announce, by=by)
+
+    def _upgrade(self, chat_id: int, new_chat_id: int, *, announce: bool, by: int) -> None:
+        if self._migrated.get(chat_id) == new_chat_id:
+            return  # upgraded already: Telegram says it once
         self._migrated[chat_id] = new_chat_id
+        old = self.chat(chat_id) if chat_kind(chat_id) is not None else {"id": chat_id}
+        title = old.get("title")
+        if isinstance(title, str) and chat_kind(new_chat_id) == "supergroup":
+            self._chats.setdefault(new_chat_id, ("supergroup", title))
+        if not announce:
+            return
+        user = {"id": by, "is_bot": False, "first_name": "Group owner"}
+        self.updates.push("message", {"from": user, "chat": old,
+                                      "migrate_to_chat_id": new_chat_id})  # fmt: skip
+        new = self.chat(new_chat_id) if chat_kind(new_chat_id) else {"id": new_chat_id}
+        self.updates.push("message", {"from": user, "chat": new,
+                                      "migrate_from_chat_id": chat_id})  # fmt: skip
 
     def name_chat(self, chat_id: int, name: str, *, channel: bool = False) -> None:
         """Give ``chat_id`` a title (a group's, a channel's) or a first name (a private chat's);
@@ -656,6 +705,9 @@ class TelegramStandIn:
             return answer(_error(400, "Bad Request: text must be non-empty"))
         if telegram_length(shown.text) > MAX_MESSAGE_LENGTH:
             return answer(_error(400, "Bad Request: message is too long"))
+        thread = _thread_id(params.get("message_thread_id"))
+        if thread is not None and (thread < 1 or self.chat(chat_id)["type"] != "supergroup"):
+            return answer(_error(400, NO_THREAD))
         if chat_id in self._blocked:
             return answer(_error(403, self._blocked[chat_id]))
 
@@ -670,11 +722,8 @@ class TelegramStandIn:
                     {"retry_after": retry_after},
                 )
             )
-        return answer(
-            _Reply(
-                200, {"ok": True, "result": self._deliver(chat_id, text, parse_mode, shown, now)}
-            )
-        )
+        delivered = self._deliver(chat_id, text, parse_mode, shown, now, thread)
+        return answer(_Reply(200, {"ok": True, "result": delivered}))
 
     def _is_chat(self, chat_id: int) -> bool:
         """Whether a chat can have ``chat_id`` (by its range, or named by the operator)."""
@@ -684,7 +733,7 @@ class TelegramStandIn:
         """The reply of a scripted answer; a block or a migration stays, as on Telegram."""
         migrate_to = (scripted.parameters or {}).get("migrate_to_chat_id")
         if migrate_to is not None:
-            self._migrated[chat_id] = migrate_to
+            self._upgrade(chat_id, migrate_to, announce=True, by=UPGRADED_BY)
         elif scripted.status == 403 and scripted.description:
             self._blocked[chat_id] = scripted.description
         page = scripted.page or (self.proxy_pages and scripted.status in GATEWAY_STATUSES)
@@ -698,6 +747,7 @@ class TelegramStandIn:
         parse_mode: str | None,
         shown: markup.Formatted,
         now: float,
+        thread: int | None = None,
     ) -> JsonObject:
         self._delivered[chat_id] += 1
         message_id = self._delivered[chat_id]
@@ -712,6 +762,7 @@ class TelegramStandIn:
                 parse_mode=parse_mode,
                 shown=shown.text,
                 entities=shown.entities,
+                thread=thread,
             )
         )
         if self.flood is not None:
@@ -726,6 +777,9 @@ class TelegramStandIn:
             "date": int(wall),
             "text": shown.text,
         }
+        if thread is not None:
+            message["message_thread_id"] = thread
+            message["is_topic_message"] = True
         if shown.entities:
             message["entities"] = markup.entities_json(shown.entities)
         return message

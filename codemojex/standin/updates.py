@@ -17,10 +17,11 @@ stand-ins on one bus never reuse an id). What it speaks:
   Telegram the URL may be plain ``http`` (the service runs on loopback here).
 
 Simulated users: ``user_says(chat, user, text)`` makes a user send a text message to a chat
-(a private chat when ``chat == user``), ``push(kind, body)`` any update (an edited message, a
-sticker). For tests of the crash window, ``hold_confirmations`` keeps the updates an ``offset``
-would confirm (as if the confirming call never reached Telegram), and ``wait_offset`` waits for
-a poll that asks past an update.
+(a private chat when ``chat == user``; in a forum topic with ``thread=``), ``push(kind, body)``
+any update (an edited message, a sticker, a service message; ``TelegramStandIn.migrate``
+pushes the two of a group's upgrade). For tests of the crash window, ``hold_confirmations``
+keeps the updates an ``offset`` would confirm (as if the confirming call never reached
+Telegram), and ``wait_offset`` waits for a poll that asks past an update.
 
 Memory: at most ``MAX_PENDING`` unconfirmed updates are kept (the oldest go first).
 """
@@ -116,17 +117,27 @@ class UpdateFeed:
         name: str = "Player",
         chat_title: str | None = None,
         is_bot: bool = False,
+        thread: int | None = None,
     ) -> int | None:
         """User ``user_id`` (``name``) sends ``text`` to ``chat_id``: the update's id (``None``
-        when the bot's ``allowed_updates`` exclude messages)."""
+        when the bot's ``allowed_updates`` exclude messages). ``thread``: in that forum topic
+        of a supergroup (the message has ``message_thread_id`` and ``is_topic_message``, its
+        chat ``is_forum``)."""
         private = chat_id == user_id
         kind: ChatKind = "private" if private else "supergroup" if chat_id < -(10**12) else "group"
+        if thread is not None and (kind != "supergroup" or thread < 1):
+            raise ValueError(f"a forum topic (a thread id >= 1) is in a supergroup, got {thread}")
         chat = chat_json(chat_id, kind, name if private else chat_title or f"Group {chat_id}")
+        if thread is not None:
+            chat["is_forum"] = True
         message: dict[str, Any] = {
             "from": {"id": user_id, "is_bot": is_bot, "first_name": name},
             "chat": chat,
             "text": text,
         }
+        if thread is not None:
+            message["message_thread_id"] = thread
+            message["is_topic_message"] = True
         if text.startswith("/"):
             command = text.split(maxsplit=1)[0]
             message["entities"] = [{"type": "bot_command", "offset": 0, "length": len(command)}]

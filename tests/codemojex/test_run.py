@@ -14,6 +14,7 @@ import trio
 
 from codemojex import ids
 from codemojex.chat import UPDATES_QUEUE, admit
+from codemojex.chat.directory import room_of_chat
 from codemojex.game.rooms import room_key
 from codemojex.run import STAND_IN_TOKEN, telegram_endpoint
 from echomq_trio import events, jobs, open_bus
@@ -152,12 +153,14 @@ async def test_a_start_moves_the_rooms_of_the_old_set_into_the_index(tmp_path: P
             await bus.wire.command("HSET", room_key(room, "room"), "chat", str(-70 - i),
                                    "title", title)  # fmt: skip
             await bus.wire.command("SADD", "cm:rooms", room)
+        await bus.wire.command("HSET", "cm:chat-rooms", "-70", old[0][0])  # and a chat's link
     proc = await start_service(tmp_path, "--demo", "off", "--summary-every", "0")
     try:
         out = Lines(proc)
         with trio.fail_after(60):
             page_url = (await out.until(r"Leaderboard: (http://\S+)"))[1]
             await out.until(r"rooms: moved 2 room\(s\) of the old set cm:rooms into the index")
+            await out.until(r"chats: moved 1 chat link\(s\) of cm:chat-rooms beside the migrated")
         async with httpx.AsyncClient() as client:
             listed = (await client.get(page_url + "/rooms.json")).json()
         assert listed == {"rooms": [{"id": r, "title": t} for r, t in old], "next": None}
@@ -167,6 +170,9 @@ async def test_a_start_moves_the_rooms_of_the_old_set_into_the_index(tmp_path: P
         assert proc.returncode == 0, "\n".join(out.seen)
     finally:
         await stop_process(proc)
+    async with open_bus(data_dir=tmp_path) as bus:
+        assert await room_of_chat(bus, -70) == old[0][0]
+        assert await bus.wire.command("EXISTS", "cm:chat-rooms") == 0
 
 
 @pytest.mark.parametrize(

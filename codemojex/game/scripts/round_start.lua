@@ -4,12 +4,14 @@
 -- from KEYS[1]'s tag.
 -- ARGV[1] round id, ARGV[2] secret (six emojis), ARGV[3] ms from the server's now to the start,
 -- ARGV[4] feed channel, ARGV[5] room id, ARGV[6] how long the round is meant to last in ms,
--- from its start ('' or absent: not said; the round ends when end_round is called)
--- Creates the round hash (secret, starts_at_ms, status open, opened_ms, and ends_at_ms when
--- ARGV[6] is given: what the live page counts down to), points the room at it
--- and publishes the room id on the channel (the live page shows the new, empty board), or
+-- from its start ('' or absent: not said; the round ends when end_round is called), ARGV[7]
+-- the forum topic (message_thread_id) its notices go to ('' or absent: none)
+-- Creates the round hash (secret, starts_at_ms, status open, opened_ms, ends_at_ms when
+-- ARGV[6] is given: what the live page counts down to, thread when ARGV[7] is), points the room
+-- at it and publishes the room id on the channel (the live page shows the new, empty board), or
 -- changes nothing: this script is the only writer of a round's opening. An open round has no
 -- lifetime (a room has at most one); round_end gives it one.
+-- cost: O(1)
 -- Returns {1, starts_at_ms} opened; {0, open round id} refused: a round is open; {-1, ''} no
 -- such room.
 if string.sub(KEYS[1], -5) ~= ':room' then
@@ -28,6 +30,7 @@ redis.call('HSET', KEYS[2], 'secret', ARGV[2], 'starts_at_ms', at, 'status', 'op
 if ARGV[6] and ARGV[6] ~= '' then
   redis.call('HSET', KEYS[2], 'ends_at_ms', at + tonumber(ARGV[6]))
 end
+if ARGV[7] and ARGV[7] ~= '' then redis.call('HSET', KEYS[2], 'thread', ARGV[7]) end
 redis.call('HSET', KEYS[1], 'round', ARGV[1])
 redis.call('PUBLISH', ARGV[4], ARGV[5])
 return {1, at}

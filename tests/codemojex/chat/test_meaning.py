@@ -15,6 +15,7 @@ from codemojex.chat.meaning import (
     Guess,
     Ignored,
     Sender,
+    Upgraded,
     chat_of,
     display_name,
     meaning,
@@ -84,6 +85,32 @@ def test_ignored_by_rule(update: dict[str, Any], reason: str) -> None:
     assert meaning(update, BOT) == Ignored(reason)
 
 
+def test_the_service_messages_of_an_upgrade_mean_the_move_whoever_sent_them() -> None:
+    old = {"id": -4518810793, "type": "group", "title": "Fans"}
+    new = {"id": -1002471352452, "type": "supergroup", "title": "Fans"}
+    moved = Upgraded(-4518810793, -1002471352452)
+    assert meaning(message(chat=old, migrate_to_chat_id=new["id"]), BOT) == moved
+    assert meaning(message(chat=new, migrate_from_chat_id=old["id"]), BOT) == moved
+    anonymous = {"id": 1087968824, "is_bot": True, "first_name": "Group"}  # GroupAnonymousBot
+    for sender in (None, anonymous):
+        assert meaning(message(chat=new, sender=sender, migrate_from_chat_id=old["id"]),
+                       BOT) == moved  # fmt: skip
+    for odd in ({"migrate_to_chat_id": "-100"}, {"migrate_to_chat_id": True},
+                {"migrate_from_chat_id": new["id"]}):  # fmt: skip
+        assert isinstance(meaning(message(chat=new, **odd), BOT), Ignored)
+    assert chat_of(message(chat=old, migrate_to_chat_id=new["id"])) == old["id"]  # its lane
+
+
+def test_a_message_in_a_forum_topic_names_its_thread() -> None:
+    forum = {**GROUP, "is_forum": True}
+    in_topic = message("/top", chat=forum, message_thread_id=7, is_topic_message=True)
+    assert meaning(in_topic, BOT) == Command(Chat(-100123, "Emoji Fans", False, 7), WHO, "top")
+    # A reply in a group without topics has a thread of replies, not a topic: none.
+    for more in ({"message_thread_id": 7}, {"message_thread_id": 0, "is_topic_message": True},
+                 {"message_thread_id": "7", "is_topic_message": True}, {}):  # fmt: skip
+        assert meaning(message("/top", chat=forum, **more), BOT) == Command(WHERE, WHO, "top")
+
+
 def test_a_private_chat_gets_help_whatever_it_says() -> None:
     private = {"id": 42, "type": "private", "first_name": "Alice"}
     for text in ("/start", "/round", "😀😂😍😎🤔😴", "hello"):
@@ -128,12 +155,14 @@ JSON = st.recursive(
 PARTS = {"from": st.fixed_dictionaries({"id": st.integers() | JSON, "is_bot": JSON}) | JSON,
          "chat": st.fixed_dictionaries({"id": st.integers() | JSON, "type": JSON,
                                         "title": JSON}) | JSON,
-         "text": st.text() | JSON}  # fmt: skip
+         "text": st.text() | JSON, "migrate_to_chat_id": st.integers() | JSON,
+         "migrate_from_chat_id": st.integers() | JSON, "message_thread_id": st.integers() | JSON,
+         "is_topic_message": JSON}  # fmt: skip
 
 
 @given(st.sampled_from(["message", "edited_message", "other"]),
        st.fixed_dictionaries({}, optional=PARTS))  # fmt: skip
 def test_any_update_has_a_meaning_and_never_raises(kind: str, body: dict[str, Any]) -> None:
     update = {"update_id": 1, kind: body}
-    assert isinstance(meaning(update, BOT), Command | Guess | Ignored)
+    assert isinstance(meaning(update, BOT), Command | Guess | Upgraded | Ignored)
     chat_of(update)

@@ -154,3 +154,12 @@ async def test_an_update_handled_again_after_a_crash_answers_once(bus: Bus, queu
     (to_alice,) = await lanes.jobs(bus, NOTIFY_QUEUE, str(alice))
     assert decode(to_alice.payload).text.startswith("100%")
     assert (await jobs.counts(bus, queue)).scheduled == 1  # one end for the round
+
+
+async def test_an_upgrade_to_an_id_no_chat_has_is_buried(bus: Bus, queue: str) -> None:
+    game = ChatGame(bus, 1, BOT, queue=queue)
+    chat = {"id": group_id(), "type": "group", "title": "G"}
+    update = {"update_id": 1, "message": {"chat": chat, "migrate_to_chat_id": 0}}
+    job = Job(queue, ids.new(ids.JOB), json.dumps(update).encode(), 1, 1, 0, str(chat["id"]))
+    buried = await game.handle(job)
+    assert buried is not None and "not an upgrade" in buried.reason

@@ -502,6 +502,60 @@ async def test_migrate_and_block_by_the_operator(
         tg.migrate(-5, -6)  # a group migrates to a supergroup
 
 
+async def test_an_upgrade_is_announced_by_the_two_service_messages_telegram_sends(
+    tg: TelegramStandIn, client: httpx.AsyncClient
+) -> None:
+    new = -1002471352452
+    tg.name_chat(-4518810793, "Fans <3")
+    tg.migrate(-4518810793, new, by=62626897)
+    tg.migrate(-4518810793, new)  # upgraded once: said once
+    polled = await client.post(tg.method_url("getUpdates"), json={"timeout": 0})
+    to, since = [u["message"] for u in polled.json()["result"]]
+    user = {"id": 62626897, "is_bot": False, "first_name": "Group owner"}
+    assert {k: to[k] for k in ("from", "chat", "migrate_to_chat_id")} == {
+        "from": user, "chat": {"id": -4518810793, "title": "Fans <3", "type": "group"},
+        "migrate_to_chat_id": new}  # fmt: skip
+    assert {k: since[k] for k in ("from", "chat", "migrate_from_chat_id")} == {
+        "from": user, "chat": {"id": new, "title": "Fans <3", "type": "supergroup"},
+        "migrate_from_chat_id": -4518810793}  # fmt: skip
+    assert "text" not in to and "text" not in since and to["message_id"] >= 1
+    assert error_of(await send(client, tg, -4518810793))["parameters"] == {
+        "migrate_to_chat_id": new}  # fmt: skip
+    assert (await send(client, tg, new)).json()["result"]["chat"]["title"] == "Fans <3"
+
+    tg.migrate(-6, -1001234567890, announce=False)  # the bot learns it from a send alone
+    tg.script(-7, Scripted.migrate(-1009876543210))  # upgraded as the send arrives
+    assert (await send(client, tg, -7)).status_code == 400
+    kinds = [(u["message"]["chat"]["id"], set(u["message"]) & {"migrate_to_chat_id",
+             "migrate_from_chat_id"}) for u in tg.updates.pending[2:]]  # fmt: skip
+    assert kinds == [(-7, {"migrate_to_chat_id"}), (-1009876543210, {"migrate_from_chat_id"})]
+    with pytest.raises(ValueError, match="basic group"):
+        tg.migrate(-1001234567890, -1001234567891)  # a supergroup is not upgraded again
+
+
+async def test_a_forum_topic_is_taken_in_a_supergroup_only(
+    tg: TelegramStandIn, client: httpx.AsyncClient
+) -> None:
+    forum = -1001234567890
+    answer = (await send(client, tg, forum, "in the topic", message_thread_id=7)).json()
+    assert (answer["result"]["message_thread_id"], answer["result"]["is_topic_message"]) == (
+        7,
+        True,
+    )
+    form = await client.post(tg.method_url(), data={"chat_id": forum, "text": "form",
+                                                    "message_thread_id": "9"})  # fmt: skip
+    assert form.json()["result"]["message_thread_id"] == 9
+    plain = (await send(client, tg, forum, "General", message_thread_id="")).json()["result"]
+    assert "message_thread_id" not in plain and "is_topic_message" not in plain
+    assert [(d.text, d.thread) for d in tg.deliveries] == [
+        ("in the topic", 7), ("form", 9), ("General", None)]  # fmt: skip
+    for chat, thread in ((-5, 7), (42, 7), (forum, 0), (forum, -3), (forum, "seven")):
+        r = await send(client, tg, chat, "x", message_thread_id=thread)
+        assert (r.status_code, error_of(r)["description"]) == (
+            400, "Bad Request: message thread not found"), (chat, thread)  # fmt: skip
+    assert len(tg.deliveries) == 3
+
+
 async def test_scripts_are_per_chat_and_in_order(
     tg: TelegramStandIn, client: httpx.AsyncClient
 ) -> None:

@@ -13,6 +13,7 @@ import trio
 
 from codemojex.asgi import Response, answer, read_body, serve_app
 from codemojex.standin import open_stand_in
+from codemojex.standin.updates import UpdateFeed
 from tests.conftest import wait_for
 
 if TYPE_CHECKING:
@@ -120,3 +121,16 @@ async def test_webhook_delivery_with_the_secret_until_answered() -> None:
         polled = await client.post(tg.method_url("getUpdates"))
         assert polled.json() == {"ok": True, "result": []}
         nursery.cancel_scope.cancel()
+
+
+def test_a_user_writes_in_a_forum_topic_of_a_supergroup() -> None:
+    feed = UpdateFeed(first_update_id=1)
+    feed.user_says(-1001234567890, 7, "/top", name="Ann", chat_title="F", thread=12)
+    (update,) = feed.pending
+    message = update["message"]
+    assert (message["message_thread_id"], message["is_topic_message"]) == (12, True)
+    assert message["chat"] == {"id": -1001234567890, "type": "supergroup", "title": "F",
+                               "is_forum": True}  # fmt: skip
+    for chat, thread in ((-5, 12), (7, 12), (-1001234567890, 0)):  # no topics there; no such id
+        with pytest.raises(ValueError, match="forum topic"):
+            feed.user_says(chat, 7, "/top", thread=thread)

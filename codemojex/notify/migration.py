@@ -1,0 +1,75 @@
+"""Chats that Telegram moved: a basic group upgraded to a supergroup gets a new id for good, and
+the old id answers every send with 400 "group chat was upgraded to a supergroup chat" and
+``parameters.migrate_to_chat_id``.
+
+One record of it, in the notify queue's slot: the app key ``migrated`` (old chat id -> new chat
+id), which the notification worker reads before every send, so a notice to the old id goes to
+the new one. Beside it, in the same slot, the app key ``chat-rooms`` (chat id -> the id of the
+room that plays there: ``codemojex.chat.directory`` reads and writes it), so that recording a
+move and carrying the chat's room to the new id are one script (``chat_migrate``), whichever
+signal comes first: the service message in the old group (``migrate_to_chat_id``), the one in
+the new supergroup (``migrate_from_chat_id``), or the 400 of a send to the old id. The script
+is idempotent, so every signal calls it and the later ones change nothing.
+
+Both hashes grow with the group chats that play (one field each), never with time.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from codemojex.notify.notifier import NOTIFY_QUEUE
+from echomq_trio import Bus
+from echomq_trio.protocol import as_text
+
+__all__ = ["Migration", "chat_links_key", "current_chat", "migrate_chat", "migrations_key"]
+
+
+@attrs.frozen
+class Migration:
+    """What ``migrate_chat`` found: whether this call recorded the move (``first``), the new id
+    recorded for the old one (the one asked, unless another was recorded before), and the room
+    linked to that id now (``None``: the chat plays no game)."""
+
+    first: bool
+    new: int
+    room: str | None
+
+
+def migrations_key(bus: Bus, queue: str = NOTIFY_QUEUE) -> str:
+    """The hash old chat id -> new chat id (the queue's app key ``migrated``)."""
+    return bus.keys(queue).app("migrated")
+
+
+def chat_links_key(bus: Bus, queue: str = NOTIFY_QUEUE) -> str:
+    """The hash chat id -> room id (the queue's app key ``chat-rooms``), kept in the same slot
+    as the migrations so that one script moves a link with the record."""
+    return bus.keys(queue).app("chat-rooms")
+
+
+def _chat_id(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value == 0:
+        raise ValueError(f"{name} must be a Telegram chat id (a nonzero int), got {value!r}")
+    return value
+
+
+async def migrate_chat(bus: Bus, old: int, new: int, *, queue: str = NOTIFY_QUEUE) -> Migration:
+    """Record that chat ``old`` is now ``new`` and carry its room's link along, in one script
+    (see the module's docstring); safe to call for every signal of the same upgrade.
+    ``ValueError`` for ids that are not chat ids or are equal."""
+    _chat_id("old", old)
+    _chat_id("new", new)
+    if old == new:
+        raise ValueError(f"a chat migrates to another id, got {old} twice")
+    first, recorded, room = await bus.wire.script(
+        "codemojex.notify/chat_migrate",
+        [migrations_key(bus, queue), chat_links_key(bus, queue)],
+        [str(old), str(new)],
+    )
+    return Migration(bool(first), int(as_text(recorded)), as_text(room) or None)
+
+
+async def current_chat(bus: Bus, chat: int, *, queue: str = NOTIFY_QUEUE) -> int:
+    """The id ``chat`` has now: its new id once it was recorded as moved, else itself."""
+    moved = await bus.wire.command("HGET", migrations_key(bus, queue), str(chat))
+    return chat if moved is None else int(as_text(moved))
