@@ -513,7 +513,8 @@ async def test_an_upgrade_is_announced_by_the_two_service_messages_telegram_send
     to, since = [u["message"] for u in polled.json()["result"]]
     user = {"id": 62626897, "is_bot": False, "first_name": "Group owner"}
     assert {k: to[k] for k in ("from", "chat", "migrate_to_chat_id")} == {
-        "from": user, "chat": {"id": -4518810793, "title": "Fans <3", "type": "group"},
+        "from": user, "chat": {"id": -4518810793, "title": "Fans <3", "type": "group",
+                          "all_members_are_administrators": True},
         "migrate_to_chat_id": new}  # fmt: skip
     assert {k: since[k] for k in ("from", "chat", "migrate_from_chat_id")} == {
         "from": user, "chat": {"id": new, "title": "Fans <3", "type": "supergroup"},
