@@ -71,8 +71,8 @@ from echomq_trio import (
 from echomq_trio.cli import cancel_on_signal, first_error
 from echomq_trio.dashboard import Dashboard, new_token
 from echomq_trio.datadir import DataDir, InUse
-from echomq_trio.durability import OnDisk
-from echomq_trio.storage import storage_note
+from echomq_trio.durability import Durability, InMemory, OnDisk
+from echomq_trio.storage import read_storage, storage_note
 
 __all__ = ["MEMORY_REPORT_AT", "main", "memory_note", "run", "summary_line", "telegram_endpoint"]
 
@@ -190,6 +190,19 @@ async def _summary(
             say(f"summary: server unavailable: {exc}")
 
 
+async def _durability(url: str | None) -> tuple[Durability, str]:
+    """``DURABILITY`` where the server keeps an append-only file (the embedded one always
+    does); a server given by ``--url`` without one can only hold notices in memory: said so."""
+    if url is not None:
+        async with open_bus(url) as probe:
+            if not (await read_storage(probe)).aof:
+                return InMemory(), (
+                    f"the server at {probe.url} keeps no append-only file, so a notice is in its "
+                    "memory only (set appendonly yes on it to have notify() wait for its disk)"
+                )
+    return DURABILITY, DURABILITY_TEXT
+
+
 def telegram_endpoint(api_url: str, *, local: bool) -> str:
     """Where notices go, truthfully: the local stand-in, Telegram's own Bot API, or another
     server named by ``--telegram-api-url`` (a self-hosted Bot API server, a proxy)."""
@@ -251,8 +264,9 @@ async def run(
     url = settings.url
     # After a repair or restore of the server's data, the archive says which notices were sent.
     archive_db = settings.archive_db_path if settings.archive else None
+    durability, durability_text = await _durability(url)
     async with (
-        open_bus(url, data_dir=data_dir if url is None else None, durability=DURABILITY) as bus,
+        open_bus(url, data_dir=data_dir if url is None else None, durability=durability) as bus,
         _telegram(settings) as (token, api_url, stand_in),
         open_bot(token, api_url) as bot,
         Ledger.for_data_dir(data_dir.path, archive_db) as ledger,
@@ -317,7 +331,7 @@ async def run(
             d = settings.data_dir  # the embedded server's, recorded there for `echomq`
             say(f"  server: {bus.url}" + ("" if url else f" (data in {d}: echomq --data-dir {d})"))
             say(f"  telegram: {telegram_endpoint(api_url, local=stand_in is not None)}")
-            say(f"  durability: {DURABILITY_TEXT}")
+            say(f"  durability: {durability_text}")
             now = await bus.wire.server_time_ms()
             say(f"  daily digest: {answer.value}, next run {humane.at(next_run, now)}")
             say(f"  updates: {updates}, as @{username}")

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -15,17 +17,18 @@ import trio
 
 from echomq_trio.checks import DEFAULT_MAX_PAYLOAD_BYTES, check_max_payload_bytes
 from echomq_trio.clock import StepLog
-from echomq_trio.datadir import DataDir
+from echomq_trio.datadir import DataDir, write_private
 from echomq_trio.durability import Durability, DurableCalls, InMemory, OnDisk
+from echomq_trio.errors import ServerError
 from echomq_trio.gather import Gatherer
 from echomq_trio.keys import QueueKeys, queue_keys
 from echomq_trio.protocol import Call
 from echomq_trio.server import EmbeddedServer, start_server
-from echomq_trio.storage import StorageWatch
+from echomq_trio.storage import StorageWatch, read_storage
 from echomq_trio.transport import Transport
 from echomq_trio.wire import open_wire, parse_url
 
-__all__ = ["Bus", "CommandArg", "Reply", "open_bus"]
+__all__ = ["Bus", "CommandArg", "Reply", "new_holder", "open_bus"]
 
 log = logging.getLogger("echomq_trio.bus")
 
@@ -35,6 +38,11 @@ CommandArg = str | bytes | int | float
 Reply = (
     bytes | str | int | float | bool | None | list["Reply"] | dict["Reply", "Reply"] | set["Reply"]
 )
+
+
+def new_holder() -> str:
+    """A fresh holder id for a ``Bus``: 16 hex digits, unguessable enough never to repeat."""
+    return secrets.token_hex(8)
 
 
 @lru_cache(maxsize=1024)  # bounded: the key sets of the 1024 queues used last
@@ -65,6 +73,9 @@ class Bus:
     # connection of their own (``durable``), else they share ``wire``.
     durability: Durability = InMemory()
     durable: DurableCalls | None = attrs.field(default=None, kw_only=True)
+    # This bus's id in the rows of the jobs it claims: a restart that knows this bus is gone
+    # takes them back at once (``jobs.take_back``; ``open_bus`` on a data directory does).
+    holder: str = attrs.field(factory=new_holder, kw_only=True)
     # Per queue, the single enqueues being coalesced (echomq_trio.gather); an idle queue's
     # entry is dropped, so this holds only the queues with enqueues in flight.
     _gatherers: dict[str, Gatherer] = attrs.field(factory=dict, init=False, repr=False)
@@ -152,8 +163,14 @@ async def open_bus(
             raise ValueError("data_dir applies only to the embedded server (url=None)")
         spec = parse_url(url)
         async with open_wire(spec) as wire, _durable(wire, durability) as durable:
-            yield Bus(wire, max_payload_bytes=max_payload_bytes, durability=durability,
+            bus = Bus(wire, max_payload_bytes=max_payload_bytes, durability=durability,
                       durable=durable)  # fmt: skip
+            if durable is not None and not (await read_storage(bus)).aof:
+                raise ServerError(
+                    f"durability OnDisk needs a server that keeps an append-only file, and "
+                    f"{bus.url} keeps none (set appendonly yes, or use InMemory)"
+                )
+            yield bus
         return
     async with (
         start_server(data_dir) as server,
@@ -168,6 +185,8 @@ async def open_bus(
             server.pid, server.port, server.data_dir, where,
         )  # fmt: skip
         bus = Bus(wire, server, max_payload_bytes, durability, durable=durable)
+        if data_dir is not None:
+            await _take_back_from_predecessor(bus, server.data_dir)
         bus.storage = StorageWatch(bus)
         await nursery.start(bus.storage.run)
         try:
@@ -185,3 +204,34 @@ async def _durable(wire: Transport, durability: Durability) -> AsyncIterator[Dur
         return
     async with wire.blocking() as one, wire.blocking() as two:
         yield DurableCalls((one, two), durability)
+
+
+HOLDER_FILE = "holder"  # in a data directory: the holder id of its owner's bus
+
+
+async def _take_back_from_predecessor(bus: Bus, data_dir: Path) -> None:
+    """The owner of ``data_dir`` before this one (its ``holder`` file) is gone: the directory's
+    lock is ours. Take back every job its bus leased, on every queue, so none waits out its
+    lease; then record this bus as the holder. One line says what came back."""
+    path = data_dir / HOLDER_FILE
+    try:
+        previous = path.read_text().strip() or None
+    except FileNotFoundError:
+        previous = None
+    taken: dict[str, int] = {}
+    if previous is not None and previous != bus.holder:
+        from echomq_trio import jobs, queues
+
+        for queue in await queues.queue_names(bus):
+            if n := await jobs.take_back(bus, queue, previous):
+                taken[queue] = n
+    try:
+        write_private(path, bus.holder + "\n")
+    except OSError as exc:  # a full disk: the next start waits out the leases instead
+        log.warning("could not record this bus as the holder of %s: %s", path, exc)
+    if taken:
+        log.warning(
+            "took back %d job(s) the previous owner of %s held when it ended (%s): they run "
+            "again now instead of when their leases expire",
+            sum(taken.values()), data_dir, ", ".join(f"{q}: {n}" for q, n in sorted(taken.items())),
+        )  # fmt: skip

@@ -19,6 +19,7 @@ __all__ = [
     "MAX_PAYLOAD_BYTES",
     "MAX_TIME_MS",
     "check_group",
+    "check_holder",
     "check_int",
     "check_job_id",
     "check_lane_cursor",
@@ -69,6 +70,11 @@ def check_name(kind: str, value: object) -> str:
             f"{kind} must not contain braces, whitespace or control characters: {value!r}"
         )
     return value
+
+
+def check_holder(value: object) -> str:
+    """A bus's holder id (``Bus.holder``), named as a queue is."""
+    return check_name("holder", value)
 
 
 def check_int(name: str, value: object, minimum: int) -> int:

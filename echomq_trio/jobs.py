@@ -68,6 +68,7 @@ __all__ = [
     "replay",
     "retry",
     "set_audit",
+    "take_back",
 ]
 
 
@@ -230,9 +231,8 @@ async def claim(bus: Bus, queue: str, batch: int = 1, lease_ms: int = 30_000) ->
 
     A cancelled call may have leased jobs that the caller never sees; they are not lost: when
     their lease expires the reaper returns them to pending, with that attempt counted."""
-    return protocol.claim_reply(
-        await bus.run(protocol.claim_call(bus.keys(queue), batch, lease_ms)), queue
-    )
+    call = protocol.claim_call(bus.keys(queue), batch, lease_ms, bus.holder)
+    return protocol.claim_reply(await bus.run(call), queue)
 
 
 async def ack(bus: Bus, queue: str, job_id: str, token: int, note: str = "") -> Outcome:
@@ -320,6 +320,25 @@ async def reap(bus: Bus, queue: str, batch: int = 1000) -> Reaped:
 
     A cancelled call may or may not have returned them; calling again is always safe."""
     return protocol.reap_reply(await bus.run(protocol.reap_call(bus.keys(queue), batch)))
+
+
+async def take_back(bus: Bus, queue: str, holder: str, batch: int = 1000) -> int:
+    """Return to pending (or their lanes) every job ``holder`` (a ``Bus.holder``) leased on
+    ``queue``, whatever their lease deadlines, as the reaper does when a lease expires
+    (attempts unchanged): for a holder known to be gone, such as the previous owner of a data
+    directory after a crash (``open_bus`` does this at start). Returns how many; reads
+    ``active`` a page of ``batch`` at a time.
+
+    A cancelled call may have returned some; calling again is always safe (a job another
+    holder claimed since is not its any more)."""
+    k = bus.keys(queue)
+    taken, rank = 0, 0
+    while True:
+        got = protocol.reap_reply(await bus.run(protocol.reap_holder_call(k, holder, rank, batch)))
+        taken += got.reaped
+        if got.next_rank is None:
+            return taken
+        rank = got.next_rank
 
 
 async def release(bus: Bus, queue: str, items: Sequence[tuple[str, int]]) -> int:

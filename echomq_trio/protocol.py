@@ -27,6 +27,7 @@ from echomq_trio import ids
 from echomq_trio.checks import (
     JOB_NS,
     check_group,
+    check_holder,
     check_int,
     check_job_id,
     check_lane_cursor,
@@ -124,6 +125,7 @@ __all__ = [
     "read_group_command",
     "read_group_entries",
     "reap_call",
+    "reap_holder_call",
     "reap_reply",
     "register_call",
     "register_reply",
@@ -400,9 +402,10 @@ def promote_reply(raw: Sequence[Any]) -> Promoted:
                     tuple(int(ms) for ms in late), carrying=int(carrying) == 1)  # fmt: skip
 
 
-def claim_call(k: QueueKeys, batch: int, lease_ms: int) -> Call:
+def claim_call(k: QueueKeys, batch: int, lease_ms: int, holder: str = "") -> Call:
+    """``holder``: the claiming bus's id, kept in each claimed job's row (``reap_holder_call``)."""
     args = [k.prefix, str(check_int("batch", batch, 1)), str(check_ms("lease_ms", lease_ms, 1))]
-    return _call("claim", k.pending, args)
+    return _call("claim", k.pending, [*args, check_holder(holder)] if holder else args)
 
 
 def claim_reply(raw: Sequence[Any], queue: str) -> list[Job]:
@@ -426,8 +429,18 @@ def reap_call(k: QueueKeys, batch: int) -> Call:
 
 
 def reap_reply(raw: Sequence[Any]) -> Reaped:
-    n, now, carrying = raw
-    return Reaped(int(n), int(now), carrying=int(carrying) == 1)
+    n, now, carrying, *rest = raw
+    more = int(rest[0]) if rest else -1
+    return Reaped(int(n), int(now), carrying=int(carrying) == 1,
+                  next_rank=None if more < 0 else more)  # fmt: skip
+
+
+def reap_holder_call(k: QueueKeys, holder: str, from_rank: int = 0, batch: int = 1000) -> Call:
+    """``reap`` of every job ``holder`` leased, whatever its deadline: a page of ``batch`` jobs of
+    ``active`` from ``from_rank`` (``Reaped.next_rank`` for the next; ``None`` at the end)."""
+    args = [k.prefix, str(check_int("batch", batch, 1)), check_holder(holder),
+            str(check_int("from_rank", from_rank, 0))]  # fmt: skip
+    return _call("reap", k.active, args)
 
 
 def clock_call(

@@ -61,10 +61,13 @@ class Disk:
 @attrs.frozen
 class Storage:
     """``writable``: the server's last write of its append-only file (and snapshot) succeeded;
-    ``disk``: where an embedded server's data lives (``None`` for a server given by URL)."""
+    ``disk``: where an embedded server's data lives (``None`` for a server given by URL);
+    ``aof``: it keeps an append-only file at all (``appendonly yes``; ``durability.OnDisk``
+    needs one)."""
 
     writable: bool
     disk: Disk | None = None
+    aof: bool = True  # it keeps an append-only file (every primary of a cluster)
 
 
 def _mount_of(path: str) -> tuple[str, str]:
@@ -111,18 +114,19 @@ async def read_storage(bus: Bus) -> Storage:
     ``BusError`` when the server cannot be read."""
     raw = await bus.wire.command("INFO", "persistence")
     texts = raw.values() if isinstance(raw, dict) else [raw]
-    writable = True
+    writable, aof = True, True
     for text in texts:
         fields = _info_fields(text.decode() if isinstance(text, bytes) else str(text))
         failed = ("aof_last_write_status", "rdb_last_bgsave_status")
         writable = writable and all(fields.get(name, "ok") == "ok" for name in failed)
+        aof = aof and fields.get("aof_enabled") == "1"
     disk = None
     if bus.server is not None:
         try:
             disk = await trio.to_thread.run_sync(disk_of, bus.server.data_dir)
         except OSError:
             disk = None
-    return Storage(writable, disk)
+    return Storage(writable, disk, aof)
 
 
 def storage_note(storage: Storage) -> str:

@@ -31,18 +31,25 @@ def update_key(bot_id: int, update_id: int) -> str:
 
 
 async def admit(
-    bus: Bus, update: Mapping[str, Any], bot_id: int, *, queue: str = UPDATES_QUEUE
+    bus: Bus,
+    update: Mapping[str, Any],
+    bot_id: int,
+    *,
+    queue: str = UPDATES_QUEUE,
+    job_id: str | None = None,
 ) -> Outcome | None:
     """Put ``update`` on its chat's lane: ``ENQUEUED``, ``DUPLICATE`` (admitted before), or
     ``None`` for an update that belongs to no chat (nothing for the game; not admitted).
-    ``ValueError`` for a body that is not an update. A cancelled call may or may not have
-    admitted it; call again: the key makes that safe."""
+    ``ValueError`` for a body that is not an update. ``job_id``: the job's id, minted by the
+    caller (updates admitted at once keep their order in a chat's lane only if their ids were
+    minted in it); else minted here. A cancelled call may or may not have admitted it; call
+    again: the key makes that safe."""
     update_id = update_id_of(update)
     chat = chat_of(update)
     if chat is None:
         return None
     admitted = await lanes.enqueue(
-        bus, queue, str(chat), json.dumps(dict(update), ensure_ascii=False),
+        bus, queue, str(chat), json.dumps(dict(update), ensure_ascii=False), job_id=job_id,
         limit=1, key=update_key(bot_id, update_id), key_ttl_ms=KEY_TTL_MS,
     )  # fmt: skip
     return admitted.outcome

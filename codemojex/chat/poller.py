@@ -28,7 +28,7 @@ import trio
 from codemojex.chat.intake import ALLOWED_UPDATES, UPDATES_QUEUE, admit
 from codemojex.notify.telegram import TelegramBot
 from codemojex.stats import added
-from echomq_trio import Bus, BusError, Outcome
+from echomq_trio import Bus, BusError, Outcome, ids
 from echomq_trio.backoff import reconnect_delay_s
 
 __all__ = ["POLL_TIMEOUT_S", "Poller", "PollerStats", "TelegramRefused", "refusal"]
@@ -105,8 +105,11 @@ class Poller:
                 await trio.sleep(reconnect_delay_s(failures))
                 continue
             failures = 0
-            for update in updates:
-                await self._admit(update)
+            # All at once (an admission that waits for the disk waits about a second: the batch
+            # shares it), with ids minted here in Telegram's order, so each chat's lane keeps it.
+            async with trio.open_nursery() as nursery:
+                for update in updates:
+                    nursery.start_soon(self._admit, update, ids.generate("JOB"))
             if updates:
                 self.offset = max(int(u["update_id"]) for u in updates) + 1
 
@@ -144,11 +147,11 @@ class Poller:
         self._stats = added(self._stats, errors=1)
         log.warning("%s; trying again", text)
 
-    async def _admit(self, update: Mapping[str, Any]) -> None:
+    async def _admit(self, update: Mapping[str, Any], job_id: str) -> None:
         failures = 0
         while True:
             try:
-                out = await admit(self.bus, update, self.bot_id, queue=self.queue)
+                out = await admit(self.bus, update, self.bot_id, queue=self.queue, job_id=job_id)
             except ValueError as exc:  # not an update: nothing to admit
                 log.warning("skipped a malformed update: %s", exc)
                 out = None

@@ -449,6 +449,11 @@ class TelegramStandIn:
         """How many scripted answers for ``chat_id`` are not used yet."""
         return len(self._scripts.get(chat_id, ()))
 
+    def unscript(self, chat_id: int) -> int:
+        """Drop the scripted answers for ``chat_id`` not used yet (the next calls are answered
+        as Telegram would); how many were dropped."""
+        return len(self._scripts.pop(chat_id, ()))
+
     def block(self, chat_id: int, description: str = BLOCKED) -> None:
         """Answer every message to ``chat_id`` with 403 ``description`` until :meth:`unblock`."""
         self._blocked[chat_id] = description

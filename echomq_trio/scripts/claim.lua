@@ -3,7 +3,9 @@
 -- first within each.
 -- transition: pending | pending (lane) -> active
 -- KEYS[1] emq:{q}:pending (the other keys are ARGV[1]'s, same slot)
--- ARGV[1] queue prefix emq:{q}:, ARGV[2] batch, ARGV[3] lease ms
+-- ARGV[1] queue prefix emq:{q}:, ARGV[2] batch, ARGV[3] lease ms, ARGV[4] the holder (the
+-- claiming bus's id, kept in the row: a restart that knows its predecessor dead takes back what
+-- that holder leased, see reap; '' for none)
 -- Each claim raises the job's attempts by one, and its lease number by one: the lease number is
 -- the fencing token that ack, retry, defer, extend and release must present. It only ever
 -- grows (attempts go back down when a job is deferred or released), so a token is never handed
@@ -22,6 +24,7 @@ local SKIP_MAX = 100
 local want = tonumber(ARGV[2])
 local now = now_ms()
 local deadline = now + tonumber(ARGV[3])
+local holder = ARGV[4] or ''
 local ring = qp .. KEY.ring
 local out = {deadline}
 local leased = {}  -- score, id pairs: one ZADD to active at the end
@@ -33,7 +36,8 @@ local function take(id, g)
   local f = redis.call('HMGET', row, 'attempts', 'lease', 'payload')
   local attempts = (tonumber(f[1]) or 0) + 1
   local token = (tonumber(f[2]) or 0) + 1
-  redis.call('HSET', row, 'state', 'active', 'attempts', attempts, 'lease', token)
+  redis.call('HSET', row, 'state', 'active', 'attempts', attempts, 'lease', token, 'holder',
+    holder)
   leased[#leased + 1] = deadline
   leased[#leased + 1] = id
   out[#out + 1] = id

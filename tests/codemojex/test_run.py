@@ -18,6 +18,7 @@ from codemojex.chat.directory import room_of_chat
 from codemojex.game.rooms import room_key
 from codemojex.run import STAND_IN_TOKEN, telegram_endpoint
 from echomq_trio import events, jobs, open_bus
+from echomq_trio.server import start_server
 from tests.conftest import wait_for
 from tests.support import ROOT, Lines, parse, start_and_stop, start_service, stop_process
 
@@ -251,3 +252,20 @@ def test_the_first_screen_names_the_telegram_endpoint_in_use() -> None:
     assert telegram_endpoint("http://bot-api.internal:8081", local=False) == (
         "the Bot API server at http://bot-api.internal:8081 (--telegram-api-url)"
     )
+
+
+@pytest.mark.timeout_s(120)
+async def test_the_first_screen_says_when_notices_wait_for_the_disk_and_when_they_cannot(
+    tmp_path: Path,
+) -> None:
+    """Its own server keeps an append-only file: notify() waits for it. A server given by
+    --url that keeps none: notices are in its memory only, and the first screen says so."""
+    out = await start_and_stop(tmp_path / "own", r"durability: ", "--summary-every", "0",
+                               "--demo", "off")  # fmt: skip
+    assert "durability: notify() returns a notice's id once the server's append-only file " in (
+        out.text()
+    )
+    async with start_server(tmp_path / "d", extra_config=[("appendonly", "no")]) as server:
+        out = await start_and_stop(tmp_path / "url", r"durability: ", "--summary-every", "0",
+                                   "--demo", "off", "--url", server.url)  # fmt: skip
+    assert "keeps no append-only file, so a notice is in its memory only" in out.text()

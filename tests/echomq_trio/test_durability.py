@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from echomq_trio import Bus, ConnectionLost, jobs, lanes, open_bus
+from echomq_trio import Bus, ConnectionLost, ServerError, jobs, lanes, open_bus
 from echomq_trio.durability import DurableCalls, InMemory, NotDurable, OnDisk
 from echomq_trio.server import start_server
 from echomq_trio.testing import FaultyTransport
@@ -104,3 +104,12 @@ async def _present(bus: Bus, job_id: str) -> bool:
             return await jobs.get_job(bus, "q", job_id) is not None
         except ConnectionLost:  # the restarted server still loading
             await trio.sleep(0.1)
+
+
+async def test_on_disk_needs_a_server_that_keeps_an_append_only_file(tmp_path: Path) -> None:
+    async with start_server(tmp_path / "d", extra_config=[("appendonly", "no")]) as server:
+        with pytest.raises(ServerError, match="keeps none \\(set appendonly yes"):
+            async with open_bus(server.url, durability=OnDisk()):
+                pass
+        async with open_bus(server.url) as bus:  # in memory it works as ever
+            assert (await jobs.enqueue(bus, "q", "x")).outcome == jobs.Outcome.ENQUEUED

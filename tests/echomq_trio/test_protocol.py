@@ -247,6 +247,8 @@ def test_claim_round_trip(
     call = protocol.claim_call(k, batch, lease)
     _check_call(call, k)
     assert call.args[1:] == (str(batch), str(lease))
+    assert protocol.claim_call(k, batch, lease, "a1b2c3").args[1:] == (str(batch), str(lease),
+                                                                       "a1b2c3")  # fmt: skip
     raw: list[Any] = [deadline]
     for j in claimed:
         raw += [kind(j.id.encode()) if kind is bytes else j.id, j.payload, j.attempts, j.token,
@@ -335,6 +337,11 @@ def test_promote_reap_and_fire_replies(
     assert protocol.promote_reply([0, 0, -1, now, 1]).carrying
     assert protocol.promote_reply([1, 0, nxt, now, 0, 7]).lateness_ms == (7,)
     assert protocol.reap_reply([moved, now, 0]) == Reaped(moved, now)
+    call = protocol.reap_holder_call(k, "a1b2c3", lanes, batch)
+    _check_call(call, k)
+    assert call.args[1:] == (str(batch), "a1b2c3", str(lanes))
+    assert protocol.reap_reply([moved, now, 0, lanes]).next_rank == lanes
+    assert protocol.reap_reply([moved, now, 0, -1]).next_rank is None
     assert protocol.reap_reply([0, now, 1]) == Reaped(0, now, carrying=True)
     call = protocol.clock_call(k, witness, batch)
     _check_call(call, k)
@@ -563,3 +570,13 @@ def test_stream_commands(group: str, consumer: str, count: int, pending: bool, i
     assert protocol.stream_ack_command(key, group, []) == []
     assert protocol.range_command(key, "-", count)[2] == "-"
     assert protocol.range_command(key, "5-1", count)[2] == "(5-1"
+
+
+@pytest.mark.parametrize("holder", ["", "has space", "{tag}", "x" * 129])
+def test_a_holder_is_named_as_a_queue_is(holder: str) -> None:
+    k = queue_keys("q")
+    with pytest.raises(ValueError, match="holder"):
+        protocol.reap_holder_call(k, holder)
+    if holder:
+        with pytest.raises(ValueError, match="holder"):
+            protocol.claim_call(k, 1, 1000, holder)
