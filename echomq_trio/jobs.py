@@ -21,6 +21,7 @@ from functools import partial
 
 from echomq_trio import audit, protocol
 from echomq_trio.bus import Bus
+from echomq_trio.clock import Step
 from echomq_trio.protocol import DEFAULT_KEY_TTL_MS, ENQUEUE_CHUNK, Item, When
 from echomq_trio.results import (
     Admitted,
@@ -61,6 +62,7 @@ __all__ = [
     "enqueue_many",
     "extend",
     "get_job",
+    "last_step",
     "list_jobs",
     "promote",
     "reap",
@@ -223,6 +225,16 @@ async def carry_clock(
     A cancelled call may or may not have carried a page; calling again is always safe (an
     entry carried is never carried twice)."""
     return protocol.clock_reply(await bus.run(protocol.clock_call(bus.keys(queue), witness, batch)))
+
+
+async def last_step(bus: Bus, queue: str) -> Step | None:
+    """The last step of the server clock recorded on ``queue`` (``clock.Step``), or ``None``:
+    for an application's own times, ``Step.carried(ms)`` is a time written before the step as
+    it reads after it. Read only (one ``HMGET``)."""
+    step, at = await bus.wire.command(
+        "HMGET", bus.keys(queue).meta, "clock_step_ms", "clock_step_at"
+    )
+    return None if step is None or at is None else Step(int(step), int(at))
 
 
 async def claim(bus: Bus, queue: str, batch: int = 1, lease_ms: int = 30_000) -> list[Job]:

@@ -250,7 +250,9 @@ class ChatGame:
         ends_at = rnd.starts_at_ms + self.round_ms
         end = json.dumps({"end_round": {"room": rnd.room, "round": rnd.id}})
         job_id = ids.JOB + rnd.id[len(ids.ROUND) :]  # one end per round: enqueue is idempotent
-        await jobs.enqueue_at(self.bus, self.queue, end, ends_at, job_id=job_id, group=str(chat))
+        # A wait of a length (enqueue_in): a step of the server clock does not move the end.
+        wait = max(0, ends_at - await self.bus.wire.server_time_ms())
+        await jobs.enqueue_in(self.bus, self.queue, end, wait, job_id=job_id, group=str(chat))
         return ends_at
 
     async def _end(self, what: Mapping[str, str]) -> None:

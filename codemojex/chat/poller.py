@@ -91,6 +91,7 @@ class Poller:
         self.timeout_s = timeout_s
         self.offset: int | None = None  # one past the last update on the bus
         self._stats = PollerStats()
+        self._failing_since: float | None = None  # a spell of failed polls (told once)
 
     def statistics(self) -> PollerStats:
         return self._stats
@@ -105,6 +106,10 @@ class Poller:
                 await trio.sleep(reconnect_delay_s(failures))
                 continue
             failures = 0
+            if self._failing_since is not None:
+                log.info("getUpdates answers again, after %.0f s of failed polls",
+                         trio.current_time() - self._failing_since)  # fmt: skip
+                self._failing_since = None
             # All at once (an admission that waits for the disk waits about a second: the batch
             # shares it), with ids minted here in Telegram's order, so each chat's lane keeps it.
             async with trio.open_nursery() as nursery:
@@ -144,8 +149,13 @@ class Poller:
         return [u for u in result if isinstance(u, Mapping) and _is_id(u.get("update_id"))]
 
     def _failed(self, text: str) -> None:
+        """Count a failure; the first of a spell is a warning, the others (until a poll answers
+        again) are debug lines: an outage of Telegram is one line, not one per retry."""
         self._stats = added(self._stats, errors=1)
-        log.warning("%s; trying again", text)
+        first = self._failing_since is None
+        if first:
+            self._failing_since = trio.current_time()
+        log.log(logging.WARNING if first else logging.DEBUG, "%s; trying again", text)
 
     async def _admit(self, update: Mapping[str, Any], job_id: str) -> None:
         failures = 0

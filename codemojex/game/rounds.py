@@ -32,6 +32,7 @@ from codemojex.game.scoring import ALPHABET, SIZE, Score, parse_emojis, score
 from codemojex.notify.notice import Notice, encode
 from codemojex.notify.notifier import NOTIFY_QUEUE, notify
 from echomq_trio import Bus, jobs
+from echomq_trio.clock import Step
 from echomq_trio.protocol import as_text
 
 __all__ = [
@@ -140,7 +141,8 @@ async def start_round(
     started = plain(f"⏰ Round {rnd.id} has started: guess the 6 emojis!")
     reminder = Notice(room.chat, started.body, started.opts(thread), id=ids.new(ids.NOTICE),
                       due_ms=rnd.starts_at_ms)  # fmt: skip
-    await jobs.enqueue_at(bus, NOTIFY_QUEUE, encode(reminder), rnd.starts_at_ms,
+    # In starts_in_ms, a wait of a length: a step of the server clock does not move it.
+    await jobs.enqueue_in(bus, NOTIFY_QUEUE, encode(reminder), starts_in_ms,
                           group=str(room.chat))  # fmt: skip
     announced = html(f"🎲 New round {rnd.id} in {bold(escape(room.title))}: it starts in "
                      f"{starts_in_ms // 1000} s. Emojis: {''.join(ALPHABET)}")  # fmt: skip
@@ -158,8 +160,15 @@ async def current_round(bus: Bus, room_id: str) -> Round:
     )
     if secret is None or as_text(status) != "open":
         raise GameError(f"no round is open in {room.title}")
-    return Round(as_text(rnd), room.id, int(starts_at), tuple(as_text(secret)),
+    step = await jobs.last_step(bus, NOTIFY_QUEUE)
+    return Round(as_text(rnd), room.id, _carried(step, int(starts_at)), tuple(as_text(secret)),
                  None if thread is None else int(thread))  # fmt: skip
+
+
+def _carried(step: Step | None, ms: int) -> int:
+    """A round's time as the server clock reads after its last step (the round's times are
+    kept as written: a round started before a step an hour back would start an hour late)."""
+    return ms if step is None else step.carried(ms)
 
 
 async def latest_round(bus: Bus, room_id: str) -> LatestRound | None:
@@ -184,9 +193,10 @@ async def round_view(bus: Bus, room_id: str, round_id: str) -> RoundView | None:
     )  # fmt: skip
     if status is None:
         return None
+    step = await jobs.last_step(bus, NOTIFY_QUEUE)
     return RoundView(
-        starts_at_ms=int(starts),
-        ends_at_ms=None if ends is None else int(ends),
+        starts_at_ms=_carried(step, int(starts)),
+        ends_at_ms=None if ends is None else _carried(step, int(ends)),
         guesses=int(guesses or 0),
         secret=None if as_text(status) == "open" else as_text(secret),
     )

@@ -5,6 +5,7 @@ a poller that stops in between finds them again and the bus answers ``DUPLICATE`
 from __future__ import annotations
 
 import json
+import logging
 
 import httpx
 import pytest
@@ -14,6 +15,7 @@ from codemojex.chat import Poller, TelegramRefused
 from codemojex.chat.poller import refusal
 from codemojex.notify import open_bot
 from codemojex.standin import open_stand_in
+from codemojex.standin.outage import open_outage
 from echomq_trio import Bus, lanes
 from tests.codemojex.chat.conftest import BOT_ID, TOKEN, group_id
 from tests.conftest import wait_for
@@ -92,3 +94,27 @@ async def test_a_wrong_token_stops_the_poller(bus: Bus, queue: str) -> None:
 def test_other_answers_are_not_refusals() -> None:
     for status in (200, 429, 500, 502):
         assert refusal(status, {"ok": False, "description": "x"}) is None
+
+
+@pytest.mark.timeout_s(60)
+async def test_an_outage_of_get_updates_is_one_warning_and_one_line_when_it_ends(
+    bus: Bus, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "codemojex.chat.poller")
+    async with (
+        open_stand_in(TOKEN, None) as tg,
+        open_outage(tg) as outage,
+        open_bot(TOKEN, outage.api_url) as bot,
+        trio.open_nursery() as nursery,
+    ):
+        outage.mode = "not_json"  # every answer a proxy's page
+        poller = Poller(bus, bot, BOT_ID, queue=queue, timeout_s=1)
+        await nursery.start(poller.run)
+        await wait_for(lambda: poller.statistics().errors >= 3, timeout=30)
+        outage.mode = None
+        tg.updates.user_says(group_id(), 7, "/top", name="Ann")
+        await wait_for(lambda: poller.statistics().admitted == 1, timeout=30)
+        nursery.cancel_scope.cancel()
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if r.name.endswith("poller")]
+    assert [level for level, _ in lines] == ["WARNING", "INFO"], lines
+    assert lines[1][1].startswith("getUpdates answers again, after ")
