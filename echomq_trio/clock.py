@@ -9,17 +9,26 @@ Its next call hands that evidence to the script (a ``Witness``), and the script 
 the server clock now: a difference of at least ``STEP_LEAST_MS`` either way is a step, recorded
 once on the queue's meta (the prelude's ``witness``), whichever caller sees it first.
 
-What a step does (``scripts/README.md``, "When the clock steps"): a wait of a length (a lease,
-a lane's wait, a retry's backoff, a deferral, ``enqueue_in``) keeps its length, carried across
-by the metronome (``clock.lua``); a time given as a time (``enqueue_at``, a recurring schedule's
-anchor) keeps its wall-clock meaning; a recurring schedule is never more than one period away.
-An application's own times do the same with ``carried`` (``Step``) or with a private time base
-(codemojex's rate limiter).
+What a step does (``scripts/README.md``, "When the clock steps"): a wait of a length (a lane's
+wait, a retry's backoff, a deferral, ``enqueue_in``) keeps its length, carried across by the
+metronome (``clock.lua``); a lease is never shortened under a live holder (no lease is reaped
+for ``REAP_GRACE_MS`` after a step, so holders renew first); a time given as a time
+(``enqueue_at``, a recurring schedule's anchor) keeps its wall-clock meaning; a recurring
+schedule is never more than one period away. The queue's meta keeps the sum of every step
+recorded (``clock_total``, ``jobs.clock_total``): an application reads its own times across
+steps by noting the sum when it writes a time and adding what it grew by since
+(codemojex's rounds), or keeps a clock of its own that the steps do not move (the prelude's
+``steady_ms``: codemojex's rate limiter).
+
+A step is told apart from the caller's own delays by the witness's bounds: a step back is
+certain (nothing makes time run backwards); a step forward is a difference beyond the call's
+own time and ``STEP_LEAST_MS``, so a server that stalls for longer than that between a call's
+sending and its running reads as a step forward of the stall's length: its waits are then
+carried that much later, once (they wait longer, never shorter).
 
 ``Witness`` is the caller's side of the evidence, written for one task at a time (each
-metronome and each rate limiter keeps its own); ``Step`` is a recorded step,
-``describe_step`` its one-line description for a log, and ``StepLog`` (``Bus.steps``) what a
-process has told of already.
+metronome and each rate limiter keeps its own); ``describe_step`` is a step's one-line
+description for a log, and ``StepLog`` (``Bus.steps``) what a process has told of already.
 """
 
 from __future__ import annotations
@@ -28,9 +37,13 @@ import attrs
 
 from echomq_trio.humane import span
 
-__all__ = ["STEP_LEAST_MS", "Step", "StepLog", "Witness", "describe_step"]
+__all__ = ["REAP_GRACE_MS", "STEP_LEAST_MS", "StepLog", "Witness", "describe_step"]
 
 STEP_LEAST_MS = 2_000  # the prelude's STEP_LEAST_MS: smaller steps are not noticed
+# After a step is recorded no lease is reaped for this long, so that every live holder renews
+# its lease on the new clock first (a consumer renews each third of its lease: 30 s by default);
+# the metronome uses it after refused writes too.
+REAP_GRACE_MS = 30_000
 
 
 @attrs.define
@@ -58,25 +71,6 @@ class Witness:
         self.seen_ms = server_ms
         self.sent_at = sent_at
         self.answered_at = answered_at
-
-
-@attrs.frozen
-class Step:
-    """A step of the server clock recorded on a queue: ``step_ms`` (the new clock less the old:
-    negative for a step back) and when it was recorded (``at_ms``, server ms on the new clock)."""
-
-    step_ms: int
-    at_ms: int
-
-    def before(self, ms: int) -> bool:
-        """Was ``ms`` written on the clock from before the step? Times on either side lie about
-        a step apart; those beyond the middle (``at_ms - step_ms / 2``) are from before it."""
-        middle = self.at_ms - self.step_ms / 2
-        return ms > middle if self.step_ms < 0 else ms < middle
-
-    def carried(self, ms: int) -> int:
-        """``ms`` on the clock after the step: moved by the step when written before it."""
-        return ms + self.step_ms if self.before(ms) else ms
 
 
 @attrs.define

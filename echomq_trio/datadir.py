@@ -86,7 +86,8 @@ def hold(path: str | os.PathLike[str], what: str) -> OwnerLock:
             raise
         if _same_file(fd, lock_path):
             os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            with contextlib.suppress(OSError):  # a full disk: the lock holds, unsigned
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             return OwnerLock(lock_path, fd)
         os.close(fd)  # an owner that gave up removed this file after we opened it: try anew
     raise InUse(what, None)

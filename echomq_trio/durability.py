@@ -15,13 +15,13 @@ later). A write that is not on disk within ``timeout_ms`` raises ``NotDurable`` 
 ``DUPLICATE``, a settlement ``GONE`` or ``STALE``) and returns once it is on disk.
 
 How it runs (``Committer``, ``DurableCalls``): durable calls go on connections of their own,
-and their waits are committed in groups: the first caller that needs its write on disk sends
-one ``WAITAOF``, and every write answered before it is covered by that one (the server counts a
-client's writes by its replication offset), so a second of calls costs about one sync, not one
-each. ``WAITAOF`` blocks its connection until the sync (up to a second with ``everysec``), which
-is why the bus's other calls do not share it, and why a durable call sent meanwhile takes the
-other of two. Each call waits for the server's next sync: up to a second with ``everysec``,
-whatever the load. The cost is measured in the README (Benchmarks).
+and their waits are committed in groups: the first caller that needs its write on disk makes a
+small write of its own and sends one ``WAITAOF``, which covers every write the server took before
+that one (the server counts writes by its replication offset), so a second of calls costs about
+one sync, not one each. ``WAITAOF`` blocks its connection until the sync (up to a second with
+``everysec``), which is why the bus's other calls do not share it, and why a durable call sent
+meanwhile takes the other of two. Each call waits for the server's next sync: up to a second
+with ``everysec``, whatever the load. The cost is measured in the README (Benchmarks).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 import attrs
 import trio
 
-from echomq_trio.errors import PersistenceFailed
+from echomq_trio.errors import BusError, PersistenceFailed
 from echomq_trio.protocol import Call
 from echomq_trio.transport import Transport
 
@@ -88,19 +88,25 @@ Durability = InMemory | OnDisk
 
 
 class Committer:
-    """Group commit of the writes made on ``wire`` to one server (one slot's node, given by
-    ``key``): ``await committed()`` after a write on ``wire`` has answered returns once the
-    server's append-only file holds it. The first waiter leads: it sends one ``WAITAOF`` that
-    covers every write answered before it; the others wait for it, and those whose writes
-    answered after it was sent lead the next."""
+    """Group commit of the writes made to one server (one slot's primary on a cluster):
+    ``await committed()`` after a write has answered returns once the server's append-only file
+    holds it. The first waiter leads: on ``wire`` it makes one small write of its own
+    (``HINCRBY <marker> syncs 1``, ``marker`` a key of the same slot: the queue's meta), then
+    sends ``WAITAOF``, which waits for that write and so for every write the server took
+    before it, on any connection. The others wait for it; those whose writes answered after it
+    was sent lead the next. When a lead fails (the file does not take the write in time, the
+    server refuses writes, the connection drops), every write answered before that lead fails
+    with it, at once: none is ever declared on disk by a later lead that may not cover it."""
 
-    def __init__(self, wire: Transport, key: str, timeout_ms: int) -> None:
+    def __init__(self, wire: Transport, marker: str, timeout_ms: int) -> None:
         self.wire = wire
-        self.key = key
+        self.marker = marker
         self.timeout_ms = timeout_ms
-        self._answered = 0  # writes answered on wire so far
-        self._synced = 0  # of those, how many are known to be on disk
-        self._leading: trio.Event | None = None  # set when the current leader's WAITAOF ends
+        self._answered = 0  # writes answered so far (numbered 1, 2, ...)
+        self._synced = 0  # writes up to this number are on disk
+        self._failed = 0  # writes up to this number failed with ``_failure``
+        self._failure: BaseException | None = None
+        self._leading: trio.Event | None = None  # set when the current lead ends
 
     @property
     def leading(self) -> bool:
@@ -108,29 +114,34 @@ class Committer:
         return self._leading is not None
 
     async def committed(self) -> None:
-        """Call once per write answered on ``wire``; returns once it is on disk (see the
-        class). ``NotDurable`` when the server did not sync within ``timeout_ms``; other
-        failures as the transport raises them. Cancelled, the write stays where it is (in
-        memory, and on disk when the server gets to it)."""
+        """Call once per write answered; returns once it is on disk (see the class).
+        ``NotDurable`` when the server did not sync within ``timeout_ms`` or the lead failed
+        (its cause chained). Cancelled, the write stays where it is (in memory, and on disk when
+        the server gets to it)."""
         self._answered += 1
         mine = self._answered
         while self._synced < mine:
+            if mine <= self._failed:
+                raise NotDurable(
+                    f"the server's append-only file did not take the write (is its disk "
+                    f"full?): {self._failure}; it may be in memory: call again to wait for it"
+                ) from self._failure
             if self._leading is not None:
                 await self._leading.wait()
                 continue
             done = self._leading = trio.Event()
             covers = self._answered
             try:
-                local, _ = await self.wire.wait_aof(self.key, 1, 0, self.timeout_ms)
+                await self.wire.command("HINCRBY", self.marker, "syncs", "1")
+                local, _ = await self.wire.wait_aof(self.marker, 1, 0, self.timeout_ms)
+                if local < 1:
+                    raise NotDurable(f"not synced within {self.timeout_ms} ms")
+            except BusError as exc:
+                self._failed, self._failure = max(self._failed, covers), exc
+                continue  # raises for this write, as for every one the lead covered
             finally:
                 self._leading = None
                 done.set()
-            if local < 1:
-                raise NotDurable(
-                    f"the server's append-only file did not take the write within "
-                    f"{self.timeout_ms} ms (is its disk full?); it is in memory: call again "
-                    "to wait for it"
-                )
             self._synced = max(self._synced, covers)
 
 
@@ -148,17 +159,19 @@ class DurableCalls:
         self.durability = durability
         self._committers: dict[tuple[int, str], Committer] = {}
 
-    def _committer(self, i: int, tag: str, key: str) -> Committer:
+    def _committer(self, i: int, tag: str, marker: str) -> Committer:
         c = self._committers.get((i, tag))
         if c is None:
-            c = self._committers[i, tag] = Committer(self.wires[i], key, self.durability.timeout_ms)
+            timeout = self.durability.timeout_ms
+            c = self._committers[i, tag] = Committer(self.wires[i], marker, timeout)
         return c
 
     async def run(self, call: Call) -> Any:
         """Run ``call`` and return its reply once the server's append-only file holds it."""
         key = call.keys[0]
+        marker = key[: key.index("}:") + 2] + "meta"  # the queue's meta: the same slot
         tag = key[key.find("{") : key.find("}") + 1] if self.wires[0].spec.cluster else ""
-        choices = [self._committer(i, tag, key) for i in range(len(self.wires))]
+        choices = [self._committer(i, tag, marker) for i in range(len(self.wires))]
         committer = next((c for c in choices if not c.leading), choices[0])
         reply = await committer.wire.script(call.script, call.keys, call.args)
         await committer.committed()

@@ -21,7 +21,7 @@ from functools import partial
 
 from echomq_trio import audit, protocol
 from echomq_trio.bus import Bus
-from echomq_trio.clock import Step
+from echomq_trio.clock import REAP_GRACE_MS
 from echomq_trio.protocol import DEFAULT_KEY_TTL_MS, ENQUEUE_CHUNK, Item, When
 from echomq_trio.results import (
     Admitted,
@@ -52,6 +52,7 @@ __all__ = [
     "ack_many",
     "carry_clock",
     "claim",
+    "clock_total",
     "counts",
     "dead_jobs",
     "defer",
@@ -62,7 +63,6 @@ __all__ = [
     "enqueue_many",
     "extend",
     "get_job",
-    "last_step",
     "list_jobs",
     "promote",
     "reap",
@@ -214,27 +214,32 @@ async def promote(
 
 
 async def carry_clock(
-    bus: Bus, queue: str, witness: tuple[str, str, str] | None = None, batch: int = 1000
+    bus: Bus,
+    queue: str,
+    witness: tuple[str, str, str] | None = None,
+    batch: int = 1000,
+    *,
+    reap_grace_ms: int = REAP_GRACE_MS,
 ) -> ClockCarried:
     """Record a step of the server clock that ``witness`` (``clock.Witness.args``) shows, and
-    carry up to ``batch`` of the queue's waits across the last recorded step: lease deadlines,
-    lane waits and relative scheduled waits keep their length, a recurring schedule runs within
-    a period (see the README's "When the server clock steps"). The metronome calls it; call it
-    until ``more`` is false.
+    carry up to ``batch`` of the queue's waits across the last recorded step: lane waits and
+    relative scheduled waits keep their length, a lease is never shortened under a live holder
+    and none is reaped for ``reap_grace_ms`` after the step is recorded, a recurring schedule
+    runs within a period (see the README's "When the server clock steps"). The metronome calls
+    it; call it until ``more`` is false.
 
     A cancelled call may or may not have carried a page; calling again is always safe (an
     entry carried is never carried twice)."""
-    return protocol.clock_reply(await bus.run(protocol.clock_call(bus.keys(queue), witness, batch)))
+    call = protocol.clock_call(bus.keys(queue), witness, batch, reap_grace_ms=reap_grace_ms)
+    return protocol.clock_reply(await bus.run(call))
 
 
-async def last_step(bus: Bus, queue: str) -> Step | None:
-    """The last step of the server clock recorded on ``queue`` (``clock.Step``), or ``None``:
-    for an application's own times, ``Step.carried(ms)`` is a time written before the step as
-    it reads after it. Read only (one ``HMGET``)."""
-    step, at = await bus.wire.command(
-        "HMGET", bus.keys(queue).meta, "clock_step_ms", "clock_step_at"
-    )
-    return None if step is None or at is None else Step(int(step), int(at))
+async def clock_total(bus: Bus, queue: str) -> int:
+    """The sum of every step of the server clock recorded on ``queue`` (ms; 0 before any):
+    note it with a time an application writes, and that time reads, after later steps, as
+    itself plus what the sum grew by since. Read only (one ``HGET``)."""
+    total = await bus.wire.command("HGET", bus.keys(queue).meta, "clock_total")
+    return 0 if total is None else int(total)
 
 
 async def claim(bus: Bus, queue: str, batch: int = 1, lease_ms: int = 30_000) -> list[Job]:
@@ -344,13 +349,13 @@ async def take_back(bus: Bus, queue: str, holder: str, batch: int = 1000) -> int
     A cancelled call may have returned some; calling again is always safe (a job another
     holder claimed since is not its any more)."""
     k = bus.keys(queue)
-    taken, rank = 0, 0
+    taken, after = 0, ""
     while True:
-        got = protocol.reap_reply(await bus.run(protocol.reap_holder_call(k, holder, rank, batch)))
+        got = protocol.reap_reply(await bus.run(protocol.reap_holder_call(k, holder, after, batch)))
         taken += got.reaped
-        if got.next_rank is None:
+        if got.next_from is None:
             return taken
-        rank = got.next_rank
+        after = got.next_from
 
 
 async def release(bus: Bus, queue: str, items: Sequence[tuple[str, int]]) -> int:

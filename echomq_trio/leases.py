@@ -96,17 +96,25 @@ async def renew(
     bus: Bus, queue: str, held: Mapping[str, Job], lease_ms: int, lost: Callable[[int], None]
 ) -> NoReturn:
     """Each third of a lease, extend the lease of every held job; ``lost(n)`` hears how many
-    were no longer held (reaped and claimed elsewhere). Runs until cancelled."""
+    were no longer held (reaped and claimed elsewhere). A renewal that fails (the server
+    unreachable, or refusing writes) is tried again sooner, after
+    ``backoff.reconnect_delay_s``, so a lease is renewed soon after the server takes writes
+    again. Runs until cancelled."""
+    failures = 0
     while True:
-        await trio.sleep(lease_ms / 3000)
+        period = lease_ms / 3000
+        await trio.sleep(min(period, reconnect_delay_s(failures)) if failures else period)
         items = [(j.id, j.token) for j in held.values()]
         if not items:
+            failures = 0
             continue
         try:
             result = await jobs.extend(bus, queue, items, lease_ms)
         except BusError as exc:
+            failures += 1
             log.log(level_of(exc), "lease renewal on %s failed: %s", queue, exc)
             continue
+        failures = 0
         lost(len(result.lost))
 
 

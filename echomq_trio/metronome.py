@@ -34,7 +34,7 @@ import trio
 from echomq_trio import jobs, repeat
 from echomq_trio.backoff import reconnect_delay_s
 from echomq_trio.bus import Bus
-from echomq_trio.clock import Witness, describe_step
+from echomq_trio.clock import REAP_GRACE_MS, Witness, describe_step
 from echomq_trio.errors import BusError, WritesRefused, level_of
 from echomq_trio.metrics import BusMetrics
 
@@ -45,10 +45,6 @@ log = logging.getLogger("echomq_trio.metronome")
 PARK_MARGIN_S = 0.15  # the server may wake a blocked pop this late; park only this far ahead
 SHORT_STEP_S = 0.02  # re-check step in the last stretch, to notice an even earlier job
 FIRE_BATCH = 16  # occurrences per fire call (ids are minted ahead for them)
-# After the server refused writes (a full disk, the memory ceiling), no lease could be renewed:
-# reaping waits this long after the last refusal, so holders renew first (a consumer renews each
-# third of its lease, 30 s by default).
-REAP_GRACE_MS = 30_000
 
 
 @attrs.frozen
@@ -152,7 +148,8 @@ class Metronome:
         none is left; log the step (once per bus)."""
         self._count(clock_steps=1)
         while True:
-            c = await jobs.carry_clock(self.bus, self.queue, batch=self.batch)
+            c = await jobs.carry_clock(self.bus, self.queue, batch=self.batch,
+                                       reap_grace_ms=round(self.reap_grace_s * 1000))  # fmt: skip
             self._count(carried=c.carried)
             if c.step_ms and self.bus.steps.news(c.step_ms, trio.current_time()):
                 log.warning(

@@ -430,28 +430,42 @@ def reap_call(k: QueueKeys, batch: int) -> Call:
 
 def reap_reply(raw: Sequence[Any]) -> Reaped:
     n, now, carrying, *rest = raw
-    more = int(rest[0]) if rest else -1
-    return Reaped(int(n), int(now), carrying=int(carrying) == 1,
-                  next_rank=None if more < 0 else more)  # fmt: skip
+    after = as_text(rest[0]) if rest else ""
+    return Reaped(int(n), int(now), carrying=int(carrying) == 1, next_from=after or None)
 
 
-def reap_holder_call(k: QueueKeys, holder: str, from_rank: int = 0, batch: int = 1000) -> Call:
+def reap_holder_call(k: QueueKeys, holder: str, after: str = "", batch: int = 1000) -> Call:
     """``reap`` of every job ``holder`` leased, whatever its deadline: a page of ``batch`` jobs of
-    ``active`` from ``from_rank`` (``Reaped.next_rank`` for the next; ``None`` at the end)."""
-    args = [k.prefix, str(check_int("batch", batch, 1)), check_holder(holder),
-            str(check_int("from_rank", from_rank, 0))]  # fmt: skip
+    ``active`` past the lease deadline ``after`` ('' for the start; ``Reaped.next_from`` for the
+    next page, ``None`` at the end)."""
+    if after and not _is_number(after):
+        raise ValueError(f"after must be a lease deadline from a reap's answer, got {after!r}")
+    args = [k.prefix, str(check_int("batch", batch, 1)), check_holder(holder), after]
     return _call("reap", k.active, args)
 
 
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def clock_call(
-    k: QueueKeys, witness: tuple[str, str, str] | None = None, batch: int = 1000
+    k: QueueKeys,
+    witness: tuple[str, str, str] | None = None,
+    batch: int = 1000,
+    *,
+    reap_grace_ms: int = 30_000,
 ) -> Call:
     """``clock``: record a step the ``witness`` shows (``clock.Witness.args``; ``None``: none)
-    and carry up to ``batch`` of the queue's waits across the last recorded step."""
+    and carry up to ``batch`` of the queue's waits across the last recorded step; no lease is
+    reaped for ``reap_grace_ms`` after a step is recorded."""
     seen, elapsed, spread = witness or ("", "0", "0")
-    return _call(
-        "clock", k.meta, [k.prefix, seen, elapsed, spread, str(check_int("batch", batch, 1))]
-    )
+    grace = str(check_ms("reap_grace_ms", reap_grace_ms))
+    args = [k.prefix, seen, elapsed, spread, str(check_int("batch", batch, 1)), grace]
+    return _call("clock", k.meta, args)
 
 
 def clock_reply(raw: Sequence[Any]) -> ClockCarried:

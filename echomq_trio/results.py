@@ -123,7 +123,7 @@ class Reaped:
     reaped: int
     server_now_ms: int
     carrying: bool = False  # as ``Promoted.carrying``: nothing was reaped
-    next_rank: int | None = None  # reaping a dead holder's jobs: the next page's rank, if any
+    next_from: str | None = None  # reaping a dead holder's jobs: where the next page starts
 
 
 @attrs.frozen

@@ -552,7 +552,8 @@ class EmbeddedServer:
                 damaged = damaged_file(self.log_tail(DAMAGE_LOG_LINES))
                 if damaged is not None:  # restarting cannot help: say how to repair it
                     raise DamagedAppendOnlyFile(damage_message(self.data_dir, damaged))
-                raise BusError(
+                failed = _PortTaken if PORT_TAKEN in self.log_tail() else BusError
+                raise failed(
                     f"{self.binary} {_describe_exit(popen.returncode)} while starting on port "
                     f"{self.port}:\n" + self.log_tail()
                 )
@@ -653,12 +654,23 @@ def _tidy(folder: Path, found: frozenset[str]) -> None:
                 path.unlink(missing_ok=True)
 
 
+# The server's words when its port is taken (another process took it between choosing and
+# binding): only then is another port worth a try; any other failure (a damaged file, a full
+# disk) is the server's to tell, at once.
+PORT_TAKEN = "Address already in use"
+
+
+class _PortTaken(BusError):
+    """The server could not listen on its port."""
+
+
 async def _first_launch(
     nursery: trio.Nursery, port: int | None, folder: Path, make: Callable[[int], EmbeddedServer]
 ) -> EmbeddedServer:
     """Launch the first server: on ``port``; with none, on the port ``folder`` recorded if it is
-    free, else (or when that fails) on a free port, three tries (a free port can be taken
-    between choosing and binding). A change of the recorded port is logged."""
+    free, else (or when that port is taken) on a free port, three tries (a free port can be
+    taken between choosing and binding). A change of the recorded port is logged; a failure
+    that is not a taken port is raised at once."""
     recorded = None if port is not None else address.recorded_port(folder)
     if port is not None:
         wanted: list[int | None] = [port]
@@ -671,9 +683,7 @@ async def _first_launch(
         try:
             await server._launch(nursery)
             break
-        except DamagedAppendOnlyFile:
-            raise  # another port cannot help
-        except BusError:
+        except _PortTaken:
             if i == len(wanted) - 1:
                 raise
     if recorded is not None and server.port != recorded:

@@ -12,14 +12,16 @@ handler                transition                                               
 raises ``exc``         ``RetryJob(backoff delay, "Type: message", max_attempts)``  retry
 ``DeferIn(ms, why)``   ``DeferJob(ms, why)``                                      defer
 ``Bury(why)``          ``BuryJob(why)``                                           retry, buried
-raises a bus failure   ``DeferJob(backoff delay, "the bus failed: ...")``         defer
+raises refused writes  ``DeferJob(backoff delay, "the bus failed: ...")``         defer
 anything else          as if the handler raised a ``TypeError`` saying so         retry
 =====================  =========================================================  ===========
 
-A bus failure is ``ConnectionLost`` (and so ``WritesRefused``: a full disk, the memory ceiling)
-or ``RequestTimedOut``, raised by a call the handler made to the bus (an enqueue, say): the
-bus failed, not the job, so its attempt is given back and it runs again after the backoff
-(while the bus refuses writes the deferral itself waits, and the consumer claims nothing).
+Refused writes are ``WritesRefused`` (a full disk, the memory ceiling, a failover), raised by a
+call the handler made to the bus (an enqueue, say): the server takes writes again by itself,
+and the job did not fail, so its attempt is given back and it runs again after the backoff
+(while the server refuses writes the deferral itself waits, and the consumer claims nothing).
+Any other failure of the bus (a dropped connection, a timeout) is the attempt's, as before: a
+failure that lasts (refused credentials, say) ends in the dead set, not in deferrals forever.
 A retry that has used ``max_attempts`` is buried by the server (the job is dead with the error).
 ``StopConsumer`` is not a result: the consumer stops and hands the job back, it never gets here.
 """
@@ -34,7 +36,7 @@ import attrs
 
 from echomq_trio.backoff import Policy, delay_ms
 from echomq_trio.checks import MAX_DELAY_MS
-from echomq_trio.errors import ConnectionLost, RequestTimedOut
+from echomq_trio.errors import WritesRefused
 
 if TYPE_CHECKING:
     from echomq_trio.jobs import Job
@@ -174,6 +176,6 @@ def decide(result: HandlerResult | Exception, job: Job, policy: SettlePolicy) ->
             f"handler returned {result!r}; expected None, Ack, RetryIn, DeferIn or Bury"
         )
     wait = delay_ms(policy.backoff, max(job.attempts, 1), policy.rng)
-    if isinstance(result, ConnectionLost | RequestTimedOut):
+    if isinstance(result, WritesRefused):
         return DeferJob(wait, f"the bus failed: {error_text(result)}")
     return RetryJob(wait, error_text(result), policy.max_attempts)

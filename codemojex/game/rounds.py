@@ -32,7 +32,6 @@ from codemojex.game.scoring import ALPHABET, SIZE, Score, parse_emojis, score
 from codemojex.notify.notice import Notice, encode
 from codemojex.notify.notifier import NOTIFY_QUEUE, notify
 from echomq_trio import Bus, jobs
-from echomq_trio.clock import Step
 from echomq_trio.protocol import as_text
 
 __all__ = [
@@ -131,7 +130,8 @@ async def start_round(
         "codemojex.game/round_start",
         [room_key(room.id, "room"), round_key(room.id, round_id)],
         [round_id, "".join(secret), str(starts_in_ms), board.feed_channel(room.id), room.id,
-         "" if lasts_ms is None else str(lasts_ms), "" if thread is None else str(thread)],
+         "" if lasts_ms is None else str(lasts_ms), "" if thread is None else str(thread),
+         str(await jobs.clock_total(bus, NOTIFY_QUEUE))],
     )  # fmt: skip
     if code == 0:
         raise GameError(f"a round is already open in {room.title}")
@@ -155,20 +155,23 @@ async def current_round(bus: Bus, room_id: str) -> Round:
     rnd = await bus.wire.command("HGET", room_key(room.id, "room"), "round")
     if not rnd:
         raise GameError(f"no round is open in {room.title}")
-    secret, starts_at, status, thread = await bus.wire.command(
-        "HMGET", round_key(room.id, as_text(rnd)), "secret", "starts_at_ms", "status", "thread"
-    )
+    secret, starts_at, status, thread, total = await bus.wire.command(
+        "HMGET", round_key(room.id, as_text(rnd)), "secret", "starts_at_ms", "status", "thread",
+        "clock_total",
+    )  # fmt: skip
     if secret is None or as_text(status) != "open":
         raise GameError(f"no round is open in {room.title}")
-    step = await jobs.last_step(bus, NOTIFY_QUEUE)
-    return Round(as_text(rnd), room.id, _carried(step, int(starts_at)), tuple(as_text(secret)),
+    since = await _stepped_since(bus, total)
+    return Round(as_text(rnd), room.id, int(starts_at) + since, tuple(as_text(secret)),
                  None if thread is None else int(thread))  # fmt: skip
 
 
-def _carried(step: Step | None, ms: int) -> int:
-    """A round's time as the server clock reads after its last step (the round's times are
-    kept as written: a round started before a step an hour back would start an hour late)."""
-    return ms if step is None else step.carried(ms)
+async def _stepped_since(bus: Bus, noted: object) -> int:
+    """How far the server clock has stepped since a round noted the sum of its steps (its
+    ``clock_total``): the round's times are kept as written, so one started before a step an
+    hour back reads an hour late until this is added."""
+    at_open = 0 if noted is None else int(as_text(noted))
+    return await jobs.clock_total(bus, NOTIFY_QUEUE) - at_open
 
 
 async def latest_round(bus: Bus, room_id: str) -> LatestRound | None:
@@ -187,16 +190,16 @@ async def latest_round(bus: Bus, room_id: str) -> LatestRound | None:
 
 async def round_view(bus: Bus, room_id: str, round_id: str) -> RoundView | None:
     """The live page's view of a round, or ``None`` once it has expired. Read only."""
-    starts, ends, guesses, status, secret = await bus.wire.command(
+    starts, ends, guesses, status, secret, total = await bus.wire.command(
         "HMGET", round_key(room_id, round_id), "starts_at_ms", "ends_at_ms", "guesses", "status",
-        "secret",
+        "secret", "clock_total",
     )  # fmt: skip
     if status is None:
         return None
-    step = await jobs.last_step(bus, NOTIFY_QUEUE)
+    since = await _stepped_since(bus, total)
     return RoundView(
-        starts_at_ms=_carried(step, int(starts)),
-        ends_at_ms=None if ends is None else _carried(step, int(ends)),
+        starts_at_ms=int(starts) + since,
+        ends_at_ms=None if ends is None else int(ends) + since,
         guesses=int(guesses or 0),
         secret=None if as_text(status) == "open" else as_text(secret),
     )

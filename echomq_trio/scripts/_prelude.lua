@@ -19,19 +19,16 @@
 --                   none) on a call that took `spread` ms, and at least `elapsed` ms have passed
 --                   since that call answered (its monotonic clock). A step of at least
 --                   STEP_LEAST_MS since then is recorded on meta (clock_step_ms, clock_step_at,
---                   and clock_fix = 'todo' for the bus's metronomes), unless it is recorded
---                   already. Returns the step it recorded (ms), or 0
+--                   clock_fix = 'todo' for the bus's metronomes, and clock_total: the sum of
+--                   every step recorded), unless it is recorded already. Returns the step it
+--                   recorded (ms), or 0
 --   steady_ms(meta, base, now)
 --                   a clock the steps recorded on meta do not move, for an application's own
 --                   windows and waits (its times are compared with each other, never shown):
 --                   `now` (the server clock) less every step recorded since the hash `base`
---                   (in the queue's slot: its offset and the step it has taken in) was first
+--                   (in the queue's slot: it keeps the clock_total of its first use) was first
 --                   used; record a step a caller witnesses first (witness), so nothing is
---                   written on a stepped clock before the offset takes it in
---   before_step(ms, step, at)
---                   was the time `ms` written on the clock from before the step (`step` ms,
---                   recorded at `at`)? Times on either side of a step lie about a step apart:
---                   those beyond the middle, `at - step / 2`, are from before it
+--                   written on a stepped clock before it is taken in
 local KEY = {
   pending = 'pending',            -- zset pending
   schedule = 'schedule',          -- zset schedule
@@ -99,25 +96,16 @@ local function witness(meta, now, seen, elapsed, spread)
     return 0  -- recorded since the reading (by another witness of the same step)
   end
   redis.call('HSET', meta, 'clock_step_ms', skew, 'clock_step_at', now, 'clock_fix', 'todo')
+  redis.call('HINCRBY', meta, 'clock_total', skew)
   return skew
 end
 
-local function before_step(ms, step, at)
-  if step < 0 then return ms > at - step / 2 end
-  return ms < at - step / 2
-end
-
 local function steady_ms(meta, base, now)
-  local c = redis.call('HMGET', base, 'offset', 'step_at')
-  local step, at = clock_step(meta)
-  if not c[1] then
-    redis.call('HSET', base, 'offset', 0, 'step_at', at or 0)
+  local total = tonumber(redis.call('HGET', meta, 'clock_total')) or 0
+  local start = redis.call('HGET', base, 'start_total')
+  if not start then
+    redis.call('HSET', base, 'start_total', total)
     return now
   end
-  local offset = tonumber(c[1])
-  if step and tonumber(c[2]) ~= at then
-    offset = offset - step
-    redis.call('HSET', base, 'offset', offset, 'step_at', at)
-  end
-  return now + offset
+  return now - (total - tonumber(start))
 end

@@ -14,6 +14,7 @@
 -- meets it. A claim takes at most SKIP_MAX such lanes off per call (then it takes what it can
 -- from the flat set and leaves a wake token, so the next claim goes on where it stopped).
 -- Returns {lease deadline, then per job: id, payload, attempts, token, group or ''}.
+-- meta.lease_max keeps the longest lease ms granted (one HGET per call).
 -- cost: O(batch + SKIP_MAX) (each step O(log n)); per job 3 commands (its row read and
 -- written, its event), per lane turn 3 (in a queue with lanes paused, waiting, limited or
 -- weighted, up to 5 more); per call one ZADD, one LPUSH, RPUSH and SREM of the ring's lanes for
@@ -24,6 +25,11 @@ local SKIP_MAX = 100
 local want = tonumber(ARGV[2])
 local now = now_ms()
 local deadline = now + tonumber(ARGV[3])
+-- The longest lease granted (meta.lease_max): what no lease of a live holder can pass, for
+-- carrying leases across a step of the clock (clock.lua). One HGET a call.
+if tonumber(redis.call('HGET', qp .. KEY.meta, 'lease_max') or '0') < tonumber(ARGV[3]) then
+  redis.call('HSET', qp .. KEY.meta, 'lease_max', ARGV[3])
+end
 local holder = ARGV[4] or ''
 local ring = qp .. KEY.ring
 local out = {deadline}

@@ -1,20 +1,25 @@
 -- clock: carry the queue's waits across a step of the server clock, a page at a time. A wait
--- keeps its length: lease deadlines (active), lane waits (gwait) and the schedule's relative
--- waits (retries, deferrals and enqueue_in: rows with delay_ms) move by the step; a job
--- scheduled at a time (enqueue_at) keeps that wall-clock time; a recurring schedule's next run
--- is brought to at most one period ahead (its anchor kept) after a step back. See "When the
--- clock steps" in scripts/README.md.
+-- keeps its length: lane waits (gwait) and the schedule's relative waits (retries, deferrals
+-- and enqueue_in: rows with delay_ms) move by the step; a job scheduled at a time (enqueue_at)
+-- keeps that wall-clock time; a recurring schedule's next run is brought to at most one period
+-- ahead (its anchor kept) after a step back. Leases are never shortened under a live holder:
+-- after a step forward only a lease that looks expired by more than a second is carried (a
+-- renewal after the step cannot look so), after a step back only one more than the longest
+-- lease granted (meta.lease_max) and two seconds away; and reaping waits ARGV[6] ms from the
+-- step's record (meta.clock_reap_after), so every live holder renews its lease on the new clock
+-- first. See "When the clock steps" in scripts/README.md.
 -- transition: active | pending (lane, waiting) | scheduled | registered -> active | pending (lane, waiting) | scheduled | registered
 -- KEYS[1] emq:{q}:meta (the other keys are ARGV[1]'s, same slot)
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] the server ms the caller last read ('' for none),
 -- ARGV[3] ms since that call answered (the caller's monotonic clock), ARGV[4] ms that call
--- took, ARGV[5] batch (most entries looked at by this call)
+-- took, ARGV[5] batch (most entries looked at by this call), ARGV[6] ms no lease is reaped
+-- after a step is recorded
 -- A step is recorded by the first witness of it (this script, promote, or an application's
 -- script through the prelude's witness); its carrying is meta.clock_fix: 'todo', then
 -- '<phase> <cursor>' through the phases active, gwait, schedule, repeat, then none. Each set is
--- read from the middle of the step away from it (a step back: ascending from at + |step| / 2;
--- forward: descending from at - step / 2), so an entry carried lands behind the cursor and is
--- never carried twice. While clock_fix is set, promote and reap leave the queue alone.
+-- read from a bound away from the new clock's times (a step back: ascending; forward:
+-- descending), so an entry carried lands behind the cursor and is never carried twice; a page
+-- takes every entry of its last score, so the cursor passes that score whole.
 -- Returns {step recorded by this call (ms, 0: none), the last step recorded (ms, 0: none),
 -- when it was recorded (server ms, -1: never), entries carried by this call, 1 while carrying
 -- is left to do (else 0), server now ms}.
@@ -25,23 +30,35 @@ local batch = tonumber(ARGV[5])
 local recorded = witness(KEYS[1], now, ARGV[2], ARGV[3], ARGV[4])
 local step, at = clock_step(KEYS[1])
 local fix = redis.call('HGET', KEYS[1], 'clock_fix')
+if fix == 'todo' then
+  redis.call('HSET', KEYS[1], 'clock_reap_after', now + tonumber(ARGV[6]))
+end
 local carried = 0
 local PHASES = {'active', 'gwait', 'schedule', 'repeat'}
 local SETS = {active = qp .. KEY.active, gwait = qp .. KEY.lane_waits,
   schedule = qp .. KEY.schedule, ['repeat'] = qp .. KEY.repeats}
 
--- The next page of `key` from `cursor` ('' at the start) away from the middle of the step:
--- entries (member, score pairs) and the cursor after them ('' when the set is done).
-local function page(key, cursor, n)
-  local mid = at - step / 2
+-- Where a phase's entries from before the step begin: past the step's middle for waits (the
+-- times on either side of a step lie about a step apart), past what no live lease can reach
+-- for leases, and now for a recurring schedule (only a step back matters to it).
+local function bound(phase)
+  if phase == 'repeat' then return now end
+  if phase == 'active' then
+    if step > 0 then return at - 1000 end
+    return at + (tonumber(redis.call('HGET', KEYS[1], 'lease_max')) or 0) + 2000
+  end
+  return at - step / 2
+end
+
+-- The next page of `key` from `cursor` ('' at the start: the phase's bound) away from the new
+-- clock's times: entries (member, score pairs) and the cursor after them ('' when done).
+local function page(key, from, cursor, n, ascending)
+  from = '(' .. from
+  if cursor ~= '' then from = '(' .. cursor end
   local raw
-  if step < 0 then
-    local from = '(' .. mid
-    if cursor ~= '' then from = '(' .. cursor end
+  if ascending then
     raw = redis.call('ZRANGE', key, from, '+inf', 'BYSCORE', 'LIMIT', 0, n, 'WITHSCORES')
   else
-    local from = '(' .. mid
-    if cursor ~= '' then from = '(' .. cursor end
     raw = redis.call('ZRANGE', key, from, '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, n, 'WITHSCORES')
   end
   if #raw < 2 * n then return raw, '' end
@@ -72,21 +89,9 @@ local left = batch
 while fix and left > 0 do
   local phase, cursor = 'active', ''
   if fix ~= 'todo' then phase, cursor = string.match(fix, '^(%a+) ?(.*)$') end
-  local key = SETS[phase]
-  local raw, after
-  if phase == 'repeat' then
-    -- Only a step back puts a next run too far ahead; read from now on.
-    if step < 0 then
-      local from = '(' .. now
-      if cursor ~= '' then from = '(' .. cursor end
-      raw = redis.call('ZRANGE', key, from, '+inf', 'BYSCORE', 'LIMIT', 0, left, 'WITHSCORES')
-      after = ''
-      if #raw == 2 * left then after = raw[#raw] end
-    else
-      raw, after = {}, ''
-    end
-  else
-    raw, after = page(key, cursor, left)
+  local raw, after = {}, ''
+  if phase ~= 'repeat' or step < 0 then
+    raw, after = page(SETS[phase], bound(phase), cursor, left, step < 0 or phase == 'repeat')
   end
   for i = 1, #raw, 2 do
     local member, score = raw[i], tonumber(raw[i + 1])
@@ -94,7 +99,7 @@ while fix and left > 0 do
       if rein(member, score) then carried = carried + 1 end
     elseif phase ~= 'schedule'
       or redis.call('HEXISTS', qp .. KEY.job .. member, 'delay_ms') == 1 then
-      redis.call('ZADD', key, score + step, member)
+      redis.call('ZADD', SETS[phase], score + step, member)
       carried = carried + 1
     end
   end

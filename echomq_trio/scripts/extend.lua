@@ -8,6 +8,9 @@
 -- cost: O(jobs extended), each O(log n)
 local qp = ARGV[1]
 local deadline = now_ms() + tonumber(ARGV[2])
+if tonumber(redis.call('HGET', qp .. KEY.meta, 'lease_max') or '0') < tonumber(ARGV[2]) then
+  redis.call('HSET', qp .. KEY.meta, 'lease_max', ARGV[2])  -- the longest lease (claim.lua)
+end
 local out = {deadline}
 for i = 3, #ARGV, 2 do
   local id = ARGV[i]

@@ -5,12 +5,13 @@ the fault-injecting transport only counts the ``WAITAOF`` calls."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
 import trio
 
-from echomq_trio import Bus, ConnectionLost, ServerError, jobs, lanes, open_bus
+from echomq_trio import Bus, BusError, ConnectionLost, ServerError, ids, jobs, lanes, open_bus
 from echomq_trio.durability import DurableCalls, InMemory, NotDurable, OnDisk
 from echomq_trio.server import start_server
 from echomq_trio.testing import FaultyTransport
@@ -51,6 +52,9 @@ async def test_writes_are_committed_in_groups_and_settle_on_disk(
                 nursery.start_soon(lanes.enqueue, bus, queue, f"g{i % 5}", f"lane job {i}")
         waits = [c for c in counted.calls if c.name == "WAITAOF"]
         scripts = [c for c in counted.calls if c.op == "script"]
+        # Each lead's own small write goes just before its WAITAOF, in the queue's meta.
+        marks = [c for c in counted.calls if c.name == "HINCRBY"]
+        assert len(marks) == len(waits) and {c.args[0] for c in marks} == {bus.keys(queue).meta}
         assert scripts and all(c.name in ("enqueue", "lane_enqueue") for c in scripts)
         # One sync covers every write answered before it: far fewer waits than writes.
         assert 1 <= len(waits) < len(scripts)
@@ -60,7 +64,7 @@ async def test_writes_are_committed_in_groups_and_settle_on_disk(
         before = len(counted.calls)
         outcomes = await jobs.ack_many(bus, queue, [(j.id, j.token) for j in claimed])
         assert set(outcomes) == {jobs.Outcome.ACKED}
-        assert [c.name for c in counted.calls[before:]] == ["ack", "WAITAOF"]
+        assert [c.name for c in counted.calls[before:]] == ["ack", "HINCRBY", "WAITAOF"]
 
 
 @pytest.mark.slow
@@ -113,3 +117,96 @@ async def test_on_disk_needs_a_server_that_keeps_an_append_only_file(tmp_path: P
                 pass
         async with open_bus(server.url) as bus:  # in memory it works as ever
             assert (await jobs.enqueue(bus, "q", "x")).outcome == jobs.Outcome.ENQUEUED
+
+
+@pytest.mark.timeout_s(60)
+async def test_a_failed_lead_fails_every_write_it_covered_at_once(
+    standalone_url: str, queue: str
+) -> None:
+    """The lead's sync fails (here its connection drops, injected): every write answered
+    before it fails with it, at once, not one waiter after another each with its own timeout,
+    and none is declared on disk by a later lead that may not cover it. Called again, each is
+    a duplicate (it was taken) that returns once a lead syncs it."""
+    durability = OnDisk(timeout_ms=2_000)
+    async with open_wire(standalone_url) as wire, wire.blocking() as own:
+        faulty = FaultyTransport(own)
+        lost = faulty.fail(lambda c: c.name == "WAITAOF", ConnectionLost("injected: dropped"))
+        bus = Bus(wire, durability=durability, durable=DurableCalls([faulty], durability))
+        ids_ = [ids.generate("JOB") for _ in range(8)]
+        outcomes: list[str] = []
+
+        async def one(job_id: str) -> None:
+            try:
+                await jobs.enqueue(bus, queue, "x", job_id=job_id)
+                outcomes.append("on disk")
+            except NotDurable as exc:
+                assert isinstance(exc.__cause__, ConnectionLost)
+                outcomes.append("not durable")
+
+        started = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            for job_id in ids_:
+                nursery.start_soon(one, job_id)
+        assert lost.hits and outcomes.count("not durable") >= 1
+        assert trio.current_time() - started < durability.timeout_ms / 1000  # none waited it out
+        again = [await jobs.enqueue(bus, queue, "x", job_id=i) for i in ids_]
+        assert all(a.outcome in (jobs.Outcome.DUPLICATE, jobs.Outcome.ENQUEUED) for a in again)
+        assert (await jobs.counts(bus, queue)).pending == len(ids_)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout_s(120)
+async def test_no_write_is_declared_on_disk_across_a_dropped_connection_and_a_killed_server(
+    tmp_path: Path,
+) -> None:
+    """Concurrent enqueues on a full disk; the durable connection drops (a network blip, the
+    server alive), then the server is killed: every enqueue that returned is there after the
+    restart (a lead on the reconnected connection makes a write of its own first, which the
+    full disk refuses, instead of waiting on a connection that wrote nothing)."""
+    with small_disk(tmp_path / "disk", 16) as disk:
+        async with (
+            start_server(disk / "data") as server,
+            open_wire(server.url) as wire,
+            wire.blocking() as own,
+        ):
+            durability = OnDisk(timeout_ms=20_000)
+            bus = Bus(wire, durability=durability, durable=DurableCalls([own], durability))
+            await jobs.enqueue(bus, "q", "warm")
+            filler = fill(disk)
+            returned: list[str] = []
+
+            async def one(i: int) -> None:
+                with contextlib.suppress(ConnectionLost):  # NotDurable included: told
+                    returned.append((await jobs.enqueue(bus, "q", f"job {i}")).id)
+
+            async with trio.open_nursery() as nursery:
+                for i in range(20):
+                    nursery.start_soon(one, i)
+                await trio.sleep(1.0)  # they wait on the full disk
+                await wire.command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+                await trio.sleep(1.0)
+                server.kill()
+            killed_at = server.pid
+            await wait_for(lambda: server.running and server.pid != killed_at, timeout=30)
+            for job_id in returned:
+                assert await _present(bus, job_id), job_id
+            filler.unlink()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout_s(60)
+async def test_a_start_on_a_full_disk_fails_at_once_with_the_server_s_reason(
+    tmp_path: Path,
+) -> None:
+    """The server cannot start where it cannot write (its append-only file's manifest): the
+    start says so, in the server's words, instead of trying other ports."""
+    with small_disk(tmp_path / "disk", 16) as disk:
+        async with start_server(disk / "data") as server:
+            port = server.port
+        filler = fill(disk)
+        with pytest.raises(BusError) as failed:
+            async with start_server(disk / "data"):
+                pass
+        assert "No space left on device" in str(failed.value), failed.value
+        assert f"port {port}" in str(failed.value)  # the recorded one, and no other tried
+        filler.unlink()

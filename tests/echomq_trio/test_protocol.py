@@ -337,15 +337,17 @@ def test_promote_reap_and_fire_replies(
     assert protocol.promote_reply([0, 0, -1, now, 1]).carrying
     assert protocol.promote_reply([1, 0, nxt, now, 0, 7]).lateness_ms == (7,)
     assert protocol.reap_reply([moved, now, 0]) == Reaped(moved, now)
-    call = protocol.reap_holder_call(k, "a1b2c3", lanes, batch)
+    call = protocol.reap_holder_call(k, "a1b2c3", str(now), batch)
     _check_call(call, k)
-    assert call.args[1:] == (str(batch), "a1b2c3", str(lanes))
-    assert protocol.reap_reply([moved, now, 0, lanes]).next_rank == lanes
-    assert protocol.reap_reply([moved, now, 0, -1]).next_rank is None
+    assert call.args[1:] == (str(batch), "a1b2c3", str(now))
+    assert protocol.reap_reply([moved, now, 0, str(now).encode()]).next_from == str(now)
+    assert protocol.reap_reply([moved, now, 0, b""]).next_from is None
+    with pytest.raises(ValueError, match="after must be a lease deadline"):
+        protocol.reap_holder_call(k, "a1b2c3", "x")
     assert protocol.reap_reply([0, now, 1]) == Reaped(0, now, carrying=True)
-    call = protocol.clock_call(k, witness, batch)
+    call = protocol.clock_call(k, witness, batch, reap_grace_ms=lanes)
     _check_call(call, k)
-    assert call.keys == (k.meta,) and call.args[1:] == (*witness, str(batch))
+    assert call.keys == (k.meta,) and call.args[1:] == (*witness, str(batch), str(lanes))
     assert protocol.clock_call(k).args[1:4] == ("", "0", "0")
     carried = protocol.clock_reply([0, -nxt, nxt, moved, 1, now])
     assert carried == ClockCarried(0, -nxt, due, moved, True, now)

@@ -9,11 +9,13 @@ from hypothesis import strategies as st
 from echomq_trio.backoff import Exponential, Fixed, Jitter, Policy, delay_ms
 from echomq_trio.checks import MAX_DELAY_MS
 from echomq_trio.errors import (
+    AuthenticationFailed,
     ConnectionLost,
     OutOfMemory,
     PersistenceFailed,
     RequestTimedOut,
     ServerError,
+    WritesRefused,
 )
 from echomq_trio.jobs import Job
 from echomq_trio.settlement import (
@@ -95,21 +97,31 @@ def test_a_raised_exception_retries_after_the_backoff_for_the_attempt_with_its_t
     [
         PersistenceFailed("MISCONF Errors writing to the AOF file: No space left on device"),
         OutOfMemory("OOM command not allowed"),
+        WritesRefused("READONLY You can't write against a read only replica"),
+    ],
+)
+def test_refused_writes_in_a_handler_defer_the_job_without_spending_its_attempt(
+    failure: Exception,
+) -> None:
+    """The handler's own call to the bus was refused (a full disk, the memory ceiling, a
+    failover): the server takes writes again by itself, and the job did not fail."""
+    t = decide(failure, job(2), POLICY)
+    assert t == DeferJob(250, f"the bus failed: {error_text(failure)}")
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        ServerError("ERR wrong number of arguments"),
         ConnectionLost("connection reset"),
+        AuthenticationFailed("WRONGPASS"),
         RequestTimedOut("no answer in 5000 ms"),
     ],
 )
-def test_a_bus_failure_in_a_handler_defers_the_job_without_spending_its_attempt(
-    failure: Exception,
-) -> None:
-    """The handler's own call to the bus failed (a full disk, the memory ceiling, a dropped
-    connection): not the job's failure. ``ServerError`` (a refused command, a script's error)
-    stays the handler's own."""
-    t = decide(failure, job(2), POLICY)
-    assert t == DeferJob(250, f"the bus failed: {error_text(failure)}")
-    assert isinstance(
-        decide(ServerError("ERR wrong number of arguments"), job(2), POLICY), RetryJob
-    )
+def test_other_failures_of_the_bus_are_the_attempt_s(failure: Exception) -> None:
+    """A failure that may last (refused credentials, a call that always times out) spends the
+    attempt, so it ends in the dead set instead of deferrals forever."""
+    assert isinstance(decide(failure, job(2), POLICY), RetryJob)
 
 
 def test_the_backoff_counts_the_attempt_that_failed() -> None:

@@ -9,6 +9,7 @@ import logging
 from pathlib import Path
 
 import pytest
+import trio
 
 from echomq_trio import jobs, lanes, open_bus
 from echomq_trio.bus import HOLDER_FILE
@@ -65,3 +66,30 @@ async def test_a_holder_s_jobs_are_taken_back_a_page_at_a_time(tmp_path: Path) -
             assert await jobs.take_back(bus, "q", bus.holder, batch=4) == 0
             c = await jobs.counts(bus, "q")
             assert (c.pending, c.active) == (15, 10)
+
+
+async def test_taking_back_pages_by_deadline_so_other_holders_renewing_skip_none(
+    tmp_path: Path,
+) -> None:
+    """While the pages are read, another bus renews its leases past the dead holder's: paged by
+    deadline, not by rank, none of the dead holder's jobs is passed over."""
+    async with open_bus(data_dir=tmp_path / "data") as bus:
+        await jobs.enqueue_many(bus, "q", [f"job {i}" for i in range(30)])
+        async with open_bus(bus.server.url if bus.server else "") as other:
+            theirs = await jobs.claim(other, "q", 15, lease_ms=10_000)  # due first
+            mine = await jobs.claim(bus, "q", 15, lease_ms=600_000)
+            renewing = trio.Event()
+
+            async def renew() -> None:
+                items = [(j.id, j.token) for j in theirs]
+                for lease in range(1_200_000, 1_300_000, 1_000):  # ever later, past mine
+                    await jobs.extend(other, "q", items, lease)
+                    renewing.set()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(renew)
+                await renewing.wait()
+                assert await jobs.take_back(bus, "q", bus.holder, batch=2) == len(mine)
+                nursery.cancel_scope.cancel()
+            c = await jobs.counts(bus, "q")
+            assert (c.pending, c.active) == (15, 15)

@@ -31,7 +31,7 @@ async def test_a_round_started_before_a_step_back_plays_on_and_ends_on_time(
             stepping_server.step(-3600)
             await wait_for(lambda: metronome.statistics().clock_steps == 1, timeout=10)
             nursery.cancel_scope.cancel()
-        assert (await jobs.last_step(bus, NOTIFY_QUEUE)) is not None
+        assert abs(await jobs.clock_total(bus, NOTIFY_QUEUE) + 3_600_000) < 2_000
         result = await game.guess(bus, room.id, player.id, "".join(rnd.secret))
         assert result.score.percentage == 100
         view = await rounds.round_view(bus, room.id, rnd.id)
@@ -39,3 +39,29 @@ async def test_a_round_started_before_a_step_back_plays_on_and_ends_on_time(
         assert view is not None and view.ends_at_ms is not None
         assert 0 < view.ends_at_ms - now <= 60_000  # not an hour more
         assert view.starts_at_ms <= now
+
+
+@pytest.mark.timeout_s(60)
+async def test_a_round_opened_after_a_step_back_keeps_its_own_times(
+    stepping_server: SteppingServer,
+) -> None:
+    """The step is recorded before the round opens: its times are written on the new clock and
+    read as written (the sum of the steps it noted has not grown since)."""
+    async with open_bus(stepping_server.url) as bus:
+        metronome = Metronome(bus, NOTIFY_QUEUE, beat_ms=100)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(metronome.run)
+            await wait_for(lambda: metronome.statistics().beats >= 2)
+            stepping_server.step(-3600)
+            await wait_for(lambda: metronome.statistics().clock_steps == 1, timeout=10)
+            nursery.cancel_scope.cancel()
+        room = await game.create_room(bus, -1_000_778, "Later")
+        player = await game.create_player(bus, "Bo", 10**9 + 778)
+        rnd = await game.start_round(bus, room.id, starts_in_ms=60_000, lasts_ms=60_000)
+        view = await rounds.round_view(bus, room.id, rnd.id)
+        now = await bus.wire.server_time_ms()
+        assert view is not None and view.ends_at_ms is not None
+        assert 55_000 < view.starts_at_ms - now <= 60_000
+        assert 115_000 < view.ends_at_ms - now <= 120_000
+        with pytest.raises(game.GameError, match="the round starts in"):
+            await game.guess(bus, room.id, player.id, "".join(rnd.secret))

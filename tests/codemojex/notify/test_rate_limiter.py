@@ -9,8 +9,8 @@ import trio
 
 from codemojex.notify.limits import Limits, Window
 from codemojex.notify.rate_limiter import RateLimiter
-from echomq_trio import Bus, open_bus
-from tests.conftest import SteppingServer
+from echomq_trio import Bus, Metronome, open_bus
+from tests.conftest import SteppingServer, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -333,3 +333,26 @@ async def _step(bus: Bus, queue: str) -> tuple[int, int]:
     step, at = got
     assert isinstance(step, bytes) and isinstance(at, bytes)
     return int(step), int(at)
+
+
+@pytest.mark.timeout_s(60)
+async def test_a_limiter_idle_across_two_steps_takes_both_in(
+    stepping_server: SteppingServer,
+) -> None:
+    """The clock is set an hour back and then right again while this limiter sends nothing (a
+    metronome records both): its pause keeps what was left of it, not an hour more or less."""
+    async with open_bus(stepping_server.url) as bus:
+        rl = limiter(bus, "cm.y")
+        await rl.pause("chat", 9, 20_000)
+        metronome = Metronome(bus, "cm.y", beat_ms=100)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(metronome.run)
+            for step_s in (-3600, 3600):
+                beats = metronome.statistics().beats
+                await wait_for(lambda b=beats: metronome.statistics().beats >= b + 2)
+                stepped = metronome.statistics().clock_steps
+                stepping_server.step(step_s)
+                await wait_for(lambda s=stepped: metronome.statistics().clock_steps == s + 1)
+            nursery.cancel_scope.cancel()
+        p = await rl.take(9)
+        assert p.blocked_by == "paused" and 15_000 < p.wait_ms <= 20_000 + ERR
