@@ -89,7 +89,11 @@ class Bus:
         """The ``gather.Gatherer`` of ``queue``'s single enqueues (``jobs.enqueue`` uses it)."""
         g = self._gatherers.get(queue)
         if g is None:
-            g = self._gatherers[queue] = Gatherer(self.wire.spec.timeout_ms / 1000 + 1)
+            # A batch's call may wait for the disk too (OnDisk): up to its timeout more.
+            wait_ms = self.wire.spec.timeout_ms
+            if isinstance(self.durability, OnDisk):
+                wait_ms += self.durability.timeout_ms
+            g = self._gatherers[queue] = Gatherer(wait_ms / 1000 + 1)
         return g
 
     def release_gatherer(self, queue: str, g: Gatherer) -> None:

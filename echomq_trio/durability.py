@@ -16,12 +16,15 @@ later). A write that is not on disk within ``timeout_ms`` raises ``NotDurable`` 
 
 How it runs (``Committer``, ``DurableCalls``): durable calls go on connections of their own,
 and their waits are committed in groups: the first caller that needs its write on disk makes a
-small write of its own and sends one ``WAITAOF``, which covers every write the server took before
-that one (the server counts writes by its replication offset), so a second of calls costs about
-one sync, not one each. ``WAITAOF`` blocks its connection until the sync (up to a second with
-``everysec``), which is why the bus's other calls do not share it, and why a durable call sent
-meanwhile takes the other of two. Each call waits for the server's next sync: up to a second
-with ``everysec``, whatever the load. The cost is measured in the README (Benchmarks).
+small write of its own (``sync_mark``, which also names the server process) and sends one
+``WAITAOF``, which covers every write the server took before that one (the server counts
+writes by its replication offset), so a second of calls costs about one sync, not one each; a
+failed commit, or a server process that is not the one before, fails every write answered so
+far rather than declare one on disk that may not be. ``WAITAOF`` blocks its connection until
+the sync (up to a second with ``everysec``), which is why the bus's other calls do not share
+it, and why a durable call sent meanwhile takes the other of two. Each call waits for the
+server's next sync: up to a second with ``everysec``, whatever the load. The cost is measured
+in the README (Benchmarks).
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ from typing import Any
 import attrs
 import trio
 
-from echomq_trio.errors import BusError, PersistenceFailed
-from echomq_trio.protocol import Call
+from echomq_trio.errors import BusError, ConnectionLost, PersistenceFailed
+from echomq_trio.protocol import Call, as_text
 from echomq_trio.transport import Transport
 
 __all__ = [
@@ -90,41 +93,64 @@ Durability = InMemory | OnDisk
 class Committer:
     """Group commit of the writes made to one server (one slot's primary on a cluster):
     ``await committed()`` after a write has answered returns once the server's append-only file
-    holds it. The first waiter leads: on ``wire`` it makes one small write of its own
-    (``HINCRBY <marker> syncs 1``, ``marker`` a key of the same slot: the queue's meta), then
-    sends ``WAITAOF``, which waits for that write and so for every write the server took
-    before it, on any connection. The others wait for it; those whose writes answered after it
-    was sent lead the next. When a lead fails (the file does not take the write in time, the
-    server refuses writes, the connection drops), every write answered before that lead fails
-    with it, at once: none is ever declared on disk by a later lead that may not cover it."""
+    holds it. The first waiter leads: on ``wire`` it runs ``sync_mark`` (a small write of its own
+    in the queue's meta, ``prefix``, answering the server process's id), then sends
+    ``WAITAOF``, which waits for that write and so for every write the server took before it,
+    on any connection. The others wait for it; those whose writes answered after it was sent
+    lead the next. Nothing answered is ever declared on disk that may not be:
 
-    def __init__(self, wire: Transport, marker: str, timeout_ms: int) -> None:
+    * a lead that fails (the file does not take the write in time, the server refuses writes,
+      the connection drops) fails every write answered so far, at once;
+    * a lead that finds another server process than the one before (``noted()`` notes it before
+      the first write) fails every write answered so far: the process that answered them may
+      have died with them."""
+
+    def __init__(self, wire: Transport, meta: str, prefix: str, timeout_ms: int) -> None:
         self.wire = wire
-        self.marker = marker
+        self.meta = meta
+        self.prefix = prefix
         self.timeout_ms = timeout_ms
         self._answered = 0  # writes answered so far (numbered 1, 2, ...)
         self._synced = 0  # writes up to this number are on disk
         self._failed = 0  # writes up to this number failed with ``_failure``
         self._failure: BaseException | None = None
         self._leading: trio.Event | None = None  # set when the current lead ends
+        self._server: str | None = None  # the server process the last lead found
+        self._noting: trio.Event | None = None  # set when the first note of it ends
 
     @property
     def leading(self) -> bool:
         """A ``WAITAOF`` of this committer holds its connection now."""
         return self._leading is not None
 
+    async def _mark(self) -> str:
+        return as_text(await self.wire.script("sync_mark", [self.meta], [self.prefix]))
+
+    async def noted(self) -> None:
+        """Note the server process before the first write (once; callers meanwhile wait)."""
+        while self._server is None:
+            if self._noting is not None:
+                await self._noting.wait()
+                continue
+            done = self._noting = trio.Event()
+            try:
+                self._server = await self._mark()
+            finally:
+                self._noting = None
+                done.set()
+
     async def committed(self) -> None:
         """Call once per write answered; returns once it is on disk (see the class).
-        ``NotDurable`` when the server did not sync within ``timeout_ms`` or the lead failed
-        (its cause chained). Cancelled, the write stays where it is (in memory, and on disk when
-        the server gets to it)."""
+        ``NotDurable`` when it may not be (its cause chained): call again to wait for it.
+        Cancelled, the write stays where it is (in memory, and on disk when the server gets to
+        it)."""
         self._answered += 1
         mine = self._answered
         while self._synced < mine:
             if mine <= self._failed:
                 raise NotDurable(
-                    f"the server's append-only file did not take the write (is its disk "
-                    f"full?): {self._failure}; it may be in memory: call again to wait for it"
+                    f"the write may not be on the server's disk ({self._failure}); it may be in "
+                    "memory: call again to wait for it"
                 ) from self._failure
             if self._leading is not None:
                 await self._leading.wait()
@@ -132,13 +158,17 @@ class Committer:
             done = self._leading = trio.Event()
             covers = self._answered
             try:
-                await self.wire.command("HINCRBY", self.marker, "syncs", "1")
-                local, _ = await self.wire.wait_aof(self.marker, 1, 0, self.timeout_ms)
+                server = await self._mark()
+                if self._server is not None and server != self._server:
+                    self._server = server
+                    raise ConnectionLost("the server restarted since these writes answered")
+                self._server = server
+                local, _ = await self.wire.wait_aof(self.meta, 1, 0, self.timeout_ms)
                 if local < 1:
                     raise NotDurable(f"not synced within {self.timeout_ms} ms")
             except BusError as exc:
-                self._failed, self._failure = max(self._failed, covers), exc
-                continue  # raises for this write, as for every one the lead covered
+                self._failed, self._failure = max(self._failed, self._answered), exc
+                continue  # raises for this write, as for every one answered so far
             finally:
                 self._leading = None
                 done.set()
@@ -159,20 +189,22 @@ class DurableCalls:
         self.durability = durability
         self._committers: dict[tuple[int, str], Committer] = {}
 
-    def _committer(self, i: int, tag: str, marker: str) -> Committer:
+    def _committer(self, i: int, tag: str, prefix: str) -> Committer:
         c = self._committers.get((i, tag))
         if c is None:
             timeout = self.durability.timeout_ms
-            c = self._committers[i, tag] = Committer(self.wires[i], marker, timeout)
+            c = self._committers[i, tag] = Committer(self.wires[i], prefix + "meta", prefix,
+                                                     timeout)  # fmt: skip
         return c
 
     async def run(self, call: Call) -> Any:
         """Run ``call`` and return its reply once the server's append-only file holds it."""
         key = call.keys[0]
-        marker = key[: key.index("}:") + 2] + "meta"  # the queue's meta: the same slot
+        prefix = key[: key.index("}:") + 2]  # the queue's: its meta is in the same slot
         tag = key[key.find("{") : key.find("}") + 1] if self.wires[0].spec.cluster else ""
-        choices = [self._committer(i, tag, marker) for i in range(len(self.wires))]
+        choices = [self._committer(i, tag, prefix) for i in range(len(self.wires))]
         committer = next((c for c in choices if not c.leading), choices[0])
+        await committer.noted()
         reply = await committer.wire.script(call.script, call.keys, call.args)
         await committer.committed()
         return reply

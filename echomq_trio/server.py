@@ -552,7 +552,10 @@ class EmbeddedServer:
                 damaged = damaged_file(self.log_tail(DAMAGE_LOG_LINES))
                 if damaged is not None:  # restarting cannot help: say how to repair it
                     raise DamagedAppendOnlyFile(damage_message(self.data_dir, damaged))
-                failed = _PortTaken if PORT_TAKEN in self.log_tail() else BusError
+                tail = self.log_tail()
+                failed = (
+                    _PortTaken if PORT_TAKEN in tail else _NoRoom if NO_ROOM in tail else BusError
+                )
                 raise failed(
                     f"{self.binary} {_describe_exit(popen.returncode)} while starting on port "
                     f"{self.port}:\n" + self.log_tail()
@@ -577,6 +580,7 @@ class EmbeddedServer:
     async def _supervise(self, nursery: trio.Nursery) -> None:
         # Bounded: the deaths within restart_window_s, at most max_restarts + 1 (then it gives up).
         deaths: collections.deque[float] = collections.deque()
+        no_room_since: float | None = None  # restarts waiting for room on the disk
         while True:
             await self._exited.wait()
             if self._stopping:
@@ -584,7 +588,8 @@ class EmbeddedServer:
             assert self._popen is not None
             old_pid, how = self._popen.pid, _describe_exit(self._popen.returncode)
             now = trio.current_time()
-            deaths.append(now)
+            if no_room_since is None:  # a full disk is an outage, not a death to count
+                deaths.append(now)
             while deaths and deaths[0] < now - self.restart_window_s:
                 deaths.popleft()
             if len(deaths) > self.max_restarts:
@@ -597,10 +602,22 @@ class EmbeddedServer:
                 await self._launch(nursery)
             except DamagedAppendOnlyFile:
                 raise
+            except _NoRoom:
+                if no_room_since is None:
+                    no_room_since = now
+                    log.warning("embedded server (pid %d) %s; it cannot start again: no room "
+                                "for its files in %s (%s). It is tried again every %g s",
+                                old_pid, how, self.data_dir, NO_ROOM, NO_ROOM_RETRY_S)  # fmt: skip
+                await trio.sleep(NO_ROOM_RETRY_S)
+                continue
             except BusError as exc:
                 log.warning("embedded server (pid %d) %s; restarting it failed: %s",
                             old_pid, how, str(exc).splitlines()[0])  # fmt: skip
                 continue  # that attempt's process has exited: counted on the next turn
+            if no_room_since is not None:
+                log.warning("embedded server started again as pid %d, after %.0f s without room "
+                            "for its files", self.pid, now - no_room_since)  # fmt: skip
+                no_room_since = None
             self.restarts += 1
             log.warning("embedded server (pid %d) %s; restarted it as pid %d on 127.0.0.1:%d in "
                         "%.1f s (restart %d; at most %d within %g s)", old_pid, how, self.pid,
@@ -662,6 +679,16 @@ PORT_TAKEN = "Address already in use"
 
 class _PortTaken(BusError):
     """The server could not listen on its port."""
+
+
+# The server's words when it cannot write its files (a full disk): at a restart, an outage to
+# wait out (tried again every NO_ROOM_RETRY_S), not a crash to count.
+NO_ROOM = "No space left on device"
+NO_ROOM_RETRY_S = 2.0
+
+
+class _NoRoom(BusError):
+    """The server could not start: no room for its files."""
 
 
 async def _first_launch(
