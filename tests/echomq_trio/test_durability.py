@@ -124,6 +124,7 @@ async def _present(bus: Bus, job_id: str) -> bool:
             await trio.sleep(0.1)
 
 
+@pytest.mark.server
 async def test_on_disk_needs_a_server_that_keeps_an_append_only_file(tmp_path: Path) -> None:
     async with start_server(tmp_path / "d", extra_config=[("appendonly", "no")]) as server:
         with pytest.raises(ServerError, match="keeps none \\(set appendonly yes"):
