@@ -31,7 +31,7 @@ import trio
 
 from codemojex import ids
 from codemojex.chat.directory import open_room, player_for, room_of_chat
-from codemojex.chat.intake import UPDATES_QUEUE
+from codemojex.chat.intake import UPDATES_QUEUE, reply_seq
 from codemojex.chat.meaning import Command, Guess, Ignored, meaning, update_id_of
 from codemojex.game import board
 from codemojex.game.rooms import get_room, player_names
@@ -49,7 +49,7 @@ from codemojex.game.rules import TOP_N, GameError
 from codemojex.game.scoring import ALPHABET, SIZE
 from codemojex.notify.notifier import NOTIFY_QUEUE, notify
 from codemojex.stats import added
-from echomq_trio import Bury, Bus, Job, Serve, Worker, jobs
+from echomq_trio import Bury, Bus, Job, Seq, Serve, Worker, jobs
 from echomq_trio.metrics import BusMetrics
 
 __all__ = ["ChatGame", "ChatStats", "group_help", "private_help"]
@@ -148,7 +148,7 @@ class ChatGame:
             self._stats = added(self._stats, ignored=1)
             log.debug("update %s ignored: %s", update_id, what.reason)
             return None
-        key = f"reply:{self.bot_id}:{update_id}"
+        key = reply_seq(self.bot_id, what.chat.id, update_id)
         try:
             if isinstance(what, Guess):
                 await self._guess(what, key)
@@ -158,10 +158,10 @@ class ChatGame:
             await self._reply(what.chat.id, str(exc), key)
         return None
 
-    async def _reply(self, chat: int, text: str, key: str) -> None:
+    async def _reply(self, chat: int, text: str, key: Seq) -> None:
         await notify(self.bus, chat, text, queue=self.notify_queue, key=key)
 
-    async def _guess(self, what: Guess, key: str) -> None:
+    async def _guess(self, what: Guess, key: Seq) -> None:
         player = await player_for(self.bus, what.sender)
         room = await room_of_chat(self.bus, what.chat.id)
         if room is None:
@@ -178,7 +178,7 @@ class ChatGame:
         except GameError as exc:  # to the player alone, as their scores are
             await self._reply(player.chat, f"{what.chat.title}: {exc}", key)
 
-    async def _command(self, what: Command, key: str) -> None:
+    async def _command(self, what: Command, key: Seq) -> None:
         self._stats = added(self._stats, commands=1)
         chat = what.chat
         player = await player_for(self.bus, what.sender)
@@ -207,7 +207,7 @@ class ChatGame:
         elif what.name == "me":
             await self._reply(chat.id, await self._me(room_id, player.id, player.name), key)
 
-    async def _round(self, chat: int, room_id: str, key: str) -> None:
+    async def _round(self, chat: int, room_id: str, key: Seq) -> None:
         try:
             rnd = await start_round(
                 self.bus, room_id, starts_in_ms=self.start_in_ms, lasts_ms=self.round_ms
