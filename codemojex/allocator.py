@@ -10,8 +10,9 @@ gone, and their tests hold them to it), but the memory stays with the process:
 * CPython's own small-object allocator (pymalloc) gives an arena of 1 MiB back only when every
   object in it is free, and the service never stops allocating (the game, the notices, the
   samples of the dashboard), so a few long-lived objects made while the crowd was there keep
-  nearly every arena of the crowd's alive: measured, 73 of 73 arenas stayed after 2,500
-  viewers had left, and the process stayed 80 MB above where it was for as long as it ran.
+  nearly every arena of the crowd's alive: measured, the 73 arenas 2,500 viewers added all
+  stayed after they had left, and the process stayed 80 MB above where it was for as long as
+  it ran.
 * glibc's ``malloc`` keeps freed memory in its heap too, but ``malloc_trim`` gives back every
   free page of it, wherever it lies.
 
