@@ -26,6 +26,7 @@ from functools import partial
 import trio
 
 from codemojex import game
+from codemojex.allocator import Trimmer, relaunch
 from codemojex.audit import (
     Archiver,
     ArchiverStats,
@@ -314,6 +315,8 @@ async def run(
             dash_token = os.environ.get("ECHOMQ_DASHBOARD_TOKEN") or new_token()
             dashboard = Dashboard(bus, dash_token, emoji_font=EMOJI_FONT)
             await nursery.start(dashboard.run)
+            viewers = Trimmer(lambda: feed.statistics().viewers + dashboard.streams)
+            nursery.start_soon(viewers.run)  # memory given back once viewers leave
             pages = PageServer(bus, feed_port, metrics, dashboard, routes)
             page_url = await nursery.start(pages.serve, settings.host, settings.page_port)
             if webhook is None:
@@ -405,4 +408,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    relaunch()  # with the allocator that gives memory back (codemojex.allocator)
     sys.exit(main())

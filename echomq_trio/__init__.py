@@ -11,7 +11,8 @@ scheduled jobs when they come due and reaps expired leases. Both are trio tasks 
 cancelling the nursery shuts them down cleanly. A ``Worker`` (``open_worker``) runs both for
 one or more queues (``Serve`` entries) with a grace period at shutdown. What a handler's result
 does to its job is decided by ``settlement``, pure. ``ids`` mints the branded job ids,
-``backoff`` computes retry delays, ``memory`` reads how full the server is, ``metrics`` exposes
+``backoff`` computes retry delays, ``sequence`` numbered streams (``Seq``: once per number,
+in state bounded per stream), ``memory`` reads how full the server is, ``metrics`` exposes
 Prometheus metrics (what a consumer and a metronome observe, and the queues' state read per
 scrape). Everything talks to
 the server through a ``Transport``: only ``wire`` (the one ``open_bus`` gives) talks to the
@@ -30,6 +31,7 @@ from echomq_trio import (
     metrics,
     repeat,
     retention,
+    sequence,
     settlement,
 )
 from echomq_trio.backoff import Exponential, Fixed, Jitter
@@ -59,6 +61,7 @@ from echomq_trio.errors import (
 )
 from echomq_trio.jobs import Admitted, Job, Outcome
 from echomq_trio.metronome import Metronome, MetronomeStats
+from echomq_trio.sequence import Seq
 from echomq_trio.transport import Transport
 from echomq_trio.worker import QueueStats, Serve, Worker, WorkerState, WorkerStats, open_worker
 
@@ -88,6 +91,7 @@ __all__ = [
     "Reply",
     "RequestTimedOut",
     "RetryIn",
+    "Seq",
     "Serve",
     "ServerDied",
     "ServerError",
@@ -111,5 +115,6 @@ __all__ = [
     "open_worker",
     "repeat",
     "retention",
+    "sequence",
     "settlement",
 ]

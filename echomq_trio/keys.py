@@ -51,6 +51,7 @@ SCHEMA: tuple[KeySpec, ...] = (
     KeySpec("dead", "dead", "zset", "dead jobs; score: time of death ms"),
     KeySpec("job", "job:<id>", "hash", "a job's row: payload, group, state (none: pending), attempts (none: 0), lease, last_error, failed_ms, repeat, occurrence_ms, delay_ms (a wait of a length on the schedule)"),  # noqa: E501
     KeySpec("idempotency", "key:<key>", "string", "an idempotency key: the id of the job it admitted, with a TTL"),  # noqa: E501
+    KeySpec("seq", "seq:<scope>", "set", "a numbered stream's highest admitted numbers (at most its window: sequence.Seq), with a TTL renewed by each admission"),  # noqa: E501
     # fair lanes
     KeySpec("lane", "g:<group>", "zset", "a lane's waiting jobs; score 0 (id order)"),
     KeySpec("lane_groups", "groups", "set", "before meta.counted = 2: groups whose lane held waiting jobs; count_lanes reads it once and deletes it"),  # noqa: E501
@@ -114,6 +115,10 @@ class QueueKeys:
     def idempotency(self, key: str) -> str:
         """Where an idempotency key is remembered (checks the key)."""
         return self._part("idempotency", check_name("idempotency key", key))
+
+    def seq(self, scope: str) -> str:
+        """The numbers a numbered stream has admitted lately (checks the scope)."""
+        return self._part("seq", check_name("seq scope", scope))
 
     def lane(self, group: str) -> str:
         """A lane's waiting jobs (checks the group)."""

@@ -19,6 +19,7 @@ from echomq_trio import protocol
 from echomq_trio.bus import Bus
 from echomq_trio.protocol import DEFAULT_KEY_TTL_MS, LANE_PAGE_MAX, Item
 from echomq_trio.results import Admitted, JobInfo, LanePage, LaneStatus
+from echomq_trio.sequence import Seq
 from echomq_trio.upgrade import run_counted
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "Admitted",
     "LanePage",
     "LaneStatus",
+    "Seq",
     "configure",
     "enqueue",
     "enqueue_many",
@@ -49,19 +51,23 @@ async def enqueue(
     limit: int | None = None,
     key: str | None = None,
     key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
+    seq: Seq | None = None,
 ) -> Admitted:
     """Admit a job to ``group``'s lane: ``Admitted(id, ENQUEUED)`` or ``DUPLICATE``. The bus
     mints its ``JOB`` id unless ``job_id`` gives one. ``limit`` also sets the lane's
     concurrency limit in the same step (``limit=1``: strictly ordered). ``key`` is an
     idempotency key, as for ``jobs.enqueue``: used within ``key_ttl_ms`` → ``DUPLICATE``.
+    ``seq`` is a number in a numbered stream (``Seq(scope, number)``, see
+    ``echomq_trio.sequence``): a number the scope admitted lately, or one below its window, →
+    ``DUPLICATE``; what the bus keeps for it grows with the scopes, not with the jobs.
 
     A cancelled call may or may not have admitted the job; call again with the same ``job_id``
-    (or key): enqueue is idempotent, and ``DUPLICATE`` then means the first call went
+    (or key, or seq): enqueue is idempotent, and ``DUPLICATE`` then means the first call went
     through."""
     items = protocol.with_ids([payload], job_id)
     call = protocol.lane_enqueue_call(
         bus.keys(queue), group, items, bus.max_payload_bytes,
-        limit=limit, key=key, key_ttl_ms=key_ttl_ms,
+        limit=limit, key=key, key_ttl_ms=key_ttl_ms, seq=seq,
     )  # fmt: skip
     (out,) = protocol.admitted_reply(await bus.run(call), [items[0][0]])
     return out

@@ -58,6 +58,7 @@ from echomq_trio.results import (
     Registration,
     Retention,
 )
+from echomq_trio.sequence import Seq
 
 __all__ = [
     "AUDIT_ACK_MAX",
@@ -270,6 +271,15 @@ def _guard(key: str | None, key_ttl_ms: int) -> list[Arg]:
     return ["", ""] if key is None else [check_name("idempotency key", key), ttl]
 
 
+def _seq(seq: Seq | None) -> list[Arg]:
+    """The arguments of an optional ``Seq``: scope, number, window, TTL (or four ``""``)."""
+    if seq is None:
+        return ["", "", "", ""]
+    if not isinstance(seq, Seq):
+        raise TypeError(f"seq must be a Seq, got {type(seq).__name__}")
+    return [seq.scope, str(seq.number), str(seq.window), str(seq.ttl_ms)]
+
+
 def _tokens(items: Sequence[tuple[str, int]]) -> list[Arg]:
     flat: list[Arg] = []
     for job_id, token in items:
@@ -324,15 +334,19 @@ def lane_enqueue_call(
     limit: int | None = None,
     key: str | None = None,
     key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
+    seq: Seq | None = None,
 ) -> Call:
-    """``lane_enqueue``: admit jobs to ``group``'s lane, setting its ``limit`` when given."""
+    """``lane_enqueue``: admit jobs to ``group``'s lane, setting its ``limit`` when given. An
+    idempotency ``key`` or a ``seq`` (``sequence.Seq``) guards exactly one job."""
     guard = _guard(key, key_ttl_ms)
     lane = k.lane(group)
     flat = _pairs(items, max_bytes)
     if key is not None and len(flat) != 2:
         raise ValueError("an idempotency key guards exactly one job")
+    if seq is not None and len(flat) != 2:
+        raise ValueError("a seq guards exactly one job")
     lim = "" if limit is None else str(check_int("limit", limit, 1))
-    return _call("lane_enqueue", lane, [k.prefix, group, lim, *guard, *flat])
+    return _call("lane_enqueue", lane, [k.prefix, group, lim, *guard, *_seq(seq), *flat])
 
 
 def admitted_reply(raw: Iterable[object], job_ids: Sequence[str]) -> list[Admitted]:

@@ -39,7 +39,7 @@ import trio
 
 from codemojex import ids
 from codemojex.chat.directory import follow_migration, open_room, player_for, room_of_chat
-from codemojex.chat.intake import UPDATES_QUEUE
+from codemojex.chat.intake import UPDATES_QUEUE, reply_seq
 from codemojex.chat.meaning import Chat, Command, Guess, Ignored, Upgraded, meaning, update_id_of
 from codemojex.game import board
 from codemojex.game.markup import Text, plain
@@ -58,7 +58,7 @@ from codemojex.game.rules import TOP_N, GameError
 from codemojex.game.scoring import ALPHABET, SIZE
 from codemojex.notify.notifier import NOTIFY_QUEUE, notify
 from codemojex.stats import added
-from echomq_trio import Bury, Bus, Job, Serve, Worker, jobs
+from echomq_trio import Bury, Bus, Job, Seq, Serve, Worker, jobs
 from echomq_trio.metrics import BusMetrics
 
 __all__ = ["ChatGame", "ChatStats", "group_help", "private_help"]
@@ -167,7 +167,7 @@ class ChatGame:
             self._stats = added(self._stats, upgrades=1)  # followed (counted once done)
             log.info("chat %s was upgraded to %s (room %s)", what.old, moved.new, moved.room)
             return None
-        key = f"reply:{self.bot_id}:{update_id}"
+        key = reply_seq(self.bot_id, what.chat.id, update_id)
         try:
             if isinstance(what, Guess):
                 await self._guess(what, key)
@@ -177,7 +177,7 @@ class ChatGame:
             await self._reply(what.chat, plain(str(exc)), key)
         return None
 
-    async def _reply(self, chat: Chat | int, text: Text, key: str) -> None:
+    async def _reply(self, chat: Chat | int, text: Text, key: Seq) -> None:
         """``text`` to ``chat``: in the forum topic of the message answered (a ``Chat``), or to
         a private chat (its id)."""
         to, thread = (chat, None) if isinstance(chat, int) else (chat.id, chat.thread)
@@ -187,7 +187,7 @@ class ChatGame:
     async def _room_of(self, chat: int) -> str | None:
         return await room_of_chat(self.bus, chat, queue=self.notify_queue)
 
-    async def _guess(self, what: Guess, key: str) -> None:
+    async def _guess(self, what: Guess, key: Seq) -> None:
         player = await player_for(self.bus, what.sender)
         room = await self._room_of(what.chat.id)
         if room is None:
@@ -204,7 +204,7 @@ class ChatGame:
         except GameError as exc:  # to the player alone, as their scores are
             await self._reply(player.chat, plain(f"{what.chat.title}: {exc}"), key)
 
-    async def _command(self, what: Command, key: str) -> None:
+    async def _command(self, what: Command, key: Seq) -> None:
         self._stats = added(self._stats, commands=1)
         chat = what.chat
         player = await player_for(self.bus, what.sender)
@@ -231,7 +231,7 @@ class ChatGame:
         elif what.name == "me":
             await self._reply(chat, await self._me(room_id, player.id, player.name), key)
 
-    async def _round(self, chat: Chat, room_id: str, key: str) -> None:
+    async def _round(self, chat: Chat, room_id: str, key: Seq) -> None:
         try:
             rnd = await start_round(self.bus, room_id, starts_in_ms=self.start_in_ms,
                                     lasts_ms=self.round_ms, thread=chat.thread)  # fmt: skip

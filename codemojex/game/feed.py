@@ -8,7 +8,9 @@ so do the scripts that open and close a round, so a score or a new round from an
 reaches every viewer. One subscriber task marks rooms dirty; one refresher reads each dirty
 room's top N once and hands it to each viewer's ``Latest`` slot, so a slow viewer gets the
 newest board, never a backlog, and never slows the others. A ping per viewer every
-``ping_interval_s`` drops dead connections.
+``ping_interval_s`` drops dead connections. Each viewer costs three tasks: one sends, one pings,
+one reads (viewers send nothing, but reading notices a close); the feed's stop cancels them
+all through ``_scopes``.
 
 Pub/sub is fire-and-forget: a change published while the subscription's connection is down (the
 server restarting) reaches nobody. So every ``resync_s`` the refresher also re-reads each watched
@@ -23,8 +25,9 @@ the moment ``serve`` stops, that scope gets a deadline ``goodbye_s`` away, and i
 as soon as the last viewer has gone.
 
 Memory: ``_viewers`` holds one ``Latest`` per connected viewer (bounded by the open connections:
-the process's file descriptors), under the room it watches; ``_pushed`` and ``_dirty`` hold one
-entry per watched room, and a room is dropped from all three when its last viewer leaves.
+the process's file descriptors), under the room it watches, and ``_scopes`` each viewer's cancel
+scope; ``_pushed`` and ``_dirty`` hold one entry per watched room. A viewer is dropped from
+them as it leaves, a room when its last viewer leaves.
 
 Messages are JSON: ``{"room", "title", "round", "open", "clue", "starts_at_ms", "ends_at_ms",
 "guesses", "players", "secret", "top": [{"rank", "player", "name", "percentage"}]}``: ``round``
@@ -106,6 +109,7 @@ class Feed:
         self._stats = FeedStats()
         self._stopping = trio.Event()  # set as ``serve`` stops: viewers say goodbye
         self._connections = trio.CancelScope()  # the websocket server's, while it serves
+        self._scopes: set[trio.CancelScope] = set()  # each connected viewer's, to stop it
 
     def statistics(self) -> FeedStats:
         viewers = sum(len(v) for v in self._viewers.values())
@@ -162,6 +166,8 @@ class Feed:
             finally:
                 self._connections.deadline = trio.current_time() + self.goodbye_s
                 self._stopping.set()
+                for scope in self._scopes:
+                    scope.cancel()  # each viewer then says goodbye
                 if not self._viewers:
                     self._connections.cancel()
 
@@ -203,14 +209,16 @@ class Feed:
             self._wake = trio.Event()
             rooms, self._dirty = self._dirty, set()
             for room in rooms:
-                viewers = self._viewers.get(room)
-                if not viewers:
+                if room not in self._viewers:
                     continue
                 try:
                     text = json.dumps(await self.snapshot(room))
                 except (BusError, GameError) as exc:
                     log.warning("feed refresh of %s failed: %s", room, exc)
                     continue
+                viewers = self._viewers.get(room)  # as they are now, after the read
+                if not viewers:
+                    continue  # its last viewer left meanwhile: nothing to keep for it
                 if self._pushed.get(room) == text:
                     continue  # a resync that found nothing new
                 self._pushed[room] = text
@@ -227,7 +235,8 @@ class Feed:
             return
         room = parts[1]
         try:
-            first = json.dumps(await self.snapshot(room))
+            # The board its room's viewers have, else the room's read now.
+            first = self._pushed.get(room) or json.dumps(await self.snapshot(room))
         except GameError:
             await request.reject(404, body=b"no such room")
             return
@@ -239,17 +248,23 @@ class Feed:
         latest: Latest[str] = Latest()
         latest.put(first)
         self._viewers.setdefault(room, set()).add(latest)
+        self._pushed.setdefault(room, first)  # what the room's viewers have
+        scope = trio.CancelScope()  # cancelled when the viewer's connection is done
+        self._scopes.add(scope)  # or when the feed stops
+        if self._stopping.is_set():
+            scope.cancel()
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._ping, ws, nursery.cancel_scope)
-                nursery.start_soon(self._drain_incoming, ws, nursery.cancel_scope)
-                nursery.start_soon(self._send_updates, ws, latest, nursery.cancel_scope)
-                nursery.start_soon(self._end_on_stop, nursery.cancel_scope)
+            with scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._ping, ws, scope)
+                    nursery.start_soon(self._drain_incoming, ws, scope)
+                    nursery.start_soon(self._send_updates, ws, latest, scope)
             if self._stopping.is_set():
                 # Returns when the viewer answers the close (or at once if it had gone); the
                 # connections' deadline bounds the wait.
                 await ws.aclose(GOODBYE_CODE, GOODBYE_REASON)
         finally:
+            self._scopes.discard(scope)
             viewers = self._viewers.get(room)
             if viewers is not None:
                 viewers.discard(latest)
@@ -262,10 +277,6 @@ class Feed:
 
     # Each of these ends the viewer's nursery when its connection is done; none lets a closed
     # connection's error out, so one viewer's trouble never reaches the server or the others.
-
-    async def _end_on_stop(self, scope: trio.CancelScope) -> None:
-        await self._stopping.wait()
-        scope.cancel()
 
     async def _send_updates(
         self, ws: WebSocketConnection, latest: Latest[str], scope: trio.CancelScope

@@ -31,7 +31,7 @@ from codemojex.game.rules import MAX_START_DELAY_MS, TOP_N, GameError
 from codemojex.game.scoring import ALPHABET, SIZE, Score, parse_emojis, score
 from codemojex.notify.notice import Notice, encode
 from codemojex.notify.notifier import NOTIFY_QUEUE, notify
-from echomq_trio import Bus, jobs
+from echomq_trio import Bus, Seq, jobs
 from echomq_trio.protocol import as_text
 
 __all__ = [
@@ -211,12 +211,17 @@ def describe(result: Score) -> str:
 
 
 async def guess(
-    bus: Bus, room_id: str, player_id: str, text: str | Sequence[str], *, key: str | None = None
+    bus: Bus,
+    room_id: str,
+    player_id: str,
+    text: str | Sequence[str],
+    *,
+    key: str | Seq | None = None,
 ) -> GuessResult:
     """Score a guess of exactly six emojis from the alphabet against the open round, keep the
     player's best on the round's board and today's, and notify the player of their best and
-    rank in the round. ``key`` is the notice's idempotency key (``notify``): a guess made again
-    with the same key (a handler run again after a crash) tells the player once."""
+    rank in the round. ``key`` makes the notice once (``notify``): a guess made again with the
+    same key (a handler run again after a crash) tells the player once."""
     try:
         emojis = parse_emojis(text)
     except ValueError as exc:

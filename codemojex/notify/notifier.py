@@ -11,7 +11,7 @@ from typing import Any
 
 from codemojex import ids
 from codemojex.notify.notice import Notice, check_notice, encode
-from echomq_trio import Bus, Outcome, lanes
+from echomq_trio import Bus, Outcome, Seq, lanes
 
 __all__ = ["NOTIFY_QUEUE", "job_id_of", "notify"]
 
@@ -32,22 +32,26 @@ async def notify(
     opts: dict[str, Any] | None = None,
     *,
     queue: str = NOTIFY_QUEUE,
-    key: str | None = None,
+    key: str | Seq | None = None,
 ) -> str | None:
     """Enqueue a notice to ``chat`` and return its ``NOT`` id (its job: ``job_id_of``).
     ``opts`` are extra Bot API fields (``parse_mode``, ``disable_notification``, ...). Empty
     text, text over 4096 characters, a chat id that is not an int, or opts that are not JSON
     raise ``ValueError``.
 
-    ``key`` is an idempotency key (``lanes.enqueue``): when it was used within the last day the
-    notice is not enqueued again and the answer is ``None``."""
+    ``key`` makes the notice once: an idempotency key (a str, remembered for a day), or a
+    number of a numbered stream (a ``Seq``: a reply keyed by the update it answers, remembered
+    in its chat's window; ``lanes.enqueue``). When it was used before, the notice is not
+    enqueued again and the answer is ``None``."""
     check_notice(chat, text, opts)
     try:
         json.dumps(opts or {})
     except (TypeError, ValueError) as exc:
         raise ValueError(f"opts must be JSON-serializable: {exc}") from exc
     notice = Notice(chat=chat, text=text, opts=dict(opts or {}), id=ids.new(ids.NOTICE))
+    seq, key = (key, None) if isinstance(key, Seq) else (None, key)
+    job_id = job_id_of(notice.id)
     out = await lanes.enqueue(
-        bus, queue, str(chat), encode(notice), job_id=job_id_of(notice.id), limit=1, key=key
+        bus, queue, str(chat), encode(notice), job_id=job_id, limit=1, key=key, seq=seq
     )
     return notice.id if out.outcome is Outcome.ENQUEUED else None

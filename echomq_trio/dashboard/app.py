@@ -9,13 +9,18 @@ viewers. The app answers:
   embedding service gave (``emoji_font``: codemojex gives the game's), else 404;
 * ``GET /state.json?<query>``: the view (``view.Query``: the queue to detail and the page of each
   list) as JSON; 400 with ``{"error"}`` for a bad query, 503 while the server is unreachable;
-* ``GET /events?<query>``: the same view as server-sent events, one after every sample;
+* ``GET /events?<query>``: the same view as server-sent events, one after every sample (the
+  sampler renders each view asked for once, for every stream that asks it);
 * ``POST /replay?queue=Q&job=ID`` and ``POST /discard?queue=Q&job=ID``: replay or delete a dead job;
   ``POST /resume?queue=Q&lane=G``: end a lane's pause or wait. Every request that changes state must
   carry the dashboard's token in the header ``x-echomq-token`` (compared in constant time); without
   it the answer is 403 and nothing changes. The token comes from the operator
   (``ECHOMQ_DASHBOARD_TOKEN``) or is made at start-up and printed once; the page takes it from its
   URL's fragment (``#token=...``), which browsers never send to a server.
+
+Memory: ``_streams`` counts the connected event streams by the view they ask for, and
+``_views`` holds that view as of the last sample, one per distinct view asked for: both are
+bounded by the streams connected now, and a view is dropped when its last stream leaves.
 
 Every list is one page at a time: queues by name after a cursor, lanes through
 ``lanes.status_page`` (at most ``LANE_PAGE_MAX``), scheduled and dead jobs and recurring
@@ -28,6 +33,7 @@ import hmac
 import json
 import logging
 import secrets
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -103,8 +109,16 @@ class Dashboard:
         self.emoji_font = emoji_font  # served as emoji.ttf, for payloads' emoji
         self.history = view.History(keep=keep)
         self._names: list[str] = []
+        # Bounded by the event streams connected now (see the module's docstring).
+        self._streams: Counter[view.Query] = Counter()  # what they ask for -> how many ask it
+        self._views: dict[view.Query, bytes] = {}  # each of those views, as of the last sample
         self._sampled = trio.Event()  # set after each sample, then replaced
         self._wake = trio.Event()  # an action asks for a sample now
+
+    @property
+    def streams(self) -> int:
+        """How many event streams are connected now."""
+        return sum(self._streams.values())
 
     # --- the sampler ---------------------------------------------------------------------
 
@@ -126,10 +140,12 @@ class Dashboard:
             self._wake = trio.Event()
 
     async def sample(self) -> None:
-        """Read every known queue's counts once and wake the viewers."""
+        """Read every known queue's counts once, render the view each event stream asks for
+        (once for all the streams that ask the same) and wake the streams."""
         now = await self.bus.wire.server_time_ms()
         for name in self._names:
             self.history.add(name, now, await jobs.counts(self.bus, name))
+        self._views = {query: await self._event(query) for query in list(self._streams)}
         self._sampled.set()
         self._sampled = trio.Event()
 
@@ -236,24 +252,35 @@ class Dashboard:
             return
         headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-store")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        async with trio.open_nursery() as nursery:
+        self._streams[query] += 1
+        try:
+            async with trio.open_nursery() as nursery:
 
-            async def until_gone() -> None:
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-                nursery.cancel_scope.cancel()
+                async def until_gone() -> None:
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                    nursery.cancel_scope.cancel()
 
-            nursery.start_soon(until_gone)
-            while True:
-                sampled = self._sampled
-                try:
-                    data = json.dumps(await self.state(query))
-                    chunk = f"data: {data}\n\n"
-                except BusError:
-                    chunk = "event: down\ndata: the server is unavailable\n\n"
-                body = chunk.encode()
-                await send({"type": "http.response.body", "body": body, "more_body": True})
-                await sampled.wait()
+                nursery.start_soon(until_gone)
+                while True:
+                    sampled, views = self._sampled, self._views
+                    event = views.get(query)
+                    if event is None:  # the first stream to ask it since the last sample
+                        event = views[query] = await self._event(query)
+                    await send({"type": "http.response.body", "body": event, "more_body": True})
+                    await sampled.wait()
+        finally:
+            self._streams[query] -= 1
+            if not self._streams[query]:
+                del self._streams[query]
+                self._views.pop(query, None)
+
+    async def _event(self, query: view.Query) -> bytes:
+        """The view ``query`` asks for as one server-sent event."""
+        try:
+            return f"data: {json.dumps(await self.state(query))}\n\n".encode()
+        except BusError:
+            return b"event: down\ndata: the server is unavailable\n\n"
 
     async def serve(
         self,

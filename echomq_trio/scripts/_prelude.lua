@@ -36,6 +36,7 @@ local KEY = {
   dead = 'dead',                  -- zset dead
   job = 'job:',                   -- hash job:<id>
   idempotency = 'key:',           -- string key:<key>
+  seq = 'seq:',                   -- set seq:<scope>
   lane = 'g:',                    -- zset g:<group>
   lane_groups = 'groups',         -- set groups
   old_lane_index = 'lanes',       -- zset lanes

@@ -6,14 +6,17 @@ change nothing. Over plain HTTP: the state's pages and the refusals of bad queri
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import httpx
 import pytest
 import trio
 
 from echomq_trio import Bus, Consumer, Job, ids, jobs, lanes, repeat
-from echomq_trio.dashboard import TOKEN_HEADER, Dashboard
+from echomq_trio.asgi import serve_app
+from echomq_trio.dashboard import TOKEN_HEADER, Dashboard, view
 from tests.conftest import wait_for
+from tests.support import traced_blocks, tracing
 from tools.browser import open_page
 
 TOKEN = "dashboard-test-token"
@@ -187,6 +190,61 @@ async def test_state_json_pages_every_list_and_refuses_bad_requests(bus: Bus, qu
                 if line.startswith("data: "):
                     assert '"name": "' + queue in line
                     break
+        nursery.cancel_scope.cancel()
+
+
+class Counting(Dashboard):
+    """A dashboard that counts the views it renders."""
+
+    renders = 0
+
+    async def state(self, query: view.Query) -> dict[str, Any]:
+        self.renders += 1
+        return await super().state(query)
+
+
+@pytest.mark.timeout_s(120)
+async def test_event_streams_share_each_view_and_leave_nothing_behind(bus: Bus, queue: str) -> None:
+    """60 event streams asking two views: each sample renders each view once, for every stream
+    that asks it; when they have gone the dashboard keeps nothing of them, and of the Python
+    memory blocks its code allocated for them none is left."""
+    await jobs.enqueue(bus, queue, "x")
+    dash = Counting(bus, TOKEN, sample_s=3600, names_every_s=3600)  # it samples when told to
+    app_code = "echomq_trio/dashboard/app.py"
+    asked = [f"queue={queue}", f"queue={queue}&count=5"]
+    limits = httpx.Limits(max_connections=None)
+
+    async def stream(client: httpx.AsyncClient, url: str, events: list[int]) -> None:
+        async with client.stream("GET", url) as response:
+            async for line in response.aiter_lines():
+                if line.startswith("data: "):
+                    events[0] += 1
+
+    async def crowd(url: str, n: int) -> int:
+        events = [0]
+        async with httpx.AsyncClient(limits=limits) as client, trio.open_nursery() as streams:
+            for i in range(n):
+                streams.start_soon(stream, client, f"{url}/events?{asked[i % 2]}", events)
+            await wait_for(lambda: events[0] == n)  # each has its first view
+            assert (dash.streams, len(dash._streams)) == (n, 2)
+            renders = dash.renders
+            await dash.sample()
+            await wait_for(lambda: events[0] == 2 * n)  # and the sample's
+            assert dash.renders == renders + 2  # once per view asked, not per stream
+            held = traced_blocks(app_code)
+            streams.cancel_scope.cancel()
+        await wait_for(lambda: dash.streams == 0)
+        return held
+
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(serve_app, dash.app, "127.0.0.1", 0, "test.dashboard")
+        with tracing():
+            await crowd(url, 6)  # what a first crowd makes once (containers grown)
+            before = traced_blocks(app_code)
+            held = await crowd(url, 60)
+            await wait_for(lambda: traced_blocks(app_code) <= before + 20, timeout=60, step=0.5)
+        assert held >= before + 5 * 60  # what 60 streams hold while connected
+        assert (dash._streams, dash._views) == ({}, {})
         nursery.cancel_scope.cancel()
 
 

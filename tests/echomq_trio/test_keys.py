@@ -96,7 +96,7 @@ async def _every_kind_of_transition(bus: Bus, queue: str) -> None:
     await jobs.enqueue(bus, queue, "flat", key="once")
     await jobs.enqueue_in(bus, queue, "later", 60_000)
     await lanes.enqueue(bus, queue, "chat", "a", limit=1)
-    await lanes.enqueue(bus, queue, "chat", "b")
+    await lanes.enqueue(bus, queue, "chat", "b", seq=lanes.Seq("tg:chat", 1))
     await lanes.configure(bus, queue, "chat", weight=2)
     await lanes.enqueue(bus, queue, "paused", "p")
     await lanes.pause(bus, queue, "paused")

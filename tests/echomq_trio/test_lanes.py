@@ -1,6 +1,8 @@
 """Fair lanes: round-robin across lanes, FIFO within one, limits, weights, pauses, and strict
 order in limit-1 lanes across retries and deferrals."""
 
+import random
+
 import pytest
 import trio
 import trio.lowlevel
@@ -19,8 +21,11 @@ from echomq_trio import (
     jobs,
     lanes,
     open_bus,
+    protocol,
+    sequence,
 )
 from echomq_trio.jobs import Admitted, Outcome
+from echomq_trio.lanes import Seq
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -76,6 +81,56 @@ async def test_an_idempotency_key_admits_a_lane_job_once_until_its_ttl(
     assert [j.id for j in await lanes.jobs(bus, queue, "A")] == [b]
     with pytest.raises(ValueError, match="idempotency key"):
         await lanes.enqueue(bus, queue, "A", "x", job_id=jid(), key="has space")
+
+
+async def _remembered(bus: Bus, queue: str, scope: str) -> set[int]:
+    raw = await bus.wire.command("SMEMBERS", bus.keys(queue).seq(scope))
+    return {int(protocol.as_text(m)) for m in raw}
+
+
+async def test_a_seq_admits_each_number_once_within_its_window(bus: Bus, queue: str) -> None:
+    async def send(n: int, lane: str = "A", **kw: int) -> Outcome:
+        seq = Seq("chat:7", n, window=4, **kw)
+        return (await lanes.enqueue(bus, queue, lane, f"u{n}", limit=1, seq=seq)).outcome
+
+    # Out of order within the window: each admitted once, in the order they came.
+    assert [await send(n) for n in (10, 12, 11)] == [Outcome.ENQUEUED] * 3
+    assert [await send(n) for n in (12, 10, 11)] == [Outcome.DUPLICATE] * 3
+    assert [j.payload for j in await lanes.jobs(bus, queue, "A")] == [b"u10", b"u12", b"u11"]
+    # A number stays refused after its job is done, and in any lane (a scope is the queue's).
+    for job in await jobs.claim(bus, queue, 10):
+        await jobs.ack(bus, queue, job.id, job.token)
+    assert await send(12, "B") is Outcome.DUPLICATE
+    # The window holds the four highest numbers; below it is refused, above it admitted.
+    assert [await send(n) for n in (14, 13)] == [Outcome.ENQUEUED] * 2
+    assert await _remembered(bus, queue, "chat:7") == {11, 12, 13, 14}
+    assert await send(9) is Outcome.DUPLICATE
+    assert await send(15) is Outcome.ENQUEUED
+    assert await _remembered(bus, queue, "chat:7") == {12, 13, 14, 15}
+    assert await send(11) is Outcome.DUPLICATE  # dropped from the window, still refused
+    # The state expires after the scope's TTL, renewed by each admission.
+    ttl = await bus.wire.command("PTTL", bus.keys(queue).seq("chat:7"))
+    assert 0 < int(ttl) <= Seq("x", 1).ttl_ms
+    assert await send(16, ttl_ms=1000) is Outcome.ENQUEUED
+
+    async def forgotten() -> bool:
+        return bool(await bus.wire.command("EXISTS", bus.keys(queue).seq("chat:7")) == 0)
+
+    await wait_for(forgotten)
+    assert await send(12) is Outcome.ENQUEUED  # a quiet scope starts afresh
+
+
+async def test_the_seq_script_keeps_the_model_s_rule(bus: Bus, queue: str) -> None:
+    """Two hundred numbers, many repeated and out of order, against ``sequence.admit``: the same
+    answer for each, and the same numbers remembered after each."""
+    rng = random.Random(23)
+    remembered: frozenset[int] = frozenset()
+    for i in range(200):
+        n, window = rng.randrange(0, 120) + i // 2, rng.choice((3, 5, 5, 5, 8))
+        out = await lanes.enqueue(bus, queue, "A", "x", seq=Seq("s", n, window=window))
+        ok, remembered = sequence.admit(remembered, n, window)
+        assert out.outcome is (Outcome.ENQUEUED if ok else Outcome.DUPLICATE), (i, n)
+        assert await _remembered(bus, queue, "s") == remembered, (i, n)
 
 
 async def test_fairness_fifty_small_lanes_beside_a_flood(bus: Bus, queue: str) -> None:

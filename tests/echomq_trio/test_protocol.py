@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from echomq_trio import ids, protocol
+from echomq_trio import ids, protocol, sequence
 from echomq_trio.checks import MAX_DELAY_MS, MAX_TIME_MS
 from echomq_trio.keys import QueueKeys, queue_keys
 from echomq_trio.protocol import Call
@@ -34,6 +34,7 @@ from echomq_trio.results import (
     Registered,
     Registration,
 )
+from echomq_trio.sequence import Seq
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "echomq_trio" / "scripts"
 MAX = 1000  # payload limit in these tests
@@ -160,8 +161,62 @@ def test_lane_enqueue_call(
     call = protocol.lane_enqueue_call(k, group, items, MAX, limit=limit)
     _check_call(call, k)
     assert call.keys == (k.lane(group),)
-    assert call.args[1:5] == (group, "" if limit is None else str(limit), "", "")
-    assert list(call.args[5::2]) == [i for i, _ in items]
+    assert call.args[1:9] == (group, "" if limit is None else str(limit), "", "", "", "", "", "")
+    assert list(call.args[9::2]) == [i for i, _ in items]
+
+
+@given(keys_of, job_ids, payloads, names, st.integers(0, 2**53), st.integers(1, 512),
+       st.integers(1, 2**40))  # fmt: skip
+def test_a_seq_guards_exactly_one_lane_job(
+    k: QueueKeys, job_id: str, payload: str | bytes, scope: str, n: int, window: int, ttl: int
+) -> None:
+    seq = Seq(scope, n, window=window, ttl_ms=ttl)
+    call = protocol.lane_enqueue_call(k, "g", [(job_id, payload)], MAX, seq=seq)
+    _check_call(call, k)
+    assert call.args[3:] == ("", "", scope, str(n), str(window), str(ttl), job_id, _bytes(payload))
+    with pytest.raises(ValueError, match="a seq guards exactly one job"):
+        protocol.lane_enqueue_call(k, "g", [(job_id, payload)] * 2, MAX, seq=seq)
+    with pytest.raises(TypeError, match="seq must be a Seq"):
+        protocol.lane_enqueue_call(k, "g", [(job_id, payload)], MAX, seq=(scope, n))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("given_", "error"),
+    [
+        (dict(scope="", number=1), "seq scope must not be empty"),
+        (dict(scope="a b", number=1), "seq scope must not contain"),
+        (dict(scope="a", number=-1), "seq number must be >= 0"),
+        (dict(scope="a", number=2**53 + 1), "seq number must be <= 2..53"),
+        (dict(scope="a", number=True), "seq number must be an int"),
+        (dict(scope="a", number=1, window=0), "seq window must be >= 1"),
+        (dict(scope="a", number=1, window=513), "seq window must be <= 512"),
+        (dict(scope="a", number=1, ttl_ms=0), "seq ttl_ms must be >= 1"),
+    ],
+)
+def test_a_bad_seq_is_refused_in_one_line(given_: dict[str, Any], error: str) -> None:
+    with pytest.raises((ValueError, TypeError), match=error):
+        Seq(**given_)
+
+
+@given(st.lists(st.integers(0, 60), max_size=80), st.integers(1, 8))
+def test_the_seq_window_model(numbers: list[int], window: int) -> None:
+    """The rule as ``sequence.admit`` keeps it: never more than the window, each number admitted
+    at most once while remembered, and a number above everything remembered always admitted."""
+    remembered: frozenset[int] = frozenset()
+    admitted: list[int] = []
+    for n in numbers:
+        above = not remembered or n > max(remembered)
+        ok, remembered = sequence.admit(remembered, n, window)
+        assert len(remembered) <= window
+        assert ok or not above
+        if ok:
+            assert n in remembered
+            admitted.append(n)
+    # What was admitted twice was forgotten in between: `window` higher numbers came after it.
+    for i, n in enumerate(admitted):
+        if n in admitted[i + 1 :]:
+            later = admitted[i + 1 : admitted.index(n, i + 1)]
+            assert len({m for m in later if m > n}) >= window
 
 
 @given(keys_of, st.lists(st.tuples(job_ids, payloads, delays), max_size=5), st.booleans(),

@@ -83,6 +83,23 @@ async def test_an_update_is_admitted_once_however_often_it_comes(
     assert hook.admitted == 4
 
 
+async def test_a_call_sent_again_after_a_later_one_is_admitted_once(
+    bus: Bus, queue: str, endpoint: tuple[str, Webhook]
+) -> None:
+    """Telegram sends update 21 again after 22 went through (the first call's answer was
+    lost): 21 is admitted, after 22; every update sent once more is a duplicate."""
+    url, _ = endpoint
+    chat = group_id()
+    async with httpx.AsyncClient() as client:
+        for update_id in (20, 22, 21, 21, 22, 20):
+            response = await client.post(
+                url, json=update(update_id, chat), headers={HEADER: SECRET}
+            )
+            assert response.status_code == 200
+    waiting = await lanes.jobs(bus, queue, str(chat))
+    assert [json.loads(j.payload)["update_id"] for j in waiting] == [20, 22, 21]
+
+
 @pytest.mark.timeout_s(30)
 async def test_the_stand_in_delivers_to_the_registered_webhook(
     bus: Bus, queue: str, endpoint: tuple[str, Webhook]

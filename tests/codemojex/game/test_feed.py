@@ -13,6 +13,7 @@ from trio_websocket import (
     connect_websocket_url,
     open_websocket_url,
 )
+from wsproto.utilities import LocalProtocolError
 
 from codemojex import game
 from codemojex.game import board
@@ -20,6 +21,7 @@ from codemojex.game.feed import GOODBYE_CODE, GOODBYE_REASON, Feed
 from codemojex.game.scoring import ALPHABET
 from echomq_trio import Bus
 from tests.conftest import wait_for
+from tests.support import traced_blocks, tracing
 
 
 @pytest.fixture
@@ -66,6 +68,54 @@ async def test_unknown_rooms_are_refused(bus: Bus) -> None:
             with pytest.raises(ConnectionRejected):
                 async with open_websocket_url(base + path):
                     pass
+        nursery.cancel_scope.cancel()
+
+
+async def _viewer(url: str, ready: list[int], leave: trio.Event) -> None:
+    """A viewer that reads its first board and stays until ``leave``."""
+    try:
+        async with open_websocket_url(url) as ws:
+            await ws.get_message()
+            ready[0] += 1
+            await leave.wait()
+    except* LocalProtocolError:  # trio-websocket answering a ping while it closes: its race
+        pass
+
+
+@pytest.mark.timeout_s(120)
+async def test_viewers_leave_nothing_behind(bus: Bus, room: game.Room) -> None:
+    """100 viewers of two rooms come and go: the feed's books of viewers and rooms are empty
+    after, and of the Python memory blocks its code allocated for them none is left (what its
+    containers keep of their size aside: a few blocks, whatever the crowd). What trio keeps of
+    the viewers' ended timeouts until they would have expired (at most ``ping_timeout_s``) is
+    waited out."""
+    other = await game.create_room(bus, -4243, "Other Room")
+    feed_code = "codemojex/game/feed.py"
+
+    async def crowd(feed: Feed, base: str, n: int) -> int:
+        ready, leave = [0], trio.Event()
+        async with trio.open_nursery() as viewers:
+            for i in range(n):
+                viewers.start_soon(_viewer, f"{base}/rooms/{(room.id, other.id)[i % 2]}", ready,
+                                   leave)  # fmt: skip
+            # Tracing makes every allocation slow: 100 viewers take about 7 s to connect here.
+            await wait_for(lambda: ready[0] == n, timeout=60)
+            assert (feed.statistics().viewers, feed.statistics().rooms) == (n, 2)
+            assert len(feed._scopes) == n
+            held = traced_blocks(feed_code)
+            leave.set()
+        await wait_for(lambda: feed.statistics().viewers == 0)
+        return held
+
+    async with trio.open_nursery() as nursery:
+        feed, base = await start_feed(nursery, bus, ping_interval_s=1, ping_timeout_s=5)
+        with tracing():
+            await crowd(feed, base, 20)  # what a first crowd makes once (containers grown)
+            before = traced_blocks(feed_code)
+            held = await crowd(feed, base, 100)
+            await wait_for(lambda: traced_blocks(feed_code) <= before + 20, timeout=60, step=0.5)
+        assert held >= before + 5 * 100  # what 100 viewers hold while connected
+        assert (feed._viewers, feed._pushed, feed._dirty, feed._scopes) == ({}, {}, set(), set())
         nursery.cancel_scope.cancel()
 
 
