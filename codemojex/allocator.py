@@ -20,8 +20,16 @@ So the service runs with ``PYTHONMALLOC=malloc`` (Python's objects from glibc; `
 starts the process again with it unless the operator set ``PYTHONMALLOC`` themselves), and a
 ``Trimmer`` watches how many viewers are connected: once they fell by ``min_drop`` or more from
 their highest since it last looked so, and then stopped falling for ``settle_s``, it collects
-cyclic garbage (``gc.collect``) and calls ``malloc_trim(0)``, and again a minute later. Both are
-Linux and glibc only; elsewhere ``trim`` only collects garbage and ``relaunch`` does nothing.
+cyclic garbage (``gc.collect``) and calls ``malloc_trim(0)``, and again a minute later.
+
+glibc's heap has a cost of its own: a service that allocates and frees all the time spreads its
+free chunks over pages that ``free`` never gives back (only the top of the heap goes back by
+itself): under a steady load the process grows for hours, though Python's own heap is flat, and
+one ``malloc_trim(0)`` gives back most of it (the README's benchmarks measure it). So the
+``Trimmer`` also calls ``malloc_trim(0)`` (no garbage collection) every ``tidy_every_s`` (a
+minute), whatever the viewers do: each such call has little to give back and takes a few
+milliseconds. Both are Linux and glibc only; elsewhere ``trim`` only
+collects garbage, ``malloc_trim`` does nothing and ``relaunch`` does nothing.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import gc
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable
 
 import attrs
@@ -101,8 +110,10 @@ class Departures:
 
 @attrs.frozen
 class TrimmerStats:
-    trims: int = 0
+    trims: int = 0  # after viewers left: garbage collected, then malloc_trim
     given_back: int = 0  # trims after which malloc_trim said it gave memory back
+    tidies: int = 0  # the periodic malloc_trim alone
+    busy_s: float = 0.0  # time spent in both, all told
 
 
 class Trimmer:
@@ -111,7 +122,9 @@ class Trimmer:
     stopped falling for ``settle_s`` (a viewer's objects are freed a moment after it is
     counted out, as its connection closes), and once more ``again_s`` later (trio holds a
     timeout that has ended until it would have expired: the feed's pings, 10-20 s, the page
-    server's handshake timeout, 60 s; what those held goes back then)."""
+    server's handshake timeout, 60 s; what those held goes back then). Every ``tidy_every_s``
+    it calls ``tidy_fn`` (``malloc_trim`` alone) whatever the viewers do (see the module's
+    docstring)."""
 
     def __init__(
         self,
@@ -122,12 +135,16 @@ class Trimmer:
         settle_s: float = 5.0,
         again_s: float = 65.0,
         trim_fn: Callable[[], bool] = trim,
+        tidy_every_s: float = 60.0,
+        tidy_fn: Callable[[], bool] = malloc_trim,
     ) -> None:
         self.connected = connected
         self.every_s = every_s
         self.trim_after_s = (settle_s, settle_s + again_s)
         self._departures = Departures(min_drop)
         self._trim = trim_fn
+        self.tidy_every_s = tidy_every_s
+        self._tidy = tidy_fn
         self._stats = TrimmerStats()
 
     def statistics(self) -> TrimmerStats:
@@ -135,6 +152,7 @@ class Trimmer:
 
     async def run(self) -> None:
         due: list[float] = []  # when to trim, once the viewers stopped leaving
+        tidy_at = trio.current_time() + self.tidy_every_s
         while True:
             await trio.sleep(self.every_s)
             now = trio.current_time()
@@ -142,6 +160,21 @@ class Trimmer:
                 due = [now + after for after in self.trim_after_s]
             if due and now >= due[0]:
                 del due[0]
-                gave = self._trim()
-                self._stats = TrimmerStats(self._stats.trims + 1, self._stats.given_back + gave)
+                gave, took = _timed(self._trim)
+                self._stats = attrs.evolve(self._stats, trims=self._stats.trims + 1,
+                                           given_back=self._stats.given_back + gave,
+                                           busy_s=self._stats.busy_s + took)  # fmt: skip
                 log.debug("viewers left: memory trimmed (%s)", "given back" if gave else "none")
+                tidy_at = now + self.tidy_every_s  # just done
+            elif now >= tidy_at:
+                _, took = _timed(self._tidy)
+                self._stats = attrs.evolve(self._stats, tidies=self._stats.tidies + 1,
+                                           busy_s=self._stats.busy_s + took)  # fmt: skip
+                tidy_at = now + self.tidy_every_s
+
+
+def _timed(call: Callable[[], bool]) -> tuple[bool, float]:
+    """``call()`` and how long it took (``time.perf_counter``: a blocking call's own time)."""
+    started = time.perf_counter()
+    done = call()
+    return done, time.perf_counter() - started

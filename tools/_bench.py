@@ -1,8 +1,11 @@
 """Helpers the benchmarks in this folder share (reading INFO, cleaning up after ``--url``,
-filling a queue, draining it with a no-op consumer)."""
+filling a queue, draining it with a no-op consumer, reading a process's memory, stopping the
+service a tool started)."""
 
 from __future__ import annotations
 
+import signal
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -16,8 +19,10 @@ __all__ = [
     "drop_queue",
     "enqueue_batches",
     "info",
+    "proc_status_kib",
     "run_noop_consumer",
     "server_version",
+    "stop_service",
 ]
 
 DONE_POLL_S = 0.002  # how often a consumer run checks whether all jobs are acked
@@ -109,3 +114,22 @@ async def run_noop_consumer(
         "stale": stats.stale,
         "released": stats.released,
     }
+
+
+def proc_status_kib(pid: int, field: str) -> int:
+    """A KiB figure of ``/proc/<pid>/status`` (``VmRSS``, ``VmHWM``, ...); 0 when it has none."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+async def stop_service(process: trio.Process, grace_s: float = 30.0) -> None:
+    """Stop a service a tool started: SIGTERM (a clean stop), then SIGKILL after ``grace_s``."""
+    if process.returncode is None:
+        process.send_signal(signal.SIGTERM)
+        with trio.move_on_after(grace_s):
+            await process.wait()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()

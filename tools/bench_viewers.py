@@ -35,7 +35,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,7 @@ from typing import Any
 
 import httpx
 import trio
+from _bench import proc_status_kib, stop_service
 from trio_websocket import ConnectionClosed, HandshakeError, open_websocket_url
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,10 +56,7 @@ def say(text: str) -> None:
 
 def rss_kib(pid: int) -> int:
     """The resident memory of process ``pid`` in KiB (``VmRSS``)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for process {pid}")
+    return proc_status_kib(pid, "VmRSS")
 
 
 async def _start(data: Path, args: argparse.Namespace) -> tuple[trio.Process, str]:
@@ -216,13 +213,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 waves.append(await _wave(args, service, page, ws_base, rooms))
             nursery.cancel_scope.cancel()
     finally:
-        if service.returncode is None:
-            service.send_signal(signal.SIGTERM)
-            with trio.move_on_after(30):
-                await service.wait()
-            if service.returncode is None:
-                service.kill()
-                await service.wait()
+        await stop_service(service)
         shutil.rmtree(data, ignore_errors=True)
     after = waves[-1]["after_mib"][-1]
     return {

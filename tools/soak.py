@@ -41,6 +41,7 @@ from typing import Any
 
 import attrs
 import trio
+from _bench import proc_status_kib, stop_service
 from trio_websocket import ConnectionClosed, open_websocket_url
 
 from codemojex.notify.notifier import NOTIFY_QUEUE, notify
@@ -84,13 +85,6 @@ class Sample:
     at_s: float
     notices: int
     values: dict[str, float]
-
-
-def _proc_status(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return 0
 
 
 def _fds(pid: int) -> int:
@@ -237,10 +231,15 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             nursery.start_soon(drain_output)
             nursery.start_soon(stop_on_signal)
             nursery.start_soon(_load, bus, args.rate, args.chats, sent)
-            rooms = json.loads(await _get(page + "/rooms.json"))["rooms"]  # the first page
+            with trio.fail_after(60):  # the demo opens its rooms a moment after the start
+                while True:
+                    rooms = json.loads(await _get(page + "/rooms.json"))["rooms"]  # 1st page
+                    if rooms:
+                        break
+                    await trio.sleep(0.5)
             ws_port = json.loads(await _get(page + "/config.json"))["ws_port"]
             for i in range(args.viewers):
-                room = rooms[i % len(rooms)]["id"] if rooms else "RMM00000000000"
+                room = rooms[i % len(rooms)]["id"]
                 nursery.start_soon(_viewer, f"ws://127.0.0.1:{ws_port}/rooms/{room}", received)
             deadline = started + args.minutes * 60
             while trio.current_time() < deadline:
@@ -248,10 +247,10 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                 counts = await jobs.counts(bus, NOTIFY_QUEUE)
                 patterns = await _key_patterns(bus)
                 values = {
-                    "service_rss_kib": _proc_status(service.pid, "VmRSS"),
+                    "service_rss_kib": proc_status_kib(service.pid, "VmRSS"),
                     "service_fds": _fds(service.pid),
                     "server_used_kib": await _info_kib(bus, "used_memory"),
-                    "server_rss_kib": _proc_status(server_pid, "VmRSS"),
+                    "server_rss_kib": proc_status_kib(server_pid, "VmRSS"),
                     "keys_total": sum(patterns.values()),
                     "notify_pending": counts.pending + counts.scheduled,
                     "archive_rows": _rows(data / "audit.sqlite"),
@@ -267,13 +266,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                     f"replica objects")  # fmt: skip
             nursery.cancel_scope.cancel()
     finally:
-        if service.returncode is None:
-            service.send_signal(signal.SIGTERM)
-            with trio.move_on_after(30):
-                await service.wait()
-            if service.returncode is None:
-                service.kill()
-                await service.wait()
+        await stop_service(service)
     slopes = report(samples)
     return {
         "minutes": args.minutes,

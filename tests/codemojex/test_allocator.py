@@ -39,15 +39,47 @@ async def test_the_trimmer_trims_once_the_viewers_stop_leaving(
         trims.append(trio.current_time() - start)
         return True
 
+    tidies: list[float] = []
+
+    def count_tidy() -> bool:
+        tidies.append(trio.current_time() - start)
+        return False
+
     trimmer = Trimmer(lambda: next(counts), every_s=1.0, settle_s=5.0, again_s=60.0,
-                      trim_fn=count_trim)  # fmt: skip
+                      trim_fn=count_trim, tidy_every_s=30.0, tidy_fn=count_tidy)  # fmt: skip
     async with trio.open_nursery() as nursery:
         nursery.start_soon(trimmer.run)
         await trio.sleep(90.5)
         nursery.cancel_scope.cancel()
     # Falls of 100 seen at seconds 3, 4 and 5: a trim 5 s after the last, one more 60 s later.
     assert trims == [10.0, 70.0]
-    assert (trimmer.statistics().trims, trimmer.statistics().given_back) == (2, 2)
+    # The periodic tidy counts from the last trim of either kind: 30 s after each.
+    assert tidies == [40.0]
+    stats = trimmer.statistics()
+    assert (stats.trims, stats.given_back, stats.tidies) == (2, 2, 1)
+
+
+@pytest.mark.timeout_s(600)  # virtual seconds: the mock clock's
+async def test_the_trimmer_tidies_every_minute_with_no_viewers_at_all(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    start = trio.current_time()
+    tidies: list[float] = []
+
+    def count_tidy() -> bool:
+        tidies.append(trio.current_time() - start)
+        return True
+
+    def no_trim() -> bool:
+        raise AssertionError("no viewer left: nothing to collect")
+
+    trimmer = Trimmer(lambda: 0, trim_fn=no_trim, tidy_fn=count_tidy)  # the defaults
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trimmer.run)
+        await trio.sleep(300.5)
+        nursery.cancel_scope.cancel()
+    assert tidies == [60.0, 120.0, 180.0, 240.0, 300.0]
+    assert trimmer.statistics().tidies == 5
 
 
 def _rss_kib() -> int:
