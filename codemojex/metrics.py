@@ -8,7 +8,7 @@ and metronomes observe, and the queues' state read from the server per scrape) a
 
   - ``codemojex_notices_total{outcome}`` (counter): notices handled, by what happened:
     ``delivered``, ``deferred`` (no rate-limit token yet), ``flood_wait`` (Telegram answered
-    429), ``retried``, ``dropped`` (``WorkerStats``).
+    429), ``retried``, ``dropped`` (``DeliveryStats``).
   - ``codemojex_chat_migrations_total`` (counter): group chats that moved to a supergroup.
   - ``codemojex_rate_limit_answers_total{answer}`` (counter): what the shared rate limiter told
     this process: ``taken`` (a send), ``denied_global``, ``denied_chat``, ``denied_paused``.

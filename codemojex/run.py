@@ -50,7 +50,7 @@ from codemojex.chat.service import identify, poll_updates
 from codemojex.game import Feed, PageServer, board, demo
 from codemojex.game.page import DASHBOARD_PATH, EMOJI_FONT
 from codemojex.metrics import ServiceMetrics
-from codemojex.notify import NOTIFY_QUEUE, NotificationWorker, RateLimiter, WorkerStats, open_bot
+from codemojex.notify import NOTIFY_QUEUE, DeliveryStats, NotificationWorker, RateLimiter, open_bot
 from codemojex.notify.health import Trouble
 from codemojex.notify.health import note as telegram_note
 from codemojex.notify.outage import log_to_stderr
@@ -108,7 +108,7 @@ async def _telegram(settings: Settings) -> AsyncIterator[tuple[str, str, Telegra
 
 async def summary_line(
     bus: Bus,
-    worker: WorkerStats,
+    worker: DeliveryStats,
     archiver: ArchiverStats | None,
     *,
     memory_at: float = MEMORY_REPORT_AT,

@@ -39,6 +39,7 @@ from echomq_trio.bus import Bus, CommandArg, Reply, open_bus
 from echomq_trio.consumer import (
     Ack,
     Bury,
+    ClaimGate,
     Consumer,
     ConsumerStats,
     DeferIn,
@@ -72,6 +73,7 @@ __all__ = [
     "Bury",
     "Bus",
     "BusError",
+    "ClaimGate",
     "CommandArg",
     "ConnectionLost",
     "Consumer",

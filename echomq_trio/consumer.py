@@ -17,8 +17,20 @@ Theory of operation:
   attempt (a lane job keeps its place and its lane waits); returning ``Bury`` sends it to the
   dead set at once with a reason; raising retries with the consumer's
   backoff policy, and after ``max_attempts`` the job is dead with the exception's text.
-  Raising ``StopConsumer`` stops the whole consumer (the job goes back to pending). The mapping
+  Raising ``StopConsumer`` stops the whole consumer: every other handler is cancelled at once,
+  what already finished is settled, and the job goes back to pending with the rest. The mapping
   from result to transition is ``settlement.decide``, pure; this module only runs what it says.
+* Per-lane dispatch (``per_lane=True``): instead of ``concurrency`` handler tasks sharing one
+  channel, a dispatcher hands each claimed job to the task of its lane (``job.group``; a job of
+  no lane is a lane of its own) over that lane's bounded memory channel, starting the task when
+  the lane has none. A lane's task handles its jobs one after another, in the order they came,
+  and ends after ``lane_idle_s`` without work, or at once when it deferred or buried a job and
+  has nothing else (its lane waits on the server, or is stuck); each runs in a cancel scope of
+  its own under one nursery. At most ``concurrency`` handlers run at once across the lanes (a
+  ``trio.CapacityLimiter``, first come first served). With the lanes' limit 1 on the server a
+  lane has one job in flight across every process, so its task is the lane's one place of work.
+* A claim gate (``claim_gate``, an async callable) is awaited before every claim: while it
+  waits, the consumer claims nothing (an outage of what the handlers talk to holds every claim).
 * A settler folds finished jobs into one ack round trip per burst, at most ``SETTLE_BATCH`` a
   round trip (retries, deferrals and burials one round trip each); a renewer extends the leases
   of every held job each third of a lease, so a long handler is not reaped from under itself.
@@ -29,7 +41,9 @@ Theory of operation:
   are then cancelled; their outcomes are settled; then every job still held (running, cancelled
   or never started) goes back to pending in one round trip, without spending an attempt. A claim
   in flight is shielded (with a deadline) so the consumer always knows what it holds, and a
-  handler that finished is always settled (its result is queued without a checkpoint). A crash
+  handler that finished is always settled (its result is queued without a checkpoint), with
+  ``SETTLE_TIME_S`` for it from the moment the last handler is done (a handler may shield a
+  step it must finish, such as a message on the wire, beyond the grace period). A crash
   (kill -9), or a release the server never answers, returns held jobs through lease expiry and
   the metronome's reaper instead. ``tests/echomq_trio/test_cancellations.py`` cancels and fails
   every call to the server in turn and checks that no job is lost or settled twice.
@@ -55,7 +69,7 @@ from echomq_trio import jobs, leases
 from echomq_trio.backoff import Exponential, Jitter, Policy
 from echomq_trio.bus import Bus
 from echomq_trio.claim_window import ClaimWindow, HoldAhead
-from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut, raising_first
+from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut
 from echomq_trio.jobs import Job, Outcome
 from echomq_trio.metrics import BusMetrics
 from echomq_trio.settlement import (
@@ -77,6 +91,7 @@ from echomq_trio.transport import Transport
 __all__ = [
     "Ack",
     "Bury",
+    "ClaimGate",
     "Consumer",
     "ConsumerStats",
     "DeferIn",
@@ -96,6 +111,7 @@ ADAPTIVE_CLAIM_BATCH = 128  # untuned, the most jobs per claim (about 1 ms of th
 AHEAD_S = 0.05  # untuned, the handlers' work held ahead of them (at their recent pace)
 PACE_SPAN_S = 0.05  # the shortest span over which their pace is measured
 OVERDUE_BEATS = 5  # a due job this many beats late means no metronome runs; checked as often
+LANE_IDLE_S = 1.0  # per-lane dispatch: a lane's task with nothing to do for this long ends
 
 
 class StopConsumer(Exception):
@@ -104,6 +120,7 @@ class StopConsumer(Exception):
 
 
 Handler = Callable[[Job], Awaitable[HandlerResult]]
+ClaimGate = Callable[[], Awaitable[None]]  # awaited before each claim; claims wait while it waits
 
 
 @attrs.frozen
@@ -119,12 +136,23 @@ class ConsumerStats:
     released: int = 0
     lost_leases: int = 0
     held: int = 0
+    lane_tasks: int = 0  # per-lane dispatch: lane tasks started
 
 
 @attrs.frozen
 class _Settle:
     job: Job
     transition: Transition
+
+
+@attrs.define(eq=False)
+class _Lane:
+    """One lane's task (per-lane dispatch): its inbox, the dispatcher's end of it, its scope."""
+
+    key: str
+    inbox: trio.MemoryReceiveChannel[Job]
+    outbox: trio.MemorySendChannel[Job]
+    scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
 
 
 def _check_positive(name: str, value: float) -> None:
@@ -136,7 +164,10 @@ class Consumer:
     """Drains one queue with ``concurrency`` handler tasks. Run it with ``await consumer.run()``
     inside a nursery (``nursery.start(consumer.run)`` returns once it is claiming); cancel the
     nursery to stop it cleanly. With ``metrics`` (``echomq_trio.metrics.BusMetrics``) it observes
-    its claim batch sizes and the jobs it settles; without, nothing."""
+    its claim batch sizes and the jobs it settles; without, nothing. ``per_lane`` runs one task
+    per lane instead of a pool of handlers (see the module's notes), ``lane_idle_s`` is how long
+    such a task waits for more work before it ends, and ``claim_gate`` is awaited before every
+    claim."""
 
     def __init__(
         self,
@@ -154,6 +185,9 @@ class Consumer:
         grace_s: float = 5.0,
         metrics: BusMetrics | None = None,
         metronome_check: bool = True,
+        per_lane: bool = False,
+        lane_idle_s: float = LANE_IDLE_S,
+        claim_gate: ClaimGate | None = None,
     ) -> None:
         bus.keys(queue)  # validates the name
         for name, value in [
@@ -167,6 +201,7 @@ class Consumer:
             _check_positive(name, value)
         if grace_s < 0:
             raise ValueError(f"grace_s must be >= 0, got {grace_s}")
+        _check_positive("lane_idle_s", lane_idle_s)
         self.bus = bus
         self.queue = queue
         self.handler = handler
@@ -201,6 +236,11 @@ class Consumer:
         # Process-local instruments (echomq_trio.metrics), bound to this queue once; None: none.
         self._claim_sizes = None if metrics is None else metrics.claim_batch.labels(queue)
         self._settled = None if metrics is None else metrics.settled(queue)
+        self.per_lane = per_lane
+        self.lane_idle_s = lane_idle_s
+        self.claim_gate = claim_gate
+        self._lanes: dict[str, _Lane] = {}  # per-lane dispatch: at most one per held job
+        self._stopped_by: StopConsumer | None = None
 
     @property
     def max_attempts(self) -> int:
@@ -214,6 +254,10 @@ class Consumer:
         """A snapshot of the counters, and how many jobs are held now."""
         return attrs.evolve(self._stats, held=len(self._held))
 
+    def lanes(self) -> list[str]:
+        """Per-lane dispatch: the lanes that have a task now (empty otherwise)."""
+        return list(self._lanes)
+
     def _count(self, **more: int) -> None:
         s = self._stats
         self._stats = attrs.evolve(s, **{name: getattr(s, name) + n for name, n in more.items()})
@@ -225,42 +269,65 @@ class Consumer:
                 self._settled[name].inc(n)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Claim and handle jobs until cancelled; then shut down as described above."""
+        """Claim and handle jobs until cancelled; then shut down as described above. Raises
+        ``StopConsumer`` when a handler raised it (after the jobs held went back)."""
         self._stopping = False
+        self._stopped_by = None
         slots = trio.Semaphore(self._max_held)
         work_send, work_recv = trio.open_memory_channel[Job](self._max_held)
         done_send, done_recv = trio.open_memory_channel[_Settle](self._max_held)
         handler_scope = trio.CancelScope()
         shield = trio.CancelScope(shield=True)
 
-        def begin_stop() -> None:
+        def begin_stop(grace_s: float) -> None:
             if not self._stopping:
                 self._stopping = True
-                now = trio.current_time()
-                handler_scope.deadline = now + self.grace_s
-                shield.deadline = now + self.grace_s + SETTLE_TIME_S
+                handler_scope.deadline = trio.current_time() + grace_s
+
+        def stop_by(exc: StopConsumer) -> None:
+            # A handler stops the consumer: the others are cancelled at once, what finished
+            # is settled, the rest goes back (``_release_held``), then ``exc`` is raised.
+            if self._stopped_by is None:
+                self._stopped_by = exc
+            begin_stop(0)
 
         try:
-            with raising_first(StopConsumer):
-                async with self.bus.wire.blocking() as parker, trio.open_nursery() as outer:
-                    outer.start_soon(self._claim_loop, work_send, parker, slots)
-                    outer.start_soon(self._watch, begin_stop)
-                    task_status.started()
-                    with shield:
-                        async with trio.open_nursery() as core:
-                            core.start_soon(self._settle_loop, done_recv, slots)
-                            renew_scope = trio.CancelScope()
-                            core.start_soon(self._renew_loop, renew_scope)
-                            with handler_scope:
-                                async with trio.open_nursery() as handlers, done_send, work_recv:
+            async with self.bus.wire.blocking() as parker, trio.open_nursery() as outer:
+                outer.start_soon(self._claim_loop, work_send, parker, slots)
+                outer.start_soon(self._watch, partial(begin_stop, self.grace_s))
+                task_status.started()
+                with shield:
+                    async with trio.open_nursery() as core:
+                        core.start_soon(self._settle_loop, done_recv, slots)
+                        renew_scope = trio.CancelScope()
+                        core.start_soon(self._renew_loop, renew_scope)
+                        with handler_scope:
+                            async with trio.open_nursery() as handlers, done_send, work_recv:
+                                if self.per_lane:
+                                    handlers.start_soon(
+                                        self._dispatch_loop,
+                                        work_recv.clone(),
+                                        done_send.clone(),
+                                        handlers,
+                                        stop_by,
+                                    )
+                                else:
                                     for _ in range(self.concurrency):
                                         handlers.start_soon(
-                                            self._handler_loop, work_recv.clone(), done_send.clone()
+                                            self._handler_loop,
+                                            work_recv.clone(),
+                                            done_send.clone(),
+                                            stop_by,
                                         )
-                            renew_scope.cancel()
-                    outer.cancel_scope.cancel()
+                        # Every handler is done (a send a handler shields may outlast the grace
+                        # period): settling what they finished has this long from now.
+                        shield.deadline = trio.current_time() + SETTLE_TIME_S
+                        renew_scope.cancel()
+                outer.cancel_scope.cancel()
         finally:
             await self._release_held()
+        if self._stopped_by is not None:
+            raise self._stopped_by
 
     async def _watch(self, begin_stop: Callable[[], None]) -> None:
         try:
@@ -277,6 +344,8 @@ class Consumer:
         async with work_send:
             while True:
                 kept = await self._wait_for_room(slots, kept)
+                if self.claim_gate is not None:
+                    await self.claim_gate()
                 claimed, want = await leases.claim_for_slots(
                     self.bus, self.queue, slots, self._window.size, self.lease_ms
                 )
@@ -344,22 +413,105 @@ class Consumer:
             )
 
     async def _handler_loop(
-        self, work: trio.MemoryReceiveChannel[Job], done: trio.MemorySendChannel[_Settle]
+        self,
+        work: trio.MemoryReceiveChannel[Job],
+        done: trio.MemorySendChannel[_Settle],
+        stop_by: Callable[[StopConsumer], None],
     ) -> None:
         async with work, done:
             async for job in work:
-                if self._stopping:
-                    continue  # never start a job while stopping; it is released at the end
-                result: HandlerResult | Exception
-                try:
-                    result = await self.handler(job)
-                except StopConsumer:
-                    raise
-                except Exception as exc:
-                    result = exc
-                # Never blocks (room for every held job), so no cancellation can come between a
-                # finished handler and its settlement.
-                done.send_nowait(_Settle(job, decide(result, job, self.policy)))
+                await self._handle(job, done, stop_by)
+
+    async def _handle(
+        self,
+        job: Job,
+        done: trio.MemorySendChannel[_Settle],
+        stop_by: Callable[[StopConsumer], None],
+    ) -> Transition | None:
+        """Run the handler on ``job`` and queue its settlement; the transition, or ``None`` when
+        the job was not handled (stopping, or the handler raised ``StopConsumer``)."""
+        if self._stopping:
+            return None  # never start a job while stopping; it is released at the end
+        result: HandlerResult | Exception
+        try:
+            result = await self.handler(job)
+        except StopConsumer as exc:
+            stop_by(exc)
+            return None
+        except Exception as exc:
+            result = exc
+        transition = decide(result, job, self.policy)
+        # Never blocks (room for every held job), so no cancellation can come between a
+        # finished handler and its settlement.
+        done.send_nowait(_Settle(job, transition))
+        return transition
+
+    # --- per-lane dispatch ----------------------------------------------------------------------
+
+    async def _dispatch_loop(
+        self,
+        work: trio.MemoryReceiveChannel[Job],
+        done: trio.MemorySendChannel[_Settle],
+        lanes: trio.Nursery,
+        stop_by: Callable[[StopConsumer], None],
+    ) -> None:
+        running = trio.CapacityLimiter(self.concurrency)
+        async with work, done:
+            try:
+                async for job in work:
+                    # No checkpoint from here to the send: a lane's task that ends while idle
+                    # leaves ``_lanes`` only with an empty inbox, in one step (``_lane_task``).
+                    key = job.group or job.id
+                    lane = self._lanes.get(key)
+                    if lane is None:
+                        # Room for every job the consumer may hold: never blocks on one lane.
+                        outbox, inbox = trio.open_memory_channel[Job](self._max_held)
+                        lane = self._lanes[key] = _Lane(key, inbox, outbox)
+                        self._count(lane_tasks=1)
+                        lanes.start_soon(
+                            self._lane_task, lane, done.clone(), running, stop_by,
+                            name=f"lane {key}",
+                        )  # fmt: skip
+                    lane.outbox.send_nowait(job)
+            finally:
+                for lane in self._lanes.values():
+                    lane.outbox.close()  # no more work: each task ends once its inbox is empty
+
+    async def _lane_task(
+        self,
+        lane: _Lane,
+        done: trio.MemorySendChannel[_Settle],
+        running: trio.CapacityLimiter,
+        stop_by: Callable[[StopConsumer], None],
+    ) -> None:
+        async with done:
+            try:
+                with lane.scope:
+                    while True:
+                        job: Job | None = None
+                        with trio.move_on_after(self.lane_idle_s):
+                            try:
+                                job = await lane.inbox.receive()
+                            except trio.EndOfChannel:
+                                return
+                        if job is None:
+                            try:
+                                job = lane.inbox.receive_nowait()
+                            except (trio.WouldBlock, trio.EndOfChannel):
+                                return  # idle: `finally` takes the lane out before a checkpoint
+                        async with running:
+                            transition = await self._handle(job, done, stop_by)
+                        if (
+                            isinstance(transition, DeferJob | BuryJob)
+                            and lane.inbox.statistics().current_buffer_used == 0
+                        ):
+                            return  # its lane waits (or is stuck): no task until it has work
+            finally:
+                # Out of ``_lanes`` with no checkpoint since the inbox was last seen empty (or
+                # since a cancellation): the dispatcher starts a new task for the next job.
+                if self._lanes.get(lane.key) is lane:
+                    del self._lanes[lane.key]
+                lane.inbox.close()
 
     async def _persist(self, call: Callable[[], Awaitable[T]]) -> T:
         # Settling must not be lost to a blip: retry through connection trouble until it goes

@@ -34,7 +34,15 @@ import trio
 
 from echomq_trio.backoff import Policy
 from echomq_trio.bus import Bus
-from echomq_trio.consumer import DEFAULT_BACKOFF, Consumer, ConsumerStats, Handler, StopConsumer
+from echomq_trio.consumer import (
+    DEFAULT_BACKOFF,
+    LANE_IDLE_S,
+    ClaimGate,
+    Consumer,
+    ConsumerStats,
+    Handler,
+    StopConsumer,
+)
 from echomq_trio.errors import raising_first
 from echomq_trio.metrics import BusMetrics
 from echomq_trio.metronome import Metronome, MetronomeStats
@@ -46,7 +54,8 @@ __all__ = ["QueueStats", "Serve", "Worker", "WorkerState", "WorkerStats", "open_
 class Serve:
     """One queue a ``Worker`` serves: its handler, and its consumers' settings (the meanings and
     defaults of ``Consumer``'s). ``consumers`` consumers run on it, each with ``concurrency``
-    handler tasks; ``metronome=False`` leaves promoting and reaping to a metronome elsewhere."""
+    handler tasks (``per_lane=True``: a task per lane, at most ``concurrency`` running);
+    ``metronome=False`` leaves promoting and reaping to a metronome elsewhere."""
 
     queue: str
     handler: Handler
@@ -59,6 +68,9 @@ class Serve:
     backoff: Policy = attrs.field(default=DEFAULT_BACKOFF, kw_only=True)
     consumers: int = attrs.field(default=1, kw_only=True)
     metronome: bool = attrs.field(default=True, kw_only=True)
+    per_lane: bool = attrs.field(default=False, kw_only=True)
+    lane_idle_s: float = attrs.field(default=LANE_IDLE_S, kw_only=True)
+    claim_gate: ClaimGate | None = attrs.field(default=None, kw_only=True)
 
 
 class WorkerState(Enum):
@@ -97,7 +109,8 @@ class WorkerStats:
 
 def _consumer_settings(s: Serve) -> dict[str, Any]:
     names = ("concurrency", "prefetch", "claim_batch", "lease_ms", "beat_ms", "max_attempts")
-    return {n: getattr(s, n) for n in (*names, "backoff")}
+    lanes = ("per_lane", "lane_idle_s", "claim_gate")
+    return {n: getattr(s, n) for n in (*names, "backoff", *lanes)}
 
 
 def _sum(stats: Sequence[ConsumerStats]) -> ConsumerStats:

@@ -50,7 +50,7 @@ from codemojex import game
 from codemojex.game import board
 from codemojex.game.page import PageServer
 from codemojex.game.rooms import DEFAULT_ROOM_PAGE, MAX_ROOM_PAGE, room_key
-from codemojex.notify import NOTIFY_QUEUE, WorkerStats, notify
+from codemojex.notify import NOTIFY_QUEUE, DeliveryStats, notify
 from codemojex.run import summary_line
 from echomq_trio import Bus, jobs, open_bus
 from echomq_trio.protocol import as_text
@@ -187,8 +187,8 @@ async def bench(n_rooms: int, n_chats: int) -> dict[str, Any]:
             url = await nursery.start(PageServer(bus, 0).serve, "127.0.0.1", 0)
             result |= await _rooms_json(bus, client, url, n_rooms)
             nursery.cancel_scope.cancel()
-        line = await summary_line(bus, WorkerStats(), None)
-        result["summary_line"] = await _timed(lambda: summary_line(bus, WorkerStats(), None))
+        line = await summary_line(bus, DeliveryStats(), None)
+        result["summary_line"] = await _timed(lambda: summary_line(bus, DeliveryStats(), None))
         result["summary_line"]["text"] = line
         result["jobs_counts"] = await _timed(lambda: jobs.counts(bus, NOTIFY_QUEUE))
         result |= await _old_list_rooms(bus, sorted(r.id for r in rooms if r is not None))

@@ -29,7 +29,7 @@ from codemojex.notify.outage import OutageGate
 from codemojex.notify.rate_limiter import DEFAULT_MARGIN_MS, RateLimiter, Take
 from codemojex.notify.steps import StepPolicy
 from codemojex.notify.telegram import DEFAULT_API_URL, TelegramBot, open_bot
-from codemojex.notify.worker import NotificationWorker, WorkerStats
+from codemojex.notify.worker import DeliveryStats, NotificationWorker
 
 __all__ = [
     "DEFAULT_API_URL",
@@ -38,6 +38,7 @@ __all__ = [
     "NOTIFY_QUEUE",
     "Delivered",
     "DeliveryNote",
+    "DeliveryStats",
     "Drop",
     "Fatal",
     "Limits",
@@ -52,7 +53,6 @@ __all__ = [
     "TelegramBot",
     "Verdict",
     "Window",
-    "WorkerStats",
     "check_notice",
     "is_group_chat",
     "job_id_of",

@@ -5,17 +5,21 @@ has one function here that answers with a value the task then carries out:
 
 * ``after_take(take, policy)``: the rate limiter answered; ``Send`` now, send when the
   ``Booked`` slot comes, ``Hold`` the notice in the task for a short wait (its lease renewed),
-  or ``Defer`` it durably for a long one.
-* ``after_answer(verdict, attempts, policy, rng)``: Telegram answered; ``Done`` (ack), ``Retry``
-  (spends the attempt), ``Bury`` (dead with the reason), ``Flood`` (a 429: pause, then
-  ``after_flood``), ``Follow`` (a migration: resend to the new id), ``Probe`` (5xx, no answer,
-  or an answer that is not the Bot API's: ask whether the bot is reachable at all, then
-  ``after_probe``) or ``Stop`` (the bot is refused).
+  or defer it durably for a long one (``DeferIn``).
+* ``after_answer(verdict, attempts, policy, rng)``: Telegram answered; ``Done`` (ack),
+  ``RetryIn`` (spends the attempt), ``Bury`` (dead with the reason), ``Flood`` (a 429: pause,
+  then ``after_flood``), ``Follow`` (a migration: resend to the new id), ``AskBot`` (5xx, no
+  answer, or an answer that is not the Bot API's: ask whether the bot is reachable at all, then
+  ``after_asking``) or ``Stop`` (the bot is refused).
 * ``after_flood(wait_ms, flooded_for_ms, policy)``: a 429 for ``wait_ms``, the chat answering 429
-  for ``flooded_for_ms`` already: ``Hold``, ``Defer``, or ``Bury`` once that passes the cap.
-* ``after_probe(bot_down, ...)``: the bot is down for everyone: ``Outage`` (hold the notice, no
-  attempt spent, until a probe succeeds); else the failure was this chat's: ``Retry``, its
+  for ``flooded_for_ms`` already: ``Hold``, ``DeferIn``, or ``Bury`` once that passes the cap.
+* ``after_asking(bot_down, ...)``: the bot is down for everyone: ``BotDown`` (hold the notice,
+  no attempt spent, until a probe succeeds); else the failure was this chat's: ``RetryIn``, its
   reason saying so.
+
+What ends a notice's handling is said in the bus's own words (``echomq_trio.settlement``):
+``RetryIn``, ``DeferIn`` and ``Bury`` are what the chat's handler returns; ``Done`` becomes an
+``Ack`` with the delivery's note.
 """
 
 from __future__ import annotations
@@ -28,28 +32,26 @@ import attrs
 from codemojex.notify.classify import Delivered, Drop, Fatal, Migrate, RetryLater, Verdict
 from codemojex.notify.rate_limiter import Take
 from echomq_trio.backoff import Exponential, Jitter, Policy, delay_ms
+from echomq_trio.settlement import Bury, DeferIn, RetryIn
 
 __all__ = [
     "BACKOFF",
     "DEFAULT_HOLD_MAX_MS",
     "DEFAULT_STUCK_AFTER_MS",
     "MAX_ATTEMPTS",
+    "AskBot",
     "Booked",
-    "Bury",
-    "Defer",
+    "BotDown",
     "Done",
     "Flood",
     "Follow",
     "Hold",
-    "Outage",
-    "Probe",
-    "Retry",
     "Send",
     "StepPolicy",
     "Stop",
     "after_answer",
+    "after_asking",
     "after_flood",
-    "after_probe",
     "after_take",
     "booking_missed",
 ]
@@ -113,14 +115,6 @@ class Hold:
 
 
 @attrs.frozen
-class Defer:
-    """Give the notice back to wait ``ms`` on the server, without spending an attempt."""
-
-    ms: int
-    reason: str
-
-
-@attrs.frozen
 class Done:
     """Delivered: ack, with Telegram's message id and the chat reached for the audit.
     ``already``: not sent now, because the audit archive records it delivered (the ledger)."""
@@ -128,21 +122,6 @@ class Done:
     message_id: int | None
     chat: int = 0  # filled in by the worker: the id sent to (after a migration, the new one)
     already: bool = False
-
-
-@attrs.frozen
-class Retry:
-    """This attempt failed: try again after ``ms`` (dead once the attempts are used up)."""
-
-    ms: int
-    reason: str
-
-
-@attrs.frozen
-class Bury:
-    """Never deliverable: dead at once with ``reason`` (listed and replayable)."""
-
-    reason: str
 
 
 @attrs.frozen
@@ -161,9 +140,9 @@ class Follow:
 
 
 @attrs.frozen
-class Probe:
+class AskBot:
     """5xx, no answer, or not the Bot API's answer: ask whether the bot reaches Telegram at all,
-    then ``after_probe``."""
+    then ``after_asking``."""
 
     reason: str
     floor_ms: int  # the server's own retry hint, if it gave one (else 0)
@@ -171,7 +150,7 @@ class Probe:
 
 
 @attrs.frozen
-class Outage:
+class BotDown:
     """Telegram is down for every chat: hold the notice, spending nothing, until it is back."""
 
     reason: str
@@ -188,7 +167,7 @@ class Stop:
 # --- the decisions ---------------------------------------------------------------------------
 
 
-def after_take(take: Take, policy: StepPolicy) -> Send | Booked | Hold | Defer:
+def after_take(take: Take, policy: StepPolicy) -> Send | Booked | Hold | DeferIn:
     if take.ok:
         return Send()
     if take.blocked_by == "booked":
@@ -196,7 +175,7 @@ def after_take(take: Take, policy: StepPolicy) -> Send | Booked | Hold | Defer:
     reason = f"rate limit ({take.blocked_by})"
     if take.wait_ms <= policy.hold_max_ms:
         return Hold(take.wait_ms, reason)
-    return Defer(take.wait_ms, reason)
+    return DeferIn(take.wait_ms, reason)
 
 
 def booking_missed(late_ms: float, margin_ms: int) -> bool:
@@ -207,7 +186,7 @@ def booking_missed(late_ms: float, margin_ms: int) -> bool:
 
 def after_answer(
     verdict: Verdict, attempts: int, policy: StepPolicy, rng: random.Random | None = None
-) -> Done | Retry | Bury | Flood | Follow | Probe | Stop:
+) -> Done | RetryIn | Bury | Flood | Follow | AskBot | Stop:
     if isinstance(verdict, Delivered):
         return Done(verdict.message_id)
     if isinstance(verdict, Migrate):
@@ -220,33 +199,33 @@ def after_answer(
         if verdict.flood:
             return Flood(verdict.delay_ms or 1000, f"429: {verdict.reason}")
         if verdict.server:
-            return Probe(verdict.reason, verdict.delay_ms or 0, verdict.cause)
+            return AskBot(verdict.reason, verdict.delay_ms or 0, verdict.cause)
         return _retry(verdict.reason, verdict.delay_ms or 0, attempts, policy, rng)
     raise AssertionError(f"unhandled verdict {verdict!r}")  # pragma: no cover
 
 
-def after_flood(wait_ms: int, flooded_for_ms: int, policy: StepPolicy) -> Hold | Defer | Bury:
+def after_flood(wait_ms: int, flooded_for_ms: int, policy: StepPolicy) -> Hold | DeferIn | Bury:
     if flooded_for_ms >= policy.stuck_after_ms:
         return Bury(f"429 for {flooded_for_ms // 1000} s in a row: the chat is stuck")
     if wait_ms <= policy.hold_max_ms:
         return Hold(wait_ms, "429")
-    return Defer(wait_ms, "429")
+    return DeferIn(wait_ms, "429")
 
 
-def after_probe(
+def after_asking(
     bot_down: bool,
-    probe: Probe,
+    probe: AskBot,
     attempts: int,
     policy: StepPolicy,
     rng: random.Random | None = None,
-) -> Outage | Retry:
+) -> BotDown | RetryIn:
     if bot_down:
-        return Outage(probe.reason, probe.cause)
+        return BotDown(probe.reason, probe.cause)
     reason = f"{probe.reason} (getMe answered: this chat's failure)"
     return _retry(reason, probe.floor_ms, attempts, policy, rng)
 
 
 def _retry(
     reason: str, floor_ms: int, attempts: int, policy: StepPolicy, rng: random.Random | None
-) -> Retry:
-    return Retry(max(delay_ms(policy.backoff, max(attempts, 1), rng), floor_ms), reason)
+) -> RetryIn:
+    return RetryIn(max(delay_ms(policy.backoff, max(attempts, 1), rng), floor_ms), reason)

@@ -1,48 +1,51 @@
-"""``NotificationWorker``: the consumer of ``cm.notify``: per-chat lane tasks fed by one claimer.
+"""``NotificationWorker``: the handler of ``cm.notify``, run by the bus's per-lane consumer.
 
 Theory of operation:
 
-* One claimer leases notices in batches (one round trip each) while the worker holds fewer than
-  ``concurrency``, and hands each to the task of its chat (its lane) over that chat's bounded
-  memory channel, starting the task when the chat has none. A chat task lives while its chat
-  has work and ends after ``idle_s`` without any; one nursery supervises them all. The lanes on
-  the server have limit 1, so a chat has one notice in flight across every process: its task
-  sends in the order the lane gives, and order holds across deferrals, retries and processes.
-* A chat task decides with ``codemojex.notify.steps`` (pure) and carries the step out: a short
-  wait for the rate limiter (``hold_max_ms``) is held in the task while the renewer extends the
-  lease; a long one is deferred on the server (the lane waits, the notice keeps its place, no
-  attempt spent). A 429 pauses the limiter (the chat, or everyone) the same way. A 5xx, no
-  answer, or an answer that is not the Bot API's asks ``getMe`` whether Telegram is there at
-  all: if not, it is an outage of the bot, not of the notice: the outage gate closes (no claims,
-  every chat task waits at it holding its notice, no attempt spent) until a probe gets an
-  answer. If Telegram is there, the failure was the chat's and costs the attempt (6 at most,
-  backoff ``min(500·2^(a−1), 30000)`` ms with full jitter). The probe runs after the send's
-  shielded part, so it is not cut short by the send's deadline; cancelled, it gives the notice
-  back unspent. The gate also watches for requests left unanswered (``hang_after_s``). A chat
-  answering 429 for ``stuck_after_ms`` in a row: its notice is dead with the reason.
-* Cancel scopes: the worker's (cancel it to shut down) holds the claimer, the renewer, the
-  prober and the chats' nursery. Each chat task runs in a scope of its own (``ChatLane.scope``):
-  cancelling it ends that chat's task at its next wait; the notice it held but had not settled
-  goes back to pending without spending an attempt. A send already on the wire is finished
-  first (shielded, with a deadline) and settled, so a cancelled send is never delivered twice.
-  Shutdown cancels every chat scope through the nursery; a chat whose notice was deferred
-  long, buried or stuck ends its own scope at once instead of idling.
-* Settling is one script per notice (ack, retry, defer, bury), tried again through connection
-  trouble; the lease token refuses a second try of a settled job. On exit every held notice not
-  settled goes back in one ``release`` (shielded, with a deadline). After ``kill -9`` the leases
-  expire and the metronome's reaper returns the notices, still first in their lanes.
+* The bus's ``Consumer`` with per-lane dispatch does the queue's side (``echomq_trio.consumer``):
+  one claimer leases notices while the worker holds fewer than ``concurrency`` and hands each to
+  the task of its chat (its lane) over that chat's bounded memory channel; a chat task lives
+  while its chat has work and ends after ``idle_s`` without any, or at once after a deferral or
+  a burial with nothing else to do; the renewer, the settler and the release on the way out are
+  the consumer's. The lanes on the server have limit 1, so a chat has one notice in flight
+  across every process: its task sends in the order the lane gives, and order holds across
+  deferrals, retries and processes. The outage gate is the consumer's claim gate: while it is
+  closed nothing is claimed.
+* This module is the handler, ``deliver``: it decides with ``codemojex.notify.steps`` (pure) and
+  carries each step out, and returns what the bus settles the notice with: an ``Ack`` whose
+  note records the delivery, ``RetryIn`` (spends the attempt), ``DeferIn`` (no attempt spent;
+  the lane waits) or ``Bury``. A short wait for the rate limiter (``hold_max_ms``) is held in the
+  task while the consumer renews the lease; a long one is deferred on the server. A 429 pauses
+  the limiter (the chat, or everyone) the same way. A 5xx, no answer, or an answer that is not
+  the Bot API's asks ``getMe`` whether Telegram is there at all: if not, it is an outage of the
+  bot, not of the notice: the outage gate closes (no claims, every chat task waits at it holding
+  its notice, no attempt spent) until a probe gets an answer. If Telegram is there, the failure
+  was the chat's and costs the attempt (6 at most, backoff ``min(500·2^(a−1), 30000)`` ms with
+  full jitter). The probe runs after the send's shielded part, so it is not cut short by the
+  send's deadline; cancelled, it gives the notice back unspent. The gate also watches for
+  requests left unanswered (``hang_after_s``). A chat answering 429 for ``stuck_after_ms`` in a
+  row: its notice is dead with the reason. Telegram refusing the bot raises ``StopConsumer``:
+  the whole worker stops, its notices go back.
+* Cancellation: the worker runs the consumer and the outage prober in one nursery; cancel it to
+  shut down. Handlers get no grace period: a chat task waiting (at the gate, the limiter, a
+  hold) is cancelled at once and its notice goes back to pending without spending an attempt.
+  A send already on the wire is finished first (shielded, with a deadline) together with what
+  its answer needs, and returned, so the consumer settles it: a cancelled send is never
+  delivered twice. Connection trouble on the way (the limiter, the migration table) waits and
+  goes on with the same notice; anything else unexpected is raised, and costs the attempt as a
+  handler's exception does. After ``kill -9`` the leases expire and the metronome's reaper
+  returns the notices, still first in their lanes.
 * After a repair or restore of the server's data (its append-only file cut at a damage, or an
   older copy put in place), notices delivered before it may be pending again. With a ``ledger``
-  (``codemojex.audit.Ledger``), a chat task first asks it about a notice minted before that
-  time: one the audit archive records as delivered is acked without sending, its note saying
-  so, and counted (``already_delivered``).
+  (``codemojex.audit.Ledger``), the handler first asks it about a notice: one the audit archive
+  records as delivered is acked without sending, its note saying so, and counted
+  (``already_delivered``).
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from functools import partial
 from typing import TYPE_CHECKING
 
 import attrs
@@ -55,56 +58,45 @@ from codemojex.notify.notifier import NOTIFY_QUEUE
 from codemojex.notify.outage import DEFAULT_HANG_AFTER_S, OutageGate
 from codemojex.notify.rate_limiter import RateLimiter
 from codemojex.notify.steps import (
+    AskBot,
     Booked,
-    Bury,
-    Defer,
+    BotDown,
     Done,
     Flood,
     Follow,
     Hold,
-    Outage,
-    Probe,
-    Retry,
     StepPolicy,
     Stop,
     after_answer,
+    after_asking,
     after_flood,
-    after_probe,
     after_take,
     booking_missed,
 )
 from codemojex.notify.telegram import TelegramBot
 from codemojex.stats import added
-from echomq_trio import (
-    BusError,
-    ConnectionLost,
-    ConsumerStats,
-    Job,
-    Outcome,
-    StopConsumer,
-    jobs,
-    leases,
-)
-from echomq_trio.backoff import delay_ms, reconnect_delay_s
+from echomq_trio import Ack, BusError, ConnectionLost, Consumer, ConsumerStats, Job, StopConsumer
+from echomq_trio.backoff import reconnect_delay_s
 from echomq_trio.bus import Bus
-from echomq_trio.errors import RequestTimedOut, level_of
-from echomq_trio.transport import Transport
+from echomq_trio.errors import RequestTimedOut, level_of, raising_first
+from echomq_trio.settlement import Bury, DeferIn, RetryIn
 
 if TYPE_CHECKING:
     from codemojex.audit.ledger import Ledger
     from codemojex.metrics import NotifyMetrics
 
-__all__ = ["ChatLane", "NotificationWorker", "WorkerStats"]
+__all__ = ["DeliveryStats", "NotificationWorker"]
 
 log = logging.getLogger("codemojex.notify.worker")
 
-SETTLE_TIME_S = leases.SETTLE_TIME_S  # on shutdown, the longest a settlement takes
 SEND_TIME_S = 15.0  # the longest a send on the wire is shielded (the bot's timeout is 10 s)
 IDLE_S = 1.0  # a chat task with nothing to do for this long ends
 
+Settled = Ack | RetryIn | DeferIn | Bury  # what ``deliver`` returns for the bus to settle
+
 
 @attrs.frozen
-class WorkerStats:
+class DeliveryStats:
     """What this worker did with the notices it handled (a snapshot from ``statistics()``)."""
 
     delivered: int = 0
@@ -119,16 +111,6 @@ class WorkerStats:
     chat_tasks: int = 0  # chat tasks started
     already_delivered: int = 0  # acked unsent: the audit archive records them delivered
     fatal: str | None = None
-
-
-@attrs.define(eq=False)
-class ChatLane:
-    """One chat's task: its inbox (the far end of the claimer's channel) and its cancel scope."""
-
-    key: str
-    inbox: trio.MemoryReceiveChannel[Job]
-    outbox: trio.MemorySendChannel[Job]
-    scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
 
 
 class NotificationWorker:
@@ -167,143 +149,78 @@ class NotificationWorker:
         self.bot = bot
         self.limiter = limiter
         self.queue = queue
-        self.concurrency = concurrency
-        self.lease_ms = lease_ms
-        self.beat_ms = beat_ms
         self.policy = policy or StepPolicy()
-        self.idle_s = idle_s
         self.outage = OutageGate(bot, shared=limiter, hang_after_s=hang_after_s)
-        self._stats = WorkerStats()
-        self._bus_stats = ConsumerStats()
+        self.consumer = Consumer(
+            bus,
+            queue,
+            self.deliver,
+            per_lane=True,
+            lane_idle_s=idle_s,
+            claim_gate=self.outage.wait_open,
+            concurrency=concurrency,
+            prefetch=0,  # a held notice is a chat in flight: hold no more than the handlers run
+            lease_ms=lease_ms,
+            beat_ms=beat_ms,
+            max_attempts=self.policy.max_attempts,
+            backoff=self.policy.backoff,
+            grace_s=0,  # waits end at once on shutdown; a send on the wire is shielded
+            metrics=None if metrics is None else metrics.bus,
+            metronome_check=False,
+        )
+        self._stats = DeliveryStats()
         self._rng = rng or random.Random()
         self._metrics = metrics
         self.ledger = ledger
-        self._claim_sizes = None if metrics is None else metrics.bus.claim_batch.labels(queue)
-        self._settled = None if metrics is None else metrics.bus.settled(queue)
         # On the server, not in this process: old chat id -> new chat id, one field per group
         # that Telegram upgraded to a supergroup (once each), so bounded by the group chats.
         self._migrations = migrations_key(bus, queue)
-        self._lanes: dict[str, ChatLane] = {}  # at most `concurrency`: one per held notice
-        self._held: dict[str, Job] = {}  # at most `concurrency` (the claimer's semaphore)
-        self._slots = trio.Semaphore(concurrency)
-        self._scope = trio.CancelScope()  # the worker's: cancelled to stop it for good
-        self._stopped: StopConsumer | None = None
 
-    def statistics(self) -> WorkerStats:
-        return attrs.evolve(self._stats, outages=self.outage.statistics().outages)
+    @property
+    def concurrency(self) -> int:
+        return self.consumer.concurrency
+
+    def statistics(self) -> DeliveryStats:
+        return attrs.evolve(
+            self._stats,
+            outages=self.outage.statistics().outages,
+            chat_tasks=self.consumer.statistics().lane_tasks,
+        )
 
     def bus_statistics(self) -> ConsumerStats:
-        """The queue-side counters, as ``echomq_trio.Consumer.statistics()`` has them."""
-        return attrs.evolve(self._bus_stats, held=len(self._held))
+        """The queue-side counters: the consumer's (``echomq_trio.Consumer.statistics()``)."""
+        return self.consumer.statistics()
 
     def chats(self) -> list[str]:
         """The lanes (chats) that have a task now."""
-        return list(self._lanes)
+        return self.consumer.lanes()
 
     def _count(self, **more: int) -> None:
         self._stats = added(self._stats, **more)
 
-    def _count_bus(self, **more: int) -> None:
-        self._bus_stats = added(self._bus_stats, **more)
-        if self._settled is not None:
-            for name, n in more.items():
-                if name in self._settled:
-                    self._settled[name].inc(n)
-
-    # --- the tasks ---------------------------------------------------------------------------
-
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Claim and deliver until cancelled; then shut down as described above. Raises
         ``StopConsumer`` when Telegram refuses the bot (its notices go back first)."""
-        self._stopped = None
-        self._scope = trio.CancelScope()
-        try:
-            with self._scope:
-                async with self.bus.wire.blocking() as parker, trio.open_nursery() as nursery:
-                    nursery.start_soon(self._renew_loop)
-                    nursery.start_soon(self.outage.run)
-                    async with trio.open_nursery() as chats:
-                        chats.start_soon(self._claim_loop, parker, chats)
-                        task_status.started()
-        finally:
-            await self._release_held()
-        if self._stopped is not None:
-            raise self._stopped
-
-    def _stop(self, reason: str) -> None:
-        """Telegram refuses the bot: stop the whole worker, as a shutdown, then say why."""
-        self._stats = attrs.evolve(self._stats, fatal=reason)
-        self._stopped = StopConsumer(f"Telegram refused the bot, stopping: {reason}")
-        self._scope.cancel()
-
-    async def _claim_loop(self, parker: Transport, chats: trio.Nursery) -> None:
-        wake = self.bus.keys(self.queue).wake
-        while True:
-            await self.outage.wait_open()
-            claimed, want = await leases.claim_for_slots(
-                self.bus, self.queue, self._slots, self.concurrency, self.lease_ms
-            )
-            self._count_bus(claimed=len(claimed))
-            if self._claim_sizes is not None and claimed:
-                self._claim_sizes.observe(len(claimed))
-            for job in claimed:
-                self._held[job.id] = job
-                self._lane(job, chats).outbox.send_nowait(job)
-            if len(claimed) < want:
-                try:
-                    await parker.blpop(wake, self.beat_ms / 1000)
-                except (ConnectionLost, RequestTimedOut):
-                    await trio.sleep(min(self.beat_ms / 1000, 0.5))
-
-    def _lane(self, job: Job, chats: trio.Nursery) -> ChatLane:
-        """The task of ``job``'s chat, started if it has none. No checkpoint here: a task that
-        ends while idle leaves ``_lanes`` only when its inbox is empty, in one step."""
-        key = job.group or job.id
-        lane = self._lanes.get(key)
-        if lane is None:
-            # Room for every notice the worker may hold: the claimer never blocks on one chat.
-            outbox, inbox = trio.open_memory_channel[Job](self.concurrency)
-            lane = self._lanes[key] = ChatLane(key, inbox, outbox)
-            self._count(chat_tasks=1)
-            chats.start_soon(self._chat_task, lane, name=f"chat {key}")
-        return lane
-
-    async def _chat_task(self, lane: ChatLane) -> None:
-        try:
-            with lane.scope:
-                while True:
-                    job: Job | None = None
-                    with trio.move_on_after(self.idle_s):
-                        job = await lane.inbox.receive()
-                    if job is None:
-                        try:
-                            job = lane.inbox.receive_nowait()
-                        except trio.WouldBlock:
-                            return  # idle: `finally` takes the lane out before any checkpoint
-                    await self._serve(lane, job)
-        finally:
-            if self._lanes.get(lane.key) is lane:
-                del self._lanes[lane.key]
-
-    async def _renew_loop(self) -> None:
-        await leases.renew(self.bus, self.queue, self._held, self.lease_ms,
-                           lambda n: self._count_bus(lost_leases=n))  # fmt: skip
+        with raising_first(StopConsumer):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.outage.run)
+                await nursery.start(self.consumer.run)
+                task_status.started()
+                await trio.sleep_forever()  # until cancelled, or the consumer stops
 
     # --- one notice ----------------------------------------------------------------------------
 
-    async def _serve(self, lane: ChatLane, job: Job) -> None:
-        """Carry one notice through the steps until it is settled (or the scope is cancelled:
-        then it stays held and goes back at the end). Connection trouble on the way (the
-        limiter, the migration table) waits and goes on with the same notice; anything else
-        unexpected costs the attempt, as a handler's exception does."""
+    async def deliver(self, job: Job) -> Settled:
+        """The handler: carry one notice through the steps to what the bus settles it with.
+        Connection trouble on the way (the limiter, the migration table) waits and goes on with
+        the same notice; anything else unexpected is raised (the attempt is spent)."""
         try:
             notice = decode(job.payload)
         except ValueError as exc:
             self._count(dropped=1)
-            await self._settle(job, Bury(str(exc)))
-            return
-        if self.ledger is not None and await self._already_delivered(job, notice):
-            return
+            return Bury(str(exc))
+        if self.ledger is not None and (known := await self._already_delivered(job, notice)):
+            return known
         failures = 0
         while True:
             try:
@@ -314,38 +231,30 @@ class NotificationWorker:
                         notice.id, exc)  # fmt: skip
                 await trio.sleep(reconnect_delay_s(failures))
                 continue
-            except Exception as exc:
+            except StopConsumer:
+                raise
+            except Exception:
                 log.exception("notice %s: unexpected error", notice.id)
-                step = Retry(delay_ms(self.policy.backoff, max(job.attempts, 1), self._rng),
-                             f"{type(exc).__name__}: {exc}")  # fmt: skip
-            await self._settle(job, step)
-            if isinstance(step, Defer | Bury) and lane.inbox.statistics().current_buffer_used == 0:
-                self._end(lane)  # paused, stuck or gone: the chat needs no task now
-            return
+                raise
+            if isinstance(step, Done):
+                note = DeliveryNote(step.chat, step.message_id, already_delivered=step.already)
+                return Ack(encode_note(note))
+            return step
 
-    async def _already_delivered(self, job: Job, notice: Notice) -> bool:
-        """Ack ``notice`` unsent if the ledger (the audit archive) records it delivered: the
-        server's data went back since (see the module docstring)."""
+    async def _already_delivered(self, job: Job, notice: Notice) -> Ack | None:
+        """An ack of ``notice`` unsent if the ledger (the audit archive) records it delivered:
+        the server's data went back since (see the module docstring)."""
         assert self.ledger is not None
         known = await self.ledger.delivered(notice.id or job.id)
         if known is None:
-            return False
+            return None
         self._count(already_delivered=1)
         log.info("notice %s not sent again: the audit archive records it delivered to %s "
                  "(message %s)", notice.id, known.chat, known.message_id)  # fmt: skip
         chat = notice.chat if known.chat is None else known.chat
-        await self._settle(job, Done(known.message_id, chat=chat, already=True))
-        return True
+        return Ack(encode_note(DeliveryNote(chat, known.message_id, already_delivered=True)))
 
-    def _end(self, lane: ChatLane) -> None:
-        """End a chat's task at its next checkpoint (its inbox is empty: checked just before,
-        with no checkpoint between): taken out of ``_lanes`` now, so the next notice for the
-        chat starts a new task."""
-        if self._lanes.get(lane.key) is lane:
-            del self._lanes[lane.key]
-        lane.scope.cancel()
-
-    async def _attempt(self, job: Job, notice: Notice) -> Done | Retry | Bury | Defer:
+    async def _attempt(self, job: Job, notice: Notice) -> Done | RetryIn | Bury | DeferIn:
         """The steps for one notice, up to what to settle it with. Only the waits (the gate, the
         limiter, a hold) are cancellable; a send and what its answer needs run to the end."""
         chat = await self._chat_for(notice.chat)
@@ -360,10 +269,9 @@ class NotificationWorker:
             if isinstance(take, Booked):
                 # The slot is `ms` after the take on the server's clock, and the take happened
                 # between asking and the answer: wait from the answer, so the send is never
-                # early, and count lateness from the answer too. Counted from the asking, the
+                # early, and count lateness from the answer too (counted from the asking, the
                 # take's own round trip made most bookings look late on a slow host, and the
-                # hand-backs that followed ate the budget (bench_notify: 0.26 of it, and not
-                # every notice delivered in the run).
+                # hand-backs that followed ate the budget).
                 if not passed_back:
                     self._count(booked=1)
                 answered = trio.current_time()
@@ -376,7 +284,7 @@ class NotificationWorker:
                 if booking_missed(late_ms, self.limiter.margin_ms):
                     booking = answer.entry
                     continue
-            elif isinstance(take, Defer):
+            elif isinstance(take, DeferIn):
                 self._count(deferred=1)
                 return take
             elif isinstance(take, Hold):
@@ -387,38 +295,38 @@ class NotificationWorker:
             # needs, so that the answer is acted on: a delivered notice given back would be
             # sent again. (Past the deadline, which the bot's timeout keeps from coming, the
             # notice is sent again.)
-            step: Done | Retry | Bury | Defer | Hold | Follow | Probe | Stop | None = None
+            step: Done | RetryIn | Bury | DeferIn | Hold | Follow | AskBot | Stop | None = None
             with trio.CancelScope(shield=True, deadline=trio.current_time() + SEND_TIME_S):
                 step = await self._exchange(job, notice, chat, answer.entry, followed)
-                if isinstance(step, Done | Retry | Bury | Defer):
+                if isinstance(step, Done | RetryIn | Bury | DeferIn):
                     return step
                 if isinstance(step, Follow):
                     followed = True
                     chat = step.new_chat_id
-            if isinstance(step, Probe):
-                probed = await self._probe(job, step)
-                if isinstance(probed, Retry):
-                    return probed
+            if isinstance(step, AskBot):
+                asked = await self._ask_bot(job, step)
+                if isinstance(asked, RetryIn):
+                    return asked
                 # An outage: wait at the gate, then send again, no attempt spent.
             elif isinstance(step, Hold):
                 await trio.sleep(step.ms / 1000)
             elif isinstance(step, Stop):
-                self._stop(step.reason)
-                await trio.sleep_forever()  # cancelled at once: the notice goes back
+                self._stats = attrs.evolve(self._stats, fatal=step.reason)
+                raise StopConsumer(f"Telegram refused the bot, stopping: {step.reason}")
 
     async def _exchange(
         self, job: Job, notice: Notice, chat: int, entry: str, followed: bool
-    ) -> Done | Retry | Bury | Defer | Hold | Follow | Probe | Stop:
+    ) -> Done | RetryIn | Bury | DeferIn | Hold | Follow | AskBot | Stop:
         """Send once (taken from the limiter as ``entry``) and act on the answer: a step to
         settle with, or what to do before the next send (``Hold`` after a short 429, ``Follow``
-        a migration, ``Probe`` whether Telegram answers at all)."""
+        a migration, ``AskBot`` whether Telegram answers at all)."""
         verdict = await self.bot.send_message(chat, notice.text, **notice.opts)
         if not (isinstance(verdict, RetryLater) and not verdict.answered):
             await self._sent(chat, entry)
         step = after_answer(verdict, job.attempts, self.policy, self._rng)
         if isinstance(step, Follow):
             if followed:
-                return Retry(0, "migrated twice")
+                return RetryIn(0, "migrated twice")
             self._count(migrated=1)
             # Recorded with the chat's room carried along: one script for every signal of it.
             await migrate_chat(self.bus, notice.chat, step.new_chat_id, queue=self.queue)
@@ -432,28 +340,28 @@ class NotificationWorker:
             if isinstance(after, Hold):
                 self._count(held=1)
                 return after
-            if isinstance(after, Defer):
-                return Defer(after.ms, f"429 ({scope}): {step.reason}")
+            if isinstance(after, DeferIn):
+                return DeferIn(after.delay_ms, f"429 ({scope}): {step.reason}")
             step = after  # stuck: buried below, as an undeliverable notice is
         if isinstance(step, Done):
             await self._delivered(chat, notice)
             return attrs.evolve(step, chat=chat)
-        if isinstance(step, Retry):
+        if isinstance(step, RetryIn):
             self._count(retried=1)
             return step
         if isinstance(step, Bury):
             self._count(dropped=1)
             log.info("notice %s to %s dropped: %s", notice.id, chat, step.reason)
             return step
-        return step  # Probe or Stop
+        return step  # AskBot or Stop
 
-    async def _probe(self, job: Job, probe: Probe) -> Retry | Outage:
+    async def _ask_bot(self, job: Job, asking: AskBot) -> RetryIn | BotDown:
         """Ask ``getMe`` whether Telegram answers the bot at all after a send failed as every
-        chat's would: an ``Outage`` (the gate closes) or the chat's own failure (a ``Retry``).
+        chat's would: ``BotDown`` (the gate closes) or the chat's own failure (a ``RetryIn``).
         Not shielded: cancelled, the notice goes back unspent."""
-        step = after_probe(not await self.bot.reachable(), probe, job.attempts, self.policy,
-                           self._rng)  # fmt: skip
-        if isinstance(step, Outage):
+        step = after_asking(not await self.bot.reachable(), asking, job.attempts, self.policy,
+                            self._rng)  # fmt: skip
+        if isinstance(step, BotDown):
             self.outage.close(step.reason, step.cause)
         else:
             self._count(retried=1)
@@ -493,37 +401,3 @@ class NotificationWorker:
         await self.bus.wire.command("SET", key, "1", "NX", "PX", str(ttl))
         left = await self.bus.wire.command("PTTL", key)
         return max(0, ttl - int(left)) if isinstance(left, int) and left >= 0 else 0
-
-    # --- settling ----------------------------------------------------------------------------
-
-    async def _settle(self, job: Job, step: Done | Retry | Bury | Defer) -> None:
-        """One script for the notice, shielded with a deadline so that a shutdown does not cut
-        it off, and tried again through connection trouble."""
-        match step:
-            case Done(message_id=mid, chat=chat, already=already):
-                note = encode_note(DeliveryNote(chat, mid, already_delivered=already))
-                call = partial(jobs.ack, self.bus, self.queue, job.id, job.token, note)
-            case Retry(ms=wait, reason=why):
-                call = partial(jobs.retry, self.bus, self.queue, job.id, job.token, wait,
-                               self.policy.max_attempts, why)  # fmt: skip
-            case Defer(ms=wait, reason=why):
-                call = partial(jobs.defer, self.bus, self.queue, job.id, job.token, wait, why)
-            case Bury(reason=why):
-                call = partial(jobs.retry, self.bus, self.queue, job.id, job.token, 0, 1, why,
-                               buried=True)  # fmt: skip
-        while True:
-            with trio.CancelScope(shield=True, deadline=trio.current_time() + SETTLE_TIME_S):
-                outcome = await leases.persist(self.queue, call)
-                self._count_bus(**{leases.COUNTER[outcome]: 1})
-                if outcome is Outcome.DEAD and isinstance(step, Retry):
-                    log.warning("notice job %s on %s is dead after %d attempts: %s",
-                                job.id, self.queue, job.attempts, step.reason)  # fmt: skip
-                if self._held.pop(job.id, None) is not None:
-                    self._slots.release()
-                return
-            # Not settled within the deadline: raises Cancelled when shutting down (the notice
-            # is released or reaped), else tries again.
-            await trio.lowlevel.checkpoint()
-
-    async def _release_held(self) -> None:
-        self._count_bus(released=await leases.release(self.bus, self.queue, self._held))

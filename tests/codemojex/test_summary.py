@@ -11,7 +11,7 @@ import pytest
 
 from codemojex import game, ids
 from codemojex.game import board
-from codemojex.notify import WorkerStats
+from codemojex.notify import DeliveryStats
 from codemojex.run import MEMORY_REPORT_AT, memory_note, summary_line
 from echomq_trio import Bus, OutOfMemory, open_bus
 from echomq_trio.memory import MemoryUse
@@ -40,13 +40,13 @@ async def test_the_summary_line_shows_the_server_s_memory_under_pressure(tmp_pat
         start_server(tmp_path, maxmemory_bytes=4 * MiB) as server,
         open_bus(server.url) as bus,
     ):
-        calm = await summary_line(bus, WorkerStats(), None)
+        calm = await summary_line(bus, DeliveryStats(), None)
         assert calm.startswith("notices sent 0") and "server memory" not in calm
         assert ", dead 0 |" in calm
         with pytest.raises(OutOfMemory):
             for n in range(20_000):
                 await bus.wire.command("SET", f"fill:{n}", "x" * 1000)
-        line = await summary_line(bus, WorkerStats(), None)
+        line = await summary_line(bus, DeliveryStats(), None)
         assert re.search(r" \| server memory \d\.\d MiB of 4\.0 MiB \((9\d|1\d\d)%\)", line), line
 
 
@@ -60,7 +60,7 @@ async def test_the_summary_line_reads_the_first_three_rooms_only(bus: Bus) -> No
 
     async def summary() -> tuple[str, list[tuple[str, str]]]:
         counting = FaultyTransport(bus.wire)
-        line = await summary_line(Bus(cast(Wire, counting)), WorkerStats(), None)
+        line = await summary_line(Bus(cast(Wire, counting)), DeliveryStats(), None)
         # Sorted: the room records are read concurrently, in any order.
         return line, sorted((c.name, str(c.args[0]) if c.args else "") for c in counting.calls)
 

@@ -68,6 +68,7 @@ FAULTS = {
     "timeout": RequestTimedOut("injected: timed out"),
     "timeout-after": RequestTimedOut("injected: timed out after it ran"),
 }
+PER_LANE = {"cancel-after", "lost", "timeout-after"}  # met by a consumer with a task per lane
 POINTS = [
     *(("claim", n) for n in range(1, 8)),
     ("ack", 1),
@@ -95,9 +96,10 @@ def _matcher(target: str, bury_id: str) -> Callable[[Call], bool]:
 class Case:
     """One queue, its jobs, and the handler both phases share."""
 
-    def __init__(self, bus: Bus, queue: str) -> None:
+    def __init__(self, bus: Bus, queue: str, *, per_lane: bool = False) -> None:
         self.bus = bus
         self.queue = queue
+        self.per_lane = per_lane  # the consumer under faults dispatches to a task per lane
         self.ledger = f"test:{{{queue}}}:completed"
         self.ids = {kind: ids.generate("JOB") for kind in KINDS}
         self.visits: Counter[str] = Counter()
@@ -158,6 +160,7 @@ class Case:
             max_attempts=10,
             backoff=Fixed(10),
             grace_s=0,
+            per_lane=self.per_lane,
         )
         matches = _matcher(target, self.ids["bury"])
         after = kind.endswith("-after")
@@ -238,5 +241,8 @@ async def test_cancel_or_fail_at_every_call_loses_no_job_and_settles_none_twice(
     bus: Bus, queue: str, target: str, n: int
 ) -> None:
     async with trio.open_nursery() as nursery:
+        # Each point under every fault: half of the faults against the pool of handlers, the
+        # other half against per-lane dispatch (each mode meets faults before and after a call).
         for i, kind in enumerate(FAULTS):
-            nursery.start_soon(Case(bus, f"{queue}.{i}").run, target, n, kind)
+            case = Case(bus, f"{queue}.{i}", per_lane=kind in PER_LANE)
+            nursery.start_soon(case.run, target, n, kind)

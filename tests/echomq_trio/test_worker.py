@@ -17,6 +17,7 @@ from echomq_trio import (
     WorkerState,
     ids,
     jobs,
+    lanes,
     open_worker,
     repeat,
 )
@@ -74,6 +75,22 @@ async def test_scheduled_and_recurring_jobs_run_without_a_separate_metronome(
         worker.stop()
     m = worker.statistics().of(queue).metronome
     assert m is not None and m.promoted >= 1 and m.fired >= 2
+
+
+async def test_a_queue_served_per_lane_keeps_each_lanes_order(bus: Bus, queue: str) -> None:
+    for g in ("a", "b", "c"):
+        await lanes.enqueue_many(bus, queue, g, [f"{g}{n}" for n in range(5)], limit=1)
+    got: dict[str, list[str]] = {"a": [], "b": [], "c": []}
+
+    async def handle(job: Job) -> None:
+        assert job.group is not None
+        got[job.group].append(job.text)
+
+    serve = Serve(queue, handle, per_lane=True, concurrency=2, lane_idle_s=0.1)
+    async with open_worker(bus, [serve], grace_s=0) as worker:
+        await wait_for(lambda: worker.statistics().of(queue).consumer.acked == 15)
+    assert got == {g: [f"{g}{n}" for n in range(5)] for g in got}
+    assert worker.statistics().of(queue).consumer.lane_tasks >= 3
 
 
 async def test_shutdown_returns_held_jobs_without_spending_attempts(bus: Bus, queue: str) -> None:

@@ -21,7 +21,7 @@ import trio
 
 from codemojex.game import PageServer
 from codemojex.metrics import ServiceMetrics
-from codemojex.notify import WorkerStats
+from codemojex.notify import DeliveryStats
 from codemojex.notify.notifier import NOTIFY_QUEUE, job_id_of, notify
 from codemojex.notify.outage import DEFAULT_HANG_AFTER_S
 from codemojex.notify.rate_limiter import RateLimiter
@@ -227,12 +227,12 @@ async def test_a_hang_is_logged_once_while_it_lasts_marked_and_loses_nothing(
         got = await _scrape(client, url)
         assert value(got, "codemojex_telegram_outages_total", cause="unanswered") == 1
         trouble = worker.outage.statistics().trouble
-        line = await summary_line(bus, WorkerStats(), None, telegram=trouble)
+        line = await summary_line(bus, DeliveryStats(), None, telegram=trouble)
         assert " | TELEGRAM OUTAGE " in line and "Telegram has not answered " in line
         # The sends time out, getMe gets no answer either: sending pauses, still one outage.
         await wait_for(lambda: not worker.outage.is_open, timeout=30)
         trouble = worker.outage.statistics().trouble
-        line = await summary_line(bus, WorkerStats(), None, telegram=trouble)
+        line = await summary_line(bus, DeliveryStats(), None, telegram=trouble)
         assert line.endswith("; sending paused")
         assert value(await _scrape(client, url), "codemojex_telegram_sending_paused") == 1
         await _held_unspent(bus, queue, ids)

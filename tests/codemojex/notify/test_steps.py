@@ -17,25 +17,23 @@ from codemojex.notify.classify import (
 )
 from codemojex.notify.rate_limiter import Take
 from codemojex.notify.steps import (
+    AskBot,
     Booked,
-    Bury,
-    Defer,
+    BotDown,
     Done,
     Flood,
     Follow,
     Hold,
-    Outage,
-    Probe,
-    Retry,
     Send,
     StepPolicy,
     Stop,
     after_answer,
+    after_asking,
     after_flood,
-    after_probe,
     after_take,
     booking_missed,
 )
+from echomq_trio.settlement import Bury, DeferIn, RetryIn
 
 POLICY = StepPolicy(hold_max_ms=2000, stuck_after_ms=60_000)
 
@@ -43,8 +41,10 @@ POLICY = StepPolicy(hold_max_ms=2000, stuck_after_ms=60_000)
 @given(st.integers(1, 10_000), st.sampled_from(["global", "chat", "paused"]))
 def test_short_waits_are_held_and_long_ones_deferred(wait: int, why: str) -> None:
     step = after_take(Take(False, wait, why), POLICY)
-    expected = Hold if wait <= POLICY.hold_max_ms else Defer
-    assert isinstance(step, expected) and step.ms == wait
+    if wait <= POLICY.hold_max_ms:
+        assert isinstance(step, Hold) and step.ms == wait
+    else:
+        assert isinstance(step, DeferIn) and step.delay_ms == wait
     assert step.reason == f"rate limit ({why})"
     assert after_take(Take(True), POLICY) == Send()
     assert after_take(Take(False, wait, "booked", "123:4"), POLICY) == Booked(wait)
@@ -67,34 +67,34 @@ def test_each_answer_leads_to_its_step() -> None:
         3000, "429: Too Many Requests"
     )
     # A 5xx or no answer may be Telegram's trouble for everyone: ask before spending the attempt.
-    assert after_answer(classify(502, None), 1, POLICY) == Probe(
+    assert after_answer(classify(502, None), 1, POLICY) == AskBot(
         "HTTP 502 Bad Gateway: not JSON", 0, "server_error"
     )
     # So is an answer that is not the Bot API's, whatever its status: a 200 page, a cut body.
-    assert after_answer(classify(200, None), 1, POLICY) == Probe(
+    assert after_answer(classify(200, None), 1, POLICY) == AskBot(
         "HTTP 200 OK: not JSON", 0, "not_bot_api"
     )
-    assert after_answer(classify(200, [1]), 1, POLICY) == Probe(
+    assert after_answer(classify(200, [1]), 1, POLICY) == AskBot(
         "HTTP 200 OK: JSON but not the Bot API's (an array)", 0, "not_bot_api"
     )
     # Any other transient answer is the chat's: the attempt is spent, backed off.
     step = after_answer(
         classify(403, {"ok": False, "description": "Forbidden: odd"}), 3, POLICY, rng
     )
-    assert isinstance(step, Retry) and 0 <= step.ms <= 2000
+    assert isinstance(step, RetryIn) and 0 <= step.delay_ms <= 2000
 
 
 @given(st.integers(1, 6), st.integers(0, 40_000))
-def test_a_probe_that_fails_is_an_outage_one_that_succeeds_spends_the_attempt(
+def test_asking_the_bot_and_failing_is_an_outage_and_succeeding_spends_the_attempt(
     attempts: int, floor: int
 ) -> None:
     for cause in CAUSES:
-        probe = Probe("Bad Gateway", floor, cause)
-        assert after_probe(True, probe, attempts, POLICY) == Outage("Bad Gateway", cause)
-        step = after_probe(False, probe, attempts, POLICY, random.Random(attempts))
-        assert isinstance(step, Retry)
+        probe = AskBot("Bad Gateway", floor, cause)
+        assert after_asking(True, probe, attempts, POLICY) == BotDown("Bad Gateway", cause)
+        step = after_asking(False, probe, attempts, POLICY, random.Random(attempts))
+        assert isinstance(step, RetryIn)
         assert step.reason == "Bad Gateway (getMe answered: this chat's failure)"
-        assert floor <= step.ms <= max(floor, 500 * 2 ** (attempts - 1))
+        assert floor <= step.delay_ms <= max(floor, 500 * 2 ** (attempts - 1))
 
 
 @given(st.integers(1, 10_000), st.integers(0, 120_000))
@@ -105,7 +105,7 @@ def test_a_429_is_held_deferred_or_after_the_cap_dead(wait: int, flooded: int) -
     elif wait <= POLICY.hold_max_ms:
         assert step == Hold(wait, "429")
     else:
-        assert step == Defer(wait, "429")
+        assert step == DeferIn(wait, "429")
 
 
 def test_a_policy_refuses_what_makes_no_sense() -> None:
