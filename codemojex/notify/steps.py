@@ -25,8 +25,8 @@ from collections.abc import Callable
 
 import attrs
 
-from codemojex.notify.classify import Delivered, Drop, Fatal, Migrate, RetryLater, Verdict
 from codemojex.notify.rate_limiter import Take
+from codemojex.telegram.classify import Delivered, Drop, Fatal, Migrate, RetryLater, Verdict
 from echomq_trio.backoff import Exponential, Jitter, Policy, delay_ms
 
 __all__ = [

@@ -48,7 +48,6 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from codemojex.notify.classify import RetryLater
 from codemojex.notify.migration import migrate_chat, migrations_key
 from codemojex.notify.notice import DeliveryNote, Notice, decode, encode_note
 from codemojex.notify.notifier import NOTIFY_QUEUE
@@ -73,8 +72,9 @@ from codemojex.notify.steps import (
     after_take,
     booking_missed,
 )
-from codemojex.notify.telegram import TelegramBot
 from codemojex.stats import added
+from codemojex.telegram.bot import TelegramBot
+from codemojex.telegram.classify import RetryLater
 from echomq_trio import (
     BusError,
     ConnectionLost,
@@ -92,7 +92,7 @@ from echomq_trio.transport import Transport
 
 if TYPE_CHECKING:
     from codemojex.audit.ledger import Ledger
-    from codemojex.metrics import NotifyMetrics
+    from codemojex.notify.metrics import NotifyMetrics
 
 __all__ = ["ChatLane", "NotificationWorker", "WorkerStats"]
 

@@ -40,9 +40,10 @@ import attrs
 import httpx
 import trio
 
-from codemojex.standin.chats import ChatKind, chat_json
+from codemojex.standin.chats import chat_json
+from codemojex.telegram import ChatKind
 
-__all__ = ["MAX_PENDING", "UPDATE_METHODS", "UpdateFeed", "Webhook"]
+__all__ = ["MAX_PENDING", "UPDATE_METHODS", "UpdateFeed", "WebhookTarget"]
 
 MAX_PENDING = 100_000
 UPDATE_METHODS = frozenset({"getupdates", "setwebhook", "deletewebhook", "getwebhookinfo"})
@@ -60,7 +61,10 @@ Answer = tuple[int, dict[str, Any]]
 
 
 @attrs.frozen
-class Webhook:
+class WebhookTarget:
+    """Where the stand-in delivers updates once a bot called ``setWebhook``: the ``url``, and
+    the ``secret_token`` it sends with each (``None``: none)."""
+
     url: str
     secret: str | None
 
@@ -100,7 +104,7 @@ class UpdateFeed:
         self._message_ids: collections.Counter[int] = collections.Counter()
         self._polls = 0
         self._changed = trio.Event()
-        self.webhook: Webhook | None = None
+        self.webhook: WebhookTarget | None = None
         self.hold_confirmations = False
         self.last_offset: int | None = None  # of the latest getUpdates call
         self.confirmed = 0  # updates confirmed (by an offset, or a webhook's 2xx)
@@ -252,7 +256,7 @@ class UpdateFeed:
             self._allowed = _kinds(params["allowed_updates"])
         if str(params.get("drop_pending_updates", "")).lower() in ("true", "1"):
             self._pending.clear()
-        self.webhook = Webhook(url, secret) if url else None
+        self.webhook = WebhookTarget(url, secret) if url else None
         self._wake()
         return _ok(True)
 

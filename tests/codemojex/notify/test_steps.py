@@ -6,15 +6,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from codemojex.notify.classify import (
-    CAUSES,
-    Delivered,
-    Drop,
-    Fatal,
-    Migrate,
-    RetryLater,
-    classify,
-)
 from codemojex.notify.rate_limiter import Take
 from codemojex.notify.steps import (
     Booked,
@@ -35,6 +26,15 @@ from codemojex.notify.steps import (
     after_probe,
     after_take,
     booking_missed,
+)
+from codemojex.telegram.classify import (
+    CAUSES,
+    Delivered,
+    Drop,
+    Fatal,
+    Migrate,
+    RetryLater,
+    classify,
 )
 
 POLICY = StepPolicy(hold_max_ms=2000, stuck_after_ms=60_000)
