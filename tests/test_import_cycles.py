@@ -133,6 +133,18 @@ def test_no_module_of_either_package_imports_itself_back() -> None:
     assert not found, "import circles: " + "; ".join(" -> ".join(c) for c in found)
 
 
+def test_telegram_stands_on_its_own_and_the_app_asks_it_for_telegram_facts() -> None:
+    """``codemojex.telegram`` imports nothing else of the app, and ``chat``, ``game`` and
+    ``standin`` take Telegram's facts from it, never from ``notify``'s former modules."""
+    graph = import_graph()
+    app = {m for m in graph if m.startswith("codemojex.") or m == "codemojex"}
+    telegram = {m for m in app if m == "codemojex.telegram" or m.startswith("codemojex.telegram.")}
+    outside = {(m, d) for m in telegram for d in graph[m] & app if d not in telegram}
+    assert not outside, f"codemojex.telegram imports the app: {sorted(outside)}"
+    for module in ("telegram", "markup", "limits", "classify"):
+        assert f"codemojex.notify.{module}" not in graph  # they live in codemojex.telegram now
+
+
 def test_the_graph_holds_every_kind_of_import(tmp_path: Path) -> None:
     pkg = tmp_path / "pkg"
     (pkg / "sub").mkdir(parents=True)
