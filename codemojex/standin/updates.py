@@ -57,7 +57,7 @@ _POLL_CONFLICT = (
     "Conflict: terminated by other getUpdates request; make sure that only one bot instance "
     "is running"
 )
-Answer = tuple[int, dict[str, Any]]
+MethodAnswer = tuple[int, dict[str, Any]]  # an HTTP status and the JSON body the stand-in answers
 
 
 @attrs.frozen
@@ -69,11 +69,11 @@ class WebhookTarget:
     secret: str | None
 
 
-def _ok(result: object) -> Answer:
+def _ok(result: object) -> MethodAnswer:
     return 200, {"ok": True, "result": result}
 
 
-def _error(status: int, description: str) -> Answer:
+def _error(status: int, description: str) -> MethodAnswer:
     return status, {"ok": False, "error_code": status, "description": description}
 
 
@@ -198,7 +198,7 @@ class UpdateFeed:
 
     # ---- the Bot API methods ---------------------------------------------------------------
 
-    async def call(self, method: str, params: Mapping[str, object]) -> Answer:
+    async def call(self, method: str, params: Mapping[str, object]) -> MethodAnswer:
         """Answer one of ``UPDATE_METHODS`` (lower case): ``(HTTP status, JSON body)``."""
         try:
             if method == "getupdates":
@@ -219,7 +219,7 @@ class UpdateFeed:
             return _error(400, f"Bad Request: wrong parameter {exc}")
         return _error(404, "Not Found")
 
-    async def _get_updates(self, params: Mapping[str, object]) -> Answer:
+    async def _get_updates(self, params: Mapping[str, object]) -> MethodAnswer:
         offset = _int(params, "offset", None)
         limit = min(max(_int(params, "limit", 100) or 100, 1), 100)
         timeout = max(_int(params, "timeout", 0) or 0, 0)
@@ -245,7 +245,7 @@ class UpdateFeed:
             with trio.move_on_at(deadline):
                 await self._changed.wait()
 
-    def _set_webhook(self, params: Mapping[str, object]) -> Answer:
+    def _set_webhook(self, params: Mapping[str, object]) -> MethodAnswer:
         url = str(params.get("url") or "")
         secret = params.get("secret_token")
         if secret is not None and (not isinstance(secret, str) or not _SECRET.fullmatch(secret)):
