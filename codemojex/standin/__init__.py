@@ -9,7 +9,8 @@ fail on demand. It is as strict as Telegram: it enforces flood rules of its own
 penalty), not the limiter's ``Limits``, through ``flood`` (pure: the windows, forgetting the
 sends they no longer see); it applies ``parse_mode`` through ``codemojex.telegram.markup`` (pure:
 HTML, MarkdownV2 and Markdown to plain text and entities, or Telegram's "can't parse entities");
-and it answers with the chats their ids name through ``chats`` (pure). It keeps counters of
+and it answers with the chats their ids name (``codemojex.telegram.chats``) as ``chats``
+(pure) writes them. It keeps counters of
 everything and the records of only the most recent ``keep`` requests and deliveries, so its
 memory is bounded however long it runs. ``updates`` (``UpdateFeed``, its ``updates``
 attribute) is the other direction: simulated users' messages, served by ``getUpdates`` or
