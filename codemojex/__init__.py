@@ -12,6 +12,9 @@ How the parts fit, by capability:
   ``codemojex.notify``.
 * ``codemojex.audit``: every settled notice folded into SQLite off the hot path and replicated
   off-box; ``python -m codemojex.audit`` reads and restores it.
+* ``codemojex.telegram``: what the service knows of Telegram itself: the Bot API client, how
+  its answers are classified, its limits, its markup and text rules, and what a chat id is;
+  ``notify``, ``chat``, ``game`` and ``standin`` use it, and it uses none of them.
 * ``codemojex.standin``: the Telegram Bot API stand-in the service talks to without a token
   (its simulated users' messages come back as updates).
 

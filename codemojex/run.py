@@ -50,13 +50,13 @@ from codemojex.chat.service import identify, poll_updates
 from codemojex.game import Feed, PageServer, board, demo
 from codemojex.game.page import DASHBOARD_PATH, EMOJI_FONT
 from codemojex.metrics import ServiceMetrics
-from codemojex.notify import NOTIFY_QUEUE, DeliveryStats, NotificationWorker, RateLimiter, open_bot
+from codemojex.notify import NOTIFY_QUEUE, DeliveryStats, NotificationWorker, RateLimiter
 from codemojex.notify.health import Trouble
 from codemojex.notify.health import note as telegram_note
 from codemojex.notify.outage import log_to_stderr
-from codemojex.notify.telegram import DEFAULT_API_URL
 from codemojex.settings import Settings, SettingsError, parse_settings
 from codemojex.standin import TelegramStandIn, open_stand_in
+from codemojex.telegram import DEFAULT_API_URL, open_bot
 from echomq_trio import (
     Bus,
     BusError,

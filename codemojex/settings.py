@@ -12,8 +12,8 @@ import attrs
 
 from codemojex.audit.compaction import DEFAULT_COMPACT_SEGMENTS
 from codemojex.game.rounds import ENDED_ROUND_KEEP_MS, MIN_KEEP_MS
-from codemojex.notify import DEFAULT_API_URL, Limits, Window
 from codemojex.notify.outage import DEFAULT_HANG_AFTER_S
+from codemojex.telegram import DEFAULT_API_URL, Limits, Window
 
 __all__ = ["Settings", "SettingsError", "parse_settings"]
 

@@ -21,8 +21,8 @@ from echomq_trio.datadir import DataDir, write_private
 from echomq_trio.durability import Durability, DurableCalls, InMemory, OnDisk
 from echomq_trio.errors import ServerError
 from echomq_trio.gather import Gatherer
-from echomq_trio.keys import QueueKeys, queue_keys
-from echomq_trio.protocol import Call
+from echomq_trio.keys import META_GLOB, QueueKeys, queue_keys, queue_of_meta
+from echomq_trio.protocol import Call, reap_holder_call, reap_reply
 from echomq_trio.server import EmbeddedServer, start_server
 from echomq_trio.storage import StorageWatch, read_storage
 from echomq_trio.transport import Transport
@@ -224,10 +224,15 @@ async def _take_back_from_predecessor(bus: Bus, data_dir: Path) -> None:
         previous = None
     taken: dict[str, int] = {}
     if previous is not None and previous != bus.holder:
-        from echomq_trio import jobs, queues
-
-        for queue in await queues.queue_names(bus):
-            if n := await jobs.take_back(bus, queue, previous):
+        # What ``queues.queue_names`` and ``jobs.take_back`` do, written here: both modules
+        # import this one.
+        for queue in sorted(filter(None, map(queue_of_meta, await bus.wire.scan(META_GLOB)))):
+            k, n = bus.keys(queue), 0
+            after: str | None = ""
+            while after is not None:
+                got = reap_reply(await bus.run(reap_holder_call(k, previous, after)))
+                n, after = n + got.reaped, got.next_from
+            if n:
                 taken[queue] = n
     try:
         write_private(path, bus.holder + "\n")

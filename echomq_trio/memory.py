@@ -7,16 +7,22 @@ writes (``OutOfMemory``), so a service reports the fraction before it gets there
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import attrs
 
 from echomq_trio.protocol import as_text
-
-if TYPE_CHECKING:
-    from echomq_trio.bus import Bus
+from echomq_trio.transport import Transport
 
 __all__ = ["MemoryUse", "memory_use", "parse_info_memory", "size_text"]
+
+
+class _Wired(Protocol):
+    """What ``memory_use`` reads of a ``Bus``: its ``wire`` (the bus's module imports this one,
+    through ``storage``, so ``Bus`` is not named here)."""
+
+    @property
+    def wire(self) -> Transport: ...
 
 
 @attrs.frozen
@@ -46,7 +52,7 @@ def parse_info_memory(text: str) -> MemoryUse:
     )
 
 
-async def memory_use(bus: Bus) -> MemoryUse:
+async def memory_use(bus: _Wired) -> MemoryUse:
     """The server's memory use (on a cluster: the primary nearest its ceiling)."""
     reply = await bus.wire.command("INFO", "memory")
     texts = reply.values() if isinstance(reply, dict) else [reply]

@@ -21,20 +21,31 @@ import contextlib
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import attrs
 import trio
 
 from echomq_trio.errors import BusError
 from echomq_trio.memory import size_text
-
-if TYPE_CHECKING:
-    from echomq_trio.bus import Bus
+from echomq_trio.server import EmbeddedServer
+from echomq_trio.transport import Transport
 
 __all__ = ["Disk", "Storage", "StorageWatch", "disk_of", "read_storage", "storage_note"]
 
 log = logging.getLogger("echomq_trio.storage")
+
+
+class _Served(Protocol):
+    """What this module reads of a ``Bus``: its ``wire`` and its embedded ``server`` (the bus's
+    module imports this one, so ``Bus`` is not named here)."""
+
+    @property
+    def wire(self) -> Transport: ...
+
+    @property
+    def server(self) -> EmbeddedServer | None: ...
+
 
 WATCH_EVERY_S = 1.0  # the server retries its file every second
 
@@ -108,7 +119,7 @@ def _info_fields(text: str) -> dict[str, str]:
     return out
 
 
-async def read_storage(bus: Bus) -> Storage:
+async def read_storage(bus: _Served) -> Storage:
     """The server's ability to write its data (one ``INFO persistence``; on a cluster, every
     primary must be writing) and, for an embedded server, its data directory's file system.
     ``BusError`` when the server cannot be read."""
@@ -151,7 +162,7 @@ class StorageWatch:
     """Reads ``read_storage`` every ``every_s`` and logs each change (see the module's
     docstring). Run with ``nursery.start(watch.run)``."""
 
-    def __init__(self, bus: Bus, *, every_s: float = WATCH_EVERY_S) -> None:
+    def __init__(self, bus: _Served, *, every_s: float = WATCH_EVERY_S) -> None:
         self.bus = bus
         self.every_s = every_s
         self._stats = StorageStats(Storage(True))

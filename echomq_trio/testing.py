@@ -19,17 +19,14 @@ from __future__ import annotations
 import copy
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import attrs
 import trio
 import trio.testing
 
 from echomq_trio.errors import BusError
-from echomq_trio.transport import Subscription, Transport
-
-if TYPE_CHECKING:
-    from echomq_trio.wire import ConnectionSpec
+from echomq_trio.transport import ConnectionSpec, Subscription, Transport
 
 __all__ = [
     "Call",

@@ -1,4 +1,5 @@
-"""``Transport``: what the bus needs from a connection to its server, as a protocol.
+"""``Transport``: what the bus needs from a connection to its server, as a protocol, and the
+``ConnectionSpec`` that says where a transport connects.
 
 ``wire.Wire`` (valkey-glide) is the transport ``open_bus`` gives; ``testing.FaultyTransport``
 wraps any transport to fail or cancel chosen calls. ``Bus.wire`` is a ``Transport``: the
@@ -20,14 +21,33 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import attrs
 
-if TYPE_CHECKING:
-    from echomq_trio.wire import ConnectionSpec
+__all__ = ["DEFAULT_TIMEOUT_MS", "ConnectionSpec", "Message", "Subscription", "Transport"]
 
-__all__ = ["Message", "Subscription", "Transport"]
+DEFAULT_TIMEOUT_MS = 5000  # a request's, unless the URL says otherwise (``timeout_ms``)
+
+
+@attrs.frozen
+class ConnectionSpec:
+    """Where and how to connect; built by ``wire.parse_url`` from a server URL."""
+
+    hosts: tuple[tuple[str, int], ...]
+    tls: bool = False
+    username: str | None = None
+    password: str | None = None
+    db: int = 0
+    cluster: bool = False
+    timeout_ms: int = DEFAULT_TIMEOUT_MS
+
+    def redacted(self) -> str:
+        """The URL without its password, for messages and logs."""
+        scheme = "rediss" if self.tls else "redis"
+        hosts = ",".join(f"{h}:{p}" for h, p in self.hosts)
+        auth = f"{self.username or ''}:***@" if self.password else ""
+        return f"{scheme}://{auth}{hosts}/{self.db}" + ("?cluster=true" if self.cluster else "")
 
 
 @attrs.frozen

@@ -40,7 +40,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-import attrs
 import trio
 from glide import (
     AdvancedGlideClientConfiguration,
@@ -74,7 +73,7 @@ from echomq_trio.errors import (
 )
 from echomq_trio.lua import script_source
 from echomq_trio.protocol import as_bytes, as_text
-from echomq_trio.transport import Message
+from echomq_trio.transport import DEFAULT_TIMEOUT_MS, ConnectionSpec, Message
 
 __all__ = [
     "ConnectionSpec",
@@ -88,7 +87,6 @@ __all__ = [
 
 log = logging.getLogger("echomq_trio.wire")
 
-DEFAULT_TIMEOUT_MS = 5000
 DEFAULT_CONNECT_TIMEOUT_MS = 3000
 PROBE_TIMEOUT_S = 1.0  # per step of the pre-flight probe: connect, TLS handshake, plain PING
 _SCHEMES = {"redis": False, "valkey": False, "rediss": True, "valkeys": True}
@@ -107,26 +105,6 @@ _PERSISTENCE = re.compile(r"\bMISCONF\b")
 _REFUSED = re.compile(r"\b(READONLY|NOREPLICAS)\b")
 REFUSAL_REPORT_EVERY_S = 10.0
 _FALSE = {"0", "false", "no", "off"}
-
-
-@attrs.frozen
-class ConnectionSpec:
-    """Where and how to connect; built by ``parse_url``."""
-
-    hosts: tuple[tuple[str, int], ...]
-    tls: bool = False
-    username: str | None = None
-    password: str | None = None
-    db: int = 0
-    cluster: bool = False
-    timeout_ms: int = DEFAULT_TIMEOUT_MS
-
-    def redacted(self) -> str:
-        """The URL without its password, for messages and logs."""
-        scheme = "rediss" if self.tls else "redis"
-        hosts = ",".join(f"{h}:{p}" for h, p in self.hosts)
-        auth = f"{self.username or ''}:***@" if self.password else ""
-        return f"{scheme}://{auth}{hosts}/{self.db}" + ("?cluster=true" if self.cluster else "")
 
 
 def parse_url(url: str) -> ConnectionSpec:

@@ -113,15 +113,9 @@ from _bench import drop_queue, server_version
 
 import codemojex
 from codemojex.audit import Archiver, DirectoryReplica
-from codemojex.notify import (
-    DEFAULT_MARGIN_MS,
-    Limits,
-    NotificationWorker,
-    RateLimiter,
-    notify,
-    open_bot,
-)
+from codemojex.notify import DEFAULT_MARGIN_MS, NotificationWorker, RateLimiter, notify
 from codemojex.standin import Delivery, TelegramStandIn, most_in_span, open_stand_in
+from codemojex.telegram import Limits, open_bot
 from echomq_trio import Bus, Metronome, events, jobs, open_bus
 
 TOKEN = "123456:BENCH"

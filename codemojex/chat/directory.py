@@ -27,6 +27,7 @@ from codemojex.chat.meaning import Chat, Sender
 from codemojex.game.rooms import Player, create_player, create_room, get_player, move_room
 from codemojex.notify.migration import Migration, chat_links_key, migrate_chat, migrations_key
 from codemojex.notify.notifier import NOTIFY_QUEUE
+from codemojex.telegram import check_chat_id, check_user_id
 from echomq_trio import Bus
 from echomq_trio.protocol import as_text
 
@@ -48,7 +49,9 @@ _SCAN_PAGE = 1_000
 
 async def room_of_chat(bus: Bus, chat: int, *, queue: str = NOTIFY_QUEUE) -> str | None:
     """The id of the room playing in ``chat`` (or in the chat it moved to), or ``None``. One
-    read for a chat with a room; a chat without one also looks for a move."""
+    read for a chat with a room; a chat without one also looks for a move. ``ValueError`` for
+    an id no chat has."""
+    check_chat_id(chat)
     links = chat_links_key(bus, queue)
     raw = await bus.wire.command("HGET", links, str(chat))
     if raw is None:
@@ -73,7 +76,8 @@ async def open_room(bus: Bus, chat: Chat, *, queue: str = NOTIFY_QUEUE) -> tuple
 
 async def adopt_room(bus: Bus, chat: int, room_id: str, *, queue: str = NOTIFY_QUEUE) -> bool:
     """Make ``room_id`` (a room made before chats had rooms) the room of ``chat`` if the chat
-    has none; ``True`` if it did."""
+    has none; ``True`` if it did. ``ValueError`` for an id no chat has."""
+    check_chat_id(chat)
     links = chat_links_key(bus, queue)
     return bool(await bus.wire.command("HSETNX", links, str(chat), room_id))
 
@@ -124,7 +128,9 @@ def _pairs(flat: object) -> list[tuple[str, str]]:
 
 async def player_for(bus: Bus, sender: Sender) -> Player:
     """The player of a Telegram user, made on first contact (reachable in the private chat
-    whose id is the user's id, as Telegram numbers them)."""
+    whose id is the user's id, as Telegram numbers them). ``ValueError`` for an id no user
+    has."""
+    check_user_id(sender.id, "a sender's id")
     raw = await bus.wire.command("HGET", PLAYERS_BY_USER_KEY, str(sender.id))
     if raw is not None:
         return await get_player(bus, as_text(raw))

@@ -16,7 +16,7 @@ go on. What an update means is decided by ``meaning`` (pure); here it is acted o
   (``directory.follow_migration``; the notification worker calls the same script when a send to
   the old id is answered with the move), so the game, its board and ``/top`` go on there.
 
-Every text is built for how it is sent (``codemojex.game.markup``): the boards as HTML with
+Every text is built for how it is sent (``codemojex.game.texts``): the boards as HTML with
 the names escaped, everything else plain with the names as written. An answer to a message in
 a forum topic goes to that topic (``message_thread_id``), and so do the notices of a round
 started there.
@@ -42,7 +42,6 @@ from codemojex.chat.directory import follow_migration, open_room, player_for, ro
 from codemojex.chat.intake import UPDATES_QUEUE, reply_seq
 from codemojex.chat.meaning import Chat, Command, Guess, Ignored, Upgraded, meaning, update_id_of
 from codemojex.game import board
-from codemojex.game.markup import Text, plain
 from codemojex.game.rooms import get_room, player_names
 from codemojex.game.rounds import (
     ENDED_ROUND_KEEP_MS,
@@ -56,6 +55,7 @@ from codemojex.game.rounds import (
 )
 from codemojex.game.rules import TOP_N, GameError
 from codemojex.game.scoring import ALPHABET, SIZE
+from codemojex.game.texts import Text, plain
 from codemojex.notify.notifier import NOTIFY_QUEUE, notify
 from codemojex.stats import added
 from echomq_trio import Bury, Bus, Job, Seq, Serve, Worker, jobs

@@ -26,8 +26,8 @@ import httpx
 import trio
 
 from codemojex.chat.intake import ALLOWED_UPDATES, UPDATES_QUEUE, admit
-from codemojex.notify.telegram import TelegramBot
 from codemojex.stats import added
+from codemojex.telegram.bot import TelegramBot
 from echomq_trio import Bus, BusError, Outcome, ids
 from echomq_trio.backoff import reconnect_delay_s
 

@@ -8,7 +8,7 @@ import trio
 
 from codemojex.chat.intake import UPDATES_QUEUE
 from codemojex.chat.poller import POLL_TIMEOUT_S, Poller, TelegramRefused
-from codemojex.notify.telegram import TelegramBot, open_bot
+from codemojex.telegram.bot import TelegramBot, open_bot
 from echomq_trio import Bus
 
 __all__ = ["identify", "poll_updates"]

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from codemojex.asgi import BodyTooLarge, Response, read_body
 from codemojex.chat.intake import ALLOWED_UPDATES, UPDATES_QUEUE, admit
 from codemojex.chat.poller import TelegramRefused
-from codemojex.notify.telegram import TelegramBot
+from codemojex.telegram.bot import TelegramBot
 from echomq_trio import Bus, BusError
 
 if TYPE_CHECKING:

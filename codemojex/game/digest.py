@@ -23,10 +23,10 @@ import trio
 
 from codemojex.game import board
 from codemojex.game.days import day_label, digest_day, next_digest_in_ms
-from codemojex.game.markup import Text
 from codemojex.game.rooms import Room, get_room, list_room_ids, player_names
 from codemojex.game.rounds import standings_text
 from codemojex.game.rules import DAY_MS, TOP_N
+from codemojex.game.texts import Text
 from codemojex.notify import notifier
 from echomq_trio import Bury, Bus, BusError, Job, ids, repeat
 from echomq_trio.repeat import Registered

@@ -38,7 +38,7 @@ import trio
 
 from codemojex import ids
 from codemojex.game.rules import MAX_NAME, MAX_TITLE, GameError, check_label
-from codemojex.notify.notice import check_notice
+from codemojex.telegram import check_chat_id, check_user_id
 from echomq_trio import Bus, BusError
 from echomq_trio.protocol import as_text
 
@@ -108,10 +108,11 @@ def round_key(room: str, round_id: str) -> str:
 
 
 async def create_room(bus: Bus, chat: int, title: str) -> Room:
-    """A room for a Telegram chat (usually a group: a negative id). The title is 1-``MAX_TITLE``
-    characters without control characters or newlines (``GameError`` otherwise)."""
+    """A room for a Telegram chat (usually a group: a negative id; ``ValueError`` for an id no
+    chat has). The title is 1-``MAX_TITLE`` characters without control characters or newlines
+    (``GameError`` otherwise)."""
     title = check_label("room title", title, MAX_TITLE)
-    check_notice(chat, title, None)
+    check_chat_id(chat, "a room's chat")
     room = Room(ids.new(ids.ROOM), chat, title)
     # The record first: a failure in between leaves a working room that is not listed (see the
     # module's docstring).
@@ -229,10 +230,11 @@ async def migrate_room_index(bus: Bus) -> int:
 
 
 async def create_player(bus: Bus, name: str, chat: int) -> Player:
-    """A player, reachable in the private chat ``chat``. The name is 1-``MAX_NAME`` characters
-    without control characters or newlines (``GameError`` otherwise)."""
+    """A player, reachable in the private chat ``chat`` (the user's id; ``ValueError`` for an
+    id no user has). The name is 1-``MAX_NAME`` characters without control characters or
+    newlines (``GameError`` otherwise)."""
     name = check_label("player name", name, MAX_NAME)
-    check_notice(chat, name, None)
+    check_user_id(chat, "a player's chat")
     player = Player(ids.new(ids.USER), name, chat)
     await bus.wire.command("HSET", PLAYERS_KEY, player.id,
                            json.dumps({"name": player.name, "chat": chat}))  # fmt: skip

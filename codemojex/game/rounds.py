@@ -25,10 +25,10 @@ import attrs
 
 from codemojex import ids
 from codemojex.game import board
-from codemojex.game.markup import Text, bold, escape, html, plain
 from codemojex.game.rooms import get_player, get_room, player_names, room_key, round_key
 from codemojex.game.rules import MAX_START_DELAY_MS, TOP_N, GameError
 from codemojex.game.scoring import ALPHABET, SIZE, Score, parse_emojis, score
+from codemojex.game.texts import Text, bold, escape, html, plain
 from codemojex.notify.notice import Notice, encode
 from codemojex.notify.notifier import NOTIFY_QUEUE, notify
 from echomq_trio import Bus, Seq, jobs

@@ -24,13 +24,13 @@ from collections.abc import Sequence
 
 import trio
 
-from codemojex.notify.limits import Limits, Window
 from codemojex.notify.notifier import NOTIFY_QUEUE
 from codemojex.notify.outage import DEFAULT_HANG_AFTER_S, log_to_stderr
 from codemojex.notify.rate_limiter import DEFAULT_MARGIN_MS, RateLimiter
 from codemojex.notify.steps import DEFAULT_HOLD_MAX_MS, DEFAULT_STUCK_AFTER_MS, StepPolicy
-from codemojex.notify.telegram import DEFAULT_API_URL, open_bot
 from codemojex.notify.worker import NotificationWorker
+from codemojex.telegram.bot import DEFAULT_API_URL, open_bot
+from codemojex.telegram.limits import Limits, Window
 from echomq_trio import BusError, Metronome, StopConsumer, open_bus
 from echomq_trio.cli import CliError, cancel_on_signal, first_error
 

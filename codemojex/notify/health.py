@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import attrs
 
-from codemojex.notify.telegram import Answer, InFlight
+from codemojex.telegram.bot import Answer, InFlight
 from echomq_trio import humane
 
 __all__ = ["Trouble", "began", "ended", "hang_over", "hanging", "note", "paused"]
@@ -34,7 +34,7 @@ _HEADLINES = {
 
 @attrs.frozen
 class Trouble:
-    """One outage: its ``cause`` (``codemojex.notify.classify.CAUSES``), ``what`` failed (a
+    """One outage: its ``cause`` (``codemojex.telegram.classify.CAUSES``), ``what`` failed (a
     request, or the first failed answer's reason), ``since`` when (trio's clock, s; for a hang
     the hanging request's start) and ``since_ms`` (Unix ms, for people), when it was
     ``noticed`` (trio's clock), and whether sending is ``paused``."""

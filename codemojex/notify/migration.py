@@ -19,6 +19,7 @@ from __future__ import annotations
 import attrs
 
 from codemojex.notify.notifier import NOTIFY_QUEUE
+from codemojex.telegram import check_chat_id
 from echomq_trio import Bus
 from echomq_trio.protocol import as_text
 
@@ -47,18 +48,12 @@ def chat_links_key(bus: Bus, queue: str = NOTIFY_QUEUE) -> str:
     return bus.keys(queue).app("chat-rooms")
 
 
-def _chat_id(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value == 0:
-        raise ValueError(f"{name} must be a Telegram chat id (a nonzero int), got {value!r}")
-    return value
-
-
 async def migrate_chat(bus: Bus, old: int, new: int, *, queue: str = NOTIFY_QUEUE) -> Migration:
     """Record that chat ``old`` is now ``new`` and carry its room's link along, in one script
     (see the module's docstring); safe to call for every signal of the same upgrade.
     ``ValueError`` for ids that are not chat ids or are equal."""
-    _chat_id("old", old)
-    _chat_id("new", new)
+    check_chat_id(old, "old")
+    check_chat_id(new, "new")
     if old == new:
         raise ValueError(f"a chat migrates to another id, got {old} twice")
     first, recorded, room = await bus.wire.script(

@@ -11,12 +11,9 @@ import attrs
 from cattrs.gen import make_dict_unstructure_fn, override
 from cattrs.preconf.json import make_converter
 
-from codemojex.notify import markup
+from codemojex.telegram.text import check_text
 
 __all__ = [
-    "MAX_TEXT",
-    "MAX_TEXT_BYTES",
-    "PARSE_MODES",
     "DeliveryNote",
     "Notice",
     "check_notice",
@@ -24,25 +21,7 @@ __all__ = [
     "decode_note",
     "encode",
     "encode_note",
-    "telegram_length",
 ]
-
-MAX_TEXT = 4096  # Telegram's limit on a message's text, in UTF-16 code units
-MAX_TEXT_BYTES = 1 << 15
-"""Telegram's limit on ``text`` as sent, before parsing, in UTF-8 bytes (32 KiB): longer is
-"Bad Request: text is too long" from the Bot API server (the figure is issue 11's; the stored copy
-of tdlib/telegram-bot-api's Client.cpp, an older fork, has no such check yet)."""
-PARSE_MODES = frozenset({"html", "markdownv2", "markdown", "none"})
-"""The ``parse_mode`` values the Bot API server takes, lowercase (it lowercases the value; "none",
-like an empty one, means plain text; anything else is "Unsupported parse_mode"), as
-``Client::get_formatted_text`` in tdlib/telegram-bot-api reads them."""
-
-
-def telegram_length(text: str) -> int:
-    """A text's length as Telegram counts it: UTF-16 code units (an emoji outside the Basic
-    Multilingual Plane counts 2)."""
-    return len(text.encode("utf-16-le")) // 2
-
 
 _converter = make_converter(forbid_extra_keys=False)
 
@@ -67,34 +46,14 @@ _converter.register_unstructure_hook(
 
 
 def check_notice(chat: object, text: object, opts: object) -> None:
-    """Raise ``ValueError`` for what Telegram would refuse or the pipeline cannot carry. With a
-    ``parse_mode`` in ``opts`` the text must parse as Telegram parses it, and its length is that
-    of the text shown (markup does not count), as Telegram measures it."""
+    """Raise ``ValueError`` for what Telegram would refuse or the pipeline cannot carry: a chat
+    that is not an int, ``opts`` that are not a dict, or a text ``check_text`` refuses in the
+    ``parse_mode`` of ``opts`` (``codemojex.telegram.text``)."""
     if isinstance(chat, bool) or not isinstance(chat, int):
         raise ValueError(f"chat id must be an int, got {chat!r}")
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError("notice text must be a non-empty string")
     if opts is not None and not isinstance(opts, dict):
         raise ValueError(f"opts must be a dict of Bot API fields, got {type(opts).__name__}")
-    parse_mode = (opts or {}).get("parse_mode")
-    if parse_mode is not None and (
-        not isinstance(parse_mode, str) or parse_mode.lower() not in PARSE_MODES
-    ):
-        raise ValueError(
-            f"parse_mode must be one of HTML, MarkdownV2, Markdown, got {parse_mode!r}"
-        )
-    if len(text.encode()) > MAX_TEXT_BYTES:
-        raise ValueError(f"notice text is over {MAX_TEXT_BYTES} bytes; Telegram refuses it unread")
-    try:
-        shown = markup.apply(text, parse_mode).text
-    except markup.MarkupError as exc:
-        raise ValueError(f"notice text does not parse as {parse_mode}: {exc}") from None
-    if not shown:
-        raise ValueError("notice text must be a non-empty string")
-    if telegram_length(shown) > MAX_TEXT:
-        raise ValueError(
-            f"notice text is {telegram_length(shown)} UTF-16 units long; Telegram allows {MAX_TEXT}"
-        )
+    check_text(text, (opts or {}).get("parse_mode"), what="notice text")
 
 
 def encode(notice: Notice) -> str:

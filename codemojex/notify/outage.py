@@ -37,10 +37,10 @@ import attrs
 import trio
 
 from codemojex.notify import health
-from codemojex.notify.classify import CAUSES
 from codemojex.notify.health import Trouble
-from codemojex.notify.telegram import Answer, InFlight
 from codemojex.stats import added
+from codemojex.telegram.bot import Answer, InFlight
+from codemojex.telegram.classify import CAUSES
 from echomq_trio.backoff import Exponential, Jitter, Policy, delay_ms
 from echomq_trio.errors import BusError
 
@@ -71,7 +71,7 @@ WATCH_EVERY_S = 0.5  # at most this long between two looks at the requests in fl
 @attrs.frozen
 class OutageStats:
     """The outages this process saw (a snapshot): how many began, by cause
-    (``codemojex.notify.classify.CAUSES``), the probes sent, and the outage now, if any."""
+    (``codemojex.telegram.classify.CAUSES``), the probes sent, and the outage now, if any."""
 
     outages: int = 0
     server_error: int = 0
@@ -140,7 +140,7 @@ class OutageGate:
 
     def close(self, reason: str, cause: str = "server_error") -> bool:
         """A probe failed after a send failed for ``reason`` (``cause``, one of
-        ``codemojex.notify.classify.CAUSES``): close the gate (``True`` if it was open). The
+        ``codemojex.telegram.classify.CAUSES``): close the gate (``True`` if it was open). The
         outage is logged when it begins, here or earlier by the watch, not at each close."""
         if cause not in CAUSES:
             raise ValueError(f"cause must be one of {CAUSES}, got {cause!r}")

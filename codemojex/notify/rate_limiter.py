@@ -5,7 +5,7 @@ entry)`` after the send's answer stamps its entry with the answer's time, so the
 from when the message is known to have arrived rather than assuming the margin's worth of trip
 (``rate_take.lua`` explains the logs).
 
-Defaults (``codemojex.notify.limits.Limits``): 30 sends per second for the bot, a private chat 3 per
+Defaults (``codemojex.telegram.Limits``): 30 sends per second for the bot, a private chat 3 per
 3 s (1/s with a burst of 3), a group chat 20 per minute. ``pause`` honours a 429: only its chat,
 or everything when the global limit tripped; a pause only ever extends. Keys live under the
 notification queue's hash tag, in the same slot as the queue: under the queue's app key
@@ -26,9 +26,9 @@ from __future__ import annotations
 import attrs
 import trio
 
-from codemojex.notify.limits import Limits
 from codemojex.notify.notifier import NOTIFY_QUEUE
 from codemojex.stats import added
+from codemojex.telegram.limits import Limits
 from echomq_trio import Bus
 from echomq_trio.clock import Witness
 from echomq_trio.protocol import as_text

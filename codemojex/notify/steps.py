@@ -29,8 +29,8 @@ from collections.abc import Callable
 
 import attrs
 
-from codemojex.notify.classify import Delivered, Drop, Fatal, Migrate, RetryLater, Verdict
 from codemojex.notify.rate_limiter import Take
+from codemojex.telegram.classify import Delivered, Drop, Fatal, Migrate, RetryLater, Verdict
 from echomq_trio.backoff import Exponential, Jitter, Policy, delay_ms
 from echomq_trio.settlement import Bury, DeferIn, RetryIn
 
@@ -146,7 +146,7 @@ class AskBot:
 
     reason: str
     floor_ms: int  # the server's own retry hint, if it gave one (else 0)
-    cause: str = "server_error"  # one of ``codemojex.notify.classify.CAUSES``
+    cause: str = "server_error"  # one of ``codemojex.telegram.classify.CAUSES``
 
 
 @attrs.frozen

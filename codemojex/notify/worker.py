@@ -51,7 +51,6 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from codemojex.notify.classify import RetryLater
 from codemojex.notify.migration import migrate_chat, migrations_key
 from codemojex.notify.notice import DeliveryNote, Notice, decode, encode_note
 from codemojex.notify.notifier import NOTIFY_QUEUE
@@ -73,8 +72,9 @@ from codemojex.notify.steps import (
     after_take,
     booking_missed,
 )
-from codemojex.notify.telegram import TelegramBot
 from codemojex.stats import added
+from codemojex.telegram.bot import TelegramBot
+from codemojex.telegram.classify import RetryLater
 from echomq_trio import Ack, BusError, ConnectionLost, Consumer, ConsumerStats, Job, StopConsumer
 from echomq_trio.backoff import reconnect_delay_s
 from echomq_trio.bus import Bus
@@ -83,7 +83,7 @@ from echomq_trio.settlement import Bury, DeferIn, RetryIn
 
 if TYPE_CHECKING:
     from codemojex.audit.ledger import Ledger
-    from codemojex.metrics import NotifyMetrics
+    from codemojex.notify.metrics import NotifyMetrics
 
 __all__ = ["DeliveryStats", "NotificationWorker"]
 
@@ -115,7 +115,7 @@ class DeliveryStats:
 
 class NotificationWorker:
     """Run with ``nursery.start(worker.run)``; cancel to stop (notices in hand go back). With
-    ``metrics`` (``codemojex.metrics.NotifyMetrics``) it observes its claims and settlements, and
+    ``metrics`` (``codemojex.notify.metrics.NotifyMetrics``) it observes its claims and settlements, and
     each delivery its delay; without, nothing. ``concurrency`` is how many notices (so chats) it
     holds at most: 8 by default, the best of 8/16/64 measured with tools/bench_notify.py (more
     chat tasks wake later for their booked slots, and late sends meet 429s; README).

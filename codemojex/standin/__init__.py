@@ -7,9 +7,10 @@ of what arrived (``Delivery``, ``RequestRecord``), and ``Scripted`` answers that
 fail on demand. It is as strict as Telegram: it enforces flood rules of its own
 (``FloodRules``; by default ``TELEGRAM_FLOOD``, Telegram's documented figures with a growing
 penalty), not the limiter's ``Limits``, through ``flood`` (pure: the windows, forgetting the
-sends they no longer see); it applies ``parse_mode`` through ``codemojex.notify.markup`` (pure:
+sends they no longer see); it applies ``parse_mode`` through ``codemojex.telegram.markup`` (pure:
 HTML, MarkdownV2 and Markdown to plain text and entities, or Telegram's "can't parse entities");
-and it answers with the chats their ids name through ``chats`` (pure). It keeps counters of
+and it answers with the chats their ids name (``codemojex.telegram.chats``) as ``chats``
+(pure) writes them. It keeps counters of
 everything and the records of only the most recent ``keep`` requests and deliveries, so its
 memory is bounded however long it runs. ``updates`` (``UpdateFeed``, its ``updates``
 attribute) is the other direction: simulated users' messages, served by ``getUpdates`` or

@@ -37,7 +37,7 @@ How strict it is, as Telegram is:
   service messages (``migrate_to_chat_id`` in the old group, ``migrate_from_chat_id`` in the
   new supergroup) among the updates; a chat that blocked the bot (a scripted 403, or
   :meth:`TelegramStandIn.block`) stays blocked until :meth:`TelegramStandIn.unblock`.
-* ``parse_mode`` is applied (``codemojex.notify.markup``): malformed HTML or MarkdownV2 is a 400
+* ``parse_mode`` is applied (``codemojex.telegram.markup``): malformed HTML or MarkdownV2 is a 400
   "Bad Request: can't parse entities: ..."; accepted markup comes back as the plain text plus
   ``entities``. No text is "message text is empty", over 32 KiB as sent "text is too long"
   (both, and ``parse_mode``'s errors, before the chat is looked at, as the Bot API server reads
@@ -86,12 +86,20 @@ import attrs
 import trio
 
 from codemojex.asgi import Response, answer, serve_app
-from codemojex.notify import markup
-from codemojex.notify.limits import Limits, Window
-from codemojex.notify.notice import MAX_TEXT, MAX_TEXT_BYTES, PARSE_MODES, telegram_length
-from codemojex.standin.chats import ChatKind, chat_json, chat_kind
+from codemojex.standin.chats import chat_json
 from codemojex.standin.flood import TELEGRAM_FLOOD, FloodModel, FloodRules, most_in_span
 from codemojex.standin.updates import UPDATE_METHODS, UpdateFeed
+from codemojex.telegram import (
+    MAX_TEXT,
+    MAX_TEXT_BYTES,
+    PARSE_MODES,
+    ChatKind,
+    Limits,
+    Window,
+    chat_kind,
+    markup,
+    telegram_length,
+)
 
 if TYPE_CHECKING:
     from hypercorn.typing import (

@@ -43,7 +43,7 @@ from typing import ClassVar
 
 import attrs
 
-from codemojex.notify.limits import Limits, Window, is_group_chat
+from codemojex.telegram import Limits, Window, is_group_chat
 
 __all__ = [
     "TELEGRAM_FLOOD",
@@ -96,7 +96,7 @@ Penalty.NONE = Penalty(growth=1.0, forgive_s=0.0)
 class FloodRules:
     """The stand-in's flood limits: the bot's window across all chats, a private chat's, a
     group's (basic groups, supergroups and channels: negative ids), and the penalty for repeated
-    violations. Independent of the rate limiter's :class:`~codemojex.notify.limits.Limits`, so a
+    violations. Independent of the rate limiter's :class:`~codemojex.telegram.limits.Limits`, so a
     test can make Telegram stricter (or looser) than the limiter believes."""
 
     bot: Window = Window(30, 1000)

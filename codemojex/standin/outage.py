@@ -1,4 +1,4 @@
-"""``Outage``: Telegram failing every chat alike, on a switch. An ASGI app in front of a
+"""``OutageSwitch``: Telegram failing every chat alike, while switched on. An ASGI app in front of a
 stand-in's: while a ``mode`` is set it treats every request (``sendMessage``, ``getMe``,
 anything) that way, and otherwise passes the request on. ``open_outage(stand_in)`` serves the
 pair on loopback for the length of a block.
@@ -30,7 +30,7 @@ from codemojex.standin.bot_api import TelegramStandIn, proxy_page
 if TYPE_CHECKING:
     from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope
 
-__all__ = ["BAD_GATEWAY_PAGE", "MODES", "NOT_JSON_PAGE", "Mode", "Outage", "open_outage"]
+__all__ = ["BAD_GATEWAY_PAGE", "MODES", "NOT_JSON_PAGE", "Mode", "OutageSwitch", "open_outage"]
 
 BAD_GATEWAY_PAGE = proxy_page(502)  # the page of the proxy in front of the Bot API
 GATEWAY_TIMEOUT_PAGE = proxy_page(504)
@@ -43,7 +43,10 @@ Mode = Literal["bad_gateway", "not_json", "truncated", "hang"]
 MODES: tuple[Mode, ...] = ("bad_gateway", "not_json", "truncated", "hang")
 
 
-class Outage:
+class OutageSwitch:
+    """The switch in front of a stand-in (see the module): set ``mode`` (or ``down``) to fail
+    every request alike, ``None`` to pass them on; it counts what it refused, cut and held."""
+
     def __init__(self, stand_in: TelegramStandIn) -> None:
         self.stand_in = stand_in
         self._mode: Mode | None = None
@@ -128,9 +131,9 @@ async def _page(send: ASGISendCallable, status: int, page: bytes) -> None:
 
 
 @asynccontextmanager
-async def open_outage(stand_in: TelegramStandIn) -> AsyncIterator[Outage]:
-    """Serve ``stand_in`` behind an ``Outage`` switch (``outage.api_url``) for the block."""
-    outage = Outage(stand_in)
+async def open_outage(stand_in: TelegramStandIn) -> AsyncIterator[OutageSwitch]:
+    """Serve ``stand_in`` behind an ``OutageSwitch`` (``outage.api_url``) for the block."""
+    outage = OutageSwitch(stand_in)
     async with trio.open_nursery() as nursery:
         outage.api_url = await nursery.start(
             serve_app, outage.app, "127.0.0.1", 0, "codemojex.standin.outage"

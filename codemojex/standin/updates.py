@@ -40,9 +40,10 @@ import attrs
 import httpx
 import trio
 
-from codemojex.standin.chats import ChatKind, chat_json
+from codemojex.standin.chats import chat_json
+from codemojex.telegram import ChatKind
 
-__all__ = ["MAX_PENDING", "UPDATE_METHODS", "UpdateFeed", "Webhook"]
+__all__ = ["MAX_PENDING", "UPDATE_METHODS", "UpdateFeed", "WebhookTarget"]
 
 MAX_PENDING = 100_000
 UPDATE_METHODS = frozenset({"getupdates", "setwebhook", "deletewebhook", "getwebhookinfo"})
@@ -56,20 +57,23 @@ _POLL_CONFLICT = (
     "Conflict: terminated by other getUpdates request; make sure that only one bot instance "
     "is running"
 )
-Answer = tuple[int, dict[str, Any]]
+MethodAnswer = tuple[int, dict[str, Any]]  # an HTTP status and the JSON body the stand-in answers
 
 
 @attrs.frozen
-class Webhook:
+class WebhookTarget:
+    """Where the stand-in delivers updates once a bot called ``setWebhook``: the ``url``, and
+    the ``secret_token`` it sends with each (``None``: none)."""
+
     url: str
     secret: str | None
 
 
-def _ok(result: object) -> Answer:
+def _ok(result: object) -> MethodAnswer:
     return 200, {"ok": True, "result": result}
 
 
-def _error(status: int, description: str) -> Answer:
+def _error(status: int, description: str) -> MethodAnswer:
     return status, {"ok": False, "error_code": status, "description": description}
 
 
@@ -100,7 +104,7 @@ class UpdateFeed:
         self._message_ids: collections.Counter[int] = collections.Counter()
         self._polls = 0
         self._changed = trio.Event()
-        self.webhook: Webhook | None = None
+        self.webhook: WebhookTarget | None = None
         self.hold_confirmations = False
         self.last_offset: int | None = None  # of the latest getUpdates call
         self.confirmed = 0  # updates confirmed (by an offset, or a webhook's 2xx)
@@ -194,7 +198,7 @@ class UpdateFeed:
 
     # ---- the Bot API methods ---------------------------------------------------------------
 
-    async def call(self, method: str, params: Mapping[str, object]) -> Answer:
+    async def call(self, method: str, params: Mapping[str, object]) -> MethodAnswer:
         """Answer one of ``UPDATE_METHODS`` (lower case): ``(HTTP status, JSON body)``."""
         try:
             if method == "getupdates":
@@ -215,7 +219,7 @@ class UpdateFeed:
             return _error(400, f"Bad Request: wrong parameter {exc}")
         return _error(404, "Not Found")
 
-    async def _get_updates(self, params: Mapping[str, object]) -> Answer:
+    async def _get_updates(self, params: Mapping[str, object]) -> MethodAnswer:
         offset = _int(params, "offset", None)
         limit = min(max(_int(params, "limit", 100) or 100, 1), 100)
         timeout = max(_int(params, "timeout", 0) or 0, 0)
@@ -241,7 +245,7 @@ class UpdateFeed:
             with trio.move_on_at(deadline):
                 await self._changed.wait()
 
-    def _set_webhook(self, params: Mapping[str, object]) -> Answer:
+    def _set_webhook(self, params: Mapping[str, object]) -> MethodAnswer:
         url = str(params.get("url") or "")
         secret = params.get("secret_token")
         if secret is not None and (not isinstance(secret, str) or not _SECRET.fullmatch(secret)):
@@ -252,7 +256,7 @@ class UpdateFeed:
             self._allowed = _kinds(params["allowed_updates"])
         if str(params.get("drop_pending_updates", "")).lower() in ("true", "1"):
             self._pending.clear()
-        self.webhook = Webhook(url, secret) if url else None
+        self.webhook = WebhookTarget(url, secret) if url else None
         self._wake()
         return _ok(True)
 

@@ -12,19 +12,17 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
-from prometheus_client import CollectorRegistry, generate_latest
 
 from codemojex.game import PageServer
-from codemojex.metrics import NotifyMetrics, SendWindow, ServiceMetrics
-from codemojex.notify.limits import Limits
-from codemojex.notify.notice import Notice
+from codemojex.metrics import ServiceMetrics
 from codemojex.notify.notifier import notify
 from codemojex.notify.rate_limiter import RateLimiter
-from codemojex.notify.telegram import open_bot
 from codemojex.notify.worker import NotificationWorker
 from codemojex.standin.bot_api import Scripted, TelegramStandIn, open_stand_in
+from codemojex.telegram.bot import open_bot
+from codemojex.telegram.limits import Limits
 from echomq_trio import Bus, ConnectionLost, Metronome, jobs
-from echomq_trio.metrics import CONTENT_TYPE_LATEST, BusMetrics
+from echomq_trio.metrics import CONTENT_TYPE_LATEST
 from echomq_trio.testing import FaultyTransport, scripts
 from tests.conftest import wait_for
 from tests.support import Lines, parse, start_service, stop_process, value
@@ -137,28 +135,6 @@ async def test_metrics_answer_503_while_the_server_cannot_be_read(bus: Bus, queu
         assert again.status_code == 200
         assert value(parse(again.text), "echomq_jobs", queue=queue, state="pending") == 0
         nursery.cancel_scope.cancel()
-
-
-def test_the_send_window_rates_over_about_its_window() -> None:
-    window = SendWindow(60)
-    assert window.rate(0, 0) == 0.0
-    assert window.rate(10, 30) == 3.0  # early on: since the first sample
-    for t in range(11, 200):
-        window.rate(t, 30 + (t - 10) * 2)  # 2 per second from t = 10
-    assert window.rate(200, 30 + 190 * 2) == 2.0
-
-
-def test_delay_counts_from_the_due_time_else_the_mint_time() -> None:
-    registry = CollectorRegistry()
-    delays = NotifyMetrics(registry, BusMetrics(registry))
-    delays.delivered(Notice(1, "x", id="NOT0000000000A"), 1, now_ms=10**13)
-    delays.delivered(Notice(-5, "x", due_ms=1_000), -5, now_ms=3_500)
-    delays.delivered(Notice(-5, "x", due_ms=9_000), -5, now_ms=3_500)  # early: 0
-    delays.delivered(Notice(1, "x"), 1, now_ms=3_500)  # no id, no due time: not observed
-    got = parse(generate_latest(registry).decode())
-    assert value(got, "codemojex_notice_delay_seconds_count", chat_type="private") == 1
-    assert value(got, "codemojex_notice_delay_seconds_count", chat_type="group") == 2
-    assert value(got, "codemojex_notice_delay_seconds_sum", chat_type="group") == 2.5
 
 
 @pytest.mark.slow

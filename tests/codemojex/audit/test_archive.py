@@ -25,12 +25,12 @@ from codemojex.audit.contents import read_contents
 from codemojex.audit.folder import GROUP
 from codemojex.audit.replica import DirectoryReplica, NameTaken, Replica, S3Replica, open_replica
 from codemojex.audit.segments import segment_name
-from codemojex.notify.limits import Limits
 from codemojex.notify.notifier import notify
 from codemojex.notify.rate_limiter import RateLimiter
-from codemojex.notify.telegram import open_bot
 from codemojex.notify.worker import NotificationWorker
 from codemojex.standin.bot_api import Scripted, TelegramStandIn, open_stand_in
+from codemojex.telegram.bot import open_bot
+from codemojex.telegram.limits import Limits
 from echomq_trio import Bus, Exponential, Jitter, Metronome, audit, ids, jobs
 from echomq_trio.audit import AuditOutcome, AuditRecord
 from echomq_trio.datadir import InUse

@@ -14,8 +14,9 @@ import trio
 
 from codemojex.chat import ChatGame, Poller
 from codemojex.chat.service import poll_updates
-from codemojex.notify import NOTIFY_QUEUE, Limits, NotificationWorker, RateLimiter, Window, open_bot
+from codemojex.notify import NOTIFY_QUEUE, NotificationWorker, RateLimiter
 from codemojex.standin import TelegramStandIn
+from codemojex.telegram import Limits, Window, open_bot
 from echomq_trio import Bus, Metronome
 
 TOKEN = "123456:TEST"

@@ -13,9 +13,9 @@ import trio
 
 from codemojex.chat import Poller, TelegramRefused
 from codemojex.chat.poller import refusal
-from codemojex.notify import open_bot
 from codemojex.standin import open_stand_in
 from codemojex.standin.outage import open_outage
+from codemojex.telegram import open_bot
 from echomq_trio import Bus, lanes
 from tests.codemojex.chat.conftest import BOT_ID, TOKEN, group_id
 from tests.conftest import wait_for

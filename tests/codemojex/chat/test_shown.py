@@ -12,7 +12,7 @@ import pytest
 from codemojex.chat import room_of_chat
 from codemojex.game import current_round, digest_text, get_room
 from codemojex.game.days import day_of
-from codemojex.game.markup import escape
+from codemojex.game.texts import escape
 from codemojex.notify import notify
 from codemojex.standin import Delivery, TelegramStandIn, open_stand_in
 from echomq_trio import Bus

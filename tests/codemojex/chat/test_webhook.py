@@ -15,8 +15,8 @@ import trio
 from codemojex.chat import WEBHOOK_PATH, Webhook, new_secret, register_webhook
 from codemojex.chat.webhook import SECRET_HEADER
 from codemojex.game import PageServer
-from codemojex.notify import open_bot
 from codemojex.standin import open_stand_in
+from codemojex.telegram import open_bot
 from echomq_trio import Bus, jobs, lanes
 from tests.codemojex.chat.conftest import BOT_ID, TOKEN, group_id
 

@@ -13,12 +13,11 @@ from codemojex import game, ids
 from codemojex.game import board, days
 from codemojex.game.rooms import round_key
 from codemojex.game.scoring import ALPHABET
-from codemojex.notify import markup, notifier
-from codemojex.notify.classify import Delivered
-from codemojex.notify.notice import decode, telegram_length
+from codemojex.notify import notifier
+from codemojex.notify.notice import decode
 from codemojex.notify.notifier import NOTIFY_QUEUE
-from codemojex.notify.telegram import open_bot
 from codemojex.standin import open_stand_in
+from codemojex.telegram import Delivered, markup, open_bot, telegram_length
 from echomq_trio import (
     Bury,
     Bus,
@@ -449,6 +448,18 @@ async def test_names_and_titles_are_refused_over_the_limit_or_with_control_chara
     assert await bus.wire.command("EXISTS", "cm:players", "cm:room-index") == 0
 
 
+@pytest.mark.parametrize("chat", [0, 1 << 40, -1_000_000_000_000, -(2**52), True, "-5"])
+async def test_a_room_or_player_for_an_id_no_chat_has_is_refused(bus: Bus, chat: object) -> None:
+    await _fresh(bus)
+    with pytest.raises(ValueError, match=r"^a room's chat must be a Telegram chat id, an int in"):
+        await game.create_room(bus, chat, "Room")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^a player's chat must be a Telegram user id"):
+        await game.create_player(bus, "Pat", chat)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^a player's chat must be a Telegram user id"):
+        await game.create_player(bus, "Pat", -5)  # a group: a player is reached in private
+    assert await bus.wire.command("EXISTS", "cm:players", "cm:room-index") == 0
+
+
 async def test_names_and_titles_at_the_limit_are_accepted(bus: Bus) -> None:
     await _fresh(bus)
     assert (await game.create_player(bus, "x" * game.MAX_NAME, 5)).name == "x" * game.MAX_NAME
@@ -463,7 +474,7 @@ async def test_every_message_fits_telegram_at_the_input_limits(bus: Bus) -> None
     chat = -4_000_000_000 - random.randrange(10**6)
     room = await game.create_room(bus, chat, tall * game.MAX_TITLE)
     players = [
-        await game.create_player(bus, wide * game.MAX_NAME, 10**10 + chat * 100 - n)
+        await game.create_player(bus, wide * game.MAX_NAME, 10**11 - chat * 100 - n)
         for n in range(game.TOP_N + 1)
     ]
     # The longest announcement: the latest start allowed. Then a round to play at once.

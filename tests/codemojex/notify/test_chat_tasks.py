@@ -14,10 +14,10 @@ import trio
 from codemojex.notify.notifier import notify
 from codemojex.notify.rate_limiter import RateLimiter
 from codemojex.notify.steps import StepPolicy
-from codemojex.notify.telegram import open_bot
 from codemojex.notify.worker import NotificationWorker
 from codemojex.standin.bot_api import Scripted, open_stand_in
 from codemojex.standin.outage import open_outage
+from codemojex.telegram.bot import open_bot
 from echomq_trio import Bus, Metronome, StopConsumer, events, jobs, lanes
 from tests.codemojex.notify.test_pipeline import LIMITS, MARGIN_MS, TOKEN, worker_process
 from tests.conftest import wait_for

@@ -14,12 +14,12 @@ import time
 import pytest
 import trio
 
-from codemojex.notify.limits import Limits
 from codemojex.notify.notifier import notify
 from codemojex.notify.rate_limiter import RateLimiter
-from codemojex.notify.telegram import open_bot
 from codemojex.notify.worker import NotificationWorker
 from codemojex.standin import TELEGRAM_FLOOD, open_stand_in
+from codemojex.telegram.bot import open_bot
+from codemojex.telegram.limits import Limits
 from echomq_trio import Metronome, jobs, open_bus
 from tests.conftest import SteppingServer, wait_for
 

@@ -4,9 +4,9 @@ when such an outage is over, what a failed probe does to it, and the lines that 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from codemojex.notify.classify import CAUSES
 from codemojex.notify.health import Trouble, began, ended, hang_over, hanging, note, paused
-from codemojex.notify.telegram import Answer, InFlight
+from codemojex.telegram.bot import Answer, InFlight
+from codemojex.telegram.classify import CAUSES
 
 T0_MS = 1_795_000_000_000  # 2026-11-18T11:06:40Z
 TIMES = st.floats(0, 10_000, allow_nan=False)

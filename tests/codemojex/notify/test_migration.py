@@ -88,11 +88,22 @@ async def test_every_signal_at_once_moves_it_once(bus: Bus, queue: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("old", "new"), [(0, -1001), (-5, -5), (True, -1001), (-5, "-1001"), (-5.0, -1001)]
-)
+    ("old", "new"),
+    [(0, -1001), (-5, -5), (True, -1001), (-5, "-1001"), (-5.0, -1001), (-5, -1_000_000_000_000),
+     (-5, -(2**52)), (1 << 40, -1001)],
+)  # fmt: skip
 async def test_ids_that_are_no_move_are_refused(bus: Bus, old: object, new: object) -> None:
     with pytest.raises(ValueError, match="chat"):
         await migrate_chat(bus, old, new)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("chat", [0, 1 << 40, -1_000_000_000_000, True])
+async def test_the_directory_refuses_an_id_no_chat_has(bus: Bus, queue: str, chat: int) -> None:
+    with pytest.raises(ValueError, match="must be a Telegram chat id"):
+        await room_of_chat(bus, chat, queue=queue)
+    with pytest.raises(ValueError, match="must be a Telegram chat id"):
+        await adopt_room(bus, chat, "RMM0000000room", queue=queue)
+    assert await bus.wire.command("HLEN", chat_links_key(bus, queue)) == 0
 
 
 async def test_the_game_follows_the_move_and_completes_one_cut_short(bus: Bus, queue: str) -> None:

@@ -11,8 +11,6 @@ from hypothesis import strategies as st
 
 from codemojex.audit import fold
 from codemojex.notify.notice import (
-    MAX_TEXT,
-    MAX_TEXT_BYTES,
     DeliveryNote,
     Notice,
     check_notice,
@@ -21,6 +19,7 @@ from codemojex.notify.notice import (
     encode,
     encode_note,
 )
+from codemojex.telegram import MAX_TEXT, MAX_TEXT_BYTES
 from echomq_trio.audit import AuditOutcome, AuditRecord
 
 

@@ -25,11 +25,11 @@ from codemojex.notify import DeliveryStats
 from codemojex.notify.notifier import NOTIFY_QUEUE, job_id_of, notify
 from codemojex.notify.outage import DEFAULT_HANG_AFTER_S
 from codemojex.notify.rate_limiter import RateLimiter
-from codemojex.notify.telegram import open_bot
 from codemojex.notify.worker import NotificationWorker
 from codemojex.run import summary_line
 from codemojex.standin.bot_api import open_stand_in
 from codemojex.standin.outage import open_outage
+from codemojex.telegram.bot import open_bot
 from echomq_trio import Bus, Metronome, events, jobs, lanes, open_bus
 from tests.codemojex.notify.test_pipeline import LIMITS, MARGIN_MS, TOKEN
 from tests.conftest import wait_for

@@ -11,13 +11,13 @@ from contextlib import asynccontextmanager
 import pytest
 import trio
 
-from codemojex.notify.limits import Limits
 from codemojex.notify.notice import decode
 from codemojex.notify.notifier import notify
 from codemojex.notify.rate_limiter import RateLimiter
-from codemojex.notify.telegram import open_bot
 from codemojex.notify.worker import NotificationWorker
 from codemojex.standin.bot_api import Scripted, TelegramStandIn, open_stand_in
+from codemojex.telegram.bot import open_bot
+from codemojex.telegram.limits import Limits
 from echomq_trio import Bus, Metronome, events, jobs
 from tests.conftest import wait_for
 from tests.support import ROOT, read_line, spawn

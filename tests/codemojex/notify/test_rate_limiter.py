@@ -7,8 +7,8 @@ import attrs
 import pytest
 import trio
 
-from codemojex.notify.limits import Limits, Window
 from codemojex.notify.rate_limiter import RateLimiter
+from codemojex.telegram.limits import Limits, Window
 from echomq_trio import Bus, Metronome, open_bus
 from tests.conftest import SteppingServer, wait_for
 

@@ -6,15 +6,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from codemojex.notify.classify import (
-    CAUSES,
-    Delivered,
-    Drop,
-    Fatal,
-    Migrate,
-    RetryLater,
-    classify,
-)
 from codemojex.notify.rate_limiter import Take
 from codemojex.notify.steps import (
     AskBot,
@@ -32,6 +23,15 @@ from codemojex.notify.steps import (
     after_flood,
     after_take,
     booking_missed,
+)
+from codemojex.telegram.classify import (
+    CAUSES,
+    Delivered,
+    Drop,
+    Fatal,
+    Migrate,
+    RetryLater,
+    classify,
 )
 from echomq_trio.settlement import Bury, DeferIn, RetryIn
 

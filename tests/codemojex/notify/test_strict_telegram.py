@@ -9,12 +9,12 @@ from contextlib import asynccontextmanager
 import pytest
 import trio
 
-from codemojex.notify.limits import Limits, Window
 from codemojex.notify.notifier import notify
 from codemojex.notify.rate_limiter import RateLimiter
-from codemojex.notify.telegram import open_bot
 from codemojex.notify.worker import NotificationWorker
 from codemojex.standin import FloodRules, Penalty, TelegramStandIn, open_stand_in
+from codemojex.telegram.bot import open_bot
+from codemojex.telegram.limits import Limits, Window
 from echomq_trio import Bus, Metronome, events, jobs
 from tests.conftest import wait_for
 

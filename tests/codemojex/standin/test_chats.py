@@ -1,28 +1,7 @@
-"""Chat ids as the Bot API numbers them (pure)."""
+"""The ``Chat`` objects the stand-in answers with (pure); what an id says of its chat is
+``codemojex.telegram.chats``' (``tests/codemojex/telegram/test_chats.py``)."""
 
-import pytest
-
-from codemojex.standin.chats import chat_json, chat_kind
-
-
-@pytest.mark.parametrize(
-    ("chat_id", "kind"),
-    [
-        (1, "private"),
-        ((1 << 40) - 1, "private"),
-        (1 << 40, None),
-        (0, None),
-        (-1, "group"),
-        (-100200, "group"),
-        (-999_999_999_999, "group"),
-        (-1_000_000_000_000, None),
-        (-1_001_234_567_890, "supergroup"),
-        (-1_997_852_516_352, "supergroup"),
-        (-1_997_852_516_353, None),
-    ],
-)
-def test_kind_by_id_range(chat_id: int, kind: str | None) -> None:
-    assert chat_kind(chat_id) == kind
+from codemojex.standin.chats import chat_json
 
 
 def test_groups_have_a_title_private_chats_a_first_name() -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from codemojex.notify.limits import Limits, Window
 from codemojex.standin.flood import (
     TELEGRAM_FLOOD,
     FloodModel,
@@ -16,6 +15,7 @@ from codemojex.standin.flood import (
     most_in_span,
     wait_for_slot,
 )
+from codemojex.telegram.limits import Limits, Window
 
 LIMITS = Limits(global_=Window(5, 1000), private=Window(2, 300), group=Window(3, 2000))
 CHATS = [1, 2, 3, -4, -5]

@@ -17,8 +17,9 @@ of Bold entity at byte offset 0"); byte offsets count UTF-8 bytes of the text se
 Afterwards the plain text is trimmed as Telegram trims a message (leading and trailing
 whitespace), and the entities are moved and clipped with it (``trim``).
 
-Two users: ``check_notice`` refuses a notice whose markup Telegram would refuse, and measures its
-length as Telegram does (after parsing); the Bot API stand-in applies it to what it delivers.
+Two users: ``text.check_text`` (so ``check_notice``) refuses a text whose markup Telegram would
+refuse, and measures its length as Telegram does (after parsing); the Bot API stand-in applies it
+to what it delivers.
 """
 
 from __future__ import annotations

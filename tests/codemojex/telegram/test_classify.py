@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from codemojex.notify.classify import (
+from codemojex.telegram.classify import (
     Delivered,
     Drop,
     Fatal,

@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from codemojex.game.markup import Text, bold, escape, html, plain
 from codemojex.game.rules import MAX_NAME, clean_label
-from codemojex.notify import markup
+from codemojex.game.texts import Text, bold, escape, html, plain
+from codemojex.telegram import markup
 
 NAMES = st.text(min_size=1, max_size=MAX_NAME).map(lambda t: clean_label(t, MAX_NAME, "?"))
 

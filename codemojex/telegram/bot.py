@@ -1,12 +1,12 @@
 """``TelegramBot``: ``sendMessage`` over one pooled ``httpx`` client on trio, with timeouts,
-answers classified by ``codemojex.notify.classify``. The bot token is never logged: it is
+answers classified by ``codemojex.telegram.classify``. The bot token is never logged: it is
 redacted from httpx's request log lines and from every error text this module produces.
 
 Not every answer is the Bot API's JSON: a 502 or 504 from the proxy in front of it is an HTML
 page, a captive portal answers 200 with its own page, a proxy may cut a body short, and a 429
 may carry only a ``Retry-After`` header. Such an answer is read as ``Garbled`` (``garbled``): its
 status, what it was (``not JSON (text/html, "502 Bad Gateway")``) and the header's seconds, which
-``classify`` retries as a 5xx (see ``codemojex.notify.classify``).
+``classify`` retries as a 5xx (see ``codemojex.telegram.classify``).
 
 The bot keeps the requests it has in flight (``unanswered()``: the oldest, with its method, chat
 and start) and the last answer that was the Bot API's (``last_answer``: when, and how long it
@@ -28,7 +28,7 @@ import attrs
 import httpx
 import trio
 
-from codemojex.notify.classify import (
+from codemojex.telegram.classify import (
     Garbled,
     Verdict,
     classify,

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import attrs
 
-__all__ = ["Limits", "Window", "is_group_chat"]
+from codemojex.telegram.chats import is_group_chat
+
+__all__ = ["Limits", "Window"]
 
 
 def _positive(_inst: object, attr: attrs.Attribute[int], value: int) -> None:
@@ -48,11 +50,6 @@ class Window:
                 f"{what} must look like LIMIT/WINDOW_MS with positive integers (e.g. 30/1000), "
                 f"got {text!r}"
             ) from None
-
-
-def is_group_chat(chat_id: int) -> bool:
-    """Groups and channels have negative ids; private chats positive ones."""
-    return chat_id < 0
 
 
 @attrs.frozen

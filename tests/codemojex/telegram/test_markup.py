@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from codemojex.notify.markup import Entity, Formatted, MarkupError, apply, trim
+from codemojex.telegram.markup import Entity, Formatted, MarkupError, apply, trim
 
 
 def kinds(f: Formatted) -> list[tuple[str, int, int]]:

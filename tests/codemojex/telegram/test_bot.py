@@ -7,10 +7,10 @@ import pytest
 import trio
 
 from codemojex import ids
-from codemojex.notify.classify import Delivered, Drop, Fatal, Garbled, RetryLater, classify
-from codemojex.notify.telegram import garbled, open_bot
 from codemojex.standin.bot_api import Scripted, open_stand_in
 from codemojex.standin.outage import open_outage
+from codemojex.telegram.bot import garbled, open_bot
+from codemojex.telegram.classify import Delivered, Drop, Fatal, Garbled, RetryLater, classify
 from tests.conftest import wait_for
 
 TOKEN = "987654:SECRET-TOKEN-VALUE"

@@ -94,7 +94,7 @@ Verdict = Delivered | RetryLater | Migrate | Drop | Fatal
 class Garbled:
     """An answer that is not the Bot API's: its HTTP ``status``, ``what`` it was instead (``not
     JSON (text/html, "502 Bad Gateway")``, ``JSON but not the Bot API's (an array)``), and a
-    ``Retry-After`` header's seconds if it had one. ``codemojex.notify.telegram.garbled`` reads
+    ``Retry-After`` header's seconds if it had one. ``codemojex.telegram.bot.garbled`` reads
     one from a response; ``classify`` makes one of any decoded body that is not the Bot API's."""
 
     status: int

@@ -1,4 +1,5 @@
-"""How the game marks up the texts it sends (pure).
+"""How the game builds the texts it sends (pure): the game's own, where ``codemojex.telegram``
+holds Telegram's rules for any text (``markup``, ``text``).
 
 Every text the game sends is a ``Text``: its body and the parse mode it was built for, made by
 ``plain`` or ``html`` and never split on the way, so a text cannot be sent in a mode it was not
@@ -11,8 +12,9 @@ built for. The rule both ways:
   every user-supplied name or title in it goes through ``escape`` first: a player called
   ``<Tom & Jerry>`` is shown as written instead of breaking the message (Telegram answers an
   unescaped ``<`` with 400 "can't parse entities", and the notice would be dropped).
-  ``check_notice`` parses every notice with a parse mode as Telegram does, so a text built here
-  that does not parse is refused when it is enqueued, never dropped on the way.
+  ``check_notice`` (``codemojex.telegram.check_text``) parses every notice with a parse mode as
+  Telegram does, so a text built here that does not parse is refused when it is enqueued, never
+  dropped on the way.
 
 A text answering a message in a forum topic goes to that topic: ``Text.opts(thread)`` adds
 its ``message_thread_id``.
