@@ -39,9 +39,10 @@ import attrs
 import trio
 
 from echomq_trio import address, events, humane, ids, jobs, lanes, queues, repair, repeat, retention
-from echomq_trio.bus import Bus, open_bus
+from echomq_trio.bus import Bus
 from echomq_trio.cli import CliError, Stopped, cancel_on_signal, silence_stdout
 from echomq_trio.errors import AuthenticationFailed, BusError, ConnectionLost
+from echomq_trio.opening import open_bus
 from echomq_trio.results import Retention
 
 DEFAULT_URL = "redis://127.0.0.1:6379"
