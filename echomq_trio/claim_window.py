@@ -10,9 +10,9 @@ others idle).
 ``HoldAhead``: how many jobs to hold ahead of the handlers: about ``horizon_s`` of their work
 at the pace they have been finishing jobs (measured over spans of at least ``span_s``, each
 span weighing as much as all before it together), between ``least`` and ``most``. Fast handlers
-get a deep buffer, so claims and acks stay in flight while they work (no-op jobs, measured
-2026-12-01: up to 512 ahead made 1.3-1.4 times the jobs/s of 128); slow ones get a shallow
-one, so a job does not wait behind them while another consumer idles.
+get a deep buffer, so claims and acks stay in flight while they work (why 512 at most: the
+README's benchmarks, "Measurements behind the design"); slow ones get a shallow one, so a job
+does not wait behind them while another consumer idles.
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ Theory of operation:
 * A batch holds at most half the callers in flight (and at least ``BATCH_MIN``); the next
   caller leads a new batch, which leaves as soon as it has gathered, whether or not the one
   before has its answer. So about two batches are out at once: while the server runs one, the
-  callers of the other take their answers and gather their next jobs. Measured with 64 tasks
-  enqueueing in a loop (2026-12-01, one process, 2 cores): one batch of 64 a round trip made
-  27,000 jobs/s; two of 32 made 36,000-50,000.
+  callers of the other take their answers and gather their next jobs (one batch of all the
+  callers at a time is markedly slower: the README's benchmarks, "Measurements behind the
+  design").
 * A caller counts as in flight from its arrival until it has its answer in hand (``in_flight``),
   not only while its call is on the wire. The callers of a batch all wake when its answer
   comes (they share one event); the first of them to enqueue again finds the others still in

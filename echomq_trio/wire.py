@@ -279,10 +279,9 @@ class Wire:
         ``script_source`` for names.
 
         The client library's script call, not a raw ``EVALSHA`` through ``custom_command``:
-        measured side by side (2026-12-01, paired calls of the ``enqueue`` script) both cost the
-        same, and the library's core loads a script the server lost (``SCRIPT FLUSH``, a
-        restart) on the node that owns the keys' slot and retries, as tests/echomq_trio/
-        test_wire.py shows."""
+        both cost the same, and the library's core loads a script the server lost (``SCRIPT
+        FLUSH``, a restart) on the node that owns the keys' slot and retries, as
+        tests/echomq_trio/test_wire.py shows."""
         script = self._scripts.get(name)
         if script is None:
             script = self._scripts[name] = Script(script_source(name))  # type: ignore[no-untyped-call]

@@ -58,14 +58,12 @@ __all__ = [
 
 MAX_ATTEMPTS = 6
 BACKOFF: Policy = Jitter(Exponential(500, 30_000))
-# Waits up to this are held in the chat task; longer ones are deferred on the server. Measured
-# (tools/bench_notify.py, README "The whole budget"): a worker holding 64 notices reserves global
-# slots up to 64 / 30 s = 2.1 s ahead, and a notice that misses its slot queues again behind
-# them (another 2.1 s); with 2.5 s, those waits were deferred (1,300 deferrals in a 600-notice
-# run), each deferred lane kept its slot while the worker claimed another chat, which reserved
-# further still: every chat ended up deferred 3-5 s. With 5 s nothing was deferred for the
-# global window. 5 s is also the renewal period of the default 15 s lease, and below a group
-# chat's 20/min window (3 s per message), which is deferred.
+# Waits up to this are held in the chat task; longer ones are deferred on the server. A notice
+# that misses its booked global slot queues again behind the others booked (up to 2 x the
+# notices held / 30 s): shorter, those waits were deferred, each deferred lane kept its slot
+# while the worker claimed another chat, which reserved further still (the README's benchmarks,
+# "Measurements behind the design"). 5 s is also the renewal period of the default 15 s lease,
+# and below a group chat's 20/min window (3 s per message), which is deferred.
 DEFAULT_HOLD_MAX_MS = 5_000
 # A chat answering 429 for this long in a row (across notices, deferrals and processes): its
 # notice is dead with the reason instead of deferred again.
