@@ -115,10 +115,11 @@ class DeliveryStats:
 
 class NotificationWorker:
     """Run with ``nursery.start(worker.run)``; cancel to stop (notices in hand go back). With
-    ``metrics`` (``codemojex.notify.metrics.NotifyMetrics``) it observes its claims and settlements, and
-    each delivery its delay; without, nothing. ``concurrency`` is how many notices (so chats) it
-    holds at most: 8 by default, the best of 8/16/64 measured with tools/bench_notify.py (more
-    chat tasks wake later for their booked slots, and late sends meet 429s; README).
+    ``metrics`` (``codemojex.notify.metrics.NotifyMetrics``) it observes its claims and
+    settlements, and each delivery its delay; without, nothing. ``concurrency`` is how many
+    notices (so chats) it holds at most: 8 by default, the best of 8/16/64 with
+    tools/bench_notify.py (more chat tasks wake later for their booked slots, and late sends
+    meet 429s; README).
     ``hang_after_s``: a request to Telegram unanswered this long is an outage (``OutageGate``).
     With a ``ledger`` it does not send again a notice the audit archive records as delivered
     (after a repair or restore of the server's data; see the module docstring)."""
