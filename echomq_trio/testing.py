@@ -29,11 +29,11 @@ from echomq_trio.errors import BusError
 from echomq_trio.transport import ConnectionSpec, Subscription, Transport
 
 __all__ = [
-    "Call",
     "Cancel",
     "Fault",
     "FaultyTransport",
     "Raise",
+    "SeenCall",
     "any_call",
     "commands",
     "scripts",
@@ -44,7 +44,7 @@ Op = Literal["script", "command", "blpop", "scan", "server_time_ms", "subscribe"
 
 
 @attrs.frozen
-class Call:
+class SeenCall:
     """One call made through the transport. ``name`` is the script's name, the command's name in
     upper case (``"TIME"`` for ``server_time_ms``, ``"BLPOP"``, ``"SCAN"``, ``"SUBSCRIBE"``,
     ``"WAITAOF"``); ``keys`` and ``args`` are as given (a command's arguments after its name; a
@@ -57,18 +57,18 @@ class Call:
     args: tuple[str | bytes, ...] = ()
 
 
-def scripts(*names: str) -> Callable[[Call], bool]:
+def scripts(*names: str) -> Callable[[SeenCall], bool]:
     """Matches calls of the named scripts (any script when no name is given)."""
     return lambda call: call.op == "script" and (not names or call.name in names)
 
 
-def commands(*names: str) -> Callable[[Call], bool]:
+def commands(*names: str) -> Callable[[SeenCall], bool]:
     """Matches raw commands by name, any case (any command when no name is given)."""
     wanted = {n.upper() for n in names}
     return lambda call: call.op == "command" and (not wanted or call.name in wanted)
 
 
-def any_call(call: Call) -> bool:
+def any_call(call: SeenCall) -> bool:
     """Matches every call."""
     return True
 
@@ -99,18 +99,18 @@ class Fault:
     """A planned fault: ``action`` at the ``nth`` matching call (counted from 1), and at the
     ``times - 1`` matching calls after it."""
 
-    matches: Callable[[Call], bool]
+    matches: Callable[[SeenCall], bool]
     action: Raise | Cancel
     nth: int = 1
     times: int = 1
     seen: int = attrs.field(default=0, init=False)  # matching calls so far
-    hits: list[Call] = attrs.field(factory=list, init=False)  # the calls it acted on, in order
+    hits: list[SeenCall] = attrs.field(factory=list, init=False)  # the calls it acted on, in order
 
     @property
     def fired(self) -> bool:
         return bool(self.hits)
 
-    def _take(self, call: Call) -> bool:
+    def _take(self, call: SeenCall) -> bool:
         if not self.matches(call):
             return False
         self.seen += 1
@@ -124,7 +124,7 @@ class Fault:
 class _Plan:
     faults: list[Fault] = attrs.Factory(list)
     # Every call, for the wrapper's life: a test aid, made for one test, never for a service.
-    calls: list[Call] = attrs.Factory(list)
+    calls: list[SeenCall] = attrs.Factory(list)
 
 
 class FaultyTransport:
@@ -139,7 +139,7 @@ class FaultyTransport:
         return self.inner.spec
 
     @property
-    def calls(self) -> list[Call]:
+    def calls(self) -> list[SeenCall]:
         """Every call seen so far, faulty or not, in the order they started."""
         return self._plan.calls
 
@@ -158,7 +158,7 @@ class FaultyTransport:
 
     def fail(
         self,
-        matches: Callable[[Call], bool],
+        matches: Callable[[SeenCall], bool],
         error: BusError,
         *,
         nth: int = 1,
@@ -171,7 +171,7 @@ class FaultyTransport:
 
     def cancel(
         self,
-        matches: Callable[[Call], bool],
+        matches: Callable[[SeenCall], bool],
         scope: trio.CancelScope,
         *,
         nth: int = 1,
@@ -184,30 +184,30 @@ class FaultyTransport:
     # --- the transport ---------------------------------------------------------------------
 
     async def script(self, name: str, keys: Sequence[str], args: Sequence[str | bytes]) -> Any:
-        call = Call("script", name, tuple(keys), tuple(args))
+        call = SeenCall("script", name, tuple(keys), tuple(args))
         return await self._run(call, lambda: self.inner.script(name, keys, args))
 
     async def command(self, *args: str | bytes) -> Any:
         head = args[0] if args else ""
         name = (head.decode(errors="replace") if isinstance(head, bytes) else head).upper()
-        call = Call("command", name, (), tuple(args[1:]))
+        call = SeenCall("command", name, (), tuple(args[1:]))
         return await self._run(call, lambda: self.inner.command(*args))
 
     async def blpop(self, key: str, timeout_s: float) -> bytes | None:
-        call = Call("blpop", "BLPOP", (key,), (str(timeout_s),))
+        call = SeenCall("blpop", "BLPOP", (key,), (str(timeout_s),))
         return await self._run(call, lambda: self.inner.blpop(key, timeout_s))
 
     async def scan(self, match: str, *, count: int = 1000) -> list[str]:
-        call = Call("scan", "SCAN", (), (match, str(count)))
+        call = SeenCall("scan", "SCAN", (), (match, str(count)))
         return await self._run(call, lambda: self.inner.scan(match, count=count))
 
     async def server_time_ms(self) -> int:
-        return await self._run(Call("server_time_ms", "TIME"), self.inner.server_time_ms)
+        return await self._run(SeenCall("server_time_ms", "TIME"), self.inner.server_time_ms)
 
     async def wait_aof(
         self, key: str, numlocal: int, numreplicas: int, timeout_ms: int
     ) -> tuple[int, int]:
-        call = Call("wait_aof", "WAITAOF", (key,), (str(numlocal), str(numreplicas)))
+        call = SeenCall("wait_aof", "WAITAOF", (key,), (str(numlocal), str(numreplicas)))
         return await self._run(
             call, lambda: self.inner.wait_aof(key, numlocal, numreplicas, timeout_ms)
         )
@@ -224,7 +224,7 @@ class FaultyTransport:
     ) -> AsyncIterator[Subscription]:
         """The inner transport's subscription; a fault acts as it is opened: before, or with
         ``after`` once it is open (a raised error closes it again on its way out)."""
-        call = Call("subscribe", "SUBSCRIBE", (*channels, *patterns))
+        call = SeenCall("subscribe", "SUBSCRIBE", (*channels, *patterns))
         due = self._due(call)
         await self._act(due, after=False)
         async with self.inner.subscribe(channels=channels, patterns=patterns) as sub:
@@ -233,11 +233,11 @@ class FaultyTransport:
 
     # --- injection -------------------------------------------------------------------------
 
-    def _due(self, call: Call) -> list[Fault]:
+    def _due(self, call: SeenCall) -> list[Fault]:
         self._plan.calls.append(call)
         return [f for f in self._plan.faults if f._take(call)]
 
-    async def _run(self, call: Call, send: Callable[[], Awaitable[T]]) -> T:
+    async def _run(self, call: SeenCall, send: Callable[[], Awaitable[T]]) -> T:
         due = self._due(call)
         await self._act(due, after=False)
         answer = await send()

@@ -77,8 +77,8 @@ from echomq_trio.transport import DEFAULT_TIMEOUT_MS, ConnectionSpec, Message
 
 __all__ = [
     "ConnectionSpec",
+    "GlideSubscription",
     "Message",
-    "Subscription",
     "Wire",
     "open_wire",
     "parse_url",
@@ -350,7 +350,7 @@ class Wire:
     @asynccontextmanager
     async def subscribe(
         self, *, channels: Sequence[str] = (), patterns: Sequence[str] = ()
-    ) -> AsyncIterator[Subscription]:
+    ) -> AsyncIterator[GlideSubscription]:
         """A client of its own subscribed to ``channels`` and ``patterns`` (pub/sub)."""
         if not channels and not patterns:
             raise ValueError("subscribe to at least one channel or pattern")
@@ -366,7 +366,7 @@ class Wire:
         except GlideError as exc:
             raise _connect_failure(self.spec, exc) from exc
         try:
-            yield Subscription(client, self.spec.redacted())
+            yield GlideSubscription(client, self.spec.redacted())
         finally:
             await _close(client)
 
@@ -394,7 +394,7 @@ async def _close(client: GlideClient | GlideClusterClient) -> None:
         await client.close()
 
 
-class Subscription:
+class GlideSubscription:
     """Messages of a subscription, in order (a ``transport.Subscription``). Receive them from one
     long-lived task: cancelling ``receive`` loses the message that was on its way (the client
     library keeps the cancelled waiter), so cancel only to stop for good."""
@@ -415,7 +415,7 @@ class Subscription:
             pattern=None if pattern is None else as_text(pattern),
         )
 
-    def __aiter__(self) -> Subscription:
+    def __aiter__(self) -> GlideSubscription:
         return self
 
     async def __anext__(self) -> Message:

@@ -52,7 +52,7 @@ from echomq_trio import (
     jobs,
 )
 from echomq_trio.settlement import HandlerResult
-from echomq_trio.testing import Call, Fault, FaultyTransport, scripts
+from echomq_trio.testing import Fault, FaultyTransport, SeenCall, scripts
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -82,8 +82,8 @@ POINTS = [
 ]
 
 
-def _matcher(target: str, bury_id: str) -> Callable[[Call], bool]:
-    def is_bury(call: Call) -> bool:
+def _matcher(target: str, bury_id: str) -> Callable[[SeenCall], bool]:
+    def is_bury(call: SeenCall) -> bool:
         return call.op == "script" and call.name == "retry" and bury_id in call.args
 
     if target == "bury":

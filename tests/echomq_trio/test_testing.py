@@ -6,10 +6,10 @@ import trio
 
 from echomq_trio import Bus, ConnectionLost, RequestTimedOut, ids, jobs
 from echomq_trio.testing import (
-    Call,
     Fault,
     FaultyTransport,
     Raise,
+    SeenCall,
     any_call,
     commands,
     scripts,
@@ -37,7 +37,7 @@ async def test_calls_go_through_and_are_recorded(bus: Bus, queue: str) -> None:
         ("command", "INCR"),
         ("server_time_ms", "TIME"),
     ]
-    assert faulty.calls[1] == Call("command", "INCR", (), (counter(queue),))
+    assert faulty.calls[1] == SeenCall("command", "INCR", (), (counter(queue),))
     assert (await jobs.get_job(bus, queue, a)) is not None
 
 
@@ -54,7 +54,7 @@ async def test_a_failure_before_the_call_never_reaches_the_server(
         await faulty.command("INCR", key)
     assert await value(bus, key) == 1
     assert await faulty.command("INCR", key) == 2  # only the nth
-    assert fault.hits == [Call("command", "INCR", (), (key,))] and fault.seen == 3
+    assert fault.hits == [SeenCall("command", "INCR", (), (key,))] and fault.seen == 3
 
 
 async def test_a_failure_after_the_call_loses_the_answer_of_a_call_that_ran(
@@ -154,7 +154,7 @@ async def test_a_subscription_can_fail_as_it_opens(bus: Bus, queue: str, after: 
     with pytest.raises(ConnectionLost):
         async with faulty.subscribe(channels=[channel]):
             pytest.fail("a failed subscription must not open")
-    assert fault.hits == [Call("subscribe", "SUBSCRIBE", (channel,))]
+    assert fault.hits == [SeenCall("subscribe", "SUBSCRIBE", (channel,))]
     async with faulty.subscribe(channels=[channel]) as sub, trio.open_nursery() as nursery:
 
         async def publish() -> None:
