@@ -59,6 +59,7 @@ from echomq_trio.results import (
     Retention,
 )
 from echomq_trio.sequence import Seq
+from echomq_trio.states import JobState
 
 __all__ = [
     "AUDIT_ACK_MAX",
@@ -104,6 +105,7 @@ __all__ = [
     "fire_call",
     "fire_reply",
     "inspect_ids_call",
+    "inspect_ids_reply",
     "inspect_lane_call",
     "inspect_reply",
     "inspect_state_call",
@@ -635,8 +637,8 @@ def count_lanes_reply(raw: Sequence[Any]) -> tuple[int, int]:
 
 
 # Where a job in each state waits, by ``SCHEMA`` name (a pending lane job waits in its lane
-# instead); the table of states in scripts/README.md says the same, and a test checks it.
-STATE_SETS = {"pending": "pending", "scheduled": "schedule", "active": "active", "dead": "dead"}
+# instead): ``states.JobState.waits_in``, the table scripts/README.md is written from.
+STATE_SETS = {str(s): s.waits_in for s in JobState}
 
 
 def state_set(k: QueueKeys, state: str) -> str:
@@ -667,15 +669,24 @@ def inspect_ids_call(k: QueueKeys, job_ids: Sequence[str]) -> Call:
 
 
 def inspect_reply(raw: Iterable[Sequence[object]]) -> list[JobInfo]:
-    """Per job ``{id, state, attempts, payload, last_error, score, group}``; state ``''`` for a
-    missing row."""
-    out = []
+    """Per job ``{id, state, attempts, payload, last_error, score, group}``, of rows that exist
+    (a set's; ``inspect_ids_reply`` tells a missing row)."""
+    return [info for info in inspect_ids_reply(raw) if info is not None]
+
+
+def inspect_ids_reply(raw: Iterable[Sequence[object]]) -> list[JobInfo | None]:
+    """Per job named ``{id, state, attempts, payload, last_error, score, group}``: its row, or
+    ``None`` for a missing row (state ``''``)."""
+    out: list[JobInfo | None] = []
     for job_id, state, attempts, payload, last_error, score, group in raw:
         sc = as_text(score)
+        if not as_text(state):
+            out.append(None)
+            continue
         out.append(
             JobInfo(
                 id=as_text(job_id),
-                state=as_text(state),
+                state=JobState(as_text(state)),
                 attempts=int(as_text(attempts)),
                 payload=as_bytes(payload),
                 last_error=as_text(last_error) or None,

@@ -1,7 +1,8 @@
 """The scripts against the written rules: the Lua prelude's key schema is ``keys.SCHEMA`` line for
-line, scripts reach only declared keys, each header's transition arrow is the one in the table of
-``echomq_trio/scripts/README.md``, scripts answer the words Python parses, and application
-scripts get the public prelude alone (by a plain or a dotted package name)."""
+line, scripts reach only declared keys, each header's transition arrow is the one
+``echomq_trio.states`` gives (the table the README is written from), scripts answer the words
+Python parses, and application scripts get the public prelude alone (by a plain or a dotted
+package name)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from echomq_trio import Bus, ids, lua, protocol
+from echomq_trio import Bus, ids, lua, protocol, states
 from echomq_trio.keys import SCHEMA, queue_keys
 from echomq_trio.results import Outcome, Registered
 from echomq_trio.wire import script_source
@@ -124,84 +125,23 @@ async def test_an_app_script_addresses_the_queue_s_keys(bus: Bus, app_package: P
     ]  # fmt: skip
 
 
-# --- the state machine ---------------------------------------------------------------------------
-
-JOB_STATES = {"(none)", "pending", "pending (lane)", "pending (lane, waiting)", "scheduled",
-              "active", "dead", "registered"}  # fmt: skip
-LANE_STATES = {"any", "ready", "idle", "paused", "waiting"}
+# --- the state machine (echomq_trio.states; tests/echomq_trio/test_states.py) -------------------
 
 
-def _alternatives(text: str) -> frozenset[str]:
-    """``a | b (c | d)`` → {``a``, ``b (c | d)``}: split at ``|`` outside parentheses."""
-    parts, depth, cur = [], 0, ""
-    for ch in text:
-        depth += ch == "("
-        depth -= ch == ")"
-        if ch == "|" and depth == 0:
-            parts.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-    parts.append(cur.strip())
-    return frozenset(parts)
-
-
-def _states_of(alternative: str, lane: bool) -> set[str]:
-    main, _, side = alternative.partition(" (+ ")
-    states = {main}
-    if side:
-        states |= set(_alternatives(side.removesuffix(")")))
-    return states
-
-
-Arrow = tuple[str, frozenset[str], frozenset[str]]
-
-
-def _arrow(text: str) -> Arrow:
-    text = " ".join(text.replace("`", "").replace("\\|", "|").split())
-    if text.startswith("none"):
-        return ("none", frozenset([text]), frozenset())
-    source, _, target = text.partition(" -> ")
-    kind = "lane" if source.startswith("lane ") else "job"
-    return (kind, _alternatives(source.removeprefix("lane ")), _alternatives(target))
-
-
-def _header_arrow(name: str) -> Arrow:
+def _header(name: str) -> str:
     lines = re.findall(r"^-- transition: (.*)$", (SCRIPTS / f"{name}.lua").read_text(), re.M)
     assert len(lines) == 1, f"{name}.lua needs exactly one '-- transition:' header line"
-    return _arrow(lines[0])
-
-
-def _table(title: str) -> list[list[str]]:
-    text = (SCRIPTS / "README.md").read_text().split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in text.splitlines() if line.startswith("| ")]
-    cells = [[c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]] for row in rows[1:]]
-    return [row for row in cells if not set(row[0]) <= {"-"}]
-
-
-def _transitions() -> dict[str, tuple[Arrow, set[str]]]:
-    out = {}
-    for script, source, target, answers in _table("Transitions"):
-        name = script.strip("`")
-        arrow = _arrow(source if source.startswith("none") else f"{source} -> {target}")
-        out[name] = (arrow, set(re.findall(r"`([a-z_]+)`", answers)))
-    return out
+    return lines[0]
 
 
 def test_the_table_lists_every_script_once() -> None:
-    assert sorted(_transitions()) == BUS_SCRIPTS
-    assert len(_table("Transitions")) == len(BUS_SCRIPTS)
+    assert sorted(states.SCRIPTS) == BUS_SCRIPTS
+    assert {e.script for e in states.EDGES} <= set(BUS_SCRIPTS)
 
 
 @pytest.mark.parametrize("name", BUS_SCRIPTS)
 def test_each_header_arrow_is_the_table_s(name: str) -> None:
-    arrow, _ = _transitions()[name]
-    assert _header_arrow(name) == arrow
-    kind, source, target = arrow
-    if kind != "none":
-        vocabulary = LANE_STATES if kind == "lane" else JOB_STATES
-        for alternative in source | target:
-            assert _states_of(alternative, kind == "lane") <= vocabulary, alternative
+    assert _header(name) == states.arrow(name)
 
 
 @pytest.mark.parametrize("name", BUS_SCRIPTS)
@@ -217,16 +157,25 @@ def test_each_header_states_its_cost_bounded_by_its_batch(name: str) -> None:
 
 
 def test_the_states_table_names_declared_keys_and_agrees_with_the_protocol() -> None:
-    rows = {row[0].strip("`"): row[1] for row in _table("Job states")}
-    assert set(rows) == JOB_STATES - {"registered"}
+    rows = [line.split(" | ") for line in states.readme_sections()["states"][2:]]
+    assert [row[0].strip("|` ") for row in rows] == [p.value for p in states.Place]
     patterns = {s.pattern for s in SCHEMA}
-    for where in rows.values():
+    for where in (row[1] for row in rows):
         for key in re.findall(r"`([^`]+)`", where):
             assert key in patterns, key
     k = queue_keys("q")
-    for state in protocol.STATE_SETS:
+    for state in states.JobState:
         suffix = protocol.state_set(k, state).removeprefix(k.prefix)
-        assert f"`{suffix}`" in rows[state], state
+        assert (
+            states.JobState(state).waits_in
+            == suffix
+            == next(s.stem for s in SCHEMA if s.name == protocol.STATE_SETS[state])
+        )
+    assert set(protocol.STATE_SETS) == {str(s) for s in states.JobState}
+
+
+def _words(name: str) -> set[str]:
+    return set(states.SCRIPTS[name].answers)
 
 
 def _answered(name: str) -> str:
@@ -237,7 +186,7 @@ def _answered(name: str) -> str:
 
 @pytest.mark.parametrize("name", BUS_SCRIPTS)
 def test_scripts_answer_the_words_python_parses(name: str) -> None:
-    _, words = _transitions()[name]
+    words = _words(name)
     code = _code(_answered(name))
     for word in words:
         assert f"'{word}'" in code, f"{name}.lua never answers {word!r}"
@@ -255,7 +204,7 @@ def test_scripts_answer_the_words_python_parses(name: str) -> None:
 
 
 def test_every_outcome_is_some_script_s_answer() -> None:
-    answered = set().union(*(words for _, words in _transitions().values()))
+    answered = set().union(*(_words(n) for n in BUS_SCRIPTS))
     assert {o.value for o in Outcome} <= answered
     assert {r.value for r in Registered} <= answered
 
