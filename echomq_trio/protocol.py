@@ -66,6 +66,7 @@ __all__ = [
     "DEFAULT_KEY_TTL_MS",
     "ENQUEUE_CHUNK",
     "LANE_PAGE_MAX",
+    "REPLY_FIELDS",
     "STATE_SETS",
     "Call",
     "StreamEntry",
@@ -674,24 +675,43 @@ def inspect_reply(raw: Iterable[Sequence[object]]) -> list[JobInfo]:
     return [info for info in inspect_ids_reply(raw) if info is not None]
 
 
+# Each row's fields, in the order the script answers them: the script's ``-- fields:`` header
+# says the same, and a test checks it (tests/echomq_trio/test_scripts.py).
+REPLY_FIELDS = {
+    "inspect": ("id", "state", "attempts", "payload", "last_error", "score", "group"),
+    "lane_status": ("group", "depth", "in_flight", "limit", "weight", "paused", "wait_until",
+                    "on_ring"),
+    "repeats": ("name", "next_run", "every", "template", "group", "last_fired"),
+}  # fmt: skip
+
+
+def _named(script: str, row: Sequence[Any]) -> dict[str, Any]:
+    """A reply row by field name (``REPLY_FIELDS``); a row of another length is refused."""
+    fields = REPLY_FIELDS[script]
+    if len(row) != len(fields):
+        raise ValueError(f"{script} answered a row of {len(row)} fields, expected {len(fields)}")
+    return dict(zip(fields, row, strict=True))
+
+
 def inspect_ids_reply(raw: Iterable[Sequence[object]]) -> list[JobInfo | None]:
     """Per job named ``{id, state, attempts, payload, last_error, score, group}``: its row, or
     ``None`` for a missing row (state ``''``)."""
     out: list[JobInfo | None] = []
-    for job_id, state, attempts, payload, last_error, score, group in raw:
-        sc = as_text(score)
-        if not as_text(state):
+    for row in raw:
+        r = _named("inspect", row)
+        sc = as_text(r["score"])
+        if not as_text(r["state"]):
             out.append(None)
             continue
         out.append(
             JobInfo(
-                id=as_text(job_id),
-                state=JobState(as_text(state)),
-                attempts=int(as_text(attempts)),
-                payload=as_bytes(payload),
-                last_error=as_text(last_error) or None,
+                id=as_text(r["id"]),
+                state=JobState(as_text(r["state"])),
+                attempts=int(as_text(r["attempts"])),
+                payload=as_bytes(r["payload"]),
+                last_error=as_text(r["last_error"]) or None,
                 score_ms=int(float(sc)) if sc else None,
-                group=as_text(group) or None,
+                group=as_text(r["group"]) or None,
             )
         )
     return out
@@ -761,19 +781,21 @@ def lane_status_page_call(k: QueueKeys, after: str = "", count: int = 100) -> Ca
 def lane_status_reply(raw: Sequence[Any]) -> LanePage:
     """The next page's cursor (``''``: none) and per lane its row."""
     nxt = as_text(raw[0])
-    lanes = [
-        LaneStatus(
-            group=as_text(r[0]),
-            depth=int(r[1]),
-            in_flight=int(r[2]),
-            limit=int(r[3]) or None,
-            weight=int(r[4]),
-            paused=bool(r[5]),
-            wait_until_ms=int(r[6]) or None,
-            on_ring=bool(r[7]),
+    lanes = []
+    for row in raw[1:]:
+        r = _named("lane_status", row)
+        lanes.append(
+            LaneStatus(
+                group=as_text(r["group"]),
+                depth=int(r["depth"]),
+                in_flight=int(r["in_flight"]),
+                limit=int(r["limit"]) or None,
+                weight=int(r["weight"]),
+                paused=bool(r["paused"]),
+                wait_until_ms=int(r["wait_until"]) or None,
+                on_ring=bool(r["on_ring"]),
+            )
         )
-        for r in raw[1:]
-    ]
     return LanePage(lanes, nxt or None)
 
 
@@ -842,15 +864,16 @@ def repeats_call(k: QueueKeys, which: str, limit: int, offset: int = 0) -> Call:
 def repeats_reply(raw: Iterable[Sequence[object]]) -> list[Registration]:
     """Per registration ``{name, next run, every ms, template, group or '', last fired or ''}``."""
     out = []
-    for name, next_run, every, template, group, last in raw:
-        last_text = as_text(last)
+    for row in raw:
+        r = _named("repeats", row)
+        last_text = as_text(r["last_fired"])
         out.append(
             Registration(
-                name=as_text(name),
-                next_run_ms=int(float(as_text(next_run))),
-                every_ms=int(as_text(every)),
-                template=as_bytes(template),
-                group=as_text(group) or None,
+                name=as_text(r["name"]),
+                next_run_ms=int(float(as_text(r["next_run"]))),
+                every_ms=int(as_text(r["every"])),
+                template=as_bytes(r["template"]),
+                group=as_text(r["group"]) or None,
                 last_fired_ms=int(last_text) if last_text else None,
             )
         )

@@ -318,3 +318,21 @@ def test_bus_scripts_are_read_at_import_so_a_running_process_keeps_its_version(
         for m in [m for m in sys.modules if m.startswith("echomq_trio")]:
             del sys.modules[m]
         sys.modules.update(saved)
+
+
+# --- replies decoded by name ---------------------------------------------------------------------
+
+
+def test_each_row_reply_is_decoded_by_the_names_its_header_lists() -> None:
+    """A script answering rows lists each row's fields in order (``-- fields:``); the Python
+    decoder reads them by those names (``protocol.REPLY_FIELDS``), so a field added, dropped or
+    moved on one side only fails here."""
+    headers = {}
+    for name in BUS_SCRIPTS:
+        lines = re.findall(r"^-- fields: (.*)$", (SCRIPTS / f"{name}.lua").read_text(), re.M)
+        assert len(lines) <= 1, name
+        if lines:
+            headers[name] = tuple(f.strip() for f in lines[0].split(","))
+    assert headers == protocol.REPLY_FIELDS
+    with pytest.raises(ValueError, match="inspect answered a row of 6 fields, expected 7"):
+        protocol.inspect_reply([[b"JOB0000000000x", b"dead", b"1", b"", b"", b""]])
