@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
+from typing import TypeVar
 
 import attrs
 
@@ -235,15 +236,20 @@ def edges_of(script: str) -> list[Edge]:
     return [e for e in EDGES if e.script == script]
 
 
-def next_place(place: Place, script: str, case: str = "") -> Place:
-    """Where ``script`` takes a job from ``place`` in ``case``; ``ValueError`` when the table
-    has no such move (the script refuses that job: ``stale``, ``not_dead``...)."""
+N = TypeVar("N", Place, LaneState, RepeatState)
+
+
+def next_place(place: N, script: str, case: str = "") -> N:
+    """Where ``script`` takes a job (a lane, a recurring schedule) from ``place`` in ``case``;
+    ``ValueError`` when the table has no such move (the script refuses it: ``stale``,
+    ``not_dead``...)."""
     for e in edges_of(script):
         if e.source is place and e.case == case:
-            assert isinstance(e.target, Place)
-            return e.target
+            target = e.target
+            assert isinstance(target, type(place)), e  # a machine's moves stay in it
+            return target
     cases = sorted(e.case for e in edges_of(script) if e.source is place)
-    raise ValueError(f"{script} does not move a job from {place.value} in case {case!r} ({cases})")
+    raise ValueError(f"{script} does not move {place.value} in case {case!r} ({cases})")
 
 
 # --- rendering: the scripts' headers and the README -----------------------------------------------
