@@ -224,6 +224,62 @@ def _outcomes(raw: Iterable[object]) -> list[Outcome]:
         return [_outcome(word) for word in raw]  # names the word that is not one
 
 
+# Every reply of a fixed shape, by its fields' names in the order the script answers them: a
+# name ending ``?`` may be missing (the last), one ending ``...`` takes the rest (a list);
+# ``script/each`` names the fields of each item of such a list (or of each row of a reply that
+# is a list of rows). Each script's ``-- fields:`` header says the same, and a test holds them
+# equal (tests/echomq_trio/test_scripts.py), so every decoder reads its reply by name.
+REPLY_FIELDS: dict[str, tuple[str, ...]] = {
+    "audit_ack": ("acked", "trimmed"),
+    "claim": ("lease_deadline", "jobs..."),
+    "claim/job": ("id", "payload", "attempts", "token", "group"),
+    "clock": ("recorded", "step", "step_at", "carried", "more", "now"),
+    "count_lanes": ("lanes", "waiting"),
+    "counts": ("exists", "pending", "scheduled", "active", "dead", "lanes", "paused_lanes",
+               "waiting_lanes", "completed_total", "retried_total", "dead_total",
+               "deferred_total", "repeats"),
+    "extend": ("deadline", "lost..."),
+    "fire": ("fired", "next_due", "now"),
+    "inspect/job": ("id", "state", "attempts", "payload", "last_error", "score", "group"),
+    "lane_config": ("limit", "weight"),
+    "lane_status": ("next", "lanes..."),
+    "lane_status/lane": ("group", "depth", "in_flight", "limit", "weight", "paused",
+                         "wait_until", "on_ring"),
+    "promote": ("moved", "lanes_resumed", "next_due", "now", "carrying", "lateness..."),
+    "reap": ("reaped", "now", "carrying", "next_from?"),
+    "register": ("outcome", "at"),
+    "repeats/registration": ("name", "next_run", "every", "template", "group", "last_fired"),
+    "retention": ("dead_max", "dead_max_age_ms", "events", "events_max_len"),
+}  # fmt: skip
+
+
+def _named(shape: str, raw: Sequence[Any]) -> dict[str, Any]:
+    """A reply (or one row of it) by field name (``REPLY_FIELDS[shape]``); a reply of another
+    length is refused with the script's name."""
+    names = REPLY_FIELDS[shape]
+    out: dict[str, Any] = {}
+    for i, name in enumerate(names):
+        if name.endswith("..."):
+            out[name[:-3]] = list(raw[i:])
+            return out
+        if name.endswith("?"):
+            out[name[:-1]] = raw[i] if i < len(raw) else None
+        elif i < len(raw):
+            out[name] = raw[i]
+    least = sum(not n.endswith("?") for n in names)
+    if not least <= len(raw) <= len(names):
+        raise ValueError(f"{shape} answered {len(raw)} fields, expected {len(names)}")
+    return out
+
+
+def _items(shape: str, flat: Sequence[Any]) -> list[dict[str, Any]]:
+    """A flat list of items of ``REPLY_FIELDS[shape]``'s fields each, by name."""
+    width = len(REPLY_FIELDS[shape])
+    if len(flat) % width:
+        raise ValueError(f"{shape} answered {len(flat)} fields, not items of {width}")
+    return [_named(shape, flat[i : i + width]) for i in range(0, len(flat), width)]
+
+
 def outcome_reply(raw: object) -> Outcome:
     """A script's one outcome word (``retry``, ``defer``, ``replay``)."""
     return _outcome(raw)
@@ -414,9 +470,10 @@ def promote_call(
 
 
 def promote_reply(raw: Sequence[Any]) -> Promoted:
-    moved, lanes, nxt, now, carrying, *late = raw
-    return Promoted(int(moved), int(lanes), _time(nxt), int(now),
-                    tuple(int(ms) for ms in late), carrying=int(carrying) == 1)  # fmt: skip
+    r = _named("promote", raw)
+    return Promoted(int(r["moved"]), int(r["lanes_resumed"]), _time(r["next_due"]),
+                    int(r["now"]), tuple(int(ms) for ms in r["lateness"]),
+                    carrying=int(r["carrying"]) == 1)  # fmt: skip
 
 
 def claim_call(k: QueueKeys, batch: int, lease_ms: int, holder: str = "") -> Call:
@@ -427,15 +484,16 @@ def claim_call(k: QueueKeys, batch: int, lease_ms: int, holder: str = "") -> Cal
 
 def claim_reply(raw: Sequence[Any], queue: str) -> list[Job]:
     """``{lease deadline, then per job: id, payload, attempts, token, group or ''}``."""
-    deadline = int(raw[0])
+    r = _named("claim", raw)
+    deadline = int(r["lease_deadline"])
     jobs = []
-    for i in range(1, len(raw), 5):
-        payload = raw[i + 1]
+    for j in _items("claim/job", r["jobs"]):
+        payload = j["payload"]
         if not isinstance(payload, bytes):
             payload = str(payload).encode()
-        group = raw[i + 4]
+        group = j["group"]
         jobs.append(
-            Job(queue, as_text(raw[i]), payload, int(raw[i + 2]), int(raw[i + 3]), deadline,
+            Job(queue, as_text(j["id"]), payload, int(j["attempts"]), int(j["token"]), deadline,
                 as_text(group) if group else None)
         )  # fmt: skip
     return jobs
@@ -446,9 +504,10 @@ def reap_call(k: QueueKeys, batch: int) -> Call:
 
 
 def reap_reply(raw: Sequence[Any]) -> Reaped:
-    n, now, carrying, *rest = raw
-    after = as_text(rest[0]) if rest else ""
-    return Reaped(int(n), int(now), carrying=int(carrying) == 1, next_from=after or None)
+    r = _named("reap", raw)
+    after = "" if r["next_from"] is None else as_text(r["next_from"])
+    return Reaped(int(r["reaped"]), int(r["now"]), carrying=int(r["carrying"]) == 1,
+                  next_from=after or None)  # fmt: skip
 
 
 def reap_holder_call(k: QueueKeys, holder: str, after: str = "", batch: int = 1000) -> Call:
@@ -486,8 +545,9 @@ def clock_call(
 
 
 def clock_reply(raw: Sequence[Any]) -> ClockCarried:
-    recorded, step, at, carried, more, now = raw
-    return ClockCarried(int(recorded), int(step), _time(at), int(carried), int(more) == 1, int(now))
+    r = _named("clock", raw)
+    return ClockCarried(int(r["recorded"]), int(r["step"]), _time(r["step_at"]),
+                        int(r["carried"]), int(r["more"]) == 1, int(r["now"]))  # fmt: skip
 
 
 # --- ack, retry, defer, extend, release, replay --------------------------------------------------
@@ -547,7 +607,8 @@ def extend_call(k: QueueKeys, items: Sequence[tuple[str, int]], lease_ms: int) -
 
 
 def extend_reply(raw: Sequence[Any]) -> Extended:
-    return Extended(int(raw[0]), tuple(as_text(x) for x in raw[1:]))
+    r = _named("extend", raw)
+    return Extended(int(r["deadline"]), tuple(as_text(x) for x in r["lost"]))
 
 
 def release_call(k: QueueKeys, items: Sequence[tuple[str, int]]) -> Call:
@@ -592,7 +653,9 @@ def _check_bool(name: str, value: object) -> bool:
 
 def retention_reply(raw: Sequence[Any]) -> Retention:
     """``retention``: the settings in effect."""
-    dead_max, dead_age, events, max_len = (as_text(v) for v in raw)
+    r = {name: as_text(v) for name, v in _named("retention", raw).items()}
+    dead_max, dead_age, events, max_len = (r["dead_max"], r["dead_max_age_ms"], r["events"],
+                                           r["events_max_len"])  # fmt: skip
     return Retention(
         int(dead_max) if dead_max else None,
         int(dead_age) if dead_age else None,
@@ -617,8 +680,8 @@ def counts_call(k: QueueKeys) -> Call:
 
 
 def counts_reply(raw: Sequence[Any]) -> Counts:
-    values = [int(x) for x in raw]
-    return Counts(bool(values[0]), *values[1:])
+    r: dict[str, Any] = {name: int(v) for name, v in _named("counts", raw).items()}
+    return Counts(**(r | {"exists": bool(r["exists"])}))
 
 
 def uncounted(raw: object) -> bool:
@@ -633,8 +696,8 @@ def count_lanes_call(k: QueueKeys) -> Call:
 
 def count_lanes_reply(raw: Sequence[Any]) -> tuple[int, int]:
     """``(lanes indexed, jobs waiting in lanes)``; ``(0, 0)`` when counted already."""
-    lanes, waiting = raw
-    return int(lanes), int(waiting)
+    r = _named("count_lanes", raw)
+    return int(r["lanes"]), int(r["waiting"])
 
 
 # Where a job in each state waits, by ``SCHEMA`` name (a pending lane job waits in its lane
@@ -675,30 +738,12 @@ def inspect_reply(raw: Iterable[Sequence[object]]) -> list[JobInfo]:
     return [info for info in inspect_ids_reply(raw) if info is not None]
 
 
-# Each row's fields, in the order the script answers them: the script's ``-- fields:`` header
-# says the same, and a test checks it (tests/echomq_trio/test_scripts.py).
-REPLY_FIELDS = {
-    "inspect": ("id", "state", "attempts", "payload", "last_error", "score", "group"),
-    "lane_status": ("group", "depth", "in_flight", "limit", "weight", "paused", "wait_until",
-                    "on_ring"),
-    "repeats": ("name", "next_run", "every", "template", "group", "last_fired"),
-}  # fmt: skip
-
-
-def _named(script: str, row: Sequence[Any]) -> dict[str, Any]:
-    """A reply row by field name (``REPLY_FIELDS``); a row of another length is refused."""
-    fields = REPLY_FIELDS[script]
-    if len(row) != len(fields):
-        raise ValueError(f"{script} answered a row of {len(row)} fields, expected {len(fields)}")
-    return dict(zip(fields, row, strict=True))
-
-
 def inspect_ids_reply(raw: Iterable[Sequence[object]]) -> list[JobInfo | None]:
     """Per job named ``{id, state, attempts, payload, last_error, score, group}``: its row, or
     ``None`` for a missing row (state ``''``)."""
     out: list[JobInfo | None] = []
     for row in raw:
-        r = _named("inspect", row)
+        r = _named("inspect/job", row)
         sc = as_text(r["score"])
         if not as_text(r["state"]):
             out.append(None)
@@ -755,8 +800,8 @@ def lane_config_call(
 
 
 def lane_config_reply(raw: Sequence[Any]) -> tuple[int | None, int]:
-    limit, weight = raw
-    return (int(limit) or None, int(weight))
+    r = _named("lane_config", raw)
+    return (int(r["limit"]) or None, int(r["weight"]))
 
 
 LANE_PAGE_MAX = 1000  # most lanes in one page of lane status
@@ -780,10 +825,11 @@ def lane_status_page_call(k: QueueKeys, after: str = "", count: int = 100) -> Ca
 
 def lane_status_reply(raw: Sequence[Any]) -> LanePage:
     """The next page's cursor (``''``: none) and per lane its row."""
-    nxt = as_text(raw[0])
+    page = _named("lane_status", raw)
+    nxt = as_text(page["next"])
     lanes = []
-    for row in raw[1:]:
-        r = _named("lane_status", row)
+    for row in page["lanes"]:
+        r = _named("lane_status/lane", row)
         lanes.append(
             LaneStatus(
                 group=as_text(r["group"]),
@@ -824,8 +870,8 @@ def register_call(
 
 
 def register_reply(raw: Sequence[Any]) -> tuple[Registered, int]:
-    word, at = raw
-    return (Registered(as_text(word)), int(at))
+    r = _named("register", raw)
+    return (Registered(as_text(r["outcome"])), int(r["at"]))
 
 
 def unregister_call(k: QueueKeys, name: str) -> Call:
@@ -849,8 +895,8 @@ def fire_call(k: QueueKeys, fresh_ids: Sequence[str]) -> Call:
 
 
 def fire_reply(raw: Sequence[Any]) -> Fired:
-    n, nxt, now = raw
-    return Fired(int(n), _time(nxt), int(now))
+    r = _named("fire", raw)
+    return Fired(int(r["fired"]), _time(r["next_due"]), int(r["now"]))
 
 
 def repeats_call(k: QueueKeys, which: str, limit: int, offset: int = 0) -> Call:
@@ -865,7 +911,7 @@ def repeats_reply(raw: Iterable[Sequence[object]]) -> list[Registration]:
     """Per registration ``{name, next run, every ms, template, group or '', last fired or ''}``."""
     out = []
     for row in raw:
-        r = _named("repeats", row)
+        r = _named("repeats/registration", row)
         last_text = as_text(r["last_fired"])
         out.append(
             Registration(
@@ -1005,8 +1051,8 @@ def audit_ack_calls(k: QueueKeys, group: str, stream_ids: Sequence[str]) -> list
 
 def audit_ack_reply(raw: Sequence[Any]) -> Acknowledged:
     """``{acknowledged, removed}``."""
-    acked, trimmed = raw
-    return Acknowledged(int(acked), int(trimmed))
+    r = _named("audit_ack", raw)
+    return Acknowledged(int(r["acked"]), int(r["trimmed"]))
 
 
 def audit_forget_call(k: QueueKeys, group: str, idle_ms: int, keep: str | None = None) -> Call:

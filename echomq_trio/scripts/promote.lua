@@ -13,6 +13,7 @@
 -- -1 when none), server now ms, 1 while the clock's step is being carried (else 0)}; with
 -- ARGV[3] = '1', followed by each moved job's lateness (now minus its score: its run-at, or the
 -- end of its backoff or deferral; ms).
+-- fields: moved, lanes_resumed, next_due, now, carrying, lateness...
 -- cost: O(batch), each O(log n)
 local qp = ARGV[1]
 local batch = tonumber(ARGV[2])

@@ -12,11 +12,12 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 
 from echomq_trio import Bus, ids, lua, protocol, states
 from echomq_trio.keys import SCHEMA, queue_keys
-from echomq_trio.results import Outcome, Registered
+from echomq_trio.results import Counts, Outcome, Registered
 from echomq_trio.wire import script_source
 
 pytestmark = pytest.mark.cluster
@@ -323,16 +324,43 @@ def test_bus_scripts_are_read_at_import_so_a_running_process_keeps_its_version(
 # --- replies decoded by name ---------------------------------------------------------------------
 
 
-def test_each_row_reply_is_decoded_by_the_names_its_header_lists() -> None:
-    """A script answering rows lists each row's fields in order (``-- fields:``); the Python
-    decoder reads them by those names (``protocol.REPLY_FIELDS``), so a field added, dropped or
-    moved on one side only fails here."""
-    headers = {}
+def _header_fields(name: str) -> dict[str, tuple[str, ...]]:
+    """A script's ``-- fields:`` and ``-- fields of each <item>:`` lines (a line may go on in
+    lines indented under it), by ``REPLY_FIELDS`` key."""
+    out = {}
+    lines = (SCRIPTS / f"{name}.lua").read_text().splitlines()
+    for i, line in enumerate(lines):
+        m = re.match(r"^-- fields(?: of each (\w+))?: (.*)$", line)
+        if not m:
+            continue
+        text = m[2]
+        for more in lines[i + 1 :]:
+            if not re.match(r"^--\s{8,}\S", more):
+                break
+            text += " " + more[2:].strip()
+        key = f"{name}/{m[1]}" if m[1] else name
+        assert key not in out, f"{name}.lua lists {key}'s fields twice"
+        out[key] = tuple(f.strip() for f in text.split(",") if f.strip())
+    return out
+
+
+def test_each_reply_is_decoded_by_the_names_its_header_lists() -> None:
+    """A script answering a fixed shape lists its fields in order (``-- fields:``, and for a
+    list's items ``-- fields of each <item>:``); the Python decoder reads them by those names
+    (``protocol.REPLY_FIELDS``), so a field added, dropped or moved on one side only fails
+    here."""
+    headers: dict[str, tuple[str, ...]] = {}
     for name in BUS_SCRIPTS:
-        lines = re.findall(r"^-- fields: (.*)$", (SCRIPTS / f"{name}.lua").read_text(), re.M)
-        assert len(lines) <= 1, name
-        if lines:
-            headers[name] = tuple(f.strip() for f in lines[0].split(","))
+        headers |= _header_fields(name)
     assert headers == protocol.REPLY_FIELDS
-    with pytest.raises(ValueError, match="inspect answered a row of 6 fields, expected 7"):
+    with pytest.raises(ValueError, match="inspect/job answered 6 fields, expected 7"):
         protocol.inspect_reply([[b"JOB0000000000x", b"dead", b"1", b"", b"", b""]])
+    with pytest.raises(ValueError, match="fire answered 4 fields, expected 3"):
+        protocol.fire_reply([1, -1, 5, 6])
+    with pytest.raises(ValueError, match="claim/job answered 4 fields, not items of 5"):
+        protocol.claim_reply([9, b"JOB0000000000x", b"p", 1, 1], "q")
+    assert protocol.reap_reply([1, 2, 0]).next_from is None  # the optional last field
+
+
+def test_the_counts_fields_are_the_counts_record_s() -> None:
+    assert protocol.REPLY_FIELDS["counts"] == tuple(f.name for f in attrs.fields(Counts))
