@@ -250,6 +250,7 @@ REPLY_FIELDS: dict[str, tuple[str, ...]] = {
     "register": ("outcome", "at"),
     "repeats/registration": ("name", "next_run", "every", "template", "group", "last_fired"),
     "retention": ("dead_max", "dead_max_age_ms", "events", "events_max_len"),
+    "schedule/job": ("outcome", "at?"),
 }  # fmt: skip
 
 
@@ -447,8 +448,9 @@ def schedule_reply(raw: Iterable[Sequence[Any]], job_ids: Sequence[str]) -> list
     call's, in order)."""
     out = []
     for job_id, answer in zip(job_ids, raw, strict=True):
-        outcome = _outcome(answer[0])
-        at = int(answer[1]) if outcome is Outcome.SCHEDULED else None
+        r = _named("schedule/job", answer)
+        outcome = _outcome(r["outcome"])
+        at = int(r["at"]) if outcome is Outcome.SCHEDULED else None
         out.append(Admitted(job_id, outcome, at))
     return out
 
