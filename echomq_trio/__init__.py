@@ -10,7 +10,8 @@ every key of a queue once (``Bus.keys(q)``), ``checks`` checks input before any 
 scheduled jobs when they come due and reaps expired leases. Both are trio tasks for your nursery;
 cancelling the nursery shuts them down cleanly. A ``Worker`` (``open_worker``) runs both for
 one or more queues (``Serve`` entries) with a grace period at shutdown. What a handler's result
-does to its job is decided by ``settlement``, pure. ``ids`` mints the branded job ids,
+does to its job is decided by ``settlement``, pure; ``states`` is the job state machine as a
+table (``JobState``, the transitions every script keeps). ``ids`` mints the branded job ids,
 ``backoff`` computes retry delays, ``sequence`` numbered streams (``Seq``: once per number,
 in state bounded per stream), ``memory`` reads how full the server is, ``metrics`` exposes
 Prometheus metrics (what a consumer and a metronome observe, and the queues' state read per
@@ -33,6 +34,7 @@ from echomq_trio import (
     retention,
     sequence,
     settlement,
+    states,
 )
 from echomq_trio.backoff import Exponential, Fixed, Jitter
 from echomq_trio.bus import Bus, CommandArg, Reply
@@ -60,7 +62,7 @@ from echomq_trio.errors import (
     ServerNotRunning,
     WritesRefused,
 )
-from echomq_trio.jobs import Admitted, Job, Outcome
+from echomq_trio.jobs import Admitted, Job, JobState, Outcome
 from echomq_trio.metronome import Metronome, MetronomeStats
 from echomq_trio.opening import open_bus
 from echomq_trio.sequence import Seq
@@ -85,6 +87,7 @@ __all__ = [
     "Fixed",
     "Jitter",
     "Job",
+    "JobState",
     "Metronome",
     "MetronomeStats",
     "OutOfMemory",
@@ -120,4 +123,5 @@ __all__ = [
     "retention",
     "sequence",
     "settlement",
+    "states",
 ]

@@ -330,7 +330,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("queue")
     s = command("ls", "list jobs in a state, recurring schedules, or lanes")
     s.add_argument("queue")
-    s.add_argument("what", choices=["pending", "scheduled", "active", "dead", "repeat", "lanes"])
+    s.add_argument("what", choices=[*map(str, jobs.JobState), "repeat", "lanes"])
     s.add_argument("--limit", type=int, default=50)
     s = command("show", "one job's row")
     s.add_argument("queue")

@@ -34,6 +34,7 @@ from echomq_trio.results import (
     Promoted,
     Reaped,
 )
+from echomq_trio.states import JobState
 from echomq_trio.upgrade import run_counted
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "Extended",
     "Job",
     "JobInfo",
+    "JobState",
     "Outcome",
     "Promoted",
     "Reaped",
@@ -396,7 +398,7 @@ async def counts(bus: Bus, queue: str) -> Counts:
 
 
 async def list_jobs(
-    bus: Bus, queue: str, state: str, offset: int = 0, limit: int = 100
+    bus: Bus, queue: str, state: JobState | str, offset: int = 0, limit: int = 100
 ) -> list[JobInfo]:
     """Jobs in one state (``pending`` (the flat set; see ``lanes.jobs`` for a lane),
     ``scheduled``, ``active``, ``dead``), in set order. Read only: a cancelled call changed
@@ -414,7 +416,7 @@ async def dead_jobs(bus: Bus, queue: str, offset: int = 0, limit: int = 100) -> 
 async def get_job(bus: Bus, queue: str, job_id: str) -> JobInfo | None:
     """One job's row, or ``None`` if there is none (never enqueued, or acked). Read only: a
     cancelled call changed nothing."""
-    (info,) = protocol.inspect_reply(
+    (info,) = protocol.inspect_ids_reply(
         await bus.run(protocol.inspect_ids_call(bus.keys(queue), [job_id]))
     )
-    return None if info.state == "" else info
+    return info

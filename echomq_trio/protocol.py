@@ -59,12 +59,14 @@ from echomq_trio.results import (
     Retention,
 )
 from echomq_trio.sequence import Seq
+from echomq_trio.states import JobState
 
 __all__ = [
     "AUDIT_ACK_MAX",
     "DEFAULT_KEY_TTL_MS",
     "ENQUEUE_CHUNK",
     "LANE_PAGE_MAX",
+    "REPLY_FIELDS",
     "STATE_SETS",
     "Call",
     "StreamEntry",
@@ -104,6 +106,7 @@ __all__ = [
     "fire_call",
     "fire_reply",
     "inspect_ids_call",
+    "inspect_ids_reply",
     "inspect_lane_call",
     "inspect_reply",
     "inspect_state_call",
@@ -219,6 +222,63 @@ def _outcomes(raw: Iterable[object]) -> list[Outcome]:
         return [_OUTCOMES[word] for word in raw]
     except (KeyError, TypeError):
         return [_outcome(word) for word in raw]  # names the word that is not one
+
+
+# Every reply of a fixed shape, by its fields' names in the order the script answers them: a
+# name ending ``?`` may be missing (the last), one ending ``...`` takes the rest (a list);
+# ``script/each`` names the fields of each item of such a list (or of each row of a reply that
+# is a list of rows). Each script's ``-- fields:`` header says the same, and a test holds them
+# equal (tests/echomq_trio/test_scripts.py), so every decoder reads its reply by name.
+REPLY_FIELDS: dict[str, tuple[str, ...]] = {
+    "audit_ack": ("acked", "trimmed"),
+    "claim": ("lease_deadline", "jobs..."),
+    "claim/job": ("id", "payload", "attempts", "token", "group"),
+    "clock": ("recorded", "step", "step_at", "carried", "more", "now"),
+    "count_lanes": ("lanes", "waiting"),
+    "counts": ("exists", "pending", "scheduled", "active", "dead", "lanes", "paused_lanes",
+               "waiting_lanes", "completed_total", "retried_total", "dead_total",
+               "deferred_total", "repeats"),
+    "extend": ("deadline", "lost..."),
+    "fire": ("fired", "next_due", "now"),
+    "inspect/job": ("id", "state", "attempts", "payload", "last_error", "score", "group"),
+    "lane_config": ("limit", "weight"),
+    "lane_status": ("next", "lanes..."),
+    "lane_status/lane": ("group", "depth", "in_flight", "limit", "weight", "paused",
+                         "wait_until", "on_ring"),
+    "promote": ("moved", "lanes_resumed", "next_due", "now", "carrying", "lateness..."),
+    "reap": ("reaped", "now", "carrying", "next_from?"),
+    "register": ("outcome", "at"),
+    "repeats/registration": ("name", "next_run", "every", "template", "group", "last_fired"),
+    "retention": ("dead_max", "dead_max_age_ms", "events", "events_max_len"),
+    "schedule/job": ("outcome", "at?"),
+}  # fmt: skip
+
+
+def _named(shape: str, raw: Sequence[Any]) -> dict[str, Any]:
+    """A reply (or one row of it) by field name (``REPLY_FIELDS[shape]``); a reply of another
+    length is refused with the script's name."""
+    names = REPLY_FIELDS[shape]
+    out: dict[str, Any] = {}
+    for i, name in enumerate(names):
+        if name.endswith("..."):
+            out[name[:-3]] = list(raw[i:])
+            return out
+        if name.endswith("?"):
+            out[name[:-1]] = raw[i] if i < len(raw) else None
+        elif i < len(raw):
+            out[name] = raw[i]
+    least = sum(not n.endswith("?") for n in names)
+    if not least <= len(raw) <= len(names):
+        raise ValueError(f"{shape} answered {len(raw)} fields, expected {len(names)}")
+    return out
+
+
+def _items(shape: str, flat: Sequence[Any]) -> list[dict[str, Any]]:
+    """A flat list of items of ``REPLY_FIELDS[shape]``'s fields each, by name."""
+    width = len(REPLY_FIELDS[shape])
+    if len(flat) % width:
+        raise ValueError(f"{shape} answered {len(flat)} fields, not items of {width}")
+    return [_named(shape, flat[i : i + width]) for i in range(0, len(flat), width)]
 
 
 def outcome_reply(raw: object) -> Outcome:
@@ -388,8 +448,9 @@ def schedule_reply(raw: Iterable[Sequence[Any]], job_ids: Sequence[str]) -> list
     call's, in order)."""
     out = []
     for job_id, answer in zip(job_ids, raw, strict=True):
-        outcome = _outcome(answer[0])
-        at = int(answer[1]) if outcome is Outcome.SCHEDULED else None
+        r = _named("schedule/job", answer)
+        outcome = _outcome(r["outcome"])
+        at = int(r["at"]) if outcome is Outcome.SCHEDULED else None
         out.append(Admitted(job_id, outcome, at))
     return out
 
@@ -411,9 +472,10 @@ def promote_call(
 
 
 def promote_reply(raw: Sequence[Any]) -> Promoted:
-    moved, lanes, nxt, now, carrying, *late = raw
-    return Promoted(int(moved), int(lanes), _time(nxt), int(now),
-                    tuple(int(ms) for ms in late), carrying=int(carrying) == 1)  # fmt: skip
+    r = _named("promote", raw)
+    return Promoted(int(r["moved"]), int(r["lanes_resumed"]), _time(r["next_due"]),
+                    int(r["now"]), tuple(int(ms) for ms in r["lateness"]),
+                    carrying=int(r["carrying"]) == 1)  # fmt: skip
 
 
 def claim_call(k: QueueKeys, batch: int, lease_ms: int, holder: str = "") -> Call:
@@ -424,15 +486,16 @@ def claim_call(k: QueueKeys, batch: int, lease_ms: int, holder: str = "") -> Cal
 
 def claim_reply(raw: Sequence[Any], queue: str) -> list[Job]:
     """``{lease deadline, then per job: id, payload, attempts, token, group or ''}``."""
-    deadline = int(raw[0])
+    r = _named("claim", raw)
+    deadline = int(r["lease_deadline"])
     jobs = []
-    for i in range(1, len(raw), 5):
-        payload = raw[i + 1]
+    for j in _items("claim/job", r["jobs"]):
+        payload = j["payload"]
         if not isinstance(payload, bytes):
             payload = str(payload).encode()
-        group = raw[i + 4]
+        group = j["group"]
         jobs.append(
-            Job(queue, as_text(raw[i]), payload, int(raw[i + 2]), int(raw[i + 3]), deadline,
+            Job(queue, as_text(j["id"]), payload, int(j["attempts"]), int(j["token"]), deadline,
                 as_text(group) if group else None)
         )  # fmt: skip
     return jobs
@@ -443,9 +506,10 @@ def reap_call(k: QueueKeys, batch: int) -> Call:
 
 
 def reap_reply(raw: Sequence[Any]) -> Reaped:
-    n, now, carrying, *rest = raw
-    after = as_text(rest[0]) if rest else ""
-    return Reaped(int(n), int(now), carrying=int(carrying) == 1, next_from=after or None)
+    r = _named("reap", raw)
+    after = "" if r["next_from"] is None else as_text(r["next_from"])
+    return Reaped(int(r["reaped"]), int(r["now"]), carrying=int(r["carrying"]) == 1,
+                  next_from=after or None)  # fmt: skip
 
 
 def reap_holder_call(k: QueueKeys, holder: str, after: str = "", batch: int = 1000) -> Call:
@@ -483,8 +547,9 @@ def clock_call(
 
 
 def clock_reply(raw: Sequence[Any]) -> ClockCarried:
-    recorded, step, at, carried, more, now = raw
-    return ClockCarried(int(recorded), int(step), _time(at), int(carried), int(more) == 1, int(now))
+    r = _named("clock", raw)
+    return ClockCarried(int(r["recorded"]), int(r["step"]), _time(r["step_at"]),
+                        int(r["carried"]), int(r["more"]) == 1, int(r["now"]))  # fmt: skip
 
 
 # --- ack, retry, defer, extend, release, replay --------------------------------------------------
@@ -544,7 +609,8 @@ def extend_call(k: QueueKeys, items: Sequence[tuple[str, int]], lease_ms: int) -
 
 
 def extend_reply(raw: Sequence[Any]) -> Extended:
-    return Extended(int(raw[0]), tuple(as_text(x) for x in raw[1:]))
+    r = _named("extend", raw)
+    return Extended(int(r["deadline"]), tuple(as_text(x) for x in r["lost"]))
 
 
 def release_call(k: QueueKeys, items: Sequence[tuple[str, int]]) -> Call:
@@ -589,7 +655,9 @@ def _check_bool(name: str, value: object) -> bool:
 
 def retention_reply(raw: Sequence[Any]) -> Retention:
     """``retention``: the settings in effect."""
-    dead_max, dead_age, events, max_len = (as_text(v) for v in raw)
+    r = {name: as_text(v) for name, v in _named("retention", raw).items()}
+    dead_max, dead_age, events, max_len = (r["dead_max"], r["dead_max_age_ms"], r["events"],
+                                           r["events_max_len"])  # fmt: skip
     return Retention(
         int(dead_max) if dead_max else None,
         int(dead_age) if dead_age else None,
@@ -614,8 +682,8 @@ def counts_call(k: QueueKeys) -> Call:
 
 
 def counts_reply(raw: Sequence[Any]) -> Counts:
-    values = [int(x) for x in raw]
-    return Counts(bool(values[0]), *values[1:])
+    r: dict[str, Any] = {name: int(v) for name, v in _named("counts", raw).items()}
+    return Counts(**(r | {"exists": bool(r["exists"])}))
 
 
 def uncounted(raw: object) -> bool:
@@ -630,13 +698,13 @@ def count_lanes_call(k: QueueKeys) -> Call:
 
 def count_lanes_reply(raw: Sequence[Any]) -> tuple[int, int]:
     """``(lanes indexed, jobs waiting in lanes)``; ``(0, 0)`` when counted already."""
-    lanes, waiting = raw
-    return int(lanes), int(waiting)
+    r = _named("count_lanes", raw)
+    return int(r["lanes"]), int(r["waiting"])
 
 
 # Where a job in each state waits, by ``SCHEMA`` name (a pending lane job waits in its lane
-# instead); the table of states in scripts/README.md says the same, and a test checks it.
-STATE_SETS = {"pending": "pending", "scheduled": "schedule", "active": "active", "dead": "dead"}
+# instead): ``states.JobState.waits_in``, the table scripts/README.md is written from.
+STATE_SETS = {str(s): s.waits_in for s in JobState}
 
 
 def state_set(k: QueueKeys, state: str) -> str:
@@ -667,20 +735,30 @@ def inspect_ids_call(k: QueueKeys, job_ids: Sequence[str]) -> Call:
 
 
 def inspect_reply(raw: Iterable[Sequence[object]]) -> list[JobInfo]:
-    """Per job ``{id, state, attempts, payload, last_error, score, group}``; state ``''`` for a
-    missing row."""
-    out = []
-    for job_id, state, attempts, payload, last_error, score, group in raw:
-        sc = as_text(score)
+    """Per job ``{id, state, attempts, payload, last_error, score, group}``, of rows that exist
+    (a set's; ``inspect_ids_reply`` tells a missing row)."""
+    return [info for info in inspect_ids_reply(raw) if info is not None]
+
+
+def inspect_ids_reply(raw: Iterable[Sequence[object]]) -> list[JobInfo | None]:
+    """Per job named ``{id, state, attempts, payload, last_error, score, group}``: its row, or
+    ``None`` for a missing row (state ``''``)."""
+    out: list[JobInfo | None] = []
+    for row in raw:
+        r = _named("inspect/job", row)
+        sc = as_text(r["score"])
+        if not as_text(r["state"]):
+            out.append(None)
+            continue
         out.append(
             JobInfo(
-                id=as_text(job_id),
-                state=as_text(state),
-                attempts=int(as_text(attempts)),
-                payload=as_bytes(payload),
-                last_error=as_text(last_error) or None,
+                id=as_text(r["id"]),
+                state=JobState(as_text(r["state"])),
+                attempts=int(as_text(r["attempts"])),
+                payload=as_bytes(r["payload"]),
+                last_error=as_text(r["last_error"]) or None,
                 score_ms=int(float(sc)) if sc else None,
-                group=as_text(group) or None,
+                group=as_text(r["group"]) or None,
             )
         )
     return out
@@ -724,8 +802,8 @@ def lane_config_call(
 
 
 def lane_config_reply(raw: Sequence[Any]) -> tuple[int | None, int]:
-    limit, weight = raw
-    return (int(limit) or None, int(weight))
+    r = _named("lane_config", raw)
+    return (int(r["limit"]) or None, int(r["weight"]))
 
 
 LANE_PAGE_MAX = 1000  # most lanes in one page of lane status
@@ -749,20 +827,23 @@ def lane_status_page_call(k: QueueKeys, after: str = "", count: int = 100) -> Ca
 
 def lane_status_reply(raw: Sequence[Any]) -> LanePage:
     """The next page's cursor (``''``: none) and per lane its row."""
-    nxt = as_text(raw[0])
-    lanes = [
-        LaneStatus(
-            group=as_text(r[0]),
-            depth=int(r[1]),
-            in_flight=int(r[2]),
-            limit=int(r[3]) or None,
-            weight=int(r[4]),
-            paused=bool(r[5]),
-            wait_until_ms=int(r[6]) or None,
-            on_ring=bool(r[7]),
+    page = _named("lane_status", raw)
+    nxt = as_text(page["next"])
+    lanes = []
+    for row in page["lanes"]:
+        r = _named("lane_status/lane", row)
+        lanes.append(
+            LaneStatus(
+                group=as_text(r["group"]),
+                depth=int(r["depth"]),
+                in_flight=int(r["in_flight"]),
+                limit=int(r["limit"]) or None,
+                weight=int(r["weight"]),
+                paused=bool(r["paused"]),
+                wait_until_ms=int(r["wait_until"]) or None,
+                on_ring=bool(r["on_ring"]),
+            )
         )
-        for r in raw[1:]
-    ]
     return LanePage(lanes, nxt or None)
 
 
@@ -791,8 +872,8 @@ def register_call(
 
 
 def register_reply(raw: Sequence[Any]) -> tuple[Registered, int]:
-    word, at = raw
-    return (Registered(as_text(word)), int(at))
+    r = _named("register", raw)
+    return (Registered(as_text(r["outcome"])), int(r["at"]))
 
 
 def unregister_call(k: QueueKeys, name: str) -> Call:
@@ -816,8 +897,8 @@ def fire_call(k: QueueKeys, fresh_ids: Sequence[str]) -> Call:
 
 
 def fire_reply(raw: Sequence[Any]) -> Fired:
-    n, nxt, now = raw
-    return Fired(int(n), _time(nxt), int(now))
+    r = _named("fire", raw)
+    return Fired(int(r["fired"]), _time(r["next_due"]), int(r["now"]))
 
 
 def repeats_call(k: QueueKeys, which: str, limit: int, offset: int = 0) -> Call:
@@ -831,15 +912,16 @@ def repeats_call(k: QueueKeys, which: str, limit: int, offset: int = 0) -> Call:
 def repeats_reply(raw: Iterable[Sequence[object]]) -> list[Registration]:
     """Per registration ``{name, next run, every ms, template, group or '', last fired or ''}``."""
     out = []
-    for name, next_run, every, template, group, last in raw:
-        last_text = as_text(last)
+    for row in raw:
+        r = _named("repeats/registration", row)
+        last_text = as_text(r["last_fired"])
         out.append(
             Registration(
-                name=as_text(name),
-                next_run_ms=int(float(as_text(next_run))),
-                every_ms=int(as_text(every)),
-                template=as_bytes(template),
-                group=as_text(group) or None,
+                name=as_text(r["name"]),
+                next_run_ms=int(float(as_text(r["next_run"]))),
+                every_ms=int(as_text(r["every"])),
+                template=as_bytes(r["template"]),
+                group=as_text(r["group"]) or None,
                 last_fired_ms=int(last_text) if last_text else None,
             )
         )
@@ -971,8 +1053,8 @@ def audit_ack_calls(k: QueueKeys, group: str, stream_ids: Sequence[str]) -> list
 
 def audit_ack_reply(raw: Sequence[Any]) -> Acknowledged:
     """``{acknowledged, removed}``."""
-    acked, trimmed = raw
-    return Acknowledged(int(acked), int(trimmed))
+    r = _named("audit_ack", raw)
+    return Acknowledged(int(r["acked"]), int(r["trimmed"]))
 
 
 def audit_forget_call(k: QueueKeys, group: str, idle_ms: int, keep: str | None = None) -> Call:

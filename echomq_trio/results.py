@@ -11,6 +11,8 @@ import enum
 
 import attrs
 
+from echomq_trio.states import JobState
+
 __all__ = [
     "Acknowledged",
     "Admitted",
@@ -171,7 +173,7 @@ class JobInfo:
     time of death (dead)."""
 
     id: str
-    state: str
+    state: JobState
     attempts: int
     payload: bytes
     last_error: str | None

@@ -169,7 +169,9 @@ class Dashboard:
         n = query.count
         lane_count = min(n, lanes.LANE_PAGE_MAX)
         page = await lanes.status_page(self.bus, queue, query.lanes_after, lane_count)
-        scheduled = await jobs.list_jobs(self.bus, queue, "scheduled", query.scheduled, n + 1)
+        scheduled = await jobs.list_jobs(
+            self.bus, queue, jobs.JobState.SCHEDULED, query.scheduled, n + 1
+        )
         dead = await jobs.dead_jobs(self.bus, queue, query.dead, n + 1)
         regs = await repeat.list_repeats(self.bus, queue, n + 1, query.repeats)
         return {

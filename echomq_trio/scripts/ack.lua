@@ -1,5 +1,5 @@
 -- ack: the handler finished; the job is done and its row deleted.
--- transition: active | pending -> (none)
+-- transition: active | pending | pending (lane) -> (none)
 -- KEYS[1] emq:{q}:active (the other keys are ARGV[1]'s, same slot)
 -- ARGV[1] queue prefix emq:{q}:, then triples: job id, fencing token (lease number), note (free
 -- text the handler leaves for the audit record; '' for none)

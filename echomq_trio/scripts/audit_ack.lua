@@ -7,6 +7,7 @@
 -- Keeps everything from the oldest entry still pending in the group, or, when none is, from just
 -- past the last entry delivered to it.
 -- Returns {entries acknowledged (of those given, the ones pending), entries removed}.
+-- fields: acked, trimmed
 -- cost: O(ids acknowledged + the group's readers + entries removed)
 local group = ARGV[1]
 local acked = 0

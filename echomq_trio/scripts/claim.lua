@@ -15,6 +15,8 @@
 -- from the flat set and leaves a wake token, so the next claim goes on where it stopped).
 -- Returns {lease deadline, then per job: id, payload, attempts, token, group or ''}.
 -- meta.lease_max keeps the longest lease ms granted (one HGET per call).
+-- fields: lease_deadline, jobs...
+-- fields of each job: id, payload, attempts, token, group
 -- cost: O(batch + SKIP_MAX) (each step O(log n)); per job 3 commands (its row read and
 -- written, its event), per lane turn 3 (in a queue with lanes paused, waiting, limited or
 -- weighted, up to 5 more); per call one ZADD, one LPUSH, RPUSH and SREM of the ring's lanes for

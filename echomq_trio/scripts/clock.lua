@@ -23,6 +23,7 @@
 -- Returns {step recorded by this call (ms, 0: none), the last step recorded (ms, 0: none),
 -- when it was recorded (server ms, -1: never), entries carried by this call, 1 while carrying
 -- is left to do (else 0), server now ms}.
+-- fields: recorded, step, step_at, carried, more, now
 -- cost: O(batch), each O(log n) (plus, per page, the entries that share its last score)
 local qp = ARGV[1]
 local now = now_ms()

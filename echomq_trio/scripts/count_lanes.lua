@@ -13,6 +13,7 @@
 -- paused and waiting lanes. A lane's jobs in flight are what its index value holds (an earlier
 -- version's value is the count alone).
 -- Returns {lanes indexed, jobs waiting in lanes}; {0, 0} when the queue was counted already.
+-- fields: lanes, waiting
 -- cost: O(lanes), once per queue written by an earlier version; never again after.
 local qp = ARGV[1]
 if redis.call('HGET', KEYS[1], 'counted') == COUNTED then return {0, 0} end

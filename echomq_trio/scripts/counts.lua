@@ -8,6 +8,8 @@
 -- Returns {exists (1 if the queue was ever used), pending (flat + lanes), scheduled, active,
 -- dead, lanes with jobs, paused lanes, waiting lanes, completed total, retried total,
 -- dead total, deferred total, repeats}, or {'uncounted'}.
+-- fields: exists, pending, scheduled, active, dead, lanes, paused_lanes, waiting_lanes,
+--         completed_total, retried_total, dead_total, deferred_total, repeats
 -- cost: O(1)
 local qp = ARGV[1]
 local exists = redis.call('EXISTS', qp .. KEY.meta)

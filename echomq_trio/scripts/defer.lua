@@ -1,7 +1,7 @@
 -- defer: put a job back to wait, without spending an attempt (for example: no rate-limit
 -- token yet). A lane job returns to the head of its lane and the whole lane waits until then,
 -- so the job keeps its place; a flat job waits on the schedule.
--- transition: active -> pending (lane, waiting) | scheduled
+-- transition: active -> pending (lane, waiting) | pending (lane) | scheduled
 -- KEYS[1] emq:{q}:active (the other keys are ARGV[1]'s, same slot)
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] job id, ARGV[3] fencing token (lease number),
 -- ARGV[4] delay ms, ARGV[5] reason

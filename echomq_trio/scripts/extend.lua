@@ -5,6 +5,7 @@
 -- token (lease number)
 -- Returns {new deadline in server ms, then the ids whose lease was lost (token mismatch, not
 -- active, or gone)}.
+-- fields: deadline, lost...
 -- cost: O(jobs extended), each O(log n)
 local qp = ARGV[1]
 local deadline = now_ms() + tonumber(ARGV[2])

@@ -7,6 +7,7 @@
 -- KEYS[1] emq:{q}:repeat (the other keys are ARGV[1]'s, same slot)
 -- ARGV[1] queue prefix emq:{q}:, then fresh JOB ids (one is used per occurrence fired)
 -- Returns {fired, next run of any registration in server ms or -1, server now ms}.
+-- fields: fired, next_due, now
 -- cost: O(registrations fired: at most the ids sent), each O(log n)
 local qp = ARGV[1]
 local now = now_ms()

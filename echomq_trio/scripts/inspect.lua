@@ -8,6 +8,7 @@
 -- Returns per job {id, state, attempts, payload, last_error, score, group}; state is '' for a
 -- missing row; score is the run-at (scheduled), lease deadline (active) or time of death
 -- (dead), else ''.
+-- fields of each job: id, state, attempts, payload, last_error, score, group
 -- cost: O(log n + limit) or O(ids named)
 local qp = ARGV[1]
 local list = {}

@@ -5,6 +5,7 @@
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] group, ARGV[3] limit ('' keeps it, '0' clears it),
 -- ARGV[4] weight ('' keeps it)
 -- Returns {limit or 0, weight}.
+-- fields: limit, weight
 -- cost: O(1)
 local qp = ARGV[1]
 local g = ARGV[2]

@@ -15,6 +15,8 @@
 -- Returns {next cursor ('' when no lane follows), then per lane {group, depth, in flight, limit
 -- or 0, weight, paused 0/1, wait until ms or 0, on ring 0/1}}; a page of a queue from before
 -- the lane index answers {'uncounted'} until count_lanes has run on it once.
+-- fields: next, lanes...
+-- fields of each lane: group, depth, in_flight, limit, weight, paused, wait_until, on_ring
 -- cost: O(groups named) or O(count + log n): at most SCAN_CALLS calls of HSCAN COUNT count
 local qp = ARGV[1]
 local SCAN_CALLS = 4

@@ -1,6 +1,6 @@
 -- promote: move scheduled jobs whose run-at has come to pending (or back into their lane), and
 -- bring lanes whose wait is over back onto the ring.
--- transition: scheduled -> pending | pending (lane)
+-- transition: scheduled | pending (lane, waiting) -> pending | pending (lane)
 -- KEYS[1] emq:{q}:schedule (the other keys are ARGV[1]'s, same slot)
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] batch (most jobs and most lanes handled by this call),
 -- ARGV[3] '1': also answer how late each moved job was ('0' or absent: not), ARGV[4..6]
@@ -13,6 +13,7 @@
 -- -1 when none), server now ms, 1 while the clock's step is being carried (else 0)}; with
 -- ARGV[3] = '1', followed by each moved job's lateness (now minus its score: its run-at, or the
 -- end of its backoff or deferral; ms).
+-- fields: moved, lanes_resumed, next_due, now, carrying, lateness...
 -- cost: O(batch), each O(log n)
 local qp = ARGV[1]
 local batch = tonumber(ARGV[2])

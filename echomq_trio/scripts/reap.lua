@@ -14,6 +14,7 @@
 -- step is not an expiry until its holder has had time to renew it on the new clock.
 -- Returns {reaped, server now ms, 1 while the clock's step is being carried (else 0), and with
 -- a holder: the deadline the next page reads from, '' when active is read to its end}.
+-- fields: reaped, now, carrying, next_from?
 -- cost: O(batch), each O(log n) (plus, with a holder, the jobs sharing the page's last deadline)
 local qp = ARGV[1]
 local now = now_ms()

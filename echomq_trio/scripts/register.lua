@@ -6,6 +6,7 @@
 -- ARGV[5] first run in ms from the server's now, ARGV[6] lane group ('' for flat pending)
 -- Returns {'registered', first run in server ms} or {'exists', next run in server ms (-1 when
 -- the record has no entry)}.
+-- fields: outcome, at
 -- cost: O(log n)
 local qp = ARGV[1]
 local name = ARGV[2]

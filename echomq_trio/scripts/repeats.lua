@@ -4,6 +4,7 @@
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] 'all' or 'due', ARGV[3] limit, ARGV[4] offset ('all':
 -- the page from that rank in next-run order)
 -- Returns per registration {name, next run ms, every ms, template, group, last fired ms or ''}.
+-- fields of each registration: name, next_run, every, template, group, last_fired
 -- cost: O(log n + limit)
 local qp = ARGV[1]
 local limit = tonumber(ARGV[3])

@@ -8,6 +8,7 @@
 -- bound), ARGV[5] events ('1' keep the events stream, '0' not), ARGV[6] events_maxlen ('' for
 -- the bus's default, EVENTS_MAXLEN)
 -- Returns {dead_max, dead_max_age_ms, events, events_maxlen} in effect ('' for no bound).
+-- fields: dead_max, dead_max_age_ms, events, events_max_len
 -- cost: O(1)
 local qp = ARGV[1]
 local meta = qp .. KEY.meta

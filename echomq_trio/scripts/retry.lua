@@ -1,6 +1,6 @@
 -- retry: the attempt failed; try again after a delay, or bury the job when it has used its
 -- attempts.
--- transition: active -> scheduled | pending (lane, waiting) | dead
+-- transition: active -> scheduled | pending (lane, waiting) | pending (lane) | dead
 -- KEYS[1] emq:{q}:active (the other keys are ARGV[1]'s, same slot)
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] job id, ARGV[3] fencing token (lease number),
 -- ARGV[4] delay ms, ARGV[5] max attempts (attempts >= max buries the job), ARGV[6] error text,

@@ -5,6 +5,7 @@
 -- now), ARGV[3] group ('' for the flat pending set), then triples: job id, payload, time or delay
 -- Returns per job, in order: {'scheduled', run-at in server ms}, or {'duplicate'} (a row with
 -- that id exists; nothing is changed).
+-- fields of each job: outcome, at?
 -- cost: O(jobs admitted), each O(log n); at most ENQUEUE_CHUNK (10,000) jobs a call
 local qp = ARGV[1]
 local relative = ARGV[2] == 'in'

@@ -35,6 +35,7 @@ from echomq_trio.results import (
     Registration,
 )
 from echomq_trio.sequence import Seq
+from echomq_trio.states import JobState
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "echomq_trio" / "scripts"
 MAX = 1000  # payload limit in these tests
@@ -429,7 +430,7 @@ def test_count_lanes(k: QueueKeys, lanes: int, waiting: int) -> None:
 
 
 infos = st.builds(
-    JobInfo, job_ids, st.sampled_from(["pending", "scheduled", "active", "dead", ""]),
+    JobInfo, job_ids, st.sampled_from(list(JobState)),
     st.integers(0, 100), st.binary(max_size=30), st.none() | st.text(min_size=1, max_size=20),
     st.none() | times, st.none() | names,
 )  # fmt: skip
@@ -451,6 +452,10 @@ def test_inspect_round_trip(
             (r.last_error or "").encode(), "" if r.score_ms is None else f"{r.score_ms}",
             (r.group or "").encode()] for r in rows]  # fmt: skip
     assert protocol.inspect_reply(raw) == rows
+    assert all(type(r.state) is JobState for r in protocol.inspect_reply(raw))
+    missing = [b"JOB0000000000x", b"", b"0", b"", b"", "", b""]  # no row: state ''
+    assert protocol.inspect_ids_reply([*raw, missing]) == [*rows, None]
+    assert protocol.inspect_reply([missing]) == []
     with pytest.raises(ValueError, match="state must be one of"):
         protocol.inspect_state_call(k, "waiting", 0, 1)
 

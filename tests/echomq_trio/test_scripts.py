@@ -1,7 +1,8 @@
 """The scripts against the written rules: the Lua prelude's key schema is ``keys.SCHEMA`` line for
-line, scripts reach only declared keys, each header's transition arrow is the one in the table of
-``echomq_trio/scripts/README.md``, scripts answer the words Python parses, and application
-scripts get the public prelude alone (by a plain or a dotted package name)."""
+line, scripts reach only declared keys, each header's transition arrow is the one
+``echomq_trio.states`` gives (the table the README is written from), scripts answer the words
+Python parses, and application scripts get the public prelude alone (by a plain or a dotted
+package name)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 
-from echomq_trio import Bus, ids, lua, protocol
+from echomq_trio import Bus, ids, lua, protocol, states
 from echomq_trio.keys import SCHEMA, queue_keys
-from echomq_trio.results import Outcome, Registered
+from echomq_trio.results import Counts, Outcome, Registered
 from echomq_trio.wire import script_source
 
 pytestmark = pytest.mark.cluster
@@ -124,84 +126,23 @@ async def test_an_app_script_addresses_the_queue_s_keys(bus: Bus, app_package: P
     ]  # fmt: skip
 
 
-# --- the state machine ---------------------------------------------------------------------------
-
-JOB_STATES = {"(none)", "pending", "pending (lane)", "pending (lane, waiting)", "scheduled",
-              "active", "dead", "registered"}  # fmt: skip
-LANE_STATES = {"any", "ready", "idle", "paused", "waiting"}
+# --- the state machine (echomq_trio.states; tests/echomq_trio/test_states.py) -------------------
 
 
-def _alternatives(text: str) -> frozenset[str]:
-    """``a | b (c | d)`` → {``a``, ``b (c | d)``}: split at ``|`` outside parentheses."""
-    parts, depth, cur = [], 0, ""
-    for ch in text:
-        depth += ch == "("
-        depth -= ch == ")"
-        if ch == "|" and depth == 0:
-            parts.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-    parts.append(cur.strip())
-    return frozenset(parts)
-
-
-def _states_of(alternative: str, lane: bool) -> set[str]:
-    main, _, side = alternative.partition(" (+ ")
-    states = {main}
-    if side:
-        states |= set(_alternatives(side.removesuffix(")")))
-    return states
-
-
-Arrow = tuple[str, frozenset[str], frozenset[str]]
-
-
-def _arrow(text: str) -> Arrow:
-    text = " ".join(text.replace("`", "").replace("\\|", "|").split())
-    if text.startswith("none"):
-        return ("none", frozenset([text]), frozenset())
-    source, _, target = text.partition(" -> ")
-    kind = "lane" if source.startswith("lane ") else "job"
-    return (kind, _alternatives(source.removeprefix("lane ")), _alternatives(target))
-
-
-def _header_arrow(name: str) -> Arrow:
+def _header(name: str) -> str:
     lines = re.findall(r"^-- transition: (.*)$", (SCRIPTS / f"{name}.lua").read_text(), re.M)
     assert len(lines) == 1, f"{name}.lua needs exactly one '-- transition:' header line"
-    return _arrow(lines[0])
-
-
-def _table(title: str) -> list[list[str]]:
-    text = (SCRIPTS / "README.md").read_text().split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in text.splitlines() if line.startswith("| ")]
-    cells = [[c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]] for row in rows[1:]]
-    return [row for row in cells if not set(row[0]) <= {"-"}]
-
-
-def _transitions() -> dict[str, tuple[Arrow, set[str]]]:
-    out = {}
-    for script, source, target, answers in _table("Transitions"):
-        name = script.strip("`")
-        arrow = _arrow(source if source.startswith("none") else f"{source} -> {target}")
-        out[name] = (arrow, set(re.findall(r"`([a-z_]+)`", answers)))
-    return out
+    return lines[0]
 
 
 def test_the_table_lists_every_script_once() -> None:
-    assert sorted(_transitions()) == BUS_SCRIPTS
-    assert len(_table("Transitions")) == len(BUS_SCRIPTS)
+    assert sorted(states.SCRIPTS) == BUS_SCRIPTS
+    assert {e.script for e in states.EDGES} <= set(BUS_SCRIPTS)
 
 
 @pytest.mark.parametrize("name", BUS_SCRIPTS)
 def test_each_header_arrow_is_the_table_s(name: str) -> None:
-    arrow, _ = _transitions()[name]
-    assert _header_arrow(name) == arrow
-    kind, source, target = arrow
-    if kind != "none":
-        vocabulary = LANE_STATES if kind == "lane" else JOB_STATES
-        for alternative in source | target:
-            assert _states_of(alternative, kind == "lane") <= vocabulary, alternative
+    assert _header(name) == states.arrow(name)
 
 
 @pytest.mark.parametrize("name", BUS_SCRIPTS)
@@ -217,16 +158,25 @@ def test_each_header_states_its_cost_bounded_by_its_batch(name: str) -> None:
 
 
 def test_the_states_table_names_declared_keys_and_agrees_with_the_protocol() -> None:
-    rows = {row[0].strip("`"): row[1] for row in _table("Job states")}
-    assert set(rows) == JOB_STATES - {"registered"}
+    rows = [line.split(" | ") for line in states.readme_sections()["states"][2:]]
+    assert [row[0].strip("|` ") for row in rows] == [p.value for p in states.Place]
     patterns = {s.pattern for s in SCHEMA}
-    for where in rows.values():
+    for where in (row[1] for row in rows):
         for key in re.findall(r"`([^`]+)`", where):
             assert key in patterns, key
     k = queue_keys("q")
-    for state in protocol.STATE_SETS:
+    for state in states.JobState:
         suffix = protocol.state_set(k, state).removeprefix(k.prefix)
-        assert f"`{suffix}`" in rows[state], state
+        assert (
+            states.JobState(state).waits_in
+            == suffix
+            == next(s.stem for s in SCHEMA if s.name == protocol.STATE_SETS[state])
+        )
+    assert set(protocol.STATE_SETS) == {str(s) for s in states.JobState}
+
+
+def _words(name: str) -> set[str]:
+    return set(states.SCRIPTS[name].answers)
 
 
 def _answered(name: str) -> str:
@@ -237,7 +187,7 @@ def _answered(name: str) -> str:
 
 @pytest.mark.parametrize("name", BUS_SCRIPTS)
 def test_scripts_answer_the_words_python_parses(name: str) -> None:
-    _, words = _transitions()[name]
+    words = _words(name)
     code = _code(_answered(name))
     for word in words:
         assert f"'{word}'" in code, f"{name}.lua never answers {word!r}"
@@ -255,7 +205,7 @@ def test_scripts_answer_the_words_python_parses(name: str) -> None:
 
 
 def test_every_outcome_is_some_script_s_answer() -> None:
-    answered = set().union(*(words for _, words in _transitions().values()))
+    answered = set().union(*(_words(n) for n in BUS_SCRIPTS))
     assert {o.value for o in Outcome} <= answered
     assert {r.value for r in Registered} <= answered
 
@@ -369,3 +319,48 @@ def test_bus_scripts_are_read_at_import_so_a_running_process_keeps_its_version(
         for m in [m for m in sys.modules if m.startswith("echomq_trio")]:
             del sys.modules[m]
         sys.modules.update(saved)
+
+
+# --- replies decoded by name ---------------------------------------------------------------------
+
+
+def _header_fields(name: str) -> dict[str, tuple[str, ...]]:
+    """A script's ``-- fields:`` and ``-- fields of each <item>:`` lines (a line may go on in
+    lines indented under it), by ``REPLY_FIELDS`` key."""
+    out = {}
+    lines = (SCRIPTS / f"{name}.lua").read_text().splitlines()
+    for i, line in enumerate(lines):
+        m = re.match(r"^-- fields(?: of each (\w+))?: (.*)$", line)
+        if not m:
+            continue
+        text = m[2]
+        for more in lines[i + 1 :]:
+            if not re.match(r"^--\s{8,}\S", more):
+                break
+            text += " " + more[2:].strip()
+        key = f"{name}/{m[1]}" if m[1] else name
+        assert key not in out, f"{name}.lua lists {key}'s fields twice"
+        out[key] = tuple(f.strip() for f in text.split(",") if f.strip())
+    return out
+
+
+def test_each_reply_is_decoded_by_the_names_its_header_lists() -> None:
+    """A script answering a fixed shape lists its fields in order (``-- fields:``, and for a
+    list's items ``-- fields of each <item>:``); the Python decoder reads them by those names
+    (``protocol.REPLY_FIELDS``), so a field added, dropped or moved on one side only fails
+    here."""
+    headers: dict[str, tuple[str, ...]] = {}
+    for name in BUS_SCRIPTS:
+        headers |= _header_fields(name)
+    assert headers == protocol.REPLY_FIELDS
+    with pytest.raises(ValueError, match="inspect/job answered 6 fields, expected 7"):
+        protocol.inspect_reply([[b"JOB0000000000x", b"dead", b"1", b"", b"", b""]])
+    with pytest.raises(ValueError, match="fire answered 4 fields, expected 3"):
+        protocol.fire_reply([1, -1, 5, 6])
+    with pytest.raises(ValueError, match="claim/job answered 4 fields, not items of 5"):
+        protocol.claim_reply([9, b"JOB0000000000x", b"p", 1, 1], "q")
+    assert protocol.reap_reply([1, 2, 0]).next_from is None  # the optional last field
+
+
+def test_the_counts_fields_are_the_counts_record_s() -> None:
+    assert protocol.REPLY_FIELDS["counts"] == tuple(f.name for f in attrs.fields(Counts))
