@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from echomq_trio.keys import QueueKeys, queue_keys
 from echomq_trio.protocol import Call
 from echomq_trio.server import EmbeddedServer, start_server
 from echomq_trio.storage import StorageWatch, read_storage
-from echomq_trio.transport import Transport
+from echomq_trio.transport import Subscription, Transport
 from echomq_trio.wire import open_wire, parse_url
 
 __all__ = ["Bus", "CommandArg", "Reply", "new_holder", "open_bus"]
@@ -126,6 +126,13 @@ class Bus:
         queue's slot. A cancelled call may or may not have run on the server."""
         reply: Reply = await self.wire.command(*map(_command_arg, args))
         return reply
+
+    def subscribe(
+        self, *, channels: Sequence[str] = (), patterns: Sequence[str] = ()
+    ) -> AbstractAsyncContextManager[Subscription]:
+        """A client of its own subscribed to ``channels`` and ``patterns`` (pub/sub), for
+        ``async with``: each message is one ``PUBLISH`` (``message.data`` is bytes)."""
+        return self.wire.subscribe(channels=channels, patterns=patterns)
 
     @property
     def url(self) -> str:
