@@ -27,7 +27,6 @@ from typing import Literal
 import attrs
 
 from codemojex import ids
-from echomq_trio import Bus
 from echomq_trio.keys import queue_keys
 
 __all__ = [
@@ -232,13 +231,9 @@ class QueueAppKeys:
         return self.rate_chat_stem + str(chat)
 
 
-def queue_app_keys(bus: Bus, queue: str) -> QueueAppKeys:
-    """The app's keys beside ``queue`` (checks the queue's name)."""
-    return _queue_app_keys(queue)
-
-
 @lru_cache(maxsize=64)  # bounded: the app keeps its keys beside one or two queues
-def _queue_app_keys(queue: str) -> QueueAppKeys:
+def queue_app_keys(queue: str) -> QueueAppKeys:
+    """The app's keys beside ``queue`` (checks the queue's name, as ``Bus.keys`` does)."""
     k = queue_keys(queue)
     fixed = {s.name: k.app(s.pattern) for s in SCHEMA if s.place == "queue" and not s.variable}
     stems = {s.name + "_stem": k.app(s.stem) for s in SCHEMA if s.place == "queue" and s.variable}

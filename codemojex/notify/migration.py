@@ -46,13 +46,13 @@ class Migration:
 
 def migrations_key(bus: Bus, queue: str = NOTIFY_QUEUE) -> str:
     """The hash old chat id -> new chat id (the queue's app key ``migrated``)."""
-    return queue_app_keys(bus, queue).migrations
+    return queue_app_keys(queue).migrations
 
 
 def chat_links_key(bus: Bus, queue: str = NOTIFY_QUEUE) -> str:
     """The hash chat id -> room id (the queue's app key ``chat-rooms``), kept in the same slot
     as the migrations so that one script moves a link with the record."""
-    return queue_app_keys(bus, queue).chat_links
+    return queue_app_keys(queue).chat_links
 
 
 def _chat_id(name: str, value: object) -> int:
@@ -69,7 +69,7 @@ async def migrate_chat(bus: Bus, old: int, new: int, *, queue: str = NOTIFY_QUEU
     _chat_id("new", new)
     if old == new:
         raise ValueError(f"a chat migrates to another id, got {old} twice")
-    k = queue_app_keys(bus, queue)
+    k = queue_app_keys(queue)
     got = await _MIGRATE.run(bus, [k.migrations, k.chat_links], [str(old), str(new)])
     return Migration(got["outcome"] == "recorded", int(got["new"]), got["room"] or None)
 

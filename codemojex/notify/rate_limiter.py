@@ -89,7 +89,7 @@ class RateLimiter:
         self.bus = bus
         self.limits = limits
         self.margin_ms = margin_ms
-        k = queue_app_keys(bus, tag)  # checks the tag
+        k = queue_app_keys(tag)  # checks the tag
         self.prefix = k.rate_prefix
         self.global_window = k.rate_global  # the bot's send log (the scripts' KEYS[1])
         self._outage = k.rate_pause_outage

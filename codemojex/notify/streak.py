@@ -14,7 +14,7 @@ __all__ = ["end_streak", "flooded_for_ms", "streak_key"]
 
 def streak_key(bus: Bus, chat: int, *, queue: str = NOTIFY_QUEUE) -> str:
     """The key of ``chat``'s streak of 429s."""
-    return queue_app_keys(bus, queue).flooded(chat)
+    return queue_app_keys(queue).flooded(chat)
 
 
 async def end_streak(bus: Bus, chat: int, *, queue: str = NOTIFY_QUEUE) -> None:

@@ -91,7 +91,7 @@ def test_names_on_the_server_are_the_ones_data_was_written_under() -> None:
     ]  # fmt: skip
     assert feed_channel(room) == "cm:board:" + room
     q = queue_keys("cm.notify")
-    a = queue_app_keys(None, "cm.notify")  # type: ignore[arg-type]  # the bus is not read
+    a = queue_app_keys("cm.notify")
     assert (a.migrations, a.chat_links, a.flooded(-7)) == (
         q.app("migrated"), q.app("chat-rooms"), q.app("flooded:-7"))  # fmt: skip
     rate = q.app("rate:")
@@ -116,7 +116,7 @@ def test_variable_parts_are_checked() -> None:
     with pytest.raises(ValueError, match="no global key"):
         global_key("room")
     with pytest.raises(ValueError, match="queue"):
-        queue_app_keys(None, "a b")  # type: ignore[arg-type]
+        queue_app_keys("a b")
 
 
 def test_every_entry_is_named_once_with_a_known_place_and_type() -> None:

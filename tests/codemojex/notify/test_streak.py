@@ -18,7 +18,7 @@ pytestmark = pytest.mark.cluster
 async def test_a_streak_grows_from_its_first_429_and_a_delivery_ends_it(
     bus: Bus, queue: str
 ) -> None:
-    assert streak.streak_key(bus, -5, queue=queue) == queue_app_keys(bus, queue).flooded(-5)
+    assert streak.streak_key(bus, -5, queue=queue) == queue_app_keys(queue).flooded(-5)
     assert streak.streak_key(bus, -5, queue=queue) == bus.keys(queue).app("flooded:-5")
     # The first 429 starts the streak (a loaded machine may take a while between the two calls).
     assert await streak.flooded_for_ms(bus, -5, 60_000, queue=queue) < 500
