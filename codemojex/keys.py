@@ -31,6 +31,7 @@ from echomq_trio.keys import queue_keys
 
 __all__ = [
     "FEED_PATTERN",
+    "QUEUES",
     "SCHEMA",
     "AppKey",
     "QueueAppKeys",
@@ -112,6 +113,11 @@ SCHEMA: tuple[AppKey, ...] = (
 )  # fmt: skip
 
 _SPECS = {spec.name: spec for spec in SCHEMA}
+
+# The bus queues the app keeps (their keys are the bus's, ``echomq_trio.keys``): the notices to
+# send (with the app keys above in its slot), the game's own jobs (round ends, the digest), and
+# Telegram's updates to handle.
+QUEUES: dict[str, str] = {"notify": "cm.notify", "game": "cm.game", "updates": "cm.updates"}
 
 
 def _spec(name: str) -> AppKey:

@@ -27,6 +27,7 @@ from codemojex.game.markup import Text
 from codemojex.game.rooms import Room, get_room, list_room_ids, player_names
 from codemojex.game.rounds import standings_text
 from codemojex.game.rules import DAY_MS, TOP_N
+from codemojex.keys import QUEUES
 from codemojex.notify import notifier
 from codemojex.store import server_time_ms
 from echomq_trio import Bury, Bus, BusError, Job, ids, repeat
@@ -43,7 +44,7 @@ __all__ = [
     "send_digest",
 ]
 
-GAME_QUEUE = "cm.game"
+GAME_QUEUE = QUEUES["game"]
 ROOMS_AT_ONCE = 32  # the digest's notices admitted at once
 DIGEST_NAME = "daily-standings"
 

@@ -15,9 +15,12 @@ import pytest
 
 from codemojex import ids
 from codemojex.chat.directory import follow_migration, open_room, player_for
+from codemojex.chat.intake import UPDATES_QUEUE
 from codemojex.chat.meaning import Chat, Sender
 from codemojex.game import board, rooms, rounds
+from codemojex.game.digest import GAME_QUEUE
 from codemojex.keys import (
+    QUEUES,
     SCHEMA,
     AppKey,
     feed_channel,
@@ -28,6 +31,7 @@ from codemojex.keys import (
 )
 from codemojex.notify import streak
 from codemojex.notify.limits import Limits, Window
+from codemojex.notify.notifier import NOTIFY_QUEUE
 from codemojex.notify.rate_limiter import RateLimiter
 from codemojex.store import SCRIPTS, fields, script
 from echomq_trio import Bus, open_bus
@@ -101,6 +105,13 @@ def test_names_on_the_server_are_the_ones_data_was_written_under() -> None:
         rate + s for s in ("global", "chats", "paused", "pause:global", "pause:outage", "clock",
                            "seq", "chat:42", "rsv:")
     ]  # fmt: skip
+
+
+def test_the_app_s_queues_are_the_schema_s() -> None:
+    schema = (QUEUES["notify"], QUEUES["game"], QUEUES["updates"])
+    assert schema == (NOTIFY_QUEUE, GAME_QUEUE, UPDATES_QUEUE)
+    for name in QUEUES.values():
+        queue_keys(name)  # a name the bus gives a queue
 
 
 def test_variable_parts_are_checked() -> None:
