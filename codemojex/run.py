@@ -49,6 +49,7 @@ from codemojex.chat.directory import LEGACY_CHAT_ROOMS_KEY, upgrade_chat_links
 from codemojex.chat.service import identify, poll_updates
 from codemojex.game import Feed, PageServer, board, demo
 from codemojex.game.page import DASHBOARD_PATH, EMOJI_FONT
+from codemojex.keys import LEGACY_ROOMS
 from codemojex.metrics import ServiceMetrics
 from codemojex.notify import NOTIFY_QUEUE, DeliveryStats, NotificationWorker, RateLimiter
 from codemojex.notify.health import Trouble
@@ -56,6 +57,7 @@ from codemojex.notify.health import note as telegram_note
 from codemojex.notify.outage import log_to_stderr
 from codemojex.settings import Settings, SettingsError, parse_settings
 from codemojex.standin import TelegramStandIn, open_stand_in
+from codemojex.store import server_time_ms
 from codemojex.telegram import DEFAULT_API_URL, open_bot
 from echomq_trio import (
     Bus,
@@ -335,11 +337,11 @@ async def run(
             say(f"  server: {bus.url}" + ("" if url else f" (data in {d}: echomq --data-dir {d})"))
             say(f"  telegram: {telegram_endpoint(api_url, local=stand_in is not None)}")
             say(f"  durability: {durability_text}")
-            now = await bus.wire.server_time_ms()
+            now = await server_time_ms(bus)
             say(f"  daily digest: {answer.value}, next run {humane.at(next_run, now)}")
             say(f"  updates: {updates}, as @{username}")
             if moved:
-                say(f"  rooms: moved {moved} room(s) of the old set cm:rooms into the index")
+                say(f"  rooms: moved {moved} room(s) of the old set {LEGACY_ROOMS} into the index")
             if linked:
                 say(
                     f"  chats: moved {linked} chat link(s) of {LEGACY_CHAT_ROOMS_KEY} beside the "

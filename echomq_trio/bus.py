@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from functools import lru_cache
 from typing import Any
 
@@ -18,7 +20,7 @@ from echomq_trio.keys import QueueKeys, queue_keys
 from echomq_trio.protocol import Call
 from echomq_trio.server import EmbeddedServer
 from echomq_trio.storage import StorageWatch
-from echomq_trio.transport import Transport
+from echomq_trio.transport import Subscription, Transport
 
 __all__ = ["Bus", "CommandArg", "Reply", "new_holder"]
 
@@ -118,6 +120,13 @@ class Bus:
         queue's slot. A cancelled call may or may not have run on the server."""
         reply: Reply = await self.wire.command(*map(_command_arg, args))
         return reply
+
+    def subscribe(
+        self, *, channels: Sequence[str] = (), patterns: Sequence[str] = ()
+    ) -> AbstractAsyncContextManager[Subscription]:
+        """A client of its own subscribed to ``channels`` and ``patterns`` (pub/sub), for
+        ``async with``: each message is one ``PUBLISH`` (``message.data`` is bytes)."""
+        return self.wire.subscribe(channels=channels, patterns=patterns)
 
     @property
     def url(self) -> str:

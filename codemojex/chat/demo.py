@@ -26,6 +26,7 @@ from codemojex.game.rounds import Round, current_round
 from codemojex.game.rules import GameError
 from codemojex.game.scoring import ALPHABET, SIZE
 from codemojex.standin.updates import UpdateFeed
+from codemojex.store import server_time_ms, text_or_none
 from echomq_trio import Bus, BusError
 
 __all__ = ["FIRST_USER", "play_in_chats"]
@@ -49,7 +50,7 @@ async def play_in_chats(bus: Bus, feed: UpdateFeed, *, seed: int | None = None) 
 
 
 async def _adopt(bus: Bus) -> None:
-    saved = await bus.wire.command("GET", DEMO_KEY)
+    saved = text_or_none(await bus.command("GET", DEMO_KEY))
     if saved is not None:
         for room_id in json.loads(saved)["rooms"]:
             with contextlib.suppress(GameError):
@@ -81,7 +82,7 @@ async def _chat_room(bus: Bus, feed: UpdateFeed, chat: int, title: str, members:
             await _until(lambda: room_of_chat(bus, chat))
             say(rng.choice(members), "/round")
             rnd = await _until(open_round)
-            wait_ms = rnd.starts_at_ms - await bus.wire.server_time_ms()
+            wait_ms = rnd.starts_at_ms - await server_time_ms(bus)
             await trio.sleep(max(wait_ms, 0) / 1000 + 0.1)
             guesses = {user: rng.sample(ALPHABET, SIZE) for user in members}
             while (now := await open_round()) is not None and now.id == rnd.id:

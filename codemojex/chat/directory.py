@@ -25,11 +25,12 @@ from __future__ import annotations
 
 from codemojex.chat.meaning import Chat, Sender
 from codemojex.game.rooms import Player, create_player, create_room, get_player, move_room
-from codemojex.notify.migration import Migration, chat_links_key, migrate_chat, migrations_key
+from codemojex.keys import LEGACY_CHAT_ROOMS, PLAYERS_BY_USER
+from codemojex.notify.migration import Migration, chat_links_key, migrate_chat, moved_to
 from codemojex.notify.notifier import NOTIFY_QUEUE
+from codemojex.store import items, pairs, text, text_or_none
 from codemojex.telegram import check_chat_id, check_user_id
 from echomq_trio import Bus
-from echomq_trio.protocol import as_text
 
 __all__ = [
     "LEGACY_CHAT_ROOMS_KEY",
@@ -42,8 +43,8 @@ __all__ = [
     "upgrade_chat_links",
 ]
 
-LEGACY_CHAT_ROOMS_KEY = "cm:chat-rooms"  # the chat links as written before (see the docstring)
-PLAYERS_BY_USER_KEY = "cm:tg-players"
+LEGACY_CHAT_ROOMS_KEY = LEGACY_CHAT_ROOMS  # the chat links as written before (see the docstring)
+PLAYERS_BY_USER_KEY = PLAYERS_BY_USER
 _SCAN_PAGE = 1_000
 
 
@@ -53,12 +54,12 @@ async def room_of_chat(bus: Bus, chat: int, *, queue: str = NOTIFY_QUEUE) -> str
     an id no chat has."""
     check_chat_id(chat)
     links = chat_links_key(bus, queue)
-    raw = await bus.wire.command("HGET", links, str(chat))
+    raw = await bus.command("HGET", links, chat)
     if raw is None:
-        moved = await bus.wire.command("HGET", migrations_key(bus, queue), str(chat))
+        moved = await moved_to(bus, chat, queue=queue)
         if moved is not None:
-            raw = await bus.wire.command("HGET", links, as_text(moved))
-    return None if raw is None else as_text(raw)
+            raw = await bus.command("HGET", links, moved)
+    return text_or_none(raw)
 
 
 async def open_room(bus: Bus, chat: Chat, *, queue: str = NOTIFY_QUEUE) -> tuple[str, bool]:
@@ -67,7 +68,7 @@ async def open_room(bus: Bus, chat: Chat, *, queue: str = NOTIFY_QUEUE) -> tuple
     if found is not None:
         return found, False
     room = await create_room(bus, chat.id, chat.title)
-    if await bus.wire.command("HSETNX", chat_links_key(bus, queue), str(chat.id), room.id):
+    if await bus.command("HSETNX", chat_links_key(bus, queue), chat.id, room.id):
         return room.id, True
     winner = await room_of_chat(bus, chat.id, queue=queue)
     assert winner is not None
@@ -79,7 +80,7 @@ async def adopt_room(bus: Bus, chat: int, room_id: str, *, queue: str = NOTIFY_Q
     has none; ``True`` if it did. ``ValueError`` for an id no chat has."""
     check_chat_id(chat)
     links = chat_links_key(bus, queue)
-    return bool(await bus.wire.command("HSETNX", links, str(chat), room_id))
+    return bool(await bus.command("HSETNX", links, chat, room_id))
 
 
 async def follow_migration(bus: Bus, old: int, new: int, *, queue: str = NOTIFY_QUEUE) -> Migration:
@@ -104,26 +105,18 @@ async def upgrade_chat_links(bus: Bus, *, queue: str = NOTIFY_QUEUE) -> int:
     moved = 0
     cursor = "0"
     while True:
-        cursor_raw, flat = await bus.wire.command(
-            "HSCAN", LEGACY_CHAT_ROOMS_KEY, cursor, "COUNT", str(_SCAN_PAGE)
+        cursor_raw, flat = items(
+            await bus.command("HSCAN", LEGACY_CHAT_ROOMS_KEY, cursor, "COUNT", _SCAN_PAGE)
         )
-        pairs = _pairs(flat)
-        for chat, room in pairs:
-            await bus.wire.command("HSETNX", links, chat, room)
-        if pairs:
-            await bus.wire.command("HDEL", LEGACY_CHAT_ROOMS_KEY, *[chat for chat, _ in pairs])
-            moved += len(pairs)
-        cursor = as_text(cursor_raw)
+        found = [(text(chat), text(room)) for chat, room in pairs(flat)]  # HSCAN: field, value
+        for chat, room in found:
+            await bus.command("HSETNX", links, chat, room)
+        if found:
+            await bus.command("HDEL", LEGACY_CHAT_ROOMS_KEY, *[chat for chat, _ in found])
+            moved += len(found)
+        cursor = text(cursor_raw)
         if cursor == "0":
             return moved
-
-
-def _pairs(flat: object) -> list[tuple[str, str]]:
-    """HSCAN's fields and values: a flat list (RESP2) or a map (RESP3)."""
-    if isinstance(flat, dict):
-        return [(as_text(k), as_text(v)) for k, v in flat.items()]
-    items = [as_text(x) for x in (flat or [])] if isinstance(flat, list) else []
-    return list(zip(items[::2], items[1::2], strict=True))
 
 
 async def player_for(bus: Bus, sender: Sender) -> Player:
@@ -131,11 +124,11 @@ async def player_for(bus: Bus, sender: Sender) -> Player:
     whose id is the user's id, as Telegram numbers them). ``ValueError`` for an id no user
     has."""
     check_user_id(sender.id, "a sender's id")
-    raw = await bus.wire.command("HGET", PLAYERS_BY_USER_KEY, str(sender.id))
+    raw = await bus.command("HGET", PLAYERS_BY_USER_KEY, sender.id)
     if raw is not None:
-        return await get_player(bus, as_text(raw))
+        return await get_player(bus, text(raw))
     player = await create_player(bus, sender.name, sender.id)
-    if await bus.wire.command("HSETNX", PLAYERS_BY_USER_KEY, str(sender.id), player.id):
+    if await bus.command("HSETNX", PLAYERS_BY_USER_KEY, sender.id, player.id):
         return player
-    winner = await bus.wire.command("HGET", PLAYERS_BY_USER_KEY, str(sender.id))
-    return await get_player(bus, as_text(winner))
+    winner = await bus.command("HGET", PLAYERS_BY_USER_KEY, sender.id)
+    return await get_player(bus, text(winner))

@@ -58,6 +58,7 @@ from codemojex.game.scoring import ALPHABET, SIZE
 from codemojex.game.texts import Text, plain
 from codemojex.notify.notifier import NOTIFY_QUEUE, notify
 from codemojex.stats import added
+from codemojex.store import server_time_ms
 from echomq_trio import Bury, Bus, Job, Seq, Serve, Worker, jobs
 from echomq_trio.metrics import BusMetrics
 
@@ -238,7 +239,7 @@ class ChatGame:
         except GameError:  # one is open already (else this raises what is wrong)
             rnd = await current_round(self.bus, room_id)
             ends_at = await self._schedule_end(chat.id, rnd)  # made sure of, after a crash
-            left_s = max(0, (ends_at - await self.bus.wire.server_time_ms()) // 1000)
+            left_s = max(0, (ends_at - await server_time_ms(self.bus)) // 1000)
             said = f"A round is already in play: it ends in {left_s} s."
             await self._reply(chat, plain(said), key)
             return
@@ -251,7 +252,7 @@ class ChatGame:
         end = json.dumps({"end_round": {"room": rnd.room, "round": rnd.id}})
         job_id = ids.JOB + rnd.id[len(ids.ROUND) :]  # one end per round: enqueue is idempotent
         # A wait of a length (enqueue_in): a step of the server clock does not move the end.
-        wait = max(0, ends_at - await self.bus.wire.server_time_ms())
+        wait = max(0, ends_at - await server_time_ms(self.bus))
         await jobs.enqueue_in(self.bus, self.queue, end, wait, job_id=job_id, group=str(chat))
         return ends_at
 

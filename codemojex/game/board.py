@@ -22,10 +22,10 @@ from __future__ import annotations
 import attrs
 
 from codemojex import ids
-from codemojex.game.rooms import room_key, round_key
 from codemojex.game.rules import DAY_MS, GameError
+from codemojex.keys import FEED_PATTERN, feed_channel, room_keys
+from codemojex.store import number, pairs, script, text
 from echomq_trio import Bus
-from echomq_trio.protocol import as_text
 
 __all__ = [
     "DAY_BOARD_KEEP_MS",
@@ -43,7 +43,6 @@ __all__ = [
     "top",
 ]
 
-FEED_PATTERN = "cm:board:*"
 DAY_BOARD_KEEP_MS = 7 * DAY_MS  # a day's board is kept a week after the day ends
 _SCALE = 10**13
 
@@ -58,21 +57,14 @@ class Board:
 
 def round_board(room: str, round_id: str) -> Board:
     """The board of one round: each player's best in it."""
-    round_key(room, round_id)  # checks both ids
-    return Board(room, room_key(room, f"board:round:{round_id}"))
+    return Board(room, room_keys(room).round_board(round_id))  # checks both ids
 
 
 def day_board(room: str, day: int) -> Board:
     """The board of one UTC day (``days.day_of``): each player's best that day."""
     if isinstance(day, bool) or not isinstance(day, int) or day < 0:
         raise ValueError(f"day must be a day number >= 0, got {day!r}")
-    if not ids.is_valid(room, ids.ROOM):
-        raise ValueError(f"room must be an RMM id, got {room!r}")
-    return Board(room, room_key(room, f"board:day:{day}"))
-
-
-def feed_channel(room: str) -> str:
-    return "cm:board:" + room
+    return Board(room, room_keys(room).day_board(day))
 
 
 @attrs.frozen
@@ -90,7 +82,7 @@ class Standing:
 
 
 def _pct(score: object) -> int:
-    return int(float(as_text(score)) // _SCALE)
+    return int(float(text(score)) // _SCALE)
 
 
 def _check_player(player: str) -> str:
@@ -119,44 +111,42 @@ async def record(
         raise ValueError(f"percentage must be an int in 0..100, got {percentage!r}")
     if isinstance(day_keep_ms, bool) or not isinstance(day_keep_ms, int) or day_keep_ms < 0:
         raise ValueError(f"day_keep_ms must be an int >= 0, got {day_keep_ms!r}")
-    reply = await bus.wire.script(
-        "codemojex.game/board_record",
-        [round_key(room, round_id), round_board(room, round_id).key],
+    k = room_keys(room)
+    got = await _RECORD.run(
+        bus,
+        [k.round(round_id), k.round_board(round_id), k.day_board_stem],
         [_check_player(player), str(percentage), feed_channel(room), room, str(day_keep_ms)],
     )
-    if reply[0] != 1:
+    if got["outcome"] != "recorded":
         raise GameError(f"round {round_id} is not open")
-    _, changed, best, day = reply
-    return Recorded(bool(changed), int(best), int(day))
+    return Recorded(got["improved"] == "1", int(got["best"]), int(got["day"]))
+
+
+_RECORD = script("board_record")
 
 
 def _standings(raw: object, first_rank: int) -> list[Standing]:
     # WITHSCORES comes back as {member: score} (RESP3, in order) or a flat list (RESP2).
-    if isinstance(raw, dict):
-        pairs = list(raw.items())
-    else:
-        items = list(raw) if isinstance(raw, list) else []
-        pairs = list(zip(items[::2], items[1::2], strict=True))
-    return [Standing(first_rank + i, as_text(m), _pct(s)) for i, (m, s) in enumerate(pairs)]
+    return [Standing(first_rank + i, text(m), _pct(s)) for i, (m, s) in enumerate(pairs(raw))]
 
 
 async def top(bus: Bus, board: Board, n: int = 10) -> list[Standing]:
     """The best ``n`` players of ``board``, best first (none once it has expired)."""
     if n < 1:
         return []
-    raw = await bus.wire.command("ZRANGE", board.key, "0", str(n - 1), "REV", "WITHSCORES")
+    raw = await bus.command("ZRANGE", board.key, 0, n - 1, "REV", "WITHSCORES")
     return _standings(raw, 1)
 
 
 async def size(bus: Bus, board: Board) -> int:
     """How many players have a score on ``board`` (0 once it has expired)."""
-    return int(await bus.wire.command("ZCARD", board.key))
+    return number(await bus.command("ZCARD", board.key))
 
 
 async def rank(bus: Bus, board: Board, player: str) -> int | None:
     """A player's 1-based rank on ``board``, or ``None`` if they have no score on it."""
-    r = await bus.wire.command("ZREVRANK", board.key, _check_player(player))
-    return None if r is None else int(r) + 1
+    r = await bus.command("ZREVRANK", board.key, _check_player(player))
+    return None if r is None else number(r) + 1
 
 
 async def around(bus: Bus, board: Board, player: str, k: int = 2) -> list[Standing]:
@@ -165,7 +155,5 @@ async def around(bus: Bus, board: Board, player: str, k: int = 2) -> list[Standi
     if r is None:
         return []
     start = max(0, r - 1 - k)
-    raw = await bus.wire.command(
-        "ZRANGE", board.key, str(start), str(r - 1 + k), "REV", "WITHSCORES"
-    )
+    raw = await bus.command("ZRANGE", board.key, start, r - 1 + k, "REV", "WITHSCORES")
     return _standings(raw, start + 1)

@@ -21,6 +21,8 @@ from codemojex.game.rooms import Player, Room, create_player, create_room, get_p
 from codemojex.game.rounds import ENDED_ROUND_KEEP_MS, end_round, guess, start_round
 from codemojex.game.rules import GameError
 from codemojex.game.scoring import ALPHABET, SIZE
+from codemojex.keys import DEMO
+from codemojex.store import text_or_none
 from echomq_trio import Bus, BusError
 from echomq_trio.backoff import reconnect_delay_s
 
@@ -32,7 +34,7 @@ ROOMS = [(-1001000000001, "Emoji Masters"), (-1001000000002, "Night Owls"),
          (-1001000000003, "Quick Guessers")]  # fmt: skip
 NAMES = ["Alice", "Bob", "Chen", "Dana", "Eve", "Farid", "Gita", "Hugo", "Ines", "Jon", "Kai",
          "Lena"]  # fmt: skip
-DEMO_KEY = "cm:demo"
+DEMO_KEY = DEMO  # what the demo made (codemojex.keys)
 
 
 def nudge(attempt: list[str], rng: random.Random) -> None:
@@ -45,7 +47,7 @@ def nudge(attempt: list[str], rng: random.Random) -> None:
 
 
 async def _setup(bus: Bus) -> tuple[list[Room], list[Player]]:
-    saved = await bus.wire.command("GET", DEMO_KEY)
+    saved = text_or_none(await bus.command("GET", DEMO_KEY))
     if saved is not None:
         data = json.loads(saved)
         rooms = [await get_room(bus, r) for r in data["rooms"]]
@@ -53,7 +55,7 @@ async def _setup(bus: Bus) -> tuple[list[Room], list[Player]]:
         return rooms, players
     rooms = [await create_room(bus, chat, title) for chat, title in ROOMS]
     players = [await create_player(bus, name, 5_000_000 + i) for i, name in enumerate(NAMES)]
-    await bus.wire.command("SET", DEMO_KEY, json.dumps(
+    await bus.command("SET", DEMO_KEY, json.dumps(
         {"rooms": [r.id for r in rooms], "players": [p.id for p in players]}))  # fmt: skip
     return rooms, players
 

@@ -27,7 +27,9 @@ from codemojex.game.rooms import Room, get_room, list_room_ids, player_names
 from codemojex.game.rounds import standings_text
 from codemojex.game.rules import DAY_MS, TOP_N
 from codemojex.game.texts import Text
+from codemojex.keys import QUEUES
 from codemojex.notify import notifier
+from codemojex.store import server_time_ms
 from echomq_trio import Bury, Bus, BusError, Job, ids, repeat
 from echomq_trio.repeat import Registered
 
@@ -42,7 +44,7 @@ __all__ = [
     "send_digest",
 ]
 
-GAME_QUEUE = "cm.game"
+GAME_QUEUE = QUEUES["game"]
 ROOMS_AT_ONCE = 32  # the digest's notices admitted at once
 DIGEST_NAME = "daily-standings"
 
@@ -130,10 +132,7 @@ async def register_digest(
     """Register the daily digest on ``cm.game`` (idempotent: a live registration is kept). With
     no ``first_in_ms`` it first fires ``DIGEST_AFTER_MIDNIGHT_MS`` after the next UTC midnight
     of the server's clock."""
-    if first_in_ms is None:
-        first = next_digest_in_ms(await bus.wire.server_time_ms())
-    else:
-        first = first_in_ms
+    first = next_digest_in_ms(await server_time_ms(bus)) if first_in_ms is None else first_in_ms
     return await repeat.register(bus, GAME_QUEUE, DIGEST_NAME, every_ms, "digest", first)
 
 

@@ -188,7 +188,7 @@ class Feed:
     async def _subscribe(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        async with self.bus.wire.subscribe(patterns=[board.FEED_PATTERN]) as sub:
+        async with self.bus.subscribe(patterns=[board.FEED_PATTERN]) as sub:
             task_status.started()
             async for message in sub:
                 room = message.data.decode(errors="replace")

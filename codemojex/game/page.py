@@ -23,6 +23,7 @@ import trio
 from codemojex.asgi import Response, answer, serve_app
 from codemojex.game.rooms import DEFAULT_ROOM_PAGE, MAX_ROOM_PAGE, room_page
 from codemojex.game.rules import GameError
+from codemojex.store import server_time_ms
 from echomq_trio import Bus, BusError
 
 if TYPE_CHECKING:
@@ -114,7 +115,7 @@ class PageServer:
             return Response(200, b"font/ttf", EMOJI_FONT, cache)
         if path == "/config.json":
             try:
-                now = await self.bus.wire.server_time_ms()
+                now = await server_time_ms(self.bus)
             except BusError:
                 now = None  # the page falls back to its own clock
             config = {"ws_port": self.feed_port, "server_now_ms": now}

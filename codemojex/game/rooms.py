@@ -1,8 +1,9 @@
 """Rooms (``RMM``: the chat where a game runs) and players (``USR``: reachable in a private
 chat), kept in the server. A room's keys carry its id as hash tag (``cm:{<room>}:...``,
 ``room_key``), so a room's state, rounds and board share one cluster slot; the index of rooms
-and the players live in ``cm:room-index`` and ``cm:players``. Names and titles are checked
-against ``rules.MAX_NAME`` and ``rules.MAX_TITLE`` (``GameError`` otherwise).
+and the players live in ``cm:room-index`` and ``cm:players`` (every key: ``codemojex.keys``).
+Names and titles are checked against ``rules.MAX_NAME`` and ``rules.MAX_TITLE`` (``GameError``
+otherwise).
 
 Listing: the index is a sorted set of room ids, every score 0, so it is ordered by id, which is
 mint order (ids are time-ordered). ``room_page`` reads the ids after a cursor (the last id of the
@@ -38,9 +39,10 @@ import trio
 
 from codemojex import ids
 from codemojex.game.rules import MAX_NAME, MAX_TITLE, GameError, check_label
+from codemojex.keys import LEGACY_ROOMS, PLAYERS, ROOM_INDEX, room_key, room_keys
+from codemojex.store import items, text, text_or_none
 from codemojex.telegram import check_chat_id, check_user_id
 from echomq_trio import Bus, BusError
-from echomq_trio.protocol import as_text
 
 __all__ = [
     "DEFAULT_ROOM_PAGE",
@@ -61,9 +63,9 @@ __all__ = [
     "round_key",
 ]
 
-ROOM_INDEX_KEY = "cm:room-index"  # sorted set: every room's id, score 0 (ordered by id)
-LEGACY_ROOMS_KEY = "cm:rooms"  # set: every room's id, as written before the index
-PLAYERS_KEY = "cm:players"
+ROOM_INDEX_KEY = ROOM_INDEX  # sorted set: every room's id, score 0 (ordered by id)
+LEGACY_ROOMS_KEY = LEGACY_ROOMS  # set: every room's id, as written before the index
+PLAYERS_KEY = PLAYERS
 DEFAULT_ROOM_PAGE = 50  # rooms on a page when the caller names no count
 MAX_ROOM_PAGE = 200
 _WALK_PAGE = 1_000  # ids per call when a caller needs every room (the daily digest)
@@ -91,20 +93,17 @@ class Player:
     chat: int
 
 
-def room_key(room: str, suffix: str) -> str:
-    """The key ``cm:{<room>}:<suffix>``: the room's hash tag keeps its keys in one slot."""
-    return f"cm:{{{room}}}:{suffix}"
-
-
 def round_key(room: str, round_id: str) -> str:
     """``cm:{<room>}:round:<id>``: a round's state, written only by the round scripts (and
     read by ``board_record``, which checks the round is open). ``ValueError`` for ids that are
     not a room's and a round's."""
-    if not ids.is_valid(room, ids.ROOM):
-        raise ValueError(f"room must be an RMM id, got {room!r}")
-    if not ids.is_valid(round_id, ids.ROUND):
-        raise ValueError(f"round must be an RND id, got {round_id!r}")
-    return room_key(room, f"round:{round_id}")
+    return room_keys(room).round(round_id)
+
+
+def _record(fields: object) -> tuple[int, str] | None:
+    """A room record's ``HMGET chat title`` as (chat, title), or ``None`` for no record."""
+    chat, title = items(fields)
+    return None if chat is None else (int(text(chat)), text(title))
 
 
 async def create_room(bus: Bus, chat: int, title: str) -> Room:
@@ -116,18 +115,18 @@ async def create_room(bus: Bus, chat: int, title: str) -> Room:
     room = Room(ids.new(ids.ROOM), chat, title)
     # The record first: a failure in between leaves a working room that is not listed (see the
     # module's docstring).
-    await bus.wire.command("HSET", room_key(room.id, "room"), "chat", str(chat), "title", title)
-    await bus.wire.command("ZADD", ROOM_INDEX_KEY, "0", room.id)
+    await bus.command("HSET", room_keys(room.id).room, "chat", chat, "title", title)
+    await bus.command("ZADD", ROOM_INDEX_KEY, 0, room.id)
     return room
 
 
 async def get_room(bus: Bus, room_id: str) -> Room:
     if not ids.is_valid(room_id, ids.ROOM):
         raise GameError(f"not a room id: {room_id!r}")
-    chat, title = await bus.wire.command("HMGET", room_key(room_id, "room"), "chat", "title")
-    if chat is None:
+    record = _record(await bus.command("HMGET", room_keys(room_id).room, "chat", "title"))
+    if record is None:
         raise GameError(f"no room {room_id}")
-    return Room(room_id, int(chat), as_text(title))
+    return Room(room_id, *record)
 
 
 async def move_room(bus: Bus, room_id: str, old: int, new: int) -> bool:
@@ -137,11 +136,11 @@ async def move_room(bus: Bus, room_id: str, old: int, new: int) -> bool:
     same id for the same move, so reading and then writing needs no script."""
     if not ids.is_valid(room_id, ids.ROOM):
         raise GameError(f"not a room id: {room_id!r}")
-    key = room_key(room_id, "room")
-    chat = await bus.wire.command("HGET", key, "chat")
-    if chat is None or as_text(chat) != str(old):
+    key = room_keys(room_id).room
+    chat = text_or_none(await bus.command("HGET", key, "chat"))
+    if chat != str(old):
         return False
-    await bus.wire.command("HSET", key, "chat", str(new))
+    await bus.command("HSET", key, "chat", new)
     return True
 
 
@@ -152,10 +151,8 @@ def _check_cursor(after: str | None) -> None:
 
 async def _ids_after(bus: Bus, after: str | None, count: int) -> list[str]:
     start = "-" if after is None else f"({after}"
-    raw = await bus.wire.command(
-        "ZRANGE", ROOM_INDEX_KEY, start, "+", "BYLEX", "LIMIT", "0", str(count)
-    )
-    return [as_text(m) for m in raw or []]
+    raw = await bus.command("ZRANGE", ROOM_INDEX_KEY, start, "+", "BYLEX", "LIMIT", 0, count)
+    return [text(m) for m in items(raw)]
 
 
 async def room_page(bus: Bus, after: str | None = None, count: int = DEFAULT_ROOM_PAGE) -> RoomPage:
@@ -175,15 +172,15 @@ async def room_page(bus: Bus, after: str | None = None, count: int = DEFAULT_ROO
     errors: list[BusError] = []
 
     async def read(i: int, room_id: str) -> None:
+        if not ids.is_valid(room_id, ids.ROOM):
+            return  # not a room's id: no record of its own, skipped as a missing one
         try:
-            chat, title = await bus.wire.command(
-                "HMGET", room_key(room_id, "room"), "chat", "title"
-            )
+            record = _record(await bus.command("HMGET", room_keys(room_id).room, "chat", "title"))
         except BusError as exc:
             errors.append(exc)
             return
-        if chat is not None:
-            found[i] = Room(room_id, int(chat), as_text(title))
+        if record is not None:
+            found[i] = Room(room_id, *record)
 
     async with trio.open_nursery() as nursery:  # the reads go out together: one round trip
         for i, room_id in enumerate(shown):
@@ -216,15 +213,15 @@ async def migrate_room_index(bus: Bus) -> int:
     moved = 0
     cursor = "0"
     while True:
-        cursor_raw, members = await bus.wire.command(
-            "SSCAN", LEGACY_ROOMS_KEY, cursor, "COUNT", str(_WALK_PAGE)
+        cursor_raw, members = items(
+            await bus.command("SSCAN", LEGACY_ROOMS_KEY, cursor, "COUNT", _WALK_PAGE)
         )
-        batch = [as_text(m) for m in members or []]
+        batch = [text(m) for m in items(members)]
         if batch:
-            await bus.wire.command("ZADD", ROOM_INDEX_KEY, *[a for m in batch for a in ("0", m)])
-            await bus.wire.command("SREM", LEGACY_ROOMS_KEY, *batch)
+            await bus.command("ZADD", ROOM_INDEX_KEY, *[a for m in batch for a in ("0", m)])
+            await bus.command("SREM", LEGACY_ROOMS_KEY, *batch)
             moved += len(batch)
-        cursor = as_text(cursor_raw)
+        cursor = text(cursor_raw)
         if cursor == "0":
             return moved
 
@@ -236,15 +233,15 @@ async def create_player(bus: Bus, name: str, chat: int) -> Player:
     name = check_label("player name", name, MAX_NAME)
     check_user_id(chat, "a player's chat")
     player = Player(ids.new(ids.USER), name, chat)
-    await bus.wire.command("HSET", PLAYERS_KEY, player.id,
-                           json.dumps({"name": player.name, "chat": chat}))  # fmt: skip
+    await bus.command("HSET", PLAYERS_KEY, player.id,
+                      json.dumps({"name": player.name, "chat": chat}))  # fmt: skip
     return player
 
 
 async def get_player(bus: Bus, player_id: str) -> Player:
     if not ids.is_valid(player_id, ids.USER):
         raise GameError(f"not a player id: {player_id!r}")
-    raw = await bus.wire.command("HGET", PLAYERS_KEY, player_id)
+    raw = text_or_none(await bus.command("HGET", PLAYERS_KEY, player_id))
     if raw is None:
         raise GameError(f"no player {player_id}")
     data = json.loads(raw)
@@ -254,8 +251,8 @@ async def get_player(bus: Bus, player_id: str) -> Player:
 async def player_names(bus: Bus, player_ids: Sequence[str]) -> dict[str, str]:
     if not player_ids:
         return {}
-    raw = await bus.wire.command("HMGET", PLAYERS_KEY, *player_ids)
+    raw = items(await bus.command("HMGET", PLAYERS_KEY, *player_ids))
     return {
-        p: (json.loads(r)["name"] if r is not None else p)
+        p: (json.loads(text(r))["name"] if r is not None else p)
         for p, r in zip(player_ids, raw, strict=True)
     }

@@ -25,14 +25,15 @@ import attrs
 
 from codemojex import ids
 from codemojex.game import board
-from codemojex.game.rooms import get_player, get_room, player_names, room_key, round_key
+from codemojex.game.rooms import get_player, get_room, player_names
 from codemojex.game.rules import MAX_START_DELAY_MS, TOP_N, GameError
 from codemojex.game.scoring import ALPHABET, SIZE, Score, parse_emojis, score
 from codemojex.game.texts import Text, bold, escape, html, plain
+from codemojex.keys import room_keys
 from codemojex.notify.notice import Notice, encode
 from codemojex.notify.notifier import NOTIFY_QUEUE, notify
+from codemojex.store import items, script, server_time_ms, text, text_or_none
 from echomq_trio import Bus, Seq, jobs
-from echomq_trio.protocol import as_text
 
 __all__ = [
     "ENDED_ROUND_KEEP_MS",
@@ -126,18 +127,19 @@ async def start_round(
     room = await get_room(bus, room_id)
     secret = tuple((rng or random.SystemRandom()).sample(ALPHABET, SIZE))
     round_id = ids.new(ids.ROUND)
-    code, value = await bus.wire.script(
-        "codemojex.game/round_start",
-        [room_key(room.id, "room"), round_key(room.id, round_id)],
+    k = room_keys(room.id)
+    got = await _START.run(
+        bus,
+        [k.room, k.round(round_id), k.round_stem],
         [round_id, "".join(secret), str(starts_in_ms), board.feed_channel(room.id), room.id,
          "" if lasts_ms is None else str(lasts_ms), "" if thread is None else str(thread),
          str(await jobs.clock_total(bus, NOTIFY_QUEUE))],
     )  # fmt: skip
-    if code == 0:
+    if got["outcome"] == "open":
         raise GameError(f"a round is already open in {room.title}")
-    if code < 0:
+    if got["outcome"] != "opened":
         raise GameError(f"no room {room.id}")
-    rnd = Round(round_id, room.id, int(value), secret, thread)
+    rnd = Round(round_id, room.id, int(got["starts_at_ms"]), secret, thread)
     started = plain(f"⏰ Round {rnd.id} has started: guess the 6 emojis!")
     reminder = Notice(room.chat, started.body, started.opts(thread), id=ids.new(ids.NOTICE),
                       due_ms=rnd.starts_at_ms)  # fmt: skip
@@ -152,17 +154,17 @@ async def start_round(
 
 async def current_round(bus: Bus, room_id: str) -> Round:
     room = await get_room(bus, room_id)
-    rnd = await bus.wire.command("HGET", room_key(room.id, "room"), "round")
+    k = room_keys(room.id)
+    rnd = text_or_none(await bus.command("HGET", k.room, "round"))
     if not rnd:
         raise GameError(f"no round is open in {room.title}")
-    secret, starts_at, status, thread, total = await bus.wire.command(
-        "HMGET", round_key(room.id, as_text(rnd)), "secret", "starts_at_ms", "status", "thread",
-        "clock_total",
-    )  # fmt: skip
-    if secret is None or as_text(status) != "open":
+    secret, starts_at, status, thread, total = map(text_or_none, items(await bus.command(
+        "HMGET", k.round(rnd), "secret", "starts_at_ms", "status", "thread", "clock_total",
+    )))  # fmt: skip
+    if secret is None or starts_at is None or status != "open":
         raise GameError(f"no round is open in {room.title}")
     since = await _stepped_since(bus, total)
-    return Round(as_text(rnd), room.id, int(starts_at) + since, tuple(as_text(secret)),
+    return Round(rnd, room.id, int(starts_at) + since, tuple(secret),
                  None if thread is None else int(thread))  # fmt: skip
 
 
@@ -170,7 +172,7 @@ async def _stepped_since(bus: Bus, noted: object) -> int:
     """How far the server clock has stepped since a round noted the sum of its steps (its
     ``clock_total``): the round's times are kept as written, so one started before a step an
     hour back reads an hour late until this is added."""
-    at_open = 0 if noted is None else int(as_text(noted))
+    at_open = 0 if noted is None else int(text(noted))
     return await jobs.clock_total(bus, NOTIFY_QUEUE) - at_open
 
 
@@ -179,29 +181,29 @@ async def latest_round(bus: Bus, room_id: str) -> LatestRound | None:
     ``ENDED_ROUND_KEEP_MS``), else ``None`` (also for a room that does not exist)."""
     if not ids.is_valid(room_id, ids.ROOM):
         raise GameError(f"not a room id: {room_id!r}")
-    pointers = await bus.wire.command("HMGET", room_key(room_id, "room"), "round", "last")
-    for rnd in pointers:
+    k = room_keys(room_id)
+    for rnd in map(text_or_none, items(await bus.command("HMGET", k.room, "round", "last"))):
         if rnd:
-            status = await bus.wire.command("HGET", round_key(room_id, as_text(rnd)), "status")
+            status = text_or_none(await bus.command("HGET", k.round(rnd), "status"))
             if status is not None:
-                return LatestRound(as_text(rnd), as_text(status) == "open")
+                return LatestRound(rnd, status == "open")
     return None
 
 
 async def round_view(bus: Bus, room_id: str, round_id: str) -> RoundView | None:
     """The live page's view of a round, or ``None`` once it has expired. Read only."""
-    starts, ends, guesses, status, secret, total = await bus.wire.command(
-        "HMGET", round_key(room_id, round_id), "starts_at_ms", "ends_at_ms", "guesses", "status",
-        "secret", "clock_total",
-    )  # fmt: skip
-    if status is None:
+    starts, ends, guesses, status, secret, total = map(text_or_none, items(await bus.command(
+        "HMGET", room_keys(room_id).round(round_id), "starts_at_ms", "ends_at_ms", "guesses",
+        "status", "secret", "clock_total",
+    )))  # fmt: skip
+    if status is None or starts is None:
         return None
     since = await _stepped_since(bus, total)
     return RoundView(
         starts_at_ms=int(starts) + since,
         ends_at_ms=None if ends is None else int(ends) + since,
         guesses=int(guesses or 0),
-        secret=None if as_text(status) == "open" else as_text(secret),
+        secret=None if status == "open" else secret,
     )
 
 
@@ -228,7 +230,7 @@ async def guess(
         raise GameError(str(exc)) from exc
     player = await get_player(bus, player_id)
     rnd = await current_round(bus, room_id)
-    now = await bus.wire.server_time_ms()
+    now = await server_time_ms(bus)
     if now < rnd.starts_at_ms:
         raise GameError(f"the round starts in {(rnd.starts_at_ms - now + 999) // 1000} s")
     result = score(rnd.secret, emojis)
@@ -265,14 +267,15 @@ async def end_round(
     if isinstance(keep_ms, bool) or not isinstance(keep_ms, int) or keep_ms < MIN_KEEP_MS:
         raise ValueError(f"keep_ms must be an int >= {MIN_KEEP_MS}, got {keep_ms!r}")
     room = await get_room(bus, room_id)
-    reply = await bus.wire.script(
-        "codemojex.game/round_end",
-        [room_key(room.id, "room")],
+    k = room_keys(room.id)
+    got = await _END.run(
+        bus,
+        [k.room, k.round_stem, k.round_board_stem],
         [str(keep_ms), board.feed_channel(room.id), room.id],
     )
-    if reply[0] != 1:
+    if got["outcome"] != "ended":
         raise GameError(f"no round is open in {room.title}")
-    round_id, secret, thread = as_text(reply[1]), as_text(reply[2]), as_text(reply[3])
+    round_id, secret, thread = got["round"], got["secret"], got["thread"]
     standings = await board.top(bus, board.round_board(room.id, round_id), TOP_N)
     names = await player_names(bus, [s.player for s in standings])
     results = html(
@@ -281,3 +284,6 @@ async def end_round(
     )
     await notify(bus, room.chat, results.body, results.opts(int(thread) if thread else None))
     return standings
+
+
+_START, _END = script("round_start"), script("round_end")

@@ -18,12 +18,20 @@ from __future__ import annotations
 
 import attrs
 
+from codemojex.keys import queue_app_keys
 from codemojex.notify.notifier import NOTIFY_QUEUE
+from codemojex.store import script, text
 from codemojex.telegram import check_chat_id
 from echomq_trio import Bus
-from echomq_trio.protocol import as_text
 
-__all__ = ["Migration", "chat_links_key", "current_chat", "migrate_chat", "migrations_key"]
+__all__ = [
+    "Migration",
+    "chat_links_key",
+    "current_chat",
+    "migrate_chat",
+    "migrations_key",
+    "moved_to",
+]
 
 
 @attrs.frozen
@@ -39,13 +47,13 @@ class Migration:
 
 def migrations_key(bus: Bus, queue: str = NOTIFY_QUEUE) -> str:
     """The hash old chat id -> new chat id (the queue's app key ``migrated``)."""
-    return bus.keys(queue).app("migrated")
+    return queue_app_keys(queue).migrations
 
 
 def chat_links_key(bus: Bus, queue: str = NOTIFY_QUEUE) -> str:
     """The hash chat id -> room id (the queue's app key ``chat-rooms``), kept in the same slot
     as the migrations so that one script moves a link with the record."""
-    return bus.keys(queue).app("chat-rooms")
+    return queue_app_keys(queue).chat_links
 
 
 async def migrate_chat(bus: Bus, old: int, new: int, *, queue: str = NOTIFY_QUEUE) -> Migration:
@@ -56,15 +64,22 @@ async def migrate_chat(bus: Bus, old: int, new: int, *, queue: str = NOTIFY_QUEU
     check_chat_id(new, "new")
     if old == new:
         raise ValueError(f"a chat migrates to another id, got {old} twice")
-    first, recorded, room = await bus.wire.script(
-        "codemojex.notify/chat_migrate",
-        [migrations_key(bus, queue), chat_links_key(bus, queue)],
-        [str(old), str(new)],
-    )
-    return Migration(bool(first), int(as_text(recorded)), as_text(room) or None)
+    k = queue_app_keys(queue)
+    got = await _MIGRATE.run(bus, [k.migrations, k.chat_links], [str(old), str(new)])
+    return Migration(got["outcome"] == "recorded", int(got["new"]), got["room"] or None)
 
 
 async def current_chat(bus: Bus, chat: int, *, queue: str = NOTIFY_QUEUE) -> int:
-    """The id ``chat`` has now: its new id once it was recorded as moved, else itself."""
-    moved = await bus.wire.command("HGET", migrations_key(bus, queue), str(chat))
-    return chat if moved is None else int(as_text(moved))
+    """The id ``chat`` has now: its new id once it was recorded as moved, else itself (one
+    ``HGET``; what the notification worker reads before every send)."""
+    moved = await moved_to(bus, chat, queue=queue)
+    return chat if moved is None else moved
+
+
+async def moved_to(bus: Bus, chat: int, *, queue: str = NOTIFY_QUEUE) -> int | None:
+    """The new id recorded for ``chat``, or ``None`` when it never moved (one ``HGET``)."""
+    moved = await bus.command("HGET", migrations_key(bus, queue), str(chat))
+    return None if moved is None else int(text(moved))
+
+
+_MIGRATE = script("chat_migrate")

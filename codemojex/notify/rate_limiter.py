@@ -9,7 +9,8 @@ Defaults (``codemojex.telegram.Limits``): 30 sends per second for the bot, a pri
 3 s (1/s with a burst of 3), a group chat 20 per minute. ``pause`` honours a 429: only its chat,
 or everything when the global limit tripped; a pause only ever extends. Keys live under the
 notification queue's hash tag, in the same slot as the queue: under the queue's app key
-``rate:`` (``bus.keys(tag).app("rate:")``). ``statistics()`` counts
+``rate:`` (the ``rate_*`` keys of ``codemojex.keys``; every script gets them all in KEYS).
+``statistics()`` counts
 what this limiter answered (each process counts its own; the budget is shared).
 
 Steps of the server clock: every call carries this limiter's witness of the server clock
@@ -26,12 +27,13 @@ from __future__ import annotations
 import attrs
 import trio
 
+from codemojex.keys import queue_app_keys
 from codemojex.notify.notifier import NOTIFY_QUEUE
 from codemojex.stats import added
+from codemojex.store import script
 from codemojex.telegram.limits import Limits
 from echomq_trio import Bus
 from echomq_trio.clock import Witness
-from echomq_trio.protocol import as_text
 
 __all__ = ["DEFAULT_MARGIN_MS", "LimiterStats", "RateLimiter", "Take"]
 
@@ -87,11 +89,16 @@ class RateLimiter:
         self.bus = bus
         self.limits = limits
         self.margin_ms = margin_ms
-        self.prefix = bus.keys(tag).app("rate:")  # checks the tag
-        self.global_window = self.prefix + "global"  # the bot's send log (the scripts' KEYS[1])
-        # KEYS of every limiter script: the bot's log and the queue's meta, where a step of the
-        # server clock is recorded (the limiter keeps a clock of its own that steps do not move)
-        self._keys = [self.global_window, bus.keys(tag).meta]
+        k = queue_app_keys(tag)  # checks the tag
+        self.prefix = k.rate_prefix
+        self.global_window = k.rate_global  # the bot's send log (the scripts' KEYS[1])
+        self._outage = k.rate_pause_outage
+        # KEYS of every limiter script (codemojex.store.SCRIPTS names them), among them the
+        # queue's meta, where a step of the server clock is recorded (the limiter keeps a clock
+        # of its own that steps do not move)
+        self._keys = [k.rate_global, bus.keys(tag).meta, k.rate_clock, k.rate_pause_global,
+                      k.rate_pause_outage, k.rate_paused, k.rate_chats, k.rate_seq,
+                      k.rate_chat_stem, k.rate_reserved_stem]  # fmt: skip
         self._witness = Witness()  # this limiter's evidence of the server clock (echomq_trio.clock)
         self._stats = LimiterStats()
 
@@ -110,11 +117,10 @@ class RateLimiter:
         chat = _chat(chat)
         window = self.limits.for_chat(chat)
         sent_at = trio.current_time()
-        ok, wait, why, entry, ask, server_now = await self.bus.wire.script(
-            "codemojex.notify/rate_take",
+        got = await _TAKE.run(
+            self.bus,
             self._keys,
             [
-                self.prefix,
                 str(chat),
                 str(self.limits.global_.limit),
                 str(self.limits.global_.window_ms),
@@ -126,8 +132,8 @@ class RateLimiter:
                 *self._witness.args(sent_at),
             ],
         )
-        self._witness.observe(int(server_now), sent_at, trio.current_time())
-        take = Take(bool(ok), int(wait), as_text(why), as_text(entry), int(ask))
+        self._witness.observe(int(got["now"]), sent_at, trio.current_time())
+        take = _take(got)
         if take.ok or take.blocked_by == "booked":
             if not booking:
                 self._stats = added(self._stats, taken=1)
@@ -146,11 +152,10 @@ class RateLimiter:
         if not entry:
             raise ValueError("entry must be a Take.entry")
         window = self.limits.for_chat(_chat(chat))
-        held = await self.bus.wire.script(
-            "codemojex.notify/rate_sent",
+        got = await _SENT.run(
+            self.bus,
             self._keys,
             [
-                self.prefix,
                 str(chat),
                 entry,
                 str(self.margin_ms),
@@ -160,7 +165,7 @@ class RateLimiter:
             ],
         )
         self._stats = added(self._stats, confirmed=1)
-        return int(held) > 0
+        return int(got["held"]) > 0
 
     async def pause(self, scope: str, chat: int, ms: int) -> tuple[str, int]:
         """Pause ``scope`` (``'chat'``, ``'global'``, ``'auto'``, or ``'outage'``: every chat,
@@ -170,11 +175,10 @@ class RateLimiter:
             raise ValueError(f"scope must be chat, global, auto or outage, got {scope!r}")
         if not isinstance(ms, int) or ms < 1:
             raise ValueError(f"ms must be a positive int, got {ms!r}")
-        got_scope, until = await self.bus.wire.script(
-            "codemojex.notify/rate_pause",
+        got = await _PAUSE.run(
+            self.bus,
             self._keys,
             [
-                self.prefix,
                 scope,
                 str(_chat(chat)),
                 str(ms),
@@ -184,10 +188,10 @@ class RateLimiter:
                 *self._witness.args(trio.current_time()),
             ],
         )
-        paused = as_text(got_scope)
+        paused = got["scope"]
         if paused in _PAUSED:
             self._stats = added(self._stats, **{_PAUSED[paused]: 1})
-        return paused, int(until)
+        return paused, int(got["until_ms"])
 
     async def hold_outage(self, ms: int) -> int:
         """Telegram answers nobody: every process sharing this budget holds its sends for ``ms``
@@ -199,7 +203,23 @@ class RateLimiter:
 
     async def end_outage(self) -> None:
         """Telegram answers again: every process may send (a 429's pause stays)."""
-        await self.bus.wire.command("DEL", self.prefix + "pause:outage")
+        await self.bus.command("DEL", self._outage)
+
+
+_TAKE, _SENT, _PAUSE = script("rate_take"), script("rate_sent"), script("rate_pause")
+
+
+def _take(got: dict[str, str]) -> Take:
+    """``rate_take``'s answer by name: ``taken``, ``booked``, or the window or pause that holds
+    the send (``global``, ``chat``, ``paused``)."""
+    outcome = got["outcome"]
+    if outcome == "taken":
+        return Take(True, entry=got["entry"])
+    if outcome == "booked":
+        return Take(False, int(got["wait_ms"]), "booked", got["entry"], int(got["ask_ms"]))
+    if outcome in _DENIED:
+        return Take(False, int(got["wait_ms"]), outcome)
+    raise ValueError(f"rate_take answered {outcome!r}")
 
 
 def _chat(chat: object) -> int:

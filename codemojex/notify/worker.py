@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from codemojex.notify.migration import migrate_chat, migrations_key
+from codemojex.notify.migration import current_chat, migrate_chat
 from codemojex.notify.notice import DeliveryNote, Notice, decode, encode_note
 from codemojex.notify.notifier import NOTIFY_QUEUE
 from codemojex.notify.outage import DEFAULT_HANG_AFTER_S, OutageGate
@@ -72,6 +72,7 @@ from codemojex.notify.steps import (
     after_take,
     booking_missed,
 )
+from codemojex.notify.streak import end_streak, flooded_for_ms
 from codemojex.stats import added
 from codemojex.telegram.bot import TelegramBot
 from codemojex.telegram.classify import RetryLater
@@ -173,9 +174,6 @@ class NotificationWorker:
         self._rng = rng or random.Random()
         self._metrics = metrics
         self.ledger = ledger
-        # On the server, not in this process: old chat id -> new chat id, one field per group
-        # that Telegram upgraded to a supergroup (once each), so bounded by the group chats.
-        self._migrations = migrations_key(bus, queue)
 
     @property
     def concurrency(self) -> int:
@@ -258,7 +256,8 @@ class NotificationWorker:
     async def _attempt(self, job: Job, notice: Notice) -> Done | RetryIn | Bury | DeferIn:
         """The steps for one notice, up to what to settle it with. Only the waits (the gate, the
         limiter, a hold) are cancellable; a send and what its answer needs run to the end."""
-        chat = await self._chat_for(notice.chat)
+        # Where a group moved (to a supergroup), on the server: ``codemojex.notify.migration``.
+        chat = await current_chat(self.bus, notice.chat, queue=self.queue)
         followed = False
         booking = ""  # a booked slot to refine, or one this task woke too late for
         while True:
@@ -336,7 +335,10 @@ class NotificationWorker:
         if isinstance(step, Flood):
             self._count(flood_waits=1)
             scope, _ = await self.limiter.pause("auto", chat, step.ms)
-            flooded = await self._flooded_for_ms(chat) if scope == "chat" else 0
+            # How long the chat has answered 429 with no delivery between (server clock).
+            stuck_ttl_ms = 2 * self.policy.stuck_after_ms
+            flooded = (await flooded_for_ms(self.bus, chat, stuck_ttl_ms, queue=self.queue)
+                       if scope == "chat" else 0)  # fmt: skip
             after = after_flood(step.ms, flooded, self.policy)
             if isinstance(after, Hold):
                 self._count(held=1)
@@ -382,23 +384,6 @@ class NotificationWorker:
         if self._metrics is not None:
             self._metrics.delivered(notice, chat)
         try:  # the streak of 429s ends; never worth sending the delivered notice again
-            await self.bus.wire.command("DEL", self._stuck_key(chat))
+            await end_streak(self.bus, chat, queue=self.queue)
         except BusError as exc:
             log.log(level_of(exc), "could not clear the 429 streak of chat %s: %s", chat, exc)
-
-    async def _chat_for(self, chat: int) -> int:
-        moved = await self.bus.wire.command("HGET", self._migrations, str(chat))
-        return int(moved) if moved is not None else chat
-
-    def _stuck_key(self, chat: int) -> str:
-        return self.bus.keys(self.queue).app(f"flooded:{chat}")
-
-    async def _flooded_for_ms(self, chat: int) -> int:
-        """How long ``chat`` has answered 429 without a delivery in between (server clock: the
-        key is set with a lifetime of twice the cap at the first 429, and its remaining lifetime
-        tells the time since; a delivery deletes it)."""
-        ttl = 2 * self.policy.stuck_after_ms
-        key = self._stuck_key(chat)
-        await self.bus.wire.command("SET", key, "1", "NX", "PX", str(ttl))
-        left = await self.bus.wire.command("PTTL", key)
-        return max(0, ttl - int(left)) if isinstance(left, int) and left >= 0 else 0

@@ -1,7 +1,8 @@
--- round_start: open a round in a room, atomically.  (no round open) -> open
--- KEYS[1] cm:{<room>}:room (the room record), KEYS[2] cm:{<room>}:round:<round id> (the new
--- round; same slot). A round already pointed at is read as cm:{<room>}:round:<id>, derived
--- from KEYS[1]'s tag.
+-- round_start: open a round in a room, atomically.
+-- transition: (no round open) -> open
+-- KEYS[1] room: cm:{<room>}:room (the room record), KEYS[2] round: cm:{<room>}:round:<round>
+-- (the new round), KEYS[3] round_stem: cm:{<room>}:round: (a round the room points at already
+-- is KEYS[3] .. its id); one slot
 -- ARGV[1] round id, ARGV[2] secret (six emojis), ARGV[3] ms from the server's now to the start,
 -- ARGV[4] feed channel, ARGV[5] room id, ARGV[6] how long the round is meant to last in ms,
 -- from its start ('' or absent: not said; the round ends when end_round is called), ARGV[7]
@@ -14,16 +15,13 @@
 -- changes nothing: this script is the only writer of a round's opening. An open round has no
 -- lifetime (a room has at most one); round_end gives it one.
 -- cost: O(1)
--- Returns {1, starts_at_ms} opened; {0, open round id} refused: a round is open; {-1, ''} no
--- such room.
-if string.sub(KEYS[1], -5) ~= ':room' then
-  return redis.error_reply('ERR round_start: KEYS[1] must be cm:{<room>}:room')
-end
-if redis.call('EXISTS', KEYS[1]) == 0 then return {-1, ''} end
+-- Returns {outcome = 'opened', starts_at_ms}; {outcome = 'open', round: the open round's id}
+-- refused, a round is open; {outcome = 'no_room'} refused, no such room.
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'outcome', 'no_room'} end
 local cur = redis.call('HGET', KEYS[1], 'round')
 if cur then
-  local open = redis.call('HGET', string.sub(KEYS[1], 1, -5) .. 'round:' .. cur, 'status')
-  if open == 'open' then return {0, cur} end
+  local open = redis.call('HGET', KEYS[3] .. cur, 'status')
+  if open == 'open' then return {'outcome', 'open', 'round', cur} end
 end
 local now = now_ms()
 local at = now + tonumber(ARGV[3])
@@ -36,4 +34,4 @@ if ARGV[7] and ARGV[7] ~= '' then redis.call('HSET', KEYS[2], 'thread', ARGV[7])
 if ARGV[8] and ARGV[8] ~= '' then redis.call('HSET', KEYS[2], 'clock_total', ARGV[8]) end
 redis.call('HSET', KEYS[1], 'round', ARGV[1])
 redis.call('PUBLISH', ARGV[4], ARGV[5])
-return {1, at}
+return {'outcome', 'opened', 'starts_at_ms', at}

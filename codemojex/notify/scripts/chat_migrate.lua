@@ -1,9 +1,9 @@
 -- chat_migrate: Telegram upgraded a basic group to a supergroup, whose id is new for good.
 -- Record the move and carry the chat's link (the room that plays in it) to the new id, in one
--- step.  transition: (old linked) -> (old -> new recorded, new linked)
--- KEYS[1] the migrations (hash: old chat id -> new chat id; the notify queue's app key
--- `migrated`), KEYS[2] the chat links (hash: chat id -> room id; its app key `chat-rooms`),
--- same slot
+-- step.
+-- transition: (old linked) -> (old -> new recorded, new linked)
+-- KEYS[1] migrations: emq:{<queue>}:app:migrated (old chat id -> new chat id), KEYS[2]
+-- chat_links: emq:{<queue>}:app:chat-rooms (chat id -> room id); one slot (the notify queue's)
 -- ARGV[1] the old chat id, ARGV[2] the new chat id (checked by the caller: integers, unequal)
 -- cost: O(1)
 -- Idempotent and safe in any order: the three signals of one upgrade (the service message in
@@ -13,15 +13,15 @@
 -- one already recorded changes nothing and answers the recorded one. A new id linked to a room
 -- of its own already (played in before the move was known) keeps it, and the old id keeps its
 -- link too (notices to it follow the record).
--- Returns {1 recorded by this call | 0 recorded before, the new id recorded, the room linked to
--- it or ''}.
+-- Returns {outcome = 'recorded' (by this call) | 'known' (recorded before), new: the new id
+-- recorded, room: the room linked to it or ''}.
 local old = ARGV[1]
-local first = 0
+local outcome = 'known'
 local new = redis.call('HGET', KEYS[1], old)
 if not new then
   new = ARGV[2]
   redis.call('HSET', KEYS[1], old, new)
-  first = 1
+  outcome = 'recorded'
 end
 local room = redis.call('HGET', KEYS[2], old)
 if room then
@@ -32,4 +32,4 @@ if room then
   end
   if there == room then redis.call('HDEL', KEYS[2], old) end
 end
-return {first, new, redis.call('HGET', KEYS[2], new) or ''}
+return {'outcome', outcome, 'new', new, 'room', redis.call('HGET', KEYS[2], new) or ''}
