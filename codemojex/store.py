@@ -79,7 +79,7 @@ class AppScript:
         """Run the script on ``keys`` (as many as it names) and ``args``; its answer by name."""
         if len(keys) != len(self.keys):
             raise ValueError(f"{self.name} takes {len(self.keys)} keys, got {len(keys)}")
-        return fields(await bus.run(Call(self.name, tuple(keys), tuple(args))))
+        return await bus.run(Call(self.name, tuple(keys), tuple(args), decode=fields))
 
 
 SCRIPTS: tuple[AppScript, ...] = (

@@ -101,7 +101,7 @@ async def ack_and_trim(bus: Bus, queue: str, group: str, stream_ids: Sequence[st
     again: acknowledging twice is harmless (``acked`` counts the ones still pending)."""
     acked = trimmed = 0
     for call in protocol.audit_ack_calls(bus.keys(queue), group, stream_ids):
-        got = protocol.audit_ack_reply(await bus.run(call))
+        got = await bus.run(call)
         acked, trimmed = acked + got.acked, trimmed + got.trimmed
     return Acknowledged(acked, trimmed)
 
@@ -118,4 +118,4 @@ async def forget_idle_readers(
 
     A cancelled call may or may not have run (it is atomic); call again."""
     call = protocol.audit_forget_call(bus.keys(queue), group, idle_ms, keep)
-    return protocol.audit_forget_reply(await bus.run(call))
+    return await bus.run(call)

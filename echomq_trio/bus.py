@@ -8,7 +8,7 @@ import secrets
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from functools import lru_cache
-from typing import Any
+from typing import TypeVar
 
 import attrs
 
@@ -25,6 +25,7 @@ from echomq_trio.transport import Subscription, Transport
 __all__ = ["Bus", "CommandArg", "Reply", "new_holder"]
 
 log = logging.getLogger("echomq_trio.bus")
+T = TypeVar("T")
 
 CommandArg = str | bytes | int | float
 # What a raw command answers, as the client decodes it (RESP3): bulk strings as bytes, simple
@@ -104,13 +105,14 @@ class Bus:
         if isinstance(self.durability, OnDisk) and self.durable is None:
             self.durable = DurableCalls((self.wire,), self.durability)
 
-    async def run(self, call: Call) -> Any:
-        """Run one script call built by ``protocol`` and return the server's raw reply; with an
-        ``OnDisk`` durability, an admission or settlement returns once the server's append-only
-        file holds it (``durability.NotDurable`` after its timeout)."""
+    async def run(self, call: Call[T]) -> T:
+        """Run one script call built by ``protocol`` and return its result, decoded by the call
+        (``protocol.Call.decode``: a ``ValueError`` for a reply not of the script's shape); with
+        an ``OnDisk`` durability, an admission or settlement returns once the server's
+        append-only file holds it (``durability.NotDurable`` after its timeout)."""
         if self.durable is not None and self.durability.waits_for(call.script):
-            return await self.durable.run(call)
-        return await self.wire.script(call.script, call.keys, call.args)
+            return call.decode(await self.durable.run(call))
+        return call.decode(await self.wire.script(call.script, call.keys, call.args))
 
     async def command(self, *args: CommandArg) -> Reply:
         """Run one raw command on the bus's connection (routed by its key on a cluster), e.g.

@@ -197,8 +197,8 @@ class DurableCalls:
                                                      timeout)  # fmt: skip
         return c
 
-    async def run(self, call: Call) -> Any:
-        """Run ``call`` and return its reply once the server's append-only file holds it."""
+    async def run(self, call: Call[Any]) -> Any:
+        """Run ``call`` and return its raw reply once the server's append-only file holds it."""
         key = call.keys[0]
         prefix = key[: key.index("}:") + 2]  # the queue's: its meta is in the same slot
         tag = key[key.find("{") : key.find("}") + 1] if self.wires[0].spec.cluster else ""

@@ -107,7 +107,7 @@ async def enqueue(
         (call,) = protocol.enqueue_calls(
             bus.keys(queue), items, bus.max_payload_bytes, key=key, key_ttl_ms=key_ttl_ms
         )
-        (out,) = protocol.enqueue_reply(call, await bus.run(call))
+        (out,) = await bus.run(call)
         return out
     item = protocol.checked_job(payload, job_id, bus.max_payload_bytes)  # a bad job fails here
     g = bus.gatherer(queue)
@@ -122,7 +122,8 @@ async def _enqueue_batch(
 ) -> list[Admitted]:
     out: list[Admitted] = []
     for call in protocol.enqueue_checked_calls(bus.keys(queue), pairs):
-        out += protocol.enqueue_reply(call, await bus.run(call))
+        admitted = await bus.run(call)
+        out += admitted
     return out
 
 
@@ -149,7 +150,7 @@ async def _schedule(
     call = protocol.schedule_call(
         bus.keys(queue), [(job, body, when)], bus.max_payload_bytes, relative=relative, group=group
     )
-    (out,) = protocol.schedule_reply(await bus.run(call), [job])
+    (out,) = await bus.run(call)
     return out
 
 
@@ -212,7 +213,7 @@ async def promote(
     A cancelled call may or may not have moved them; calling again is always safe (each job is
     promoted exactly once)."""
     call = protocol.promote_call(bus.keys(queue), batch, lateness=lateness, witness=witness)
-    return protocol.promote_reply(await bus.run(call))
+    return await bus.run(call)
 
 
 async def carry_clock(
@@ -233,7 +234,7 @@ async def carry_clock(
     A cancelled call may or may not have carried a page; calling again is always safe (an
     entry carried is never carried twice)."""
     call = protocol.clock_call(bus.keys(queue), witness, batch, reap_grace_ms=reap_grace_ms)
-    return protocol.clock_reply(await bus.run(call))
+    return await bus.run(call)
 
 
 async def clock_total(bus: Bus, queue: str) -> int:
@@ -251,7 +252,7 @@ async def claim(bus: Bus, queue: str, batch: int = 1, lease_ms: int = 30_000) ->
     A cancelled call may have leased jobs that the caller never sees; they are not lost: when
     their lease expires the reaper returns them to pending, with that attempt counted."""
     call = protocol.claim_call(bus.keys(queue), batch, lease_ms, bus.holder)
-    return protocol.claim_reply(await bus.run(call), queue)
+    return await bus.run(call)
 
 
 async def ack(bus: Bus, queue: str, job_id: str, token: int, note: str = "") -> Outcome:
@@ -274,7 +275,7 @@ async def ack_many(
     call = protocol.ack_call(bus.keys(queue), items)
     if not items:
         return []
-    return protocol.ack_reply(await bus.run(call))
+    return await bus.run(call)
 
 
 async def retry(
@@ -301,7 +302,7 @@ async def retry(
     call = protocol.retry_call(
         bus.keys(queue), job_id, token, delay_ms, max_attempts, error, buried=buried
     )
-    return protocol.outcome_reply(await bus.run(call))
+    return await bus.run(call)
 
 
 async def set_audit(bus: Bus, queue: str, enabled: bool = True) -> None:
@@ -322,23 +323,21 @@ async def defer(
     ``STALE`` then means the first call went through.
     """
     call = protocol.defer_call(bus.keys(queue), job_id, token, delay_ms, reason)
-    return protocol.outcome_reply(await bus.run(call))
+    return await bus.run(call)
 
 
 async def extend(bus: Bus, queue: str, items: Sequence[tuple[str, int]], lease_ms: int) -> Extended:
     """Renew the leases of held jobs to ``lease_ms`` from now; reports those no longer held.
 
     A cancelled call renewed all of them or none; calling again is always safe."""
-    return protocol.extend_reply(
-        await bus.run(protocol.extend_call(bus.keys(queue), items, lease_ms))
-    )
+    return await bus.run(protocol.extend_call(bus.keys(queue), items, lease_ms))
 
 
 async def reap(bus: Bus, queue: str, batch: int = 1000) -> Reaped:
     """Return up to ``batch`` jobs whose lease expired to pending (attempts unchanged).
 
     A cancelled call may or may not have returned them; calling again is always safe."""
-    return protocol.reap_reply(await bus.run(protocol.reap_call(bus.keys(queue), batch)))
+    return await bus.run(protocol.reap_call(bus.keys(queue), batch))
 
 
 async def take_back(bus: Bus, queue: str, holder: str, batch: int = 1000) -> int:
@@ -353,7 +352,7 @@ async def take_back(bus: Bus, queue: str, holder: str, batch: int = 1000) -> int
     k = bus.keys(queue)
     taken, after = 0, ""
     while True:
-        got = protocol.reap_reply(await bus.run(protocol.reap_holder_call(k, holder, after, batch)))
+        got = await bus.run(protocol.reap_holder_call(k, holder, after, batch))
         taken += got.reaped
         if got.next_from is None:
             return taken
@@ -368,7 +367,7 @@ async def release(bus: Bus, queue: str, items: Sequence[tuple[str, int]]) -> int
     call = protocol.release_call(bus.keys(queue), items)
     if not items:
         return 0
-    return protocol.release_reply(await bus.run(call))
+    return await bus.run(call)
 
 
 async def replay(bus: Bus, queue: str, job_id: str) -> Outcome:
@@ -376,7 +375,7 @@ async def replay(bus: Bus, queue: str, job_id: str) -> Outcome:
 
     A cancelled call may or may not have replayed the job; call again: ``NOT_DEAD`` then means
     the first call went through."""
-    return protocol.outcome_reply(await bus.run(protocol.replay_call(bus.keys(queue), job_id)))
+    return await bus.run(protocol.replay_call(bus.keys(queue), job_id))
 
 
 async def discard(bus: Bus, queue: str, job_id: str) -> Outcome:
@@ -384,7 +383,7 @@ async def discard(bus: Bus, queue: str, job_id: str) -> Outcome:
 
     A cancelled call may or may not have deleted the job; call again: ``GONE`` then means the
     first call went through."""
-    return protocol.outcome_reply(await bus.run(protocol.discard_call(bus.keys(queue), job_id)))
+    return await bus.run(protocol.discard_call(bus.keys(queue), job_id))
 
 
 async def counts(bus: Bus, queue: str) -> Counts:
@@ -394,7 +393,7 @@ async def counts(bus: Bus, queue: str) -> Counts:
 
     Read only (but for that one count): a cancelled call changed nothing."""
     k = bus.keys(queue)
-    return protocol.counts_reply(await run_counted(bus, k, protocol.counts_call(k)))
+    return await run_counted(bus, k, protocol.counts_call(k))
 
 
 async def list_jobs(
@@ -404,7 +403,7 @@ async def list_jobs(
     ``scheduled``, ``active``, ``dead``), in set order. Read only: a cancelled call changed
     nothing."""
     call = protocol.inspect_state_call(bus.keys(queue), state, offset, limit)
-    return protocol.inspect_reply(await bus.run(call))
+    return await bus.run(call)
 
 
 async def dead_jobs(bus: Bus, queue: str, offset: int = 0, limit: int = 100) -> list[JobInfo]:
@@ -416,7 +415,5 @@ async def dead_jobs(bus: Bus, queue: str, offset: int = 0, limit: int = 100) -> 
 async def get_job(bus: Bus, queue: str, job_id: str) -> JobInfo | None:
     """One job's row, or ``None`` if there is none (never enqueued, or acked). Read only: a
     cancelled call changed nothing."""
-    (info,) = protocol.inspect_ids_reply(
-        await bus.run(protocol.inspect_ids_call(bus.keys(queue), [job_id]))
-    )
+    (info,) = await bus.run(protocol.inspect_ids_call(bus.keys(queue), [job_id]))
     return info

@@ -69,7 +69,7 @@ async def enqueue(
         bus.keys(queue), group, items, bus.max_payload_bytes,
         limit=limit, key=key, key_ttl_ms=key_ttl_ms, seq=seq,
     )  # fmt: skip
-    (out,) = protocol.admitted_reply(await bus.run(call), [items[0][0]])
+    (out,) = await bus.run(call)
     return out
 
 
@@ -90,7 +90,7 @@ async def enqueue_many(
     call = protocol.lane_enqueue_call(
         bus.keys(queue), group, pairs, bus.max_payload_bytes, limit=limit
     )
-    return protocol.admitted_reply(await bus.run(call), [i for i, _ in pairs])
+    return await bus.run(call)
 
 
 async def pause(bus: Bus, queue: str, group: str) -> None:
@@ -106,7 +106,7 @@ async def pause_until(bus: Bus, queue: str, group: str, at_ms: int) -> int:
 
     Idempotent: a cancelled call may or may not have set the wait; call again."""
     call = protocol.lane_pause_until_call(bus.keys(queue), group, at_ms)
-    return protocol.lane_pause_reply(await bus.run(call))
+    return await bus.run(call)
 
 
 async def resume(bus: Bus, queue: str, group: str) -> bool:
@@ -115,7 +115,7 @@ async def resume(bus: Bus, queue: str, group: str) -> bool:
     A cancelled call may or may not have resumed the lane; call again (``False`` then means the
     first call resumed it, or the lane was not held)."""
     call = protocol.lane_resume_call(bus.keys(queue), group)
-    return protocol.lane_resume_reply(await bus.run(call))
+    return await bus.run(call)
 
 
 async def configure(
@@ -126,7 +126,7 @@ async def configure(
 
     Idempotent: a cancelled call may or may not have set them; call again."""
     call = protocol.lane_config_call(bus.keys(queue), group, limit=limit, weight=weight)
-    return protocol.lane_config_reply(await bus.run(call))
+    return await bus.run(call)
 
 
 async def status(bus: Bus, queue: str, groups: Sequence[str] = ()) -> list[LaneStatus]:
@@ -137,7 +137,7 @@ async def status(bus: Bus, queue: str, groups: Sequence[str] = ()) -> list[LaneS
     cancelled call changed nothing."""
     k = bus.keys(queue)
     if groups:
-        return protocol.lane_status_reply(await bus.run(protocol.lane_status_call(k, groups))).lanes
+        return (await bus.run(protocol.lane_status_call(k, groups))).lanes
     found: dict[str, LaneStatus] = {}
     after: str | None = ""
     while after is not None:
@@ -159,7 +159,7 @@ async def status_page(bus: Bus, queue: str, after: str = "", count: int = 100) -
     call changed nothing."""
     k = bus.keys(queue)
     call = protocol.lane_status_page_call(k, after, count)
-    return protocol.lane_status_reply(await run_counted(bus, k, call))
+    return await run_counted(bus, k, call)
 
 
 async def jobs(
@@ -168,4 +168,4 @@ async def jobs(
     """The jobs waiting in a lane, in the order they will be claimed. Read only: a cancelled
     call changed nothing."""
     call = protocol.inspect_lane_call(bus.keys(queue), group, offset, limit)
-    return protocol.inspect_reply(await bus.run(call))
+    return await bus.run(call)

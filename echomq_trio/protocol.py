@@ -1,10 +1,12 @@
 """The script protocol (pure, no I/O): for each of the bus's scripts, the call built from typed
 arguments, every input checked first, and the reply parsed into typed results.
 
-A ``Call`` is a script's name with its KEYS and ARGV, all keys from the queue's schema
-(``keys.QueueKeys``); ``Bus.run(call)`` runs it. For script ``x`` (``scripts/x.lua``, whose
-header documents its ARGV and reply), ``x_call(...)`` builds the call and ``x_reply(raw)`` parses
-what the server answered. Status answers are words (``'acked'``, ``'stale'``, ``'gone'``, ...)
+A ``Call`` is one run of a script, in one object: its name, its KEYS and ARGV (all keys from the
+queue's schema, ``keys.QueueKeys``) and its reply's decoder; ``Bus.run(call)`` runs it and
+returns the typed result (``bus.run(claim_call(k, 10, 30_000))`` is a ``list[Job]``). For script
+``x`` (``scripts/x.lua``, whose header documents its ARGV and reply), ``x_call(...)`` builds the
+call and ``x_reply(raw)``, the decoder it carries, parses what the server answered (tested on
+its own, without a server). Status answers are words (``'acked'``, ``'stale'``, ``'gone'``, ...)
 parsed by value into ``Outcome`` (or ``Registered``); an unknown word is a ``ValueError``.
 Counts and times are integers, ``-1`` meaning none. The stream commands of ``events`` and
 ``audit`` are built and parsed here too. ``jobs``, ``lanes``, ``repeat``, ``events`` and ``audit``
@@ -18,8 +20,9 @@ test_protocol.py). Replies arrive as the client library gives them: bulk strings
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
+from typing import Any, Generic, TypeVar
 
 import attrs
 
@@ -61,6 +64,8 @@ from echomq_trio.results import (
 from echomq_trio.sequence import Seq
 from echomq_trio.states import JobState
 
+T = TypeVar("T")
+
 __all__ = [
     "AUDIT_ACK_MAX",
     "DEFAULT_KEY_TTL_MS",
@@ -70,6 +75,7 @@ __all__ = [
     "STATE_SETS",
     "Call",
     "StreamEntry",
+    "Uncounted",
     "ack_call",
     "ack_reply",
     "admitted_reply",
@@ -100,7 +106,6 @@ __all__ = [
     "discard_call",
     "enqueue_calls",
     "enqueue_checked_calls",
-    "enqueue_reply",
     "extend_call",
     "extend_reply",
     "fire_call",
@@ -166,13 +171,26 @@ When = int | float | dt.datetime | dt.timedelta
 # --- calls and stream entries -------------------------------------------------------------------
 
 
+def _raw(reply: Any) -> Any:
+    return reply
+
+
+def _nothing(reply: object) -> None:
+    """The decoder of a script whose answer says nothing (``'OK'``)."""
+
+
 @attrs.frozen
-class Call:
-    """One run of a packaged script: its name (see ``lua.script_source``), KEYS and ARGV."""
+class Call(Generic[T]):
+    """One run of a packaged script: its name (see ``lua.script_source``), KEYS and ARGV, and
+    ``decode``, what turns the server's reply into the script's typed result: ``Bus.run(call)``
+    returns ``call.decode(reply)``. Built by this module's ``x_call`` functions, one per script
+    and use, each with its script's decoder (``x_reply``); a ``Call`` made by hand without one
+    returns the raw reply (``decode`` takes no part in equality)."""
 
     script: str
     keys: tuple[str, ...]
     args: tuple[Arg, ...]
+    decode: Callable[[Any], T] = attrs.field(default=_raw, kw_only=True, eq=False, repr=False)
 
 
 @attrs.frozen
@@ -347,8 +365,8 @@ def _tokens(items: Sequence[tuple[str, int]]) -> list[Arg]:
     return flat
 
 
-def _call(script: str, key: str, args: Iterable[Arg]) -> Call:
-    return Call(script, (key,), tuple(args))
+def _call(script: str, key: str, args: Iterable[Arg], decode: Callable[[Any], T]) -> Call[T]:
+    return Call(script, (key,), tuple(args), decode=decode)
 
 
 # --- enqueue, lane_enqueue, schedule -------------------------------------------------------------
@@ -361,7 +379,7 @@ def enqueue_calls(
     *,
     key: str | None = None,
     key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
-) -> list[Call]:
+) -> list[Call[list[Admitted]]]:
     """``enqueue``: admit jobs to the flat pending set, one call per ``ENQUEUE_CHUNK`` jobs (none
     for no jobs). An idempotency ``key`` guards exactly one job."""
     guard = _guard(key, key_ttl_ms)
@@ -371,18 +389,28 @@ def enqueue_calls(
     return _enqueue_chunks(k, guard, flat)
 
 
-def enqueue_checked_calls(k: QueueKeys, pairs: Sequence[tuple[str, bytes]]) -> list[Call]:
+def enqueue_checked_calls(
+    k: QueueKeys, pairs: Sequence[tuple[str, bytes]]
+) -> list[Call[list[Admitted]]]:
     """``enqueue_calls`` for pairs already checked by ``checked_pairs`` (no key)."""
     return _enqueue_chunks(k, ["", ""], [a for pair in pairs for a in pair])
 
 
-def _enqueue_chunks(k: QueueKeys, guard: list[Arg], flat: list[Arg]) -> list[Call]:
+def _enqueue_chunks(k: QueueKeys, guard: list[Arg], flat: list[Arg]) -> list[Call[list[Admitted]]]:
     step = 2 * ENQUEUE_CHUNK
     if 0 < len(flat) <= step:  # one call (every single enqueue): no slices to copy
         chunks = [flat]
     else:
         chunks = [flat[start : start + step] for start in range(0, len(flat), step)]
-    return [Call("enqueue", (k.pending,), (k.prefix, *guard, *chunk)) for chunk in chunks]
+    return [
+        Call(
+            "enqueue",
+            (k.pending,),
+            (k.prefix, *guard, *chunk),
+            decode=partial(admitted_reply, job_ids=[str(i) for i in chunk[::2]]),
+        )
+        for chunk in chunks
+    ]
 
 
 def lane_enqueue_call(
@@ -395,7 +423,7 @@ def lane_enqueue_call(
     key: str | None = None,
     key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
     seq: Seq | None = None,
-) -> Call:
+) -> Call[list[Admitted]]:
     """``lane_enqueue``: admit jobs to ``group``'s lane, setting its ``limit`` when given. An
     idempotency ``key`` or a ``seq`` (``sequence.Seq``) guards exactly one job."""
     guard = _guard(key, key_ttl_ms)
@@ -406,19 +434,14 @@ def lane_enqueue_call(
     if seq is not None and len(flat) != 2:
         raise ValueError("a seq guards exactly one job")
     lim = "" if limit is None else str(check_int("limit", limit, 1))
-    return _call("lane_enqueue", lane, [k.prefix, group, lim, *guard, *_seq(seq), *flat])
+    decode = partial(admitted_reply, job_ids=[str(job_id) for job_id in flat[::2]])
+    return _call("lane_enqueue", lane, [k.prefix, group, lim, *guard, *_seq(seq), *flat], decode)
 
 
 def admitted_reply(raw: Iterable[object], job_ids: Sequence[str]) -> list[Admitted]:
     """``enqueue``/``lane_enqueue``: ``ENQUEUED`` or ``DUPLICATE`` per job of ``job_ids`` (the
     call's, in order)."""
     return [Admitted(i, o) for i, o in zip(job_ids, _outcomes(raw), strict=True)]
-
-
-def enqueue_reply(call: Call, raw: Iterable[object]) -> list[Admitted]:
-    """``admitted_reply`` for an ``enqueue`` call: its jobs are the ids it carries."""
-    job_ids: Sequence[str] = call.args[3::2]  # type: ignore[assignment]  # ids are str
-    return admitted_reply(raw, job_ids)
 
 
 def schedule_call(
@@ -428,7 +451,7 @@ def schedule_call(
     *,
     relative: bool,
     group: str | None = None,
-) -> Call:
+) -> Call[list[Admitted]]:
     """``schedule``: ``(job id, payload, time)`` each, the time a run-at (Unix ms, or an aware
     datetime; checked as ``run_at_ms``) or with ``relative`` a delay from the server's now
     (``delay_ms``, or a timedelta); a float or a datetime is rounded up to the next ms
@@ -440,7 +463,8 @@ def schedule_call(
         flat += [check_job_id(job_id), check_payload(payload, max_bytes), str(ms)]
     lane = "" if group is None else check_group(group)
     mode = "in" if relative else "at"
-    return _call("schedule", k.schedule, [k.prefix, mode, lane, *flat])
+    decode = partial(schedule_reply, job_ids=[job_id for job_id, _, _ in items])
+    return _call("schedule", k.schedule, [k.prefix, mode, lane, *flat], decode)
 
 
 def schedule_reply(raw: Iterable[Sequence[Any]], job_ids: Sequence[str]) -> list[Admitted]:
@@ -464,11 +488,11 @@ def promote_call(
     *,
     lateness: bool = False,
     witness: tuple[str, str, str] | None = None,
-) -> Call:
+) -> Call[Promoted]:
     """``lateness``: the reply also carries how late each moved job was. ``witness``: the
     caller's evidence of the server clock (``clock.Witness.args``), so a step is noticed."""
     args = [k.prefix, str(check_int("batch", batch, 1)), "1" if lateness else "0"]
-    return _call("promote", k.schedule, [*args, *witness] if witness else args)
+    return _call("promote", k.schedule, [*args, *witness] if witness else args, promote_reply)
 
 
 def promote_reply(raw: Sequence[Any]) -> Promoted:
@@ -478,10 +502,11 @@ def promote_reply(raw: Sequence[Any]) -> Promoted:
                     carrying=int(r["carrying"]) == 1)  # fmt: skip
 
 
-def claim_call(k: QueueKeys, batch: int, lease_ms: int, holder: str = "") -> Call:
+def claim_call(k: QueueKeys, batch: int, lease_ms: int, holder: str = "") -> Call[list[Job]]:
     """``holder``: the claiming bus's id, kept in each claimed job's row (``reap_holder_call``)."""
     args = [k.prefix, str(check_int("batch", batch, 1)), str(check_ms("lease_ms", lease_ms, 1))]
-    return _call("claim", k.pending, [*args, check_holder(holder)] if holder else args)
+    decode = partial(claim_reply, queue=k.name)
+    return _call("claim", k.pending, [*args, check_holder(holder)] if holder else args, decode)
 
 
 def claim_reply(raw: Sequence[Any], queue: str) -> list[Job]:
@@ -501,8 +526,8 @@ def claim_reply(raw: Sequence[Any], queue: str) -> list[Job]:
     return jobs
 
 
-def reap_call(k: QueueKeys, batch: int) -> Call:
-    return _call("reap", k.active, [k.prefix, str(check_int("batch", batch, 1))])
+def reap_call(k: QueueKeys, batch: int) -> Call[Reaped]:
+    return _call("reap", k.active, [k.prefix, str(check_int("batch", batch, 1))], reap_reply)
 
 
 def reap_reply(raw: Sequence[Any]) -> Reaped:
@@ -512,14 +537,14 @@ def reap_reply(raw: Sequence[Any]) -> Reaped:
                   next_from=after or None)  # fmt: skip
 
 
-def reap_holder_call(k: QueueKeys, holder: str, after: str = "", batch: int = 1000) -> Call:
+def reap_holder_call(k: QueueKeys, holder: str, after: str = "", batch: int = 1000) -> Call[Reaped]:
     """``reap`` of every job ``holder`` leased, whatever its deadline: a page of ``batch`` jobs of
     ``active`` past the lease deadline ``after`` ('' for the start; ``Reaped.next_from`` for the
     next page, ``None`` at the end)."""
     if after and not _is_number(after):
         raise ValueError(f"after must be a lease deadline from a reap's answer, got {after!r}")
     args = [k.prefix, str(check_int("batch", batch, 1)), check_holder(holder), after]
-    return _call("reap", k.active, args)
+    return _call("reap", k.active, args, reap_reply)
 
 
 def _is_number(text: str) -> bool:
@@ -536,14 +561,14 @@ def clock_call(
     batch: int = 1000,
     *,
     reap_grace_ms: int = 30_000,
-) -> Call:
+) -> Call[ClockCarried]:
     """``clock``: record a step the ``witness`` shows (``clock.Witness.args``; ``None``: none)
     and carry up to ``batch`` of the queue's waits across the last recorded step; no lease is
     reaped for ``reap_grace_ms`` after a step is recorded."""
     seen, elapsed, spread = witness or ("", "0", "0")
     grace = str(check_ms("reap_grace_ms", reap_grace_ms))
     args = [k.prefix, seen, elapsed, spread, str(check_int("batch", batch, 1)), grace]
-    return _call("clock", k.meta, args)
+    return _call("clock", k.meta, args, clock_reply)
 
 
 def clock_reply(raw: Sequence[Any]) -> ClockCarried:
@@ -555,14 +580,16 @@ def clock_reply(raw: Sequence[Any]) -> ClockCarried:
 # --- ack, retry, defer, extend, release, replay --------------------------------------------------
 
 
-def ack_call(k: QueueKeys, items: Sequence[tuple[str, int] | tuple[str, int, str]]) -> Call:
+def ack_call(
+    k: QueueKeys, items: Sequence[tuple[str, int] | tuple[str, int, str]]
+) -> Call[list[Outcome]]:
     """``ack``: ``(id, token)`` or ``(id, token, note)`` each."""
     flat: list[Arg] = [k.prefix]
     for item in items:
         job_id, token = item[0], item[1]
         note = item[2] if len(item) > 2 else ""
         flat += [check_job_id(job_id), str(check_int("token", token, 0)), str(note)]
-    return _call("ack", k.active, flat)
+    return _call("ack", k.active, flat, ack_reply)
 
 
 def ack_reply(raw: Iterable[object]) -> list[Outcome]:
@@ -579,7 +606,7 @@ def retry_call(
     error: str = "",
     *,
     buried: bool = False,
-) -> Call:
+) -> Call[Outcome]:
     args = [
         k.prefix,
         check_job_id(job_id),
@@ -589,10 +616,12 @@ def retry_call(
         str(error),
         "1" if buried else "0",
     ]
-    return _call("retry", k.active, args)
+    return _call("retry", k.active, args, outcome_reply)
 
 
-def defer_call(k: QueueKeys, job_id: str, token: int, delay_ms: int, reason: str = "") -> Call:
+def defer_call(
+    k: QueueKeys, job_id: str, token: int, delay_ms: int, reason: str = ""
+) -> Call[Outcome]:
     args = [
         k.prefix,
         check_job_id(job_id),
@@ -600,12 +629,12 @@ def defer_call(k: QueueKeys, job_id: str, token: int, delay_ms: int, reason: str
         str(check_ms("delay_ms", delay_ms)),
         str(reason),
     ]
-    return _call("defer", k.active, args)
+    return _call("defer", k.active, args, outcome_reply)
 
 
-def extend_call(k: QueueKeys, items: Sequence[tuple[str, int]], lease_ms: int) -> Call:
+def extend_call(k: QueueKeys, items: Sequence[tuple[str, int]], lease_ms: int) -> Call[Extended]:
     lease = str(check_ms("lease_ms", lease_ms, 1))
-    return _call("extend", k.active, [k.prefix, lease, *_tokens(items)])
+    return _call("extend", k.active, [k.prefix, lease, *_tokens(items)], extend_reply)
 
 
 def extend_reply(raw: Sequence[Any]) -> Extended:
@@ -613,16 +642,16 @@ def extend_reply(raw: Sequence[Any]) -> Extended:
     return Extended(int(r["deadline"]), tuple(as_text(x) for x in r["lost"]))
 
 
-def release_call(k: QueueKeys, items: Sequence[tuple[str, int]]) -> Call:
-    return _call("release", k.active, [k.prefix, *_tokens(items)])
+def release_call(k: QueueKeys, items: Sequence[tuple[str, int]]) -> Call[int]:
+    return _call("release", k.active, [k.prefix, *_tokens(items)], release_reply)
 
 
 def release_reply(raw: Any) -> int:
     return int(raw)
 
 
-def replay_call(k: QueueKeys, job_id: str) -> Call:
-    return _call("replay", k.dead, [k.prefix, check_job_id(job_id)])
+def replay_call(k: QueueKeys, job_id: str) -> Call[Outcome]:
+    return _call("replay", k.dead, [k.prefix, check_job_id(job_id)], outcome_reply)
 
 
 def retention_call(
@@ -633,18 +662,18 @@ def retention_call(
     events: bool = True,
     events_max_len: int | None = None,
     read_only: bool = False,
-) -> Call:
+) -> Call[Retention]:
     """``retention``: set the queue's bounds (``None``: no bound; ``events_max_len`` ``None``:
     the bus's default), or with ``read_only`` only read them."""
     if read_only:
-        return _call("retention", k.meta, [k.prefix, "0"])
+        return _call("retention", k.meta, [k.prefix, "0"], retention_reply)
     args = [
         "" if dead_max is None else str(check_int("dead_max", dead_max, 0)),
         "" if dead_max_age_ms is None else str(check_ms("dead_max_age_ms", dead_max_age_ms, 1)),
         "1" if _check_bool("events", events) else "0",
         "" if events_max_len is None else str(check_int("events_max_len", events_max_len, 1)),
     ]
-    return _call("retention", k.meta, [k.prefix, "1", *args])
+    return _call("retention", k.meta, [k.prefix, "1", *args], retention_reply)
 
 
 def _check_bool(name: str, value: object) -> bool:
@@ -666,34 +695,45 @@ def retention_reply(raw: Sequence[Any]) -> Retention:
     )
 
 
-def discard_call(k: QueueKeys, job_id: str) -> Call:
-    return _call("discard", k.dead, [k.prefix, check_job_id(job_id)])
+def discard_call(k: QueueKeys, job_id: str) -> Call[Outcome]:
+    return _call("discard", k.dead, [k.prefix, check_job_id(job_id)], outcome_reply)
 
 
-def audit_enable_call(k: QueueKeys, on: bool) -> Call:
-    return _call("audit_enable", k.meta, [k.prefix, "1" if on else "0"])
+def audit_enable_call(k: QueueKeys, on: bool) -> Call[None]:
+    return _call("audit_enable", k.meta, [k.prefix, "1" if on else "0"], _nothing)
 
 
 # --- counts, inspect -----------------------------------------------------------------------------
 
 
-def counts_call(k: QueueKeys) -> Call:
-    return _call("counts", k.pending, [k.prefix])
+def counts_call(k: QueueKeys) -> Call[Counts]:
+    return _call("counts", k.pending, [k.prefix], counts_reply)
 
 
 def counts_reply(raw: Sequence[Any]) -> Counts:
+    """The counters; ``Uncounted`` for a queue written before the lane counter."""
+    _refuse_uncounted("counts", raw)
     r: dict[str, Any] = {name: int(v) for name, v in _named("counts", raw).items()}
     return Counts(**(r | {"exists": bool(r["exists"])}))
 
 
+class Uncounted(ValueError):
+    """A reply of ``counts`` or a ``lane_status`` page says the queue was written before the
+    lane counter and index: run ``count_lanes`` once, then ask again (``upgrade.run_counted``)."""
+
+
 def uncounted(raw: object) -> bool:
-    """Whether a reply of ``counts`` or a ``lane_status`` page says the queue was written before
-    the lane counter and index: run ``count_lanes`` once, then ask again."""
+    """Whether ``raw`` is the ``uncounted`` answer (see ``Uncounted``)."""
     return isinstance(raw, list) and len(raw) == 1 and as_text(raw[0]) == "uncounted"
 
 
-def count_lanes_call(k: QueueKeys) -> Call:
-    return _call("count_lanes", k.meta, [k.prefix])
+def _refuse_uncounted(script: str, raw: object) -> None:
+    if uncounted(raw):
+        raise Uncounted(f"{script}: the queue's lanes are not counted yet")
+
+
+def count_lanes_call(k: QueueKeys) -> Call[tuple[int, int]]:
+    return _call("count_lanes", k.meta, [k.prefix], count_lanes_reply)
 
 
 def count_lanes_reply(raw: Sequence[Any]) -> tuple[int, int]:
@@ -715,23 +755,25 @@ def state_set(k: QueueKeys, state: str) -> str:
     return key
 
 
-def _inspect_set(key: str, k: QueueKeys, offset: int, limit: int) -> Call:
+def _inspect_set(key: str, k: QueueKeys, offset: int, limit: int) -> Call[list[JobInfo]]:
     off = str(check_int("offset", offset, 0))
-    return _call("inspect", key, [k.prefix, "set", off, str(check_int("limit", limit, 1))])
+    args = [k.prefix, "set", off, str(check_int("limit", limit, 1))]
+    return _call("inspect", key, args, inspect_reply)
 
 
-def inspect_state_call(k: QueueKeys, state: str, offset: int, limit: int) -> Call:
+def inspect_state_call(k: QueueKeys, state: str, offset: int, limit: int) -> Call[list[JobInfo]]:
     """``inspect`` the jobs in one state's set (``pending``: the flat set)."""
     return _inspect_set(state_set(k, state), k, offset, limit)
 
 
-def inspect_lane_call(k: QueueKeys, group: str, offset: int, limit: int) -> Call:
+def inspect_lane_call(k: QueueKeys, group: str, offset: int, limit: int) -> Call[list[JobInfo]]:
     """``inspect`` the jobs waiting in a lane."""
     return _inspect_set(k.lane(group), k, offset, limit)
 
 
-def inspect_ids_call(k: QueueKeys, job_ids: Sequence[str]) -> Call:
-    return _call("inspect", k.pending, [k.prefix, "ids", *(check_job_id(i) for i in job_ids)])
+def inspect_ids_call(k: QueueKeys, job_ids: Sequence[str]) -> Call[list[JobInfo | None]]:
+    args = [k.prefix, "ids", *(check_job_id(i) for i in job_ids)]
+    return _call("inspect", k.pending, args, inspect_ids_reply)
 
 
 def inspect_reply(raw: Iterable[Sequence[object]]) -> list[JobInfo]:
@@ -767,13 +809,17 @@ def inspect_ids_reply(raw: Iterable[Sequence[object]]) -> list[JobInfo | None]:
 # --- lanes ---------------------------------------------------------------------------------------
 
 
-def lane_pause_call(k: QueueKeys, group: str) -> Call:
-    return _call("lane_pause", k.ring, [k.prefix, check_group(group), "pause", ""])
+def lane_pause_call(k: QueueKeys, group: str) -> Call[int]:
+    return _call(
+        "lane_pause", k.ring, [k.prefix, check_group(group), "pause", ""], lane_pause_reply
+    )
 
 
-def lane_pause_until_call(k: QueueKeys, group: str, at_ms: int) -> Call:
+def lane_pause_until_call(k: QueueKeys, group: str, at_ms: int) -> Call[int]:
     at = str(check_ms("at_ms", at_ms, absolute=True))
-    return _call("lane_pause", k.ring, [k.prefix, check_group(group), "until", at])
+    return _call(
+        "lane_pause", k.ring, [k.prefix, check_group(group), "until", at], lane_pause_reply
+    )
 
 
 def lane_pause_reply(raw: Any) -> int:
@@ -781,8 +827,8 @@ def lane_pause_reply(raw: Any) -> int:
     return int(raw)
 
 
-def lane_resume_call(k: QueueKeys, group: str) -> Call:
-    return _call("lane_resume", k.ring, [k.prefix, check_group(group)])
+def lane_resume_call(k: QueueKeys, group: str) -> Call[bool]:
+    return _call("lane_resume", k.ring, [k.prefix, check_group(group)], lane_resume_reply)
 
 
 def lane_resume_reply(raw: object) -> bool:
@@ -795,10 +841,10 @@ def lane_resume_reply(raw: object) -> bool:
 
 def lane_config_call(
     k: QueueKeys, group: str, *, limit: int | None = None, weight: int | None = None
-) -> Call:
+) -> Call[tuple[int | None, int]]:
     lim = "" if limit is None else str(check_int("limit", limit, 0))
     wt = "" if weight is None else str(check_int("weight", weight, 1))
-    return _call("lane_config", k.ring, [k.prefix, check_group(group), lim, wt])
+    return _call("lane_config", k.ring, [k.prefix, check_group(group), lim, wt], lane_config_reply)
 
 
 def lane_config_reply(raw: Sequence[Any]) -> tuple[int | None, int]:
@@ -809,24 +855,26 @@ def lane_config_reply(raw: Sequence[Any]) -> tuple[int | None, int]:
 LANE_PAGE_MAX = 1000  # most lanes in one page of lane status
 
 
-def lane_status_call(k: QueueKeys, groups: Sequence[str]) -> Call:
+def lane_status_call(k: QueueKeys, groups: Sequence[str]) -> Call[LanePage]:
     """``lane_status`` of the lanes named."""
     named = [check_group(g) for g in groups]
-    return _call("lane_status", k.lane_index, [k.prefix, "groups", *named])
+    return _call("lane_status", k.lane_index, [k.prefix, "groups", *named], lane_status_reply)
 
 
-def lane_status_page_call(k: QueueKeys, after: str = "", count: int = 100) -> Call:
+def lane_status_page_call(k: QueueKeys, after: str = "", count: int = 100) -> Call[LanePage]:
     """``lane_status`` of at most ``count`` (1 to ``LANE_PAGE_MAX``) more lanes of the lane index
     from the cursor ``after`` (``''``: from the first; else a page's ``next``)."""
     cursor = check_lane_cursor(after)
     n = check_int("count", count, 1)
     if n > LANE_PAGE_MAX:
         raise ValueError(f"count must be <= {LANE_PAGE_MAX}, got {n}")
-    return _call("lane_status", k.lane_index, [k.prefix, "page", cursor, str(n)])
+    return _call("lane_status", k.lane_index, [k.prefix, "page", cursor, str(n)], lane_status_reply)
 
 
 def lane_status_reply(raw: Sequence[Any]) -> LanePage:
-    """The next page's cursor (``''``: none) and per lane its row."""
+    """The next page's cursor (``''``: none) and per lane its row; ``Uncounted`` for a queue
+    written before the lane index."""
+    _refuse_uncounted("lane_status", raw)
     page = _named("lane_status", raw)
     nxt = as_text(page["next"])
     lanes = []
@@ -859,7 +907,7 @@ def register_call(
     *,
     first_in_ms: int = 0,
     group: str | None = None,
-) -> Call:
+) -> Call[tuple[Registered, int]]:
     args: list[Arg] = [
         k.prefix,
         check_name("repeat name", name),
@@ -868,7 +916,7 @@ def register_call(
         str(check_ms("first_in_ms", first_in_ms)),
         "" if group is None else check_group(group),
     ]
-    return _call("register", k.repeats, args)
+    return _call("register", k.repeats, args, register_reply)
 
 
 def register_reply(raw: Sequence[Any]) -> tuple[Registered, int]:
@@ -876,8 +924,10 @@ def register_reply(raw: Sequence[Any]) -> tuple[Registered, int]:
     return (Registered(as_text(r["outcome"])), int(r["at"]))
 
 
-def unregister_call(k: QueueKeys, name: str) -> Call:
-    return _call("unregister", k.repeats, [k.prefix, check_name("repeat name", name)])
+def unregister_call(k: QueueKeys, name: str) -> Call[bool]:
+    return _call(
+        "unregister", k.repeats, [k.prefix, check_name("repeat name", name)], unregister_reply
+    )
 
 
 def unregister_reply(raw: object) -> bool:
@@ -888,12 +938,12 @@ def unregister_reply(raw: object) -> bool:
     return word == "cancelled"
 
 
-def fire_call(k: QueueKeys, fresh_ids: Sequence[str]) -> Call:
+def fire_call(k: QueueKeys, fresh_ids: Sequence[str]) -> Call[Fired]:
     """``fire``: up to ``len(fresh_ids)`` occurrences, each becoming a job with one of the ids
     (freshly minted by the caller: minting reads the clock)."""
     if not fresh_ids:
         raise ValueError("fire needs at least one fresh job id")
-    return _call("fire", k.repeats, [k.prefix, *(check_job_id(i) for i in fresh_ids)])
+    return _call("fire", k.repeats, [k.prefix, *(check_job_id(i) for i in fresh_ids)], fire_reply)
 
 
 def fire_reply(raw: Sequence[Any]) -> Fired:
@@ -901,12 +951,12 @@ def fire_reply(raw: Sequence[Any]) -> Fired:
     return Fired(int(r["fired"]), _time(r["next_due"]), int(r["now"]))
 
 
-def repeats_call(k: QueueKeys, which: str, limit: int, offset: int = 0) -> Call:
+def repeats_call(k: QueueKeys, which: str, limit: int, offset: int = 0) -> Call[list[Registration]]:
     """``repeats``: ``which`` is ``"all"`` (from ``offset`` in next-run order) or ``"due"``."""
     if which not in ("all", "due"):
         raise ValueError(f"which must be 'all' or 'due', got {which!r}")
     lim, off = str(check_int("limit", limit, 1)), str(check_int("offset", offset, 0))
-    return _call("repeats", k.repeats, [k.prefix, which, lim, off])
+    return _call("repeats", k.repeats, [k.prefix, which, lim, off], repeats_reply)
 
 
 def repeats_reply(raw: Iterable[Sequence[object]]) -> list[Registration]:
@@ -928,8 +978,8 @@ def repeats_reply(raw: Iterable[Sequence[object]]) -> list[Registration]:
     return out
 
 
-def advance_call(k: QueueKeys, name: str) -> Call:
-    return _call("advance", k.repeats, [k.prefix, check_name("repeat name", name)])
+def advance_call(k: QueueKeys, name: str) -> Call[int | None]:
+    return _call("advance", k.repeats, [k.prefix, check_name("repeat name", name)], advance_reply)
 
 
 def advance_reply(raw: Any) -> int | None:
@@ -1039,14 +1089,18 @@ def audit_records(entries: Iterable[StreamEntry]) -> list[AuditRecord]:
     ]
 
 
-def audit_ack_calls(k: QueueKeys, group: str, stream_ids: Sequence[str]) -> list[Call]:
+def audit_ack_calls(
+    k: QueueKeys, group: str, stream_ids: Sequence[str]
+) -> list[Call[Acknowledged]]:
     """``audit_ack``: acknowledge ``stream_ids`` for ``group`` and trim the audit stream below
     what the group has acknowledged; one call per ``AUDIT_ACK_MAX`` ids (one with none: it
     trims alone)."""
     name = check_name("group", group)
     checked = _stream_ids(stream_ids)
     return [
-        _call("audit_ack", k.audit, [name, *checked[start : start + AUDIT_ACK_MAX]])
+        _call(
+            "audit_ack", k.audit, [name, *checked[start : start + AUDIT_ACK_MAX]], audit_ack_reply
+        )
         for start in range(0, max(len(checked), 1), AUDIT_ACK_MAX)
     ]
 
@@ -1057,13 +1111,15 @@ def audit_ack_reply(raw: Sequence[Any]) -> Acknowledged:
     return Acknowledged(int(r["acked"]), int(r["trimmed"]))
 
 
-def audit_forget_call(k: QueueKeys, group: str, idle_ms: int, keep: str | None = None) -> Call:
+def audit_forget_call(
+    k: QueueKeys, group: str, idle_ms: int, keep: str | None = None
+) -> Call[list[str]]:
     """``audit_forget``: remove the readers of ``group`` that hold no record and have been idle
     for more than ``idle_ms``, except ``keep``."""
     name = check_name("group", group)
     idle = str(check_ms("idle_ms", idle_ms))
     kept = "" if keep is None else check_name("consumer", keep)
-    return _call("audit_forget", k.audit, [k.prefix, name, idle, kept])
+    return _call("audit_forget", k.audit, [k.prefix, name, idle, kept], audit_forget_reply)
 
 
 def audit_forget_reply(raw: Iterable[object] | None) -> list[str]:

@@ -48,14 +48,14 @@ async def register(
         bus.keys(queue), name, every_ms, template, bus.max_payload_bytes,
         first_in_ms=first_in_ms, group=group,
     )  # fmt: skip
-    return protocol.register_reply(await bus.run(call))
+    return await bus.run(call)
 
 
 async def cancel(bus: Bus, queue: str, name: str) -> bool:
     """Remove a registration; ``True`` if it existed (jobs already fired are left alone).
 
     A cancelled call may or may not have removed it; call again (``False`` then)."""
-    return protocol.unregister_reply(await bus.run(protocol.unregister_call(bus.keys(queue), name)))
+    return await bus.run(protocol.unregister_call(bus.keys(queue), name))
 
 
 async def fire(bus: Bus, queue: str, batch: int = 100) -> Fired:
@@ -65,7 +65,7 @@ async def fire(bus: Bus, queue: str, batch: int = 100) -> Fired:
     occurrence fires exactly once)."""
     k = bus.keys(queue)
     fresh = [ids.generate(JOB_NS) for _ in range(check_int("batch", batch, 1))]
-    return protocol.fire_reply(await bus.run(protocol.fire_call(k, fresh)))
+    return await bus.run(protocol.fire_call(k, fresh))
 
 
 async def list_repeats(
@@ -74,14 +74,14 @@ async def list_repeats(
     """Registrations, soonest next run first: ``limit`` of them from rank ``offset`` (a page;
     O(log n + limit) on the server). Read only."""
     call = protocol.repeats_call(bus.keys(queue), "all", limit, offset)
-    return protocol.repeats_reply(await bus.run(call))
+    return await bus.run(call)
 
 
 async def due(bus: Bus, queue: str, limit: int = 100) -> list[Registration]:
     """Registrations whose next run has come (server clock), for a hand-written pump. Read
     only."""
     call = protocol.repeats_call(bus.keys(queue), "due", limit)
-    return protocol.repeats_reply(await bus.run(call))
+    return await bus.run(call)
 
 
 async def advance(bus: Bus, queue: str, name: str) -> int | None:
@@ -90,4 +90,4 @@ async def advance(bus: Bus, queue: str, name: str) -> int | None:
     Not idempotent: each call moves it one run further. A cancelled call may or may not have
     moved it; read ``list_repeats`` before calling again."""
     call = protocol.advance_call(bus.keys(queue), name)
-    return protocol.advance_reply(await bus.run(call))
+    return await bus.run(call)

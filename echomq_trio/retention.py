@@ -32,10 +32,10 @@ async def configure(
         bus.keys(queue), dead_max=dead_max, dead_max_age_ms=dead_max_age_ms,
         events=events, events_max_len=events_max_len,
     )  # fmt: skip
-    return protocol.retention_reply(await bus.run(call))
+    return await bus.run(call)
 
 
 async def get(bus: Bus, queue: str) -> Retention:
     """The queue's retention. Read only: a cancelled call changed nothing."""
     call = protocol.retention_call(bus.keys(queue), read_only=True)
-    return protocol.retention_reply(await bus.run(call))
+    return await bus.run(call)

@@ -15,7 +15,7 @@ flight right, and the count makes the rest exact.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypeVar
 
 from echomq_trio import protocol
 from echomq_trio.bus import Bus
@@ -23,12 +23,14 @@ from echomq_trio.keys import QueueKeys
 
 __all__ = ["run_counted"]
 
+T = TypeVar("T")
 
-async def run_counted(bus: Bus, k: QueueKeys, call: protocol.Call) -> Any:
-    """Run ``call`` (``counts`` or a lane status page); if the queue predates the lane counter,
-    count its lanes once and run it again."""
-    raw = await bus.run(call)
-    if protocol.uncounted(raw):
-        protocol.count_lanes_reply(await bus.run(protocol.count_lanes_call(k)))
-        raw = await bus.run(call)
-    return raw
+
+async def run_counted(bus: Bus, k: QueueKeys, call: protocol.Call[T]) -> T:
+    """Run ``call`` (``counts`` or a lane status page); if the queue predates the lane counter
+    (``protocol.Uncounted``), count its lanes once and run it again."""
+    try:
+        return await bus.run(call)
+    except protocol.Uncounted:
+        await bus.run(protocol.count_lanes_call(k))
+        return await bus.run(call)

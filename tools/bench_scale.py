@@ -495,7 +495,7 @@ async def bytes_per_scheduled_job(run: Run) -> dict[str, Any]:
         size = min(BATCH, total - first)
         items = [(ids.generate("JOB"), run.payload, run_at + first + i) for i in range(size)]
         call = protocol.schedule_call(keys, items, bus.max_payload_bytes, relative=False)
-        answers = protocol.schedule_reply(await bus.run(call), [i[0] for i in items])
+        answers = await bus.run(call)
         if any(a.outcome is not Outcome.SCHEDULED for a in answers):
             raise RuntimeError(f"schedule on {queue} reported a duplicate")
     rate = total / (trio.current_time() - start)

@@ -103,9 +103,7 @@ def test_enqueue_round_trip(k: QueueKeys, items: list[tuple[str, str | bytes]], 
     ids_ = [i for i, _ in items]
     wanted = [Admitted(i, Outcome(w)) for i, w in zip(ids_, words, strict=True)]
     assert protocol.admitted_reply([w.encode() for w in words], ids_) == wanted
-    assert [a for c in calls for a in protocol.enqueue_reply(c, [w.encode() for w in words])] == (
-        wanted
-    )
+    assert [a for c in calls for a in c.decode([w.encode() for w in words])] == (wanted)
 
 
 def test_enqueue_goes_in_chunks() -> None:
@@ -114,7 +112,7 @@ def test_enqueue_goes_in_chunks() -> None:
     calls = protocol.enqueue_calls(k, items, MAX)
     assert [len(c.args) for c in calls] == [3 + 2 * protocol.ENQUEUE_CHUNK] * 2 + [5]
     assert [a for c in calls for a in c.args[3::2]] == [i for i, _ in items]
-    answers = [protocol.enqueue_reply(c, [b"enqueued"] * ((len(c.args) - 3) // 2)) for c in calls]
+    answers = [c.decode([b"enqueued"] * ((len(c.args) - 3) // 2)) for c in calls]
     assert [a.id for chunk in answers for a in chunk] == [i for i, _ in items]
 
 

@@ -491,7 +491,7 @@ class Lifecycle(RuleBasedStateMachine):
 
         async def read(bus: Bus, queue: str) -> list[jobs.JobInfo | None]:
             call = protocol.inspect_ids_call(bus.keys(queue), ids)
-            return protocol.inspect_ids_reply(await bus.run(call))
+            return await bus.run(call)
 
         for job_id, info in zip(ids, self.run(read), strict=True):
             m = self.jobs[job_id]
