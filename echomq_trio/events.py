@@ -20,8 +20,9 @@ import trio
 from echomq_trio import protocol
 from echomq_trio.bus import Bus
 from echomq_trio.checks import check_stream_id
+from echomq_trio.codec import as_text
 from echomq_trio.errors import ServerError
-from echomq_trio.protocol import StreamEntry, as_text
+from echomq_trio.protocol import StreamEntry
 
 __all__ = [
     "Event",

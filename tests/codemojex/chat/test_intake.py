@@ -11,7 +11,7 @@ import pytest
 
 from codemojex.chat import ChatGame, admit
 from echomq_trio import Bus, Outcome, jobs, lanes, open_bus
-from echomq_trio.protocol import as_text
+from echomq_trio.codec import as_text
 from echomq_trio.sequence import DEFAULT_WINDOW
 from tests.codemojex.chat.conftest import BOT, BOT_ID, group_id
 

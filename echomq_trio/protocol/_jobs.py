@@ -1,0 +1,476 @@
+"""The calls of a job's life (pure): enqueue, lane_enqueue, schedule, promote, claim, reap, clock,
+ack, retry, defer, extend, release, replay, retention, discard, counts, inspect."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from functools import partial
+from typing import Any
+
+from echomq_trio.checks import (
+    check_group,
+    check_holder,
+    check_int,
+    check_job_id,
+    check_ms,
+    check_payload,
+    check_when,
+)
+from echomq_trio.codec import as_bytes, as_text
+from echomq_trio.keys import QueueKeys
+from echomq_trio.protocol._base import (
+    DEFAULT_KEY_TTL_MS,
+    ENQUEUE_CHUNK,
+    Arg,
+    Call,
+    Payload,
+    When,
+    _call,
+    _guard,
+    _items,
+    _named,
+    _nothing,
+    _outcome,
+    _outcomes,
+    _pairs,
+    _refuse_uncounted,
+    _seq,
+    _time,
+    _tokens,
+    outcome_reply,
+)
+from echomq_trio.results import (
+    Admitted,
+    ClockCarried,
+    Counts,
+    Extended,
+    Job,
+    JobInfo,
+    Outcome,
+    Promoted,
+    Reaped,
+    Retention,
+)
+from echomq_trio.sequence import Seq
+from echomq_trio.states import JobState
+
+# --- enqueue, lane_enqueue, schedule -------------------------------------------------------------
+
+
+def enqueue_calls(
+    k: QueueKeys,
+    items: Iterable[tuple[str, Payload]],
+    max_bytes: int,
+    *,
+    key: str | None = None,
+    key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
+) -> list[Call[list[Admitted]]]:
+    """``enqueue``: admit jobs to the flat pending set, one call per ``ENQUEUE_CHUNK`` jobs (none
+    for no jobs). An idempotency ``key`` guards exactly one job."""
+    guard = _guard(key, key_ttl_ms)
+    flat = _pairs(items, max_bytes)
+    if key is not None and len(flat) != 2:
+        raise ValueError("an idempotency key guards exactly one job")
+    return _enqueue_chunks(k, guard, flat)
+
+
+def enqueue_checked_calls(
+    k: QueueKeys, pairs: Sequence[tuple[str, bytes]]
+) -> list[Call[list[Admitted]]]:
+    """``enqueue_calls`` for pairs already checked by ``checked_pairs`` (no key)."""
+    return _enqueue_chunks(k, ["", ""], [a for pair in pairs for a in pair])
+
+
+def _enqueue_chunks(k: QueueKeys, guard: list[Arg], flat: list[Arg]) -> list[Call[list[Admitted]]]:
+    step = 2 * ENQUEUE_CHUNK
+    if 0 < len(flat) <= step:  # one call (every single enqueue): no slices to copy
+        chunks = [flat]
+    else:
+        chunks = [flat[start : start + step] for start in range(0, len(flat), step)]
+    return [
+        Call(
+            "enqueue",
+            (k.pending,),
+            (k.prefix, *guard, *chunk),
+            decode=partial(admitted_reply, job_ids=[str(i) for i in chunk[::2]]),
+        )
+        for chunk in chunks
+    ]
+
+
+def lane_enqueue_call(
+    k: QueueKeys,
+    group: str,
+    items: Iterable[tuple[str, Payload]],
+    max_bytes: int,
+    *,
+    limit: int | None = None,
+    key: str | None = None,
+    key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
+    seq: Seq | None = None,
+) -> Call[list[Admitted]]:
+    """``lane_enqueue``: admit jobs to ``group``'s lane, setting its ``limit`` when given. An
+    idempotency ``key`` or a ``seq`` (``sequence.Seq``) guards exactly one job."""
+    guard = _guard(key, key_ttl_ms)
+    lane = k.lane(group)
+    flat = _pairs(items, max_bytes)
+    if key is not None and len(flat) != 2:
+        raise ValueError("an idempotency key guards exactly one job")
+    if seq is not None and len(flat) != 2:
+        raise ValueError("a seq guards exactly one job")
+    lim = "" if limit is None else str(check_int("limit", limit, 1))
+    decode = partial(admitted_reply, job_ids=[str(job_id) for job_id in flat[::2]])
+    return _call("lane_enqueue", lane, [k.prefix, group, lim, *guard, *_seq(seq), *flat], decode)
+
+
+def admitted_reply(raw: Iterable[object], job_ids: Sequence[str]) -> list[Admitted]:
+    """``enqueue``/``lane_enqueue``: ``ENQUEUED`` or ``DUPLICATE`` per job of ``job_ids`` (the
+    call's, in order)."""
+    return [Admitted(i, o) for i, o in zip(job_ids, _outcomes(raw), strict=True)]
+
+
+def schedule_call(
+    k: QueueKeys,
+    items: Sequence[tuple[str, Payload, When]],
+    max_bytes: int,
+    *,
+    relative: bool,
+    group: str | None = None,
+) -> Call[list[Admitted]]:
+    """``schedule``: ``(job id, payload, time)`` each, the time a run-at (Unix ms, or an aware
+    datetime; checked as ``run_at_ms``) or with ``relative`` a delay from the server's now
+    (``delay_ms``, or a timedelta); a float or a datetime is rounded up to the next ms
+    (``checks.check_when``)."""
+    flat: list[Arg] = []
+    for job_id, payload, when in items:
+        name = "delay_ms" if relative else "run_at_ms"
+        ms = check_when(name, when, absolute=not relative)
+        flat += [check_job_id(job_id), check_payload(payload, max_bytes), str(ms)]
+    lane = "" if group is None else check_group(group)
+    mode = "in" if relative else "at"
+    decode = partial(schedule_reply, job_ids=[job_id for job_id, _, _ in items])
+    return _call("schedule", k.schedule, [k.prefix, mode, lane, *flat], decode)
+
+
+def schedule_reply(raw: Iterable[Sequence[Any]], job_ids: Sequence[str]) -> list[Admitted]:
+    """``schedule``: ``{'scheduled', run-at}`` or ``{'duplicate'}`` per job of ``job_ids`` (the
+    call's, in order)."""
+    out = []
+    for job_id, answer in zip(job_ids, raw, strict=True):
+        r = _named("schedule/job", answer)
+        outcome = _outcome(r["outcome"])
+        at = int(r["at"]) if outcome is Outcome.SCHEDULED else None
+        out.append(Admitted(job_id, outcome, at))
+    return out
+
+
+# --- promote, claim, reap ------------------------------------------------------------------------
+
+
+def promote_call(
+    k: QueueKeys,
+    batch: int,
+    *,
+    lateness: bool = False,
+    witness: tuple[str, str, str] | None = None,
+) -> Call[Promoted]:
+    """``lateness``: the reply also carries how late each moved job was. ``witness``: the
+    caller's evidence of the server clock (``clock.Witness.args``), so a step is noticed."""
+    args = [k.prefix, str(check_int("batch", batch, 1)), "1" if lateness else "0"]
+    return _call("promote", k.schedule, [*args, *witness] if witness else args, promote_reply)
+
+
+def promote_reply(raw: Sequence[Any]) -> Promoted:
+    r = _named("promote", raw)
+    return Promoted(int(r["moved"]), int(r["lanes_resumed"]), _time(r["next_due"]),
+                    int(r["now"]), tuple(int(ms) for ms in r["lateness"]),
+                    carrying=int(r["carrying"]) == 1)  # fmt: skip
+
+
+def claim_call(k: QueueKeys, batch: int, lease_ms: int, holder: str = "") -> Call[list[Job]]:
+    """``holder``: the claiming bus's id, kept in each claimed job's row (``reap_holder_call``)."""
+    args = [k.prefix, str(check_int("batch", batch, 1)), str(check_ms("lease_ms", lease_ms, 1))]
+    decode = partial(claim_reply, queue=k.name)
+    return _call("claim", k.pending, [*args, check_holder(holder)] if holder else args, decode)
+
+
+def claim_reply(raw: Sequence[Any], queue: str) -> list[Job]:
+    """``{lease deadline, then per job: id, payload, attempts, token, group or ''}``."""
+    r = _named("claim", raw)
+    deadline = int(r["lease_deadline"])
+    jobs = []
+    for j in _items("claim/job", r["jobs"]):
+        payload = j["payload"]
+        if not isinstance(payload, bytes):
+            payload = str(payload).encode()
+        group = j["group"]
+        jobs.append(
+            Job(queue, as_text(j["id"]), payload, int(j["attempts"]), int(j["token"]), deadline,
+                as_text(group) if group else None)
+        )  # fmt: skip
+    return jobs
+
+
+def reap_call(k: QueueKeys, batch: int) -> Call[Reaped]:
+    return _call("reap", k.active, [k.prefix, str(check_int("batch", batch, 1))], reap_reply)
+
+
+def reap_reply(raw: Sequence[Any]) -> Reaped:
+    r = _named("reap", raw)
+    after = "" if r["next_from"] is None else as_text(r["next_from"])
+    return Reaped(int(r["reaped"]), int(r["now"]), carrying=int(r["carrying"]) == 1,
+                  next_from=after or None)  # fmt: skip
+
+
+def reap_holder_call(k: QueueKeys, holder: str, after: str = "", batch: int = 1000) -> Call[Reaped]:
+    """``reap`` of every job ``holder`` leased, whatever its deadline: a page of ``batch`` jobs of
+    ``active`` past the lease deadline ``after`` ('' for the start; ``Reaped.next_from`` for the
+    next page, ``None`` at the end)."""
+    if after and not _is_number(after):
+        raise ValueError(f"after must be a lease deadline from a reap's answer, got {after!r}")
+    args = [k.prefix, str(check_int("batch", batch, 1)), check_holder(holder), after]
+    return _call("reap", k.active, args, reap_reply)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def clock_call(
+    k: QueueKeys,
+    witness: tuple[str, str, str] | None = None,
+    batch: int = 1000,
+    *,
+    reap_grace_ms: int = 30_000,
+) -> Call[ClockCarried]:
+    """``clock``: record a step the ``witness`` shows (``clock.Witness.args``; ``None``: none)
+    and carry up to ``batch`` of the queue's waits across the last recorded step; no lease is
+    reaped for ``reap_grace_ms`` after a step is recorded."""
+    seen, elapsed, spread = witness or ("", "0", "0")
+    grace = str(check_ms("reap_grace_ms", reap_grace_ms))
+    args = [k.prefix, seen, elapsed, spread, str(check_int("batch", batch, 1)), grace]
+    return _call("clock", k.meta, args, clock_reply)
+
+
+def clock_reply(raw: Sequence[Any]) -> ClockCarried:
+    r = _named("clock", raw)
+    return ClockCarried(int(r["recorded"]), int(r["step"]), _time(r["step_at"]),
+                        int(r["carried"]), int(r["more"]) == 1, int(r["now"]))  # fmt: skip
+
+
+# --- ack, retry, defer, extend, release, replay --------------------------------------------------
+
+
+def ack_call(
+    k: QueueKeys, items: Sequence[tuple[str, int] | tuple[str, int, str]]
+) -> Call[list[Outcome]]:
+    """``ack``: ``(id, token)`` or ``(id, token, note)`` each."""
+    flat: list[Arg] = [k.prefix]
+    for item in items:
+        job_id, token = item[0], item[1]
+        note = item[2] if len(item) > 2 else ""
+        flat += [check_job_id(job_id), str(check_int("token", token, 0)), str(note)]
+    return _call("ack", k.active, flat, ack_reply)
+
+
+def ack_reply(raw: Iterable[object]) -> list[Outcome]:
+    """``ACKED``, ``STALE`` or ``GONE`` per job, in order."""
+    return _outcomes(raw)
+
+
+def retry_call(
+    k: QueueKeys,
+    job_id: str,
+    token: int,
+    delay_ms: int,
+    max_attempts: int,
+    error: str = "",
+    *,
+    buried: bool = False,
+) -> Call[Outcome]:
+    args = [
+        k.prefix,
+        check_job_id(job_id),
+        str(check_int("token", token, 0)),
+        str(check_ms("delay_ms", delay_ms)),
+        str(check_int("max_attempts", max_attempts, 1)),
+        str(error),
+        "1" if buried else "0",
+    ]
+    return _call("retry", k.active, args, outcome_reply)
+
+
+def defer_call(
+    k: QueueKeys, job_id: str, token: int, delay_ms: int, reason: str = ""
+) -> Call[Outcome]:
+    args = [
+        k.prefix,
+        check_job_id(job_id),
+        str(check_int("token", token, 0)),
+        str(check_ms("delay_ms", delay_ms)),
+        str(reason),
+    ]
+    return _call("defer", k.active, args, outcome_reply)
+
+
+def extend_call(k: QueueKeys, items: Sequence[tuple[str, int]], lease_ms: int) -> Call[Extended]:
+    lease = str(check_ms("lease_ms", lease_ms, 1))
+    return _call("extend", k.active, [k.prefix, lease, *_tokens(items)], extend_reply)
+
+
+def extend_reply(raw: Sequence[Any]) -> Extended:
+    r = _named("extend", raw)
+    return Extended(int(r["deadline"]), tuple(as_text(x) for x in r["lost"]))
+
+
+def release_call(k: QueueKeys, items: Sequence[tuple[str, int]]) -> Call[int]:
+    return _call("release", k.active, [k.prefix, *_tokens(items)], release_reply)
+
+
+def release_reply(raw: Any) -> int:
+    return int(raw)
+
+
+def replay_call(k: QueueKeys, job_id: str) -> Call[Outcome]:
+    return _call("replay", k.dead, [k.prefix, check_job_id(job_id)], outcome_reply)
+
+
+def retention_call(
+    k: QueueKeys,
+    *,
+    dead_max: int | None = None,
+    dead_max_age_ms: int | None = None,
+    events: bool = True,
+    events_max_len: int | None = None,
+    read_only: bool = False,
+) -> Call[Retention]:
+    """``retention``: set the queue's bounds (``None``: no bound; ``events_max_len`` ``None``:
+    the bus's default), or with ``read_only`` only read them."""
+    if read_only:
+        return _call("retention", k.meta, [k.prefix, "0"], retention_reply)
+    args = [
+        "" if dead_max is None else str(check_int("dead_max", dead_max, 0)),
+        "" if dead_max_age_ms is None else str(check_ms("dead_max_age_ms", dead_max_age_ms, 1)),
+        "1" if _check_bool("events", events) else "0",
+        "" if events_max_len is None else str(check_int("events_max_len", events_max_len, 1)),
+    ]
+    return _call("retention", k.meta, [k.prefix, "1", *args], retention_reply)
+
+
+def _check_bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
+
+
+def retention_reply(raw: Sequence[Any]) -> Retention:
+    """``retention``: the settings in effect."""
+    r = {name: as_text(v) for name, v in _named("retention", raw).items()}
+    dead_max, dead_age, events, max_len = (r["dead_max"], r["dead_max_age_ms"], r["events"],
+                                           r["events_max_len"])  # fmt: skip
+    return Retention(
+        int(dead_max) if dead_max else None,
+        int(dead_age) if dead_age else None,
+        events != "0",
+        int(max_len),
+    )
+
+
+def discard_call(k: QueueKeys, job_id: str) -> Call[Outcome]:
+    return _call("discard", k.dead, [k.prefix, check_job_id(job_id)], outcome_reply)
+
+
+def audit_enable_call(k: QueueKeys, on: bool) -> Call[None]:
+    return _call("audit_enable", k.meta, [k.prefix, "1" if on else "0"], _nothing)
+
+
+# --- counts, inspect -----------------------------------------------------------------------------
+
+
+def counts_call(k: QueueKeys) -> Call[Counts]:
+    return _call("counts", k.pending, [k.prefix], counts_reply)
+
+
+def counts_reply(raw: Sequence[Any]) -> Counts:
+    """The counters; ``Uncounted`` for a queue written before the lane counter."""
+    _refuse_uncounted("counts", raw)
+    r: dict[str, Any] = {name: int(v) for name, v in _named("counts", raw).items()}
+    return Counts(**(r | {"exists": bool(r["exists"])}))
+
+
+def count_lanes_call(k: QueueKeys) -> Call[tuple[int, int]]:
+    return _call("count_lanes", k.meta, [k.prefix], count_lanes_reply)
+
+
+def count_lanes_reply(raw: Sequence[Any]) -> tuple[int, int]:
+    """``(lanes indexed, jobs waiting in lanes)``; ``(0, 0)`` when counted already."""
+    r = _named("count_lanes", raw)
+    return int(r["lanes"]), int(r["waiting"])
+
+
+# Where a job in each state waits, by ``SCHEMA`` name (a pending lane job waits in its lane
+# instead): ``states.JobState.waits_in``, the table scripts/README.md is written from.
+STATE_SETS = {str(s): s.waits_in for s in JobState}
+
+
+def state_set(k: QueueKeys, state: str) -> str:
+    """The key of the sorted set that holds the jobs in ``state`` (``pending``: the flat set)."""
+    if state not in STATE_SETS:
+        raise ValueError(f"state must be one of {sorted(STATE_SETS)}, got {state!r}")
+    key: str = getattr(k, STATE_SETS[state])
+    return key
+
+
+def _inspect_set(key: str, k: QueueKeys, offset: int, limit: int) -> Call[list[JobInfo]]:
+    off = str(check_int("offset", offset, 0))
+    args = [k.prefix, "set", off, str(check_int("limit", limit, 1))]
+    return _call("inspect", key, args, inspect_reply)
+
+
+def inspect_state_call(k: QueueKeys, state: str, offset: int, limit: int) -> Call[list[JobInfo]]:
+    """``inspect`` the jobs in one state's set (``pending``: the flat set)."""
+    return _inspect_set(state_set(k, state), k, offset, limit)
+
+
+def inspect_lane_call(k: QueueKeys, group: str, offset: int, limit: int) -> Call[list[JobInfo]]:
+    """``inspect`` the jobs waiting in a lane."""
+    return _inspect_set(k.lane(group), k, offset, limit)
+
+
+def inspect_ids_call(k: QueueKeys, job_ids: Sequence[str]) -> Call[list[JobInfo | None]]:
+    args = [k.prefix, "ids", *(check_job_id(i) for i in job_ids)]
+    return _call("inspect", k.pending, args, inspect_ids_reply)
+
+
+def inspect_reply(raw: Iterable[Sequence[object]]) -> list[JobInfo]:
+    """Per job ``{id, state, attempts, payload, last_error, score, group}``, of rows that exist
+    (a set's; ``inspect_ids_reply`` tells a missing row)."""
+    return [info for info in inspect_ids_reply(raw) if info is not None]
+
+
+def inspect_ids_reply(raw: Iterable[Sequence[object]]) -> list[JobInfo | None]:
+    """Per job named ``{id, state, attempts, payload, last_error, score, group}``: its row, or
+    ``None`` for a missing row (state ``''``)."""
+    out: list[JobInfo | None] = []
+    for row in raw:
+        r = _named("inspect/job", row)
+        sc = as_text(r["score"])
+        if not as_text(r["state"]):
+            out.append(None)
+            continue
+        out.append(
+            JobInfo(
+                id=as_text(r["id"]),
+                state=JobState(as_text(r["state"])),
+                attempts=int(as_text(r["attempts"])),
+                payload=as_bytes(r["payload"]),
+                last_error=as_text(r["last_error"]) or None,
+                score_ms=int(float(sc)) if sc else None,
+                group=as_text(r["group"]) or None,
+            )
+        )
+    return out
