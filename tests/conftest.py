@@ -36,6 +36,7 @@ from echomq_trio.server import (
     server_argv,
     write_config,
 )
+from tests.support import SteppingServer
 
 DEFAULT_TIMEOUT_S = 60
 PASSWORD = "test-" + uuid.uuid4().hex[:12]
@@ -159,22 +160,6 @@ def cluster_url_(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 FAKETIME_LIBS = sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))
 
 
-class SteppingServer:
-    """A server of its own whose clock (``TIME``, key expiry: the wall clock, not its monotonic
-    one) the test steps with ``step(seconds)``, as NTP or an operator would."""
-
-    def __init__(self, url: str, offset_file: Path) -> None:
-        self.url = url
-        self.offset_file = offset_file
-        self.offset_s = 0.0
-
-    def step(self, seconds: float) -> None:
-        self.offset_s += seconds
-        tmp = self.offset_file.with_suffix(".tmp")
-        tmp.write_text(f"{self.offset_s:+.3f}\n")
-        os.replace(tmp, self.offset_file)  # libfaketime never reads half a file
-
-
 @pytest.fixture
 def stepping_server(tmp_path: Path) -> Iterator[SteppingServer]:
     """A standalone server under libfaketime (the clock read afresh on every call, monotonic
@@ -226,20 +211,3 @@ async def bus(server_url: str) -> AsyncIterator[Bus]:
 def queue() -> str:
     """A queue name no other test uses, so tests can share one server."""
     return "t." + uuid.uuid4().hex[:10]
-
-
-async def wait_for(
-    condition: Callable[[], Awaitable[bool]] | Callable[[], bool],
-    timeout: float = 20,  # noqa: ASYNC109 - the deadline is the point of this helper
-    step: float = 0.01,
-) -> None:
-    """Poll ``condition`` until true; fail with a clear message after ``timeout`` seconds."""
-    with trio.move_on_after(timeout):
-        while True:
-            result = condition()
-            if inspect.isawaitable(result):
-                result = await result
-            if result:
-                return
-            await trio.sleep(step)
-    raise AssertionError(f"condition not met within {timeout}s")

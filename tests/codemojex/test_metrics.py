@@ -26,8 +26,7 @@ from codemojex.standin.bot_api import Scripted, TelegramStandIn, open_stand_in
 from echomq_trio import Bus, ConnectionLost, Metronome, jobs
 from echomq_trio.metrics import CONTENT_TYPE_LATEST, BusMetrics
 from echomq_trio.testing import FaultyTransport, scripts
-from tests.conftest import wait_for
-from tests.support import Lines, parse, start_service, stop_process, value
+from tests.support import Lines, parse, start_service, stop_process, value, wait_for
 
 LIMITS = Limits().scaled(4)
 TOKEN = "123456:METRICS"

@@ -19,8 +19,7 @@ from codemojex.game.rooms import room_key
 from codemojex.run import STAND_IN_TOKEN, telegram_endpoint
 from echomq_trio import events, jobs, open_bus
 from echomq_trio.server import start_server
-from tests.conftest import wait_for
-from tests.support import ROOT, Lines, parse, start_and_stop, start_service, stop_process
+from tests.support import ROOT, Lines, parse, start_and_stop, start_service, stop_process, wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -36,8 +36,7 @@ from echomq_trio.audit import AuditOutcome, AuditRecord
 from echomq_trio.datadir import InUse
 from echomq_trio.protocol import as_text
 from echomq_trio.server import free_port
-from tests.conftest import wait_for
-from tests.support import ROOT, read_line, spawn
+from tests.support import ROOT, read_line, spawn, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

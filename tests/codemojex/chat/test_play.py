@@ -18,7 +18,7 @@ from codemojex.notify.notice import decode
 from codemojex.standin import open_stand_in
 from echomq_trio import Bus, Job, jobs, lanes
 from tests.codemojex.chat.conftest import BOT, TOKEN, group_id, playing, user_id
-from tests.conftest import wait_for
+from tests.support import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

@@ -18,7 +18,7 @@ from codemojex.standin import open_stand_in
 from codemojex.standin.outage import open_outage
 from echomq_trio import Bus, lanes
 from tests.codemojex.chat.conftest import BOT_ID, TOKEN, group_id
-from tests.conftest import wait_for
+from tests.support import wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -33,7 +33,7 @@ from echomq_trio import (
 )
 from echomq_trio.repeat import Registered
 from echomq_trio.wire import Wire
-from tests.conftest import wait_for
+from tests.support import wait_for
 
 pytestmark = pytest.mark.cluster
 

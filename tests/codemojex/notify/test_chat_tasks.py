@@ -20,8 +20,7 @@ from codemojex.standin.bot_api import Scripted, open_stand_in
 from codemojex.standin.outage import open_outage
 from echomq_trio import Bus, Metronome, StopConsumer, events, jobs, lanes
 from tests.codemojex.notify.test_pipeline import LIMITS, MARGIN_MS, TOKEN, worker_process
-from tests.conftest import wait_for
-from tests.support import read_line
+from tests.support import read_line, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

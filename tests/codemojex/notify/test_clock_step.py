@@ -21,7 +21,7 @@ from codemojex.notify.telegram import open_bot
 from codemojex.notify.worker import NotificationWorker
 from codemojex.standin import TELEGRAM_FLOOD, open_stand_in
 from echomq_trio import Metronome, jobs, open_bus
-from tests.conftest import SteppingServer, wait_for
+from tests.support import SteppingServer, wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -32,8 +32,7 @@ from codemojex.standin.bot_api import open_stand_in
 from codemojex.standin.outage import open_outage
 from echomq_trio import Bus, Metronome, events, jobs, lanes, open_bus
 from tests.codemojex.notify.test_pipeline import LIMITS, MARGIN_MS, TOKEN
-from tests.conftest import wait_for
-from tests.support import Lines, Samples, parse, start_service, stop_process, value
+from tests.support import Lines, Samples, parse, start_service, stop_process, value, wait_for
 
 pytestmark = [pytest.mark.slow]
 

@@ -19,8 +19,7 @@ from codemojex.notify.telegram import open_bot
 from codemojex.notify.worker import NotificationWorker
 from codemojex.standin.bot_api import Scripted, TelegramStandIn, open_stand_in
 from echomq_trio import Bus, Metronome, events, jobs
-from tests.conftest import wait_for
-from tests.support import ROOT, read_line, spawn
+from tests.support import ROOT, read_line, spawn, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

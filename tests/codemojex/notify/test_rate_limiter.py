@@ -10,7 +10,7 @@ import trio
 from codemojex.notify.limits import Limits, Window
 from codemojex.notify.rate_limiter import RateLimiter
 from echomq_trio import Bus, Metronome, open_bus
-from tests.conftest import SteppingServer, wait_for
+from tests.support import SteppingServer, wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -16,7 +16,7 @@ from codemojex.notify.telegram import open_bot
 from codemojex.notify.worker import NotificationWorker
 from codemojex.standin import FloodRules, Penalty, TelegramStandIn, open_stand_in
 from echomq_trio import Bus, Metronome, events, jobs
-from tests.conftest import wait_for
+from tests.support import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

@@ -11,7 +11,7 @@ from codemojex.notify.classify import Delivered, Drop, Fatal, Garbled, RetryLate
 from codemojex.notify.telegram import garbled, open_bot
 from codemojex.standin.bot_api import Scripted, open_stand_in
 from codemojex.standin.outage import open_outage
-from tests.conftest import wait_for
+from tests.support import wait_for
 
 TOKEN = "987654:SECRET-TOKEN-VALUE"
 
