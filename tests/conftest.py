@@ -3,7 +3,13 @@ every async test runs under ``trio.fail_after`` (60 s, or ``@pytest.mark.timeout
 hang fails fast; waits poll a condition with a deadline, never a fixed sleep.
 
 Tiers. The ``bus``/``server_url`` fixtures give a standalone server; a test (or module) marked
-``cluster`` runs on the 3-node cluster too: the scripts, slot routing and several-process tests.
+``cluster`` runs on the 3-node cluster too. The cluster is only where slots matter: what the test
+checks would differ on a cluster (a script's keys in one slot, commands routed to the node of
+their key, lanes and claims across slots, failover, a scan over every primary, pub/sub across
+nodes, the CLI or dashboard reading a cluster). The bus's modules are marked whole; an app
+module (``codemojex``) marks only the tests that run each of its scripts, or read across
+slots, plus one end-to-end test (``chat/test_play.py``, a round played in a group); the rest of
+its logic is the same on either topology and runs standalone.
 A test that uses a server fixture is marked ``server`` automatically; a module that starts
 servers or processes of its own says so with ``server`` or ``slow`` (several processes, or tens
 of seconds in one). The fast tier, ``pytest -m "not server and not slow"`` (``just

@@ -49,7 +49,6 @@ async def service(
         nursery.cancel_scope.cancel()
 
 
-@pytest.mark.cluster
 @pytest.mark.timeout_s(90)
 async def test_notification_counters_scraped_during_a_burst_match_the_worker(
     bus: Bus, queue: str

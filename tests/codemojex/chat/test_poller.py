@@ -20,8 +20,6 @@ from echomq_trio import Bus, lanes
 from tests.codemojex.chat.conftest import BOT_ID, TOKEN, group_id
 from tests.support import wait_for
 
-pytestmark = pytest.mark.cluster
-
 
 @pytest.mark.timeout_s(30)
 async def test_offsets_are_confirmed_only_after_the_bus_has_the_updates(

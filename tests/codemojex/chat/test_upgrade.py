@@ -22,7 +22,7 @@ from echomq_trio import Bus, lanes, open_bus
 from tests.codemojex.chat.conftest import TOKEN, group_id, playing, user_id
 from tests.support import Lines, start_service, stop_process, wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 TITLE = "Eve's <b>Team</b> & *co*_"
 

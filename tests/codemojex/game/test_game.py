@@ -35,8 +35,6 @@ from echomq_trio.repeat import Registered
 from echomq_trio.wire import Wire
 from tests.support import wait_for
 
-pytestmark = pytest.mark.cluster
-
 
 async def _lane_texts(bus: Bus, chat: int) -> list[str]:
     return [decode(j.payload).text for j in await lanes.jobs(bus, NOTIFY_QUEUE, str(chat))]
@@ -81,6 +79,7 @@ async def room_and_player(bus: Bus) -> tuple[game.Room, game.Player]:
     return room, player
 
 
+@pytest.mark.cluster  # slot routing: see tests/conftest.py
 async def test_a_round_announces_schedules_its_reminder_and_scores(
     bus: Bus, room_and_player: tuple[game.Room, game.Player]
 ) -> None:

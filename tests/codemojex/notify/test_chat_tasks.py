@@ -22,7 +22,7 @@ from echomq_trio import Bus, Metronome, StopConsumer, events, jobs, lanes
 from tests.codemojex.notify.test_pipeline import LIMITS, MARGIN_MS, TOKEN, worker_process
 from tests.support import read_line, wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 
 @asynccontextmanager

@@ -147,7 +147,6 @@ async def test_telegram_answering_not_json_for_60_s_loses_nothing_and_spends_no_
     assert info[0] == logging.INFO and "Telegram answers the bot again after 1 min" in info[1]
 
 
-@pytest.mark.cluster
 @pytest.mark.timeout_s(120)
 async def test_bodies_cut_short_are_an_outage_and_only_the_sends_cut_arrive_again(
     bus: Bus, queue: str, caplog: pytest.LogCaptureFixture
@@ -188,7 +187,6 @@ async def _scrape(client: httpx.AsyncClient, url: str) -> Samples:
     return parse((await client.get(url + "/metrics")).text)
 
 
-@pytest.mark.cluster
 @pytest.mark.timeout_s(120)
 async def test_a_hang_is_logged_once_while_it_lasts_marked_and_loses_nothing(
     bus: Bus, queue: str, caplog: pytest.LogCaptureFixture

@@ -21,7 +21,7 @@ from codemojex.standin.bot_api import Scripted, TelegramStandIn, open_stand_in
 from echomq_trio import Bus, Metronome, events, jobs
 from tests.support import ROOT, read_line, spawn, wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 SCALE = 4
 LIMITS = Limits().scaled(SCALE)  # 30 per 250 ms, 3 per 750 ms per private chat
