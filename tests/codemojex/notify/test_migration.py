@@ -107,6 +107,7 @@ async def test_the_game_follows_the_move_and_completes_one_cut_short(bus: Bus, q
     assert (await game.get_room(bus, room.id)).chat == new
 
 
+@pytest.mark.cluster  # slot routing: see tests/conftest.py
 async def test_links_kept_before_move_beside_the_record(bus: Bus, queue: str) -> None:
     (a, _), (b, _) = chats(), chats()
     await bus.wire.command("HSET", LEGACY_CHAT_ROOMS_KEY, str(a), "RMM00000000aaa",
