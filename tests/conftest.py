@@ -1,6 +1,11 @@
 """Test rules: every server is a real valkey/redis process started here on a free loopback port;
 every async test runs under ``trio.fail_after`` (60 s, or ``@pytest.mark.timeout_s(N)``) so a
-hang fails fast; waits poll a condition with a deadline, never a fixed sleep.
+hang fails fast; waits poll a condition with a deadline, never a fixed sleep. A loop whose
+logic is time (backoff, probes, windows) runs in virtual time where no server is the point:
+pytest-trio's ``autojump_clock`` (``MockClock(autojump_threshold=0)``), its ``timeout_s`` in
+virtual seconds. A long scenario is a parameter in the component's own units (an outage so many
+leases long), not a literal minute. Helpers live in ``tests/support.py``; this file holds
+fixtures and hooks.
 
 Tiers. The ``bus``/``server_url`` fixtures give a standalone server; a test (or module) marked
 ``cluster`` runs on the 3-node cluster too. The cluster is only where slots matter: what the test
@@ -9,12 +14,11 @@ their key, lanes and claims across slots, failover, a scan over every primary, p
 nodes, the CLI or dashboard reading a cluster). The bus's modules are marked whole; an app
 module (``codemojex``) marks only the tests that run each of its scripts, or read across
 slots, plus one end-to-end test (``chat/test_play.py``, a round played in a group); the rest of
-its logic is the same on either topology and runs standalone.
-A test that uses a server fixture is marked ``server`` automatically; a module that starts
-servers or processes of its own says so with ``server`` or ``slow`` (several processes, or tens
-of seconds in one). The fast tier, ``pytest -m "not server and not slow"`` (``just
-test-fast``), needs no server at all and runs in seconds. ``ECHOMQ_TEST_TOPOLOGY``
-(``standalone,cluster`` by default) narrows the topologies."""
+its logic is the same on either topology and runs standalone. A test that uses a server fixture
+is marked ``server`` automatically; a module that starts servers or processes of its own says
+so with ``server`` or ``slow`` (several processes, or tens of seconds in one). The fast tier,
+``pytest -m "not server and not slow"`` (``just test-fast``), needs no server at all and runs
+in seconds. ``ECHOMQ_TEST_TOPOLOGY`` (``standalone,cluster`` by default) narrows the topologies."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ garbage put in the middle of a stopped server's append-only file, and ``echomq``
 live Python memory blocks a module's code allocated (``tracemalloc``); ``wait_for``, a poll of a
 condition with a deadline; ``SteppingServer``, the handle of a server whose clock a test steps
 (the fixture that starts it is ``stepping_server`` in ``tests/conftest.py``). Helpers live here
-and are imported from here; ``conftest.py`` files hold fixtures and hooks only."""
+and are imported from here; ``tests/conftest.py`` holds fixtures and hooks only."""
 
 from __future__ import annotations
 
