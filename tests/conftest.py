@@ -1,14 +1,24 @@
 """Test rules: every server is a real valkey/redis process started here on a free loopback port;
 every async test runs under ``trio.fail_after`` (60 s, or ``@pytest.mark.timeout_s(N)``) so a
-hang fails fast; waits poll a condition with a deadline, never a fixed sleep.
+hang fails fast; waits poll a condition with a deadline, never a fixed sleep. A loop whose
+logic is time (backoff, probes, windows) runs in virtual time where no server is the point:
+pytest-trio's ``autojump_clock`` (``MockClock(autojump_threshold=0)``), its ``timeout_s`` in
+virtual seconds. A long scenario is a parameter in the component's own units (an outage so many
+leases long), not a literal minute. Helpers live in ``tests/support.py``; this file holds
+fixtures and hooks.
 
 Tiers. The ``bus``/``server_url`` fixtures give a standalone server; a test (or module) marked
-``cluster`` runs on the 3-node cluster too: the scripts, slot routing and several-process tests.
-A test that uses a server fixture is marked ``server`` automatically; a module that starts
-servers or processes of its own says so with ``server`` or ``slow`` (several processes, or tens
-of seconds in one). The fast tier, ``pytest -m "not server and not slow"`` (``just
-test-fast``), needs no server at all and runs in seconds. ``ECHOMQ_TEST_TOPOLOGY``
-(``standalone,cluster`` by default) narrows the topologies."""
+``cluster`` runs on the 3-node cluster too. The cluster is only where slots matter: what the test
+checks would differ on a cluster (a script's keys in one slot, commands routed to the node of
+their key, lanes and claims across slots, failover, a scan over every primary, pub/sub across
+nodes, the CLI or dashboard reading a cluster). The bus's modules are marked whole; an app
+module (``codemojex``) marks only the tests that run each of its scripts, or read across
+slots, plus one end-to-end test (``chat/test_play.py``, a round played in a group); the rest of
+its logic is the same on either topology and runs standalone. A test that uses a server fixture
+is marked ``server`` automatically; a module that starts servers or processes of its own says
+so with ``server`` or ``slow`` (several processes, or tens of seconds in one). The fast tier,
+``pytest -m "not server and not slow"`` (``just test-fast``), needs no server at all and runs
+in seconds. ``ECHOMQ_TEST_TOPOLOGY`` (``standalone,cluster`` by default) narrows the topologies."""
 
 from __future__ import annotations
 
@@ -36,6 +46,7 @@ from echomq_trio.server import (
     server_argv,
     write_config,
 )
+from tests.support import SteppingServer
 
 DEFAULT_TIMEOUT_S = 60
 PASSWORD = "test-" + uuid.uuid4().hex[:12]
@@ -159,22 +170,6 @@ def cluster_url_(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 FAKETIME_LIBS = sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))
 
 
-class SteppingServer:
-    """A server of its own whose clock (``TIME``, key expiry: the wall clock, not its monotonic
-    one) the test steps with ``step(seconds)``, as NTP or an operator would."""
-
-    def __init__(self, url: str, offset_file: Path) -> None:
-        self.url = url
-        self.offset_file = offset_file
-        self.offset_s = 0.0
-
-    def step(self, seconds: float) -> None:
-        self.offset_s += seconds
-        tmp = self.offset_file.with_suffix(".tmp")
-        tmp.write_text(f"{self.offset_s:+.3f}\n")
-        os.replace(tmp, self.offset_file)  # libfaketime never reads half a file
-
-
 @pytest.fixture
 def stepping_server(tmp_path: Path) -> Iterator[SteppingServer]:
     """A standalone server under libfaketime (the clock read afresh on every call, monotonic
@@ -226,20 +221,3 @@ async def bus(server_url: str) -> AsyncIterator[Bus]:
 def queue() -> str:
     """A queue name no other test uses, so tests can share one server."""
     return "t." + uuid.uuid4().hex[:10]
-
-
-async def wait_for(
-    condition: Callable[[], Awaitable[bool]] | Callable[[], bool],
-    timeout: float = 20,  # noqa: ASYNC109 - the deadline is the point of this helper
-    step: float = 0.01,
-) -> None:
-    """Poll ``condition`` until true; fail with a clear message after ``timeout`` seconds."""
-    with trio.move_on_after(timeout):
-        while True:
-            result = condition()
-            if inspect.isawaitable(result):
-                result = await result
-            if result:
-                return
-            await trio.sleep(step)
-    raise AssertionError(f"condition not met within {timeout}s")

@@ -2,11 +2,15 @@
 with it), processes of a data directory, and running ``python -m codemojex.run`` as a user
 does, reading its output line by line; samples of a Prometheus scrape by name and labels;
 garbage put in the middle of a stopped server's append-only file, and ``echomq`` run on it; the
-live Python memory blocks a module's code allocated (``tracemalloc``)."""
+live Python memory blocks a module's code allocated (``tracemalloc``); ``wait_for``, a poll of a
+condition with a deadline; ``SteppingServer``, the handle of a server whose clock a test steps
+(the fixture that starts it is ``stepping_server`` in ``tests/conftest.py``). Helpers live here
+and are imported from here; ``tests/conftest.py`` holds fixtures and hooks only."""
 
 from __future__ import annotations
 
 import gc
+import inspect
 import json
 import linecache
 import os
@@ -15,7 +19,7 @@ import signal
 import subprocess
 import sys
 import tracemalloc
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
@@ -232,3 +236,36 @@ def traced_blocks(path_suffix: str) -> int:
 
 def _splits(frame: tracemalloc.Frame) -> bool:
     return ".split(" in linecache.getline(frame.filename, frame.lineno)
+
+
+async def wait_for(
+    condition: Callable[[], Awaitable[bool]] | Callable[[], bool],
+    timeout: float = 20,  # noqa: ASYNC109 - the deadline is the point of this helper
+    step: float = 0.01,
+) -> None:
+    """Poll ``condition`` until true; fail with a clear message after ``timeout`` seconds."""
+    with trio.move_on_after(timeout):
+        while True:
+            result = condition()
+            if inspect.isawaitable(result):
+                result = await result
+            if result:
+                return
+            await trio.sleep(step)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+class SteppingServer:
+    """A server of its own whose clock (``TIME``, key expiry: the wall clock, not its monotonic
+    one) the test steps with ``step(seconds)``, as NTP or an operator would."""
+
+    def __init__(self, url: str, offset_file: Path) -> None:
+        self.url = url
+        self.offset_file = offset_file
+        self.offset_s = 0.0
+
+    def step(self, seconds: float) -> None:
+        self.offset_s += seconds
+        tmp = self.offset_file.with_suffix(".tmp")
+        tmp.write_text(f"{self.offset_s:+.3f}\n")
+        os.replace(tmp, self.offset_file)  # libfaketime never reads half a file

@@ -24,8 +24,7 @@ from codemojex.telegram.limits import Limits
 from echomq_trio import Bus, ConnectionLost, Metronome, jobs
 from echomq_trio.metrics import CONTENT_TYPE_LATEST
 from echomq_trio.testing import FaultyTransport, scripts
-from tests.conftest import wait_for
-from tests.support import Lines, parse, start_service, stop_process, value
+from tests.support import Lines, parse, start_service, stop_process, value, wait_for
 
 LIMITS = Limits().scaled(4)
 TOKEN = "123456:METRICS"
@@ -48,7 +47,6 @@ async def service(
         nursery.cancel_scope.cancel()
 
 
-@pytest.mark.cluster
 @pytest.mark.timeout_s(90)
 async def test_notification_counters_scraped_during_a_burst_match_the_worker(
     bus: Bus, queue: str

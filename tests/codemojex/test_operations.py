@@ -34,7 +34,6 @@ from codemojex.game import board
 from codemojex.notify.notifier import notify
 from codemojex.standin.bot_api import Scripted, open_stand_in
 from echomq_trio import Bus, BusError, jobs, open_bus
-from tests.conftest import wait_for
 from tests.support import (
     Lines,
     all_cmdlines,
@@ -42,6 +41,7 @@ from tests.support import (
     server_pid,
     start_service,
     stop_process,
+    wait_for,
 )
 
 pytestmark = pytest.mark.slow

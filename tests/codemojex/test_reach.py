@@ -18,8 +18,15 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.conftest import wait_for
-from tests.support import ROOT, Lines, all_cmdlines, processes_in, server_pid, start_service
+from tests.support import (
+    ROOT,
+    Lines,
+    all_cmdlines,
+    processes_in,
+    server_pid,
+    start_service,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 

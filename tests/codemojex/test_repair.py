@@ -19,7 +19,6 @@ from codemojex.audit import read_archive
 from codemojex.notify import NOTIFY_QUEUE, job_id_of, notify
 from codemojex.standin import open_stand_in
 from echomq_trio import jobs, lanes, open_bus
-from tests.conftest import wait_for
 from tests.support import (
     Lines,
     damage_aof,
@@ -28,6 +27,7 @@ from tests.support import (
     start_service,
     stop_process,
     value,
+    wait_for,
 )
 
 pytestmark = pytest.mark.slow

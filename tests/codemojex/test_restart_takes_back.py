@@ -14,8 +14,7 @@ import pytest
 import trio
 
 from codemojex.standin.bot_api import Scripted, open_stand_in
-from tests.conftest import wait_for
-from tests.support import Lines, start_service, stop_process
+from tests.support import Lines, start_service, stop_process, wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -13,14 +13,14 @@ import pytest
 import trio
 
 from codemojex import ids
+from codemojex import run as service
 from codemojex.chat import UPDATES_QUEUE, admit
 from codemojex.chat.directory import room_of_chat
 from codemojex.game.rooms import room_key
 from codemojex.run import STAND_IN_TOKEN, telegram_endpoint
 from echomq_trio import events, jobs, open_bus
 from echomq_trio.server import start_server
-from tests.conftest import wait_for
-from tests.support import ROOT, Lines, parse, start_and_stop, start_service, stop_process
+from tests.support import ROOT, Lines, parse, start_and_stop, start_service, stop_process, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -195,14 +195,27 @@ async def test_a_start_moves_the_rooms_of_the_old_set_into_the_index(tmp_path: P
         (["--telegram-hang-after", "0"], "--telegram-hang-after must be >= 0.1"),
     ],
 )
-async def test_bad_settings_are_one_clear_line(args: list[str], words: str) -> None:
+def test_bad_settings_are_one_clear_line(
+    args: list[str], words: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ``main`` in this process, as the command calls it (the logging setup left out: it would
+    # outlive the test); the command itself is the test below.
+    monkeypatch.setattr(service, "log_to_stderr", lambda: None)
+    assert service.main(args) == 2
+    out, err = capsys.readouterr()
+    assert words in err and "Traceback" not in err and out == ""
+    assert len(err.strip().splitlines()) == 1
+
+
+async def test_a_bad_setting_is_one_line_and_exit_2_from_the_command() -> None:
     done = await trio.run_process(
-        [sys.executable, "-m", "codemojex.run", *args], cwd=ROOT, capture_stdout=True,
-        capture_stderr=True, check=False, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        [sys.executable, "-m", "codemojex.run", "--round-length", "1"], cwd=ROOT,
+        capture_stdout=True, capture_stderr=True, check=False,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
     )  # fmt: skip
     err = done.stderr.decode()
-    assert done.returncode == 2 and words in err and "Traceback" not in err
-    assert len(err.strip().splitlines()) == 1
+    assert done.returncode == 2 and "Traceback" not in err and done.stdout == b""
+    assert err.splitlines() == ["codemojex: --round-length must be >= 5, got '1'"]
 
 
 async def test_an_s3_replica_without_boto3_is_one_line_and_exit_2(tmp_path: Path) -> None:

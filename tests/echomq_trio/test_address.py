@@ -19,7 +19,7 @@ from echomq_trio import BusError, ServerNotFound, address, jobs, open_bus
 from echomq_trio.address import ADDRESS_FILE, ServerAddress, State
 from echomq_trio.errors import ServerNotRunning
 from echomq_trio.server import free_port, start_server
-from tests.conftest import wait_for
+from tests.support import wait_for
 
 
 def _mode(path: Path) -> int:

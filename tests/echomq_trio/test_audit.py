@@ -9,7 +9,7 @@ import pytest
 
 from echomq_trio import Bus, audit, ids, jobs, protocol
 from echomq_trio.results import Acknowledged, AuditOutcome
-from tests.conftest import wait_for
+from tests.support import wait_for
 
 pytestmark = pytest.mark.cluster
 

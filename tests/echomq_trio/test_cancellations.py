@@ -53,7 +53,7 @@ from echomq_trio import (
 )
 from echomq_trio.settlement import HandlerResult
 from echomq_trio.testing import Fault, FaultyTransport, SeenCall, scripts
-from tests.conftest import wait_for
+from tests.support import wait_for
 
 pytestmark = pytest.mark.cluster
 

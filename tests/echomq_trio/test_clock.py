@@ -15,7 +15,7 @@ import trio
 from echomq_trio import Bus, jobs, lanes, open_bus, repeat
 from echomq_trio.clock import StepLog, Witness, describe_step
 from echomq_trio.metronome import Metronome
-from tests.conftest import SteppingServer, wait_for
+from tests.support import SteppingServer, wait_for
 
 HOUR_MS = 3_600_000
 

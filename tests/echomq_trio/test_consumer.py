@@ -20,7 +20,7 @@ from echomq_trio import (
 )
 from echomq_trio.consumer import ADAPTIVE_CLAIM_BATCH
 from echomq_trio.testing import FaultyTransport
-from tests.conftest import wait_for
+from tests.support import wait_for
 
 
 def jid() -> str:

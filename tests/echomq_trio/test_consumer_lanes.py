@@ -6,7 +6,7 @@ import pytest
 import trio
 
 from echomq_trio import Bus, Consumer, DeferIn, Job, Metronome, StopConsumer, jobs, lanes
-from tests.conftest import wait_for
+from tests.support import wait_for
 
 
 async def test_each_lane_runs_in_order_in_a_task_of_its_own_and_the_task_ends_when_idle(

@@ -9,8 +9,8 @@ import trio
 
 from echomq_trio import Bus, Outcome, ids, jobs, lanes, repeat
 from echomq_trio.keys import QueueKeys, queue_keys
-from tests.conftest import wait_for
 from tests.echomq_trio.workers import finish_with_a_second_worker, finished, kill_a_worker_mid_run
+from tests.support import wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -5,10 +5,9 @@ import pytest
 import trio
 
 from echomq_trio import Bus, ids, jobs
-from tests.conftest import wait_for
 from tests.echomq_trio.proc import done_key
 from tests.echomq_trio.workers import finish_with_a_second_worker, finished, kill_a_worker_mid_run
-from tests.support import read_line, spawn
+from tests.support import read_line, spawn, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

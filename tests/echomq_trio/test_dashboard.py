@@ -15,8 +15,7 @@ import trio
 from echomq_trio import Bus, Consumer, Job, ids, jobs, lanes, repeat
 from echomq_trio.asgi import serve_app
 from echomq_trio.dashboard import TOKEN_HEADER, Dashboard, view
-from tests.conftest import wait_for
-from tests.support import traced_blocks, tracing
+from tests.support import traced_blocks, tracing, wait_for
 from tools.browser import open_page
 
 TOKEN = "dashboard-test-token"

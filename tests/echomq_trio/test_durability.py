@@ -28,7 +28,7 @@ from echomq_trio.server import start_server
 from echomq_trio.testing import FaultyTransport
 from echomq_trio.wire import open_wire
 from tests.codemojex.test_full_disk import fill, small_disk
-from tests.conftest import wait_for
+from tests.support import wait_for
 
 
 def test_which_calls_wait() -> None:

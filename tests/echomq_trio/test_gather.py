@@ -11,7 +11,7 @@ import trio.testing
 
 from echomq_trio import Admitted, Bus, ConnectionLost, Outcome, Transport, events, ids, jobs
 from echomq_trio.testing import FaultyTransport, scripts
-from tests.conftest import wait_for
+from tests.support import wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -5,7 +5,7 @@ import trio
 
 from echomq_trio import Bus, events, ids, jobs
 from echomq_trio.jobs import JobState, Outcome
-from tests.conftest import wait_for
+from tests.support import wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -26,7 +26,7 @@ from echomq_trio import (
 )
 from echomq_trio.jobs import Admitted, Outcome
 from echomq_trio.lanes import Seq
-from tests.conftest import wait_for
+from tests.support import wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -18,8 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from echomq_trio import Bury, Bus, Consumer, Job, Metronome, RetryIn, jobs, memory
 from echomq_trio.metrics import CONTENT_TYPE_LATEST, BusMetrics, QueueReadings, render
-from tests.conftest import wait_for
-from tests.support import parse, value
+from tests.support import parse, value, wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -6,7 +6,7 @@ import trio
 
 from echomq_trio import Bus, ConnectionLost, Consumer, Job, Metronome, MetronomeStats, ids, jobs
 from echomq_trio.testing import FaultyTransport, scripts
-from tests.conftest import wait_for
+from tests.support import wait_for
 
 
 async def test_scheduled_job_is_claimed_after_its_run_at_never_before(bus: Bus, queue: str) -> None:

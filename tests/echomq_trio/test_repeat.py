@@ -6,8 +6,7 @@ import trio
 
 from echomq_trio import Bus, Consumer, Job, Metronome, events, ids, jobs, lanes, repeat
 from echomq_trio.repeat import Registered
-from tests.conftest import wait_for
-from tests.support import read_line, spawn
+from tests.support import read_line, spawn, wait_for
 
 pytestmark = pytest.mark.cluster
 

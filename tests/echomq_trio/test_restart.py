@@ -19,7 +19,7 @@ from echomq_trio import (
 )
 from echomq_trio.server import EmbeddedServer, start_server
 from echomq_trio.wire import open_wire, parse_url
-from tests.conftest import wait_for
+from tests.support import wait_for
 
 pytestmark = pytest.mark.server
 

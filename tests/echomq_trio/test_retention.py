@@ -5,7 +5,7 @@ import pytest
 
 from echomq_trio import Bus, events, jobs, retention
 from echomq_trio.results import Retention
-from tests.conftest import wait_for
+from tests.support import wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -13,8 +13,7 @@ import pytest
 from echomq_trio import ServerNotFound, ids, jobs, open_bus
 from echomq_trio.errors import ConnectionLost
 from echomq_trio.server import LOG_ROTATE_BYTES, find_server_binary, start_server
-from tests.conftest import wait_for
-from tests.support import processes_in
+from tests.support import processes_in, wait_for
 
 
 def test_env_variable_comes_first(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -27,8 +27,7 @@ from echomq_trio.server import (
     start_server,
     write_config,
 )
-from tests.conftest import wait_for
-from tests.support import ROOT, all_cmdlines, processes_in, read_line, stop_process
+from tests.support import ROOT, all_cmdlines, processes_in, read_line, stop_process, wait_for
 
 pytestmark = pytest.mark.server
 

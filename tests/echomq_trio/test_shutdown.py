@@ -4,7 +4,7 @@ the grace period."""
 import trio
 
 from echomq_trio import Bus, Consumer, Job, ids, jobs
-from tests.conftest import wait_for
+from tests.support import wait_for
 
 
 async def test_cancel_returns_unfinished_jobs_at_once_without_spending_attempts(

@@ -26,7 +26,7 @@ from hypothesis.stateful import (
 from echomq_trio import Bus, jobs, lanes, protocol, repeat, states
 from echomq_trio.results import Outcome, Registered
 from echomq_trio.states import EDGES, JobState, LaneState, Place, RepeatState, next_place
-from tests.conftest import wait_for
+from tests.support import wait_for
 from tools import states as tool
 
 T = TypeVar("T")

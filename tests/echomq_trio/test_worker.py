@@ -22,7 +22,7 @@ from echomq_trio import (
     repeat,
 )
 from echomq_trio.testing import FaultyTransport, scripts
-from tests.conftest import wait_for
+from tests.support import wait_for
 
 pytestmark = pytest.mark.cluster
 

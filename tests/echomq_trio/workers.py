@@ -6,9 +6,8 @@ from __future__ import annotations
 import signal
 
 from echomq_trio import Bus, jobs
-from tests.conftest import wait_for
 from tests.echomq_trio.proc import done_key
-from tests.support import read_line, spawn
+from tests.support import read_line, spawn, wait_for
 
 
 async def finished(bus: Bus, queue: str) -> list[str]:

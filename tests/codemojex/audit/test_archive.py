@@ -36,10 +36,9 @@ from echomq_trio.audit import AuditOutcome, AuditRecord
 from echomq_trio.codec import as_text
 from echomq_trio.datadir import InUse
 from echomq_trio.server import free_port
-from tests.conftest import wait_for
-from tests.support import ROOT, read_line, spawn
+from tests.support import ROOT, read_line, spawn, wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 TOKEN = "123456:TEST"
 LIMITS = Limits().scaled(20)
@@ -110,6 +109,7 @@ def test_fold_maps_records_to_rows() -> None:
     )
 
 
+@pytest.mark.cluster  # slot routing: see tests/conftest.py
 async def test_every_settled_notice_has_one_row_and_the_stream_is_trimmed(
     bus: Bus, queue: str, tmp_path: Path
 ) -> None:

@@ -30,7 +30,7 @@ from codemojex.audit.replicator import Replicator, restore
 from codemojex.audit.rows import AuditRow
 from codemojex.audit.segments import Manifest, Piece
 from echomq_trio import ids
-from tests.conftest import wait_for
+from tests.support import wait_for
 
 T = TypeVar("T")
 BLOCKING = trio.CapacityLimiter(1)  # the tests' own sqlite3/boto3 calls, in a worker thread

@@ -17,8 +17,7 @@ from codemojex.notify import NOTIFY_QUEUE
 from codemojex.standin import open_stand_in
 from echomq_trio import Bus, jobs, lanes, open_bus
 from tests.codemojex.chat.conftest import TOKEN, group_id, user_id
-from tests.conftest import wait_for
-from tests.support import Lines, start_service, stop_process
+from tests.support import Lines, start_service, stop_process, wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -7,15 +7,11 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-import pytest
-
 from codemojex.chat import ChatGame, admit
 from echomq_trio import Bus, Outcome, jobs, lanes, open_bus
 from echomq_trio.codec import as_text
 from echomq_trio.sequence import DEFAULT_WINDOW
 from tests.codemojex.chat.conftest import BOT, BOT_ID, group_id
-
-pytestmark = pytest.mark.cluster
 
 
 def update(update_id: int, chat: int, text: str = "/help") -> dict[str, object]:

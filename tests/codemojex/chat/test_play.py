@@ -18,15 +18,16 @@ from codemojex.notify.notice import decode
 from codemojex.standin import open_stand_in
 from echomq_trio import Bus, Job, jobs, lanes
 from tests.codemojex.chat.conftest import BOT, TOKEN, group_id, playing, user_id
-from tests.conftest import wait_for
+from tests.support import wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 
 async def texts(tg, chat: int, count: int) -> list[str]:  # type: ignore[no-untyped-def]
     return [d.shown for d in await tg.wait_deliveries(count, chat)]  # as a person reads it
 
 
+@pytest.mark.cluster  # slot routing: see tests/conftest.py
 @pytest.mark.timeout_s(90)
 async def test_a_round_played_in_a_group(bus: Bus, queue: str) -> None:
     group, alice, bob = group_id(), user_id(), user_id()

@@ -18,9 +18,7 @@ from codemojex.standin.outage import open_outage
 from codemojex.telegram import open_bot
 from echomq_trio import Bus, lanes
 from tests.codemojex.chat.conftest import BOT_ID, TOKEN, group_id
-from tests.conftest import wait_for
-
-pytestmark = pytest.mark.cluster
+from tests.support import wait_for
 
 
 @pytest.mark.timeout_s(30)

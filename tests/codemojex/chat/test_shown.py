@@ -19,7 +19,7 @@ from echomq_trio import Bus
 from tests.codemojex.chat.conftest import BOT, TOKEN, group_id, playing, user_id
 from tests.codemojex.chat.test_upgrade import end_now, supergroup_id
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 TITLE = "R&D <i>lab</i> *_*"
 EVE = "<Eve> & *co*"

@@ -20,10 +20,9 @@ from codemojex.game.rounds import Round
 from codemojex.standin import TelegramStandIn, open_stand_in
 from echomq_trio import Bus, lanes, open_bus
 from tests.codemojex.chat.conftest import TOKEN, group_id, playing, user_id
-from tests.conftest import wait_for
-from tests.support import Lines, start_service, stop_process
+from tests.support import Lines, start_service, stop_process, wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 TITLE = "Eve's <b>Team</b> & *co*_"
 

@@ -23,8 +23,6 @@ from tests.codemojex.chat.conftest import BOT_ID, TOKEN, group_id
 SECRET = new_secret()
 HEADER = SECRET_HEADER.decode()
 
-pytestmark = pytest.mark.cluster
-
 
 def update(update_id: int, chat: int, text: str = "/top") -> dict[str, object]:
     return {"update_id": update_id, "message": {"message_id": 1, "date": 0, "text": text,

@@ -11,8 +11,6 @@ from codemojex import game, ids
 from codemojex.game import board, days
 from echomq_trio import Bus
 
-pytestmark = pytest.mark.cluster
-
 
 async def open_round(bus: Bus) -> tuple[str, str]:
     """A new room with a round open now: (room id, round id)."""
@@ -21,6 +19,7 @@ async def open_round(bus: Bus) -> tuple[str, str]:
     return room.id, rnd.id
 
 
+@pytest.mark.cluster  # slot routing: see tests/conftest.py
 async def test_keeps_the_best_atomically_under_concurrent_writers(bus: Bus) -> None:
     (room, rnd), player = await open_round(bus), ids.new(ids.USER)
     offered = list(range(0, 101, 3))
@@ -122,6 +121,7 @@ async def test_a_round_that_is_not_open_is_refused_and_nothing_is_written(bus: B
     assert await bus.wire.command("EXISTS", board.round_board(room, never).key) == 0
 
 
+@pytest.mark.cluster  # slot routing: see tests/conftest.py
 async def test_improvements_are_published_for_the_feed(bus: Bus) -> None:
     (room, rnd), player = await open_round(bus), ids.new(ids.USER)
     async with bus.wire.subscribe(channels=[board.feed_channel(room)]) as sub:

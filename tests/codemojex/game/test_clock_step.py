@@ -13,7 +13,7 @@ from codemojex import game
 from codemojex.game import rounds
 from codemojex.notify.notifier import NOTIFY_QUEUE
 from echomq_trio import Metronome, jobs, open_bus
-from tests.conftest import SteppingServer, wait_for
+from tests.support import SteppingServer, wait_for
 
 
 @pytest.mark.timeout_s(60)

@@ -20,8 +20,7 @@ from codemojex.game import board
 from codemojex.game.feed import GOODBYE_CODE, GOODBYE_REASON, Feed
 from codemojex.game.scoring import ALPHABET
 from echomq_trio import Bus
-from tests.conftest import wait_for
-from tests.support import traced_blocks, tracing
+from tests.support import traced_blocks, tracing, wait_for
 
 
 @pytest.fixture

@@ -32,9 +32,7 @@ from echomq_trio import (
 )
 from echomq_trio.repeat import Registered
 from echomq_trio.wire import Wire
-from tests.conftest import wait_for
-
-pytestmark = pytest.mark.cluster
+from tests.support import wait_for
 
 
 async def _lane_texts(bus: Bus, chat: int) -> list[str]:
@@ -80,6 +78,7 @@ async def room_and_player(bus: Bus) -> tuple[game.Room, game.Player]:
     return room, player
 
 
+@pytest.mark.cluster  # slot routing: see tests/conftest.py
 async def test_a_round_announces_schedules_its_reminder_and_scores(
     bus: Bus, room_and_player: tuple[game.Room, game.Player]
 ) -> None:

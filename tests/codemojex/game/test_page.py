@@ -19,7 +19,7 @@ from codemojex.game.feed import Feed
 from codemojex.game.page import PageServer, page_parameters
 from codemojex.game.rooms import DEFAULT_ROOM_PAGE, MAX_ROOM_PAGE
 from echomq_trio import Bus
-from tests.conftest import wait_for
+from tests.support import wait_for
 from tools.browser import Page, open_page
 
 

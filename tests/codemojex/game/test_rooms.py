@@ -12,8 +12,6 @@ from echomq_trio import Bus
 from echomq_trio.testing import FaultyTransport
 from echomq_trio.wire import Wire
 
-pytestmark = pytest.mark.cluster
-
 INDEX = "cm:room-index"
 LEGACY = "cm:rooms"
 
@@ -44,6 +42,7 @@ async def _walk(bus: Bus, count: int) -> list[game.Room]:
     return seen
 
 
+@pytest.mark.cluster  # slot routing: see tests/conftest.py
 async def test_pages_list_every_room_once_in_order_with_rooms_created_between_pages(
     bus: Bus,
 ) -> None:

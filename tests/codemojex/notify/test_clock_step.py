@@ -21,7 +21,7 @@ from codemojex.standin import TELEGRAM_FLOOD, open_stand_in
 from codemojex.telegram.bot import open_bot
 from codemojex.telegram.limits import Limits
 from echomq_trio import Metronome, jobs, open_bus
-from tests.conftest import SteppingServer, wait_for
+from tests.support import SteppingServer, wait_for
 
 pytestmark = pytest.mark.slow
 

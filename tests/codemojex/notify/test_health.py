@@ -85,6 +85,7 @@ def test_the_lines_name_what_fails_since_when_and_how_long_it_lasted() -> None:
         " | TELEGRAM OUTAGE 42 s: Telegram's answers are not the Bot API's (HTTP 200 OK: not "
         'JSON (text/html, "Network notice")) since 2026-11-18T11:06:40Z; sending paused'
     )
+    assert note(garbage, 160.0).startswith(" | TELEGRAM OUTAGE 1 min: Telegram's answers")
     assert note(hang, 99.0).startswith(" | TELEGRAM OUTAGE 0 ms: Telegram has not answered")
     for cause in CAUSES:  # every cause reads as a sentence
         assert paused(None, "x", cause, 0.0, T0_MS).headline.startswith("Telegram")

@@ -31,8 +31,6 @@ from codemojex.standin import Scripted, open_stand_in
 from echomq_trio import Bus
 from tests.codemojex.notify.test_pipeline import TOKEN, in_process_worker
 
-pytestmark = pytest.mark.cluster
-
 
 def chats() -> tuple[int, int]:
     """A basic group's id and the id of the supergroup it becomes, both unused elsewhere."""
@@ -40,6 +38,7 @@ def chats() -> tuple[int, int]:
     return old, -1_000_000_000_000 - random.randrange(1, 10**9)
 
 
+@pytest.mark.cluster  # slot routing: see tests/conftest.py
 async def test_the_move_is_recorded_once_and_carries_the_room(bus: Bus, queue: str) -> None:
     old, new = chats()
     assert await adopt_room(bus, old, "RMM0000000room", queue=queue)
@@ -119,6 +118,7 @@ async def test_the_game_follows_the_move_and_completes_one_cut_short(bus: Bus, q
     assert (await game.get_room(bus, room.id)).chat == new
 
 
+@pytest.mark.cluster  # slot routing: see tests/conftest.py
 async def test_links_kept_before_move_beside_the_record(bus: Bus, queue: str) -> None:
     (a, _), (b, _) = chats(), chats()
     await bus.wire.command("HSET", LEGACY_CHAT_ROOMS_KEY, str(a), "RMM00000000aaa",

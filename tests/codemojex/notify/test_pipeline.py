@@ -19,10 +19,9 @@ from codemojex.standin.bot_api import Scripted, TelegramStandIn, open_stand_in
 from codemojex.telegram.bot import open_bot
 from codemojex.telegram.limits import Limits
 from echomq_trio import Bus, Metronome, events, jobs
-from tests.conftest import wait_for
-from tests.support import ROOT, read_line, spawn
+from tests.support import ROOT, read_line, spawn, wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 SCALE = 4
 LIMITS = Limits().scaled(SCALE)  # 30 per 250 ms, 3 per 750 ms per private chat

@@ -10,9 +10,7 @@ import trio
 from codemojex.notify.rate_limiter import RateLimiter
 from codemojex.telegram.limits import Limits, Window
 from echomq_trio import Bus, Metronome, open_bus
-from tests.conftest import SteppingServer, wait_for
-
-pytestmark = pytest.mark.cluster
+from tests.support import SteppingServer, wait_for
 
 
 def limiter(bus: Bus, tag: str, margin_ms: int = 0) -> RateLimiter:
@@ -20,6 +18,7 @@ def limiter(bus: Bus, tag: str, margin_ms: int = 0) -> RateLimiter:
     return RateLimiter(bus, limits, tag=tag, margin_ms=margin_ms)
 
 
+@pytest.mark.cluster  # slot routing: see tests/conftest.py
 async def test_chat_window_then_global_window(bus: Bus, queue: str) -> None:
     rl = limiter(bus, queue)
     assert [(await rl.take(1)).ok for _ in range(3)] == [True, True, False]
@@ -135,6 +134,7 @@ async def test_one_budget_for_every_instance(bus: Bus, queue: str) -> None:
     assert not (await a.take(1)).ok and not (await b.take(1)).ok
 
 
+@pytest.mark.cluster  # slot routing: see tests/conftest.py
 async def test_pause_blocks_its_scope_and_only_extends(bus: Bus, queue: str) -> None:
     rl = limiter(bus, queue)
     scope, until = await rl.pause("chat", 7, 5_000)
@@ -211,6 +211,7 @@ async def test_a_booking_is_a_send_at_its_slot_and_a_late_one_is_checked_again(
     assert not again.ok and again.blocked_by == "global", again
 
 
+@pytest.mark.cluster  # slot routing: see tests/conftest.py
 async def test_a_window_counts_from_the_answer_once_a_send_has_one(bus: Bus, queue: str) -> None:
     # 5 per 400 ms with a 200 ms margin: unanswered, a send is assumed to reach Telegram up to
     # the margin after its slot; answered, it is known to have arrived before the answer.

@@ -10,9 +10,7 @@ from codemojex.keys import queue_app_keys
 from codemojex.notify import streak
 from codemojex.notify.migration import migrate_chat, moved_to
 from echomq_trio import Bus
-from tests.conftest import wait_for
-
-pytestmark = pytest.mark.cluster
+from tests.support import wait_for
 
 
 async def test_a_streak_grows_from_its_first_429_and_a_delivery_ends_it(

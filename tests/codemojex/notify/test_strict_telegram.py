@@ -16,9 +16,9 @@ from codemojex.standin import FloodRules, Penalty, TelegramStandIn, open_stand_i
 from codemojex.telegram.bot import open_bot
 from codemojex.telegram.limits import Limits, Window
 from echomq_trio import Bus, Metronome, events, jobs
-from tests.conftest import wait_for
+from tests.support import wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 TOKEN = "123456:TEST"
 LIMITS = Limits().scaled(4)  # what the limiter believes: 30/250 ms, 3/750 ms a chat, 20/15 s

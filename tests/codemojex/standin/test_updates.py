@@ -14,7 +14,7 @@ import trio
 from codemojex.asgi import Response, answer, read_body, serve_app
 from codemojex.standin import open_stand_in
 from codemojex.standin.updates import UpdateFeed
-from tests.conftest import wait_for
+from tests.support import wait_for
 
 if TYPE_CHECKING:
     from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope

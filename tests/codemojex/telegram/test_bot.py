@@ -11,7 +11,7 @@ from codemojex.standin.bot_api import Scripted, open_stand_in
 from codemojex.standin.outage import open_outage
 from codemojex.telegram.bot import garbled, open_bot
 from codemojex.telegram.classify import Delivered, Drop, Fatal, Garbled, RetryLater, classify
-from tests.conftest import wait_for
+from tests.support import wait_for
 
 TOKEN = "987654:SECRET-TOKEN-VALUE"
 
