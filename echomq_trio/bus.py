@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -23,10 +23,11 @@ from echomq_trio.errors import ServerError
 from echomq_trio.gather import Gatherer
 from echomq_trio.keys import QueueKeys, queue_keys
 from echomq_trio.protocol import Call
+from echomq_trio.resp import open_resp
 from echomq_trio.server import EmbeddedServer, start_server
 from echomq_trio.storage import StorageWatch, read_storage
 from echomq_trio.transport import Transport
-from echomq_trio.wire import open_wire, parse_url
+from echomq_trio.wire import ConnectionSpec, open_wire, parse_url
 
 __all__ = ["Bus", "CommandArg", "Reply", "new_holder", "open_bus"]
 
@@ -140,6 +141,7 @@ async def open_bus(
     data_dir: str | os.PathLike[str] | DataDir | None = None,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     durability: Durability = InMemory(),
+    transport: str = "glide",
 ) -> AsyncIterator[Bus]:
     """Connect to ``url``, or with no URL start an embedded server and stop it on exit.
 
@@ -153,7 +155,13 @@ async def open_bus(
     payload the bus admits; a larger one raises ``ValueError`` before any I/O. ``durability``
     says when admissions and settlements return (``durability.InMemory``, the default, or
     ``OnDisk``: once the server's append-only file holds them; see ``echomq_trio.durability``).
+    ``transport`` says what carries the calls: ``"glide"`` (``wire.Wire`` on valkey-glide, the
+    default, standalone or cluster) or ``"trio"`` (``resp.RespTransport``: trio streams, one
+    pipelined connection, standalone servers only for now).
     """
+    connect = _TRANSPORTS.get(transport) if isinstance(transport, str) else None
+    if connect is None:
+        raise ValueError(f"transport must be one of {sorted(_TRANSPORTS)}, got {transport!r}")
     if not isinstance(durability, InMemory | OnDisk):
         raise TypeError(f"durability must be InMemory() or OnDisk(...), got {durability!r}")
     check_max_payload_bytes(max_payload_bytes)
@@ -166,7 +174,7 @@ async def open_bus(
         if data_dir is not None:
             raise ValueError("data_dir applies only to the embedded server (url=None)")
         spec = parse_url(url)
-        async with open_wire(spec) as wire, _durable(wire, durability) as durable:
+        async with connect(spec) as wire, _durable(wire, durability) as durable:
             bus = Bus(wire, max_payload_bytes=max_payload_bytes, durability=durability,
                       durable=durable)  # fmt: skip
             if durable is not None and not (await read_storage(bus)).aof:
@@ -178,7 +186,7 @@ async def open_bus(
         return
     async with (
         start_server(data_dir) as server,
-        open_wire(server.url) as wire,
+        connect(server.url) as wire,
         _durable(wire, durability) as durable,
         trio.open_nursery() as nursery,
     ):
@@ -197,6 +205,10 @@ async def open_bus(
             yield bus
         finally:
             nursery.cancel_scope.cancel()
+
+
+_TRANSPORTS: dict[str, Callable[[str | ConnectionSpec], AbstractAsyncContextManager[Transport]]]
+_TRANSPORTS = {"glide": open_wire, "trio": open_resp}
 
 
 @asynccontextmanager

@@ -241,21 +241,54 @@ def _translate(exc: GlideError, where: str) -> BusError:
         return _lost(exc, _LOST.format(where))
     if isinstance(exc, RequestError):
         text = str(exc)
-        if _OUT_OF_MEMORY.search(text):
-            return OutOfMemory(f"the server is out of memory and refused a write: {text}")
-        if _PERSISTENCE.search(text):
-            return PersistenceFailed(
-                f"the server cannot write its append-only file and refused a write: {text}"
-            )
-        if _REFUSED.search(text):
-            return WritesRefused(f"the server refused a write for now: {text}")
-        if any(c in text for c in _TRANSIENT):  # the server's own reply: it says why
-            return ConnectionLost(text)
-        low = text.lower()
-        if "connection" in low or "broken pipe" in low:
-            return _lost(exc, _LOST.format(where))
-        return ServerError(text)
+        error = server_error(text)
+        if type(error) is ServerError:
+            low = text.lower()
+            if "connection" in low or "broken pipe" in low:
+                return _lost(exc, _LOST.format(where))
+        return error
     return BusError(str(exc))
+
+
+def server_error(text: str) -> BusError:
+    """The bus's error for an error reply of the server (``text``, as the server or a client
+    words it): a refused write (``WritesRefused`` and its kinds), a "not now" (``LOADING``,
+    ``TRYAGAIN``...: ``ConnectionLost``), else ``ServerError``. Every transport maps by this."""
+    if _OUT_OF_MEMORY.search(text):
+        return OutOfMemory(f"the server is out of memory and refused a write: {text}")
+    if _PERSISTENCE.search(text):
+        return PersistenceFailed(
+            f"the server cannot write its append-only file and refused a write: {text}"
+        )
+    if _REFUSED.search(text):
+        return WritesRefused(f"the server refused a write for now: {text}")
+    if any(c in text for c in _TRANSIENT):  # the server's own reply: it says why
+        return ConnectionLost(text)
+    return ServerError(text)
+
+
+@attrs.define
+class RefusalLog:
+    """Tells of refused writes on ``echomq_trio.wire``: one warning at most every
+    ``REFUSAL_REPORT_EVERY_S``, counting the writes refused since the last."""
+
+    where: str
+    refused: int = 0  # writes refused since the last report
+    reported_at: float | None = None
+
+    def note(self, error: BusError, said: object) -> None:
+        if not isinstance(error, WritesRefused):
+            return
+        self.refused += 1
+        now = trio.current_time()
+        last = self.reported_at
+        if last is None or now - last >= REFUSAL_REPORT_EVERY_S:
+            log.warning(
+                "the server at %s refuses writes: %d refused since the last report (%s): %s",
+                self.where, self.refused, _REMEDY[type(error)], said,
+            )  # fmt: skip
+            self.refused = 0
+            self.reported_at = now
 
 
 def _lost(exc: GlideError, said: str) -> ConnectionLost:
@@ -272,8 +305,7 @@ class Wire:
         self._client = client
         # Bounded by the scripts on disk: a name without one raises before it is added.
         self._scripts: dict[str, Script] = {}
-        self._refused = 0  # writes refused since the last report
-        self._refusal_reported_at: float | None = None
+        self._refusals = RefusalLog(spec.redacted())
 
     @property
     def cluster(self) -> bool:
@@ -283,17 +315,7 @@ class Wire:
         """The bus's error for the library's ``exc``; a refused write is logged (at most a line
         every ``REFUSAL_REPORT_EVERY_S``)."""
         error = _translate(exc, self.spec.redacted())
-        if isinstance(error, WritesRefused):
-            self._refused += 1
-            now = trio.current_time()
-            last = self._refusal_reported_at
-            if last is None or now - last >= REFUSAL_REPORT_EVERY_S:
-                log.warning(
-                    "the server at %s refuses writes: %d refused since the last report (%s): %s",
-                    self.spec.redacted(), self._refused, _REMEDY[type(error)], exc,
-                )  # fmt: skip
-                self._refused = 0
-                self._refusal_reported_at = now
+        self._refusals.note(error, exc)
         return error
 
     async def script(self, name: str, keys: Sequence[str], args: Sequence[str | bytes]) -> Any:

@@ -8,7 +8,8 @@ A test that uses a server fixture is marked ``server`` automatically; a module t
 servers or processes of its own says so with ``server`` or ``slow`` (several processes, or tens
 of seconds in one). The fast tier, ``pytest -m "not server and not slow"`` (``just
 test-fast``), needs no server at all and runs in seconds. ``ECHOMQ_TEST_TOPOLOGY``
-(``standalone,cluster`` by default) narrows the topologies."""
+(``standalone,cluster`` by default) narrows the topologies; ``ECHOMQ_TEST_TRANSPORT``
+(``glide`` by default, or ``trio``) is the transport of the ``bus`` fixture."""
 
 from __future__ import annotations
 
@@ -216,9 +217,18 @@ def standalone_only(standalone_url: str) -> str:
     return standalone_url
 
 
+def test_transport() -> str:
+    """The transport the ``bus`` fixture opens (``ECHOMQ_TEST_TRANSPORT``, ``glide`` by
+    default)."""
+    return os.environ.get("ECHOMQ_TEST_TRANSPORT", "glide")
+
+
+test_transport.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
+
+
 @pytest.fixture
 async def bus(server_url: str) -> AsyncIterator[Bus]:
-    async with open_bus(server_url) as b:
+    async with open_bus(server_url, transport=test_transport()) as b:
         yield b
 
 
