@@ -295,9 +295,13 @@ class RespTransport:
                 raise
             self._backoff_s = 0.0
             self._retry_at = -math.inf
-            link = self._link = _Link(stream, self._where)
-            self._nursery.start_soon(link.run)
-            return link
+            return self._adopt(stream)
+
+    def _adopt(self, stream: trio.abc.Stream) -> _Link:
+        """Serve the calls on ``stream`` (connected, handshake done) from now on."""
+        link = self._link = _Link(stream, self._where)
+        self._nursery.start_soon(link.run)
+        return link
 
     async def _call(self, args: Sequence[str | bytes], timeout_s: float | None = None) -> Any:
         link = self._link
@@ -457,10 +461,18 @@ async def open_resp(target: str | ConnectionSpec) -> AsyncIterator[RespTransport
             "cluster: use transport 'glide'"
         )
     await _probe(spec)
-    async with trio.open_nursery() as nursery:
-        transport = RespTransport(spec, nursery)
-        try:
-            await transport._live()
-            yield transport
-        finally:
-            await transport.aclose()
+    stream = await _connect(spec)
+    try:
+        async with trio.open_nursery() as nursery:
+            transport = RespTransport(spec, nursery)
+            transport._adopt(stream)
+            try:
+                yield transport
+            finally:
+                await transport.aclose()
+    except BaseExceptionGroup as group:
+        # The nursery's own tasks never raise (a link's reader ends quietly): the error is the
+        # block's own, and the caller gets it as the block raised it.
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise

@@ -1,0 +1,204 @@
+"""The trio transport against real servers: credentials from the URL (a ``requirepass`` server),
+RESP2 where the server has no ``HELLO``, a script the server lost loaded again, a server killed
+mid-call (``ConnectionLost``, then the next call connects again), the request timeout, blocking
+pops and pub/sub on connections of their own."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from echomq_trio import Bus, jobs, open_bus
+from echomq_trio.errors import (
+    AuthenticationFailed,
+    ConnectionLost,
+    RequestTimedOut,
+    ServerError,
+)
+from echomq_trio.protocol import as_bytes
+from echomq_trio.resp import open_resp
+from echomq_trio.results import Outcome
+from echomq_trio.server import find_server_binary, free_port, start_server
+from echomq_trio.transport import Message
+from echomq_trio.wire import script_source
+from tests.conftest import PASSWORD, _stop, _wait_ready, wait_for
+
+pytestmark = pytest.mark.server
+
+
+async def test_the_urls_credentials_open_a_requirepass_server(standalone_url: str) -> None:
+    async with open_resp(standalone_url) as t:
+        assert await t.command("PING") == b"PONG"
+        hello = await t.command("HELLO")
+        assert isinstance(hello, dict)  # RESP3: a map
+        assert hello[b"proto"] == 3
+    named = standalone_url.replace("redis://:", "redis://default:")
+    async with open_resp(named) as t:
+        assert await t.command("SET", "resp:auth", "1") == "OK"
+
+
+async def test_refused_credentials_raise_authentication_failed(standalone_url: str) -> None:
+    wrong = standalone_url.replace(PASSWORD, "not-the-password")
+    with pytest.raises(AuthenticationFailed, match="wrong username or password") as info:
+        async with open_resp(wrong):
+            pass
+    assert "not-the-password" not in str(info.value)
+    none = re.sub(r"//:[^@]*@", "//", standalone_url)
+    with pytest.raises(AuthenticationFailed, match="requires a password and the URL has none"):
+        async with open_resp(none):
+            pass
+
+
+@pytest.fixture
+def no_hello_url(tmp_path: Path) -> Iterator[str]:
+    """A server with a password and without ``HELLO`` (as before Redis 6)."""
+    port = free_port()
+    argv = [find_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+    argv += ["--dir", str(tmp_path), "--requirepass", PASSWORD, "--rename-command", "HELLO", ""]
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    try:
+        _wait_ready(port, proc)
+        yield f"redis://:{PASSWORD}@127.0.0.1:{port}"
+    finally:
+        _stop([proc])
+
+
+async def test_a_server_without_hello_is_spoken_to_in_resp2(no_hello_url: str) -> None:
+    async with open_bus(no_hello_url, transport="trio") as bus:
+        assert await bus.command("HSET", "h", "a", "1") == 1
+        assert await bus.command("HGETALL", "h") == [b"a", b"1"]  # RESP2: a flat array
+        admitted = await jobs.enqueue(bus, "resp2", b"x")
+        assert admitted.outcome is Outcome.ENQUEUED
+        async with bus.wire.subscribe(channels=["c"]) as sub:
+            await wait_for(lambda: _publish(bus, "c", b"hi"))
+            assert await sub.receive() == Message("c", b"hi")
+
+
+async def _publish(bus: Bus, channel: str, data: bytes) -> bool:
+    received = await bus.command("PUBLISH", channel, data)
+    return bool(received)
+
+
+async def test_a_flushed_script_is_loaded_again_and_answers(standalone_url: str) -> None:
+    async with open_bus(standalone_url, transport="trio") as bus:
+        first = await jobs.enqueue(bus, "resp.flush", b"one")
+        assert await bus.command("SCRIPT", "FLUSH") == "OK"
+        second = await jobs.enqueue(bus, "resp.flush", b"two")
+        assert (first.outcome, second.outcome) == (Outcome.ENQUEUED, Outcome.ENQUEUED)
+        sha = bus.wire._shas["enqueue"]  # type: ignore[attr-defined]
+        assert await bus.command("SCRIPT", "EXISTS", sha) == [1]
+        assert sha == hashlib.sha1(script_source("enqueue").encode()).hexdigest()
+
+
+async def test_error_replies_are_server_errors(standalone_url: str) -> None:
+    async with open_resp(standalone_url) as t:
+        await t.command("SET", "resp:str", "x")
+        with pytest.raises(ServerError, match=r"^WRONGTYPE Operation against a key"):
+            await t.command("LPUSH", "resp:str", "x")
+        with pytest.raises(ServerError, match="user_script:1: boom"):
+            await t.command("EVAL", "error('boom')", "0")
+        assert await t.command("PING") == b"PONG"  # the connection stays in step
+
+
+@pytest.mark.timeout_s(90)
+async def test_a_server_killed_mid_call_raises_connection_lost_and_the_next_call_reconnects(
+    tmp_path: Path,
+) -> None:
+    async with (
+        start_server(tmp_path) as server,
+        open_bus(server.url, transport="trio") as bus,
+    ):
+        assert await bus.command("SET", "k", "v") == "OK"
+        lost: list[ConnectionLost] = []
+
+        async def parked() -> None:
+            async with bus.wire.blocking() as other:
+                try:
+                    await other.blpop("never", 30)
+                except ConnectionLost as exc:
+                    lost.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(parked)
+
+            async def waiting() -> bool:
+                info = await bus.command("INFO", "clients")
+                return b"blocked_clients:1" in as_bytes(info)
+
+            await wait_for(waiting)
+            server.kill()
+        assert len(lost) == 1
+        assert "lost the connection" in str(lost[0])
+        await wait_for(lambda: server.restarts == 1, timeout=30)
+
+        async def answers() -> bool:
+            try:
+                return await bus.command("PING") == b"PONG"
+            except ConnectionLost:
+                return False
+
+        await wait_for(answers, timeout=30)
+        assert await bus.command("GET", "k") == b"v"  # the append-only file kept it
+
+
+async def test_a_call_past_the_request_timeout_raises_and_the_next_one_answers(
+    standalone_url: str,
+) -> None:
+    short = standalone_url + "?timeout_ms=200"
+    async with open_resp(standalone_url) as other, open_resp(short) as t:
+        assert await other.command("CLIENT", "PAUSE", "600", "ALL") == "OK"
+        with pytest.raises(RequestTimedOut, match="did not answer GET within 200 ms"):
+            await t.command("GET", "resp:paused")
+        await wait_for(lambda: _pong(t), timeout=5)
+
+
+async def _pong(t: object) -> bool:
+    try:
+        return await t.command("PING") == b"PONG"  # type: ignore[attr-defined, no-any-return]
+    except RequestTimedOut:
+        return False
+
+
+async def test_blocking_pops_and_subscriptions_have_connections_of_their_own(
+    standalone_url: str,
+) -> None:
+    async with open_bus(standalone_url, transport="trio") as bus:
+        got: list[bytes | None] = []
+        async with bus.wire.blocking() as parked:
+
+            async def pop() -> None:
+                got.append(await parked.blpop("resp:list", 10))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(pop)
+                await trio.testing.wait_all_tasks_blocked()
+                assert await bus.command("PING") == b"PONG"  # not behind the pop
+                await bus.command("RPUSH", "resp:list", "x")
+            assert got == [b"x"]
+            assert await parked.blpop("resp:list", 0.05) is None
+        async with bus.wire.subscribe(channels=["a"], patterns=["p.*"]) as sub:
+            await wait_for(lambda: _publish(bus, "p.1", b"two"))
+            await bus.command("PUBLISH", "a", "one")
+            assert await sub.receive() == Message("p.1", b"two", "p.*")
+            assert await sub.receive() == Message("a", b"one")
+
+
+async def test_a_bad_transport_name_or_a_cluster_url_is_refused(standalone_url: str) -> None:
+    with pytest.raises(ValueError, match="transport must be one of \\['glide', 'trio'\\]"):
+        async with open_bus(standalone_url, transport="redis"):
+            pass
+    with pytest.raises(ValueError, match="standalone server only"):
+        async with open_bus("redis://127.0.0.1:1,127.0.0.1:2", transport="trio"):
+            pass
+
+
+async def test_an_error_raised_in_the_block_comes_out_as_itself(standalone_url: str) -> None:
+    with pytest.raises(KeyError, match="mine"):
+        async with open_resp(standalone_url):
+            raise KeyError("mine")
