@@ -32,11 +32,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+import outcome
 import trio
 
 from echomq_trio.errors import AuthenticationFailed, BusError, ConnectionLost, RequestTimedOut
@@ -67,90 +69,212 @@ _LOST = (
 
 
 class _Waiter:
-    """One request's reply, or the error that stands for it."""
+    """One request's answer: ``outcome`` once known (a reply, or the error standing for it), and
+    the caller's task while it is parked waiting for it."""
 
-    __slots__ = ("done", "error", "reply")
+    __slots__ = ("deadline", "outcome", "task")
 
-    def __init__(self) -> None:
-        self.done = trio.Event()
-        self.reply: Any = None
-        self.error: BaseException | None = None
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.outcome: outcome.Outcome[Any] | None = None
+        self.task: trio.lowlevel.Task | None = None
+
+    def resolve(self, answer: outcome.Outcome[Any]) -> None:
+        """Settle it (once: a later answer, such as a reply after a timeout, is dropped) and
+        wake its caller if it is parked."""
+        if self.outcome is not None:
+            return
+        self.outcome = answer
+        task = self.task
+        if task is not None:
+            self.task = None
+            trio.lowlevel.reschedule(task, answer)
+
+    async def wait(self) -> Any:
+        """The answer: parks until it is known. Cancelling it abandons the answer (the reply is
+        still read, and dropped)."""
+        if self.outcome is None:
+            self.task = trio.lowlevel.current_task()
+
+            def abort(_: object) -> trio.lowlevel.Abort:
+                self.task = None
+                self.outcome = _ABANDONED
+                return trio.lowlevel.Abort.SUCCEEDED
+
+            return await trio.lowlevel.wait_task_rescheduled(abort)
+        await trio.lowlevel.checkpoint()
+        return self.outcome.unwrap()
+
+
+_ABANDONED: outcome.Outcome[Any] = outcome.Value(None)
+
+
+class _StreamIO:
+    """Any ``trio.abc.Stream`` (TLS, a test's memory stream): every send by the writer task."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+
+    def try_send(self, data: bytes) -> int:
+        return 0
+
+    async def send(self, data: bytes) -> None:
+        await self.stream.send_all(data)
+
+    async def receive(self) -> bytes | bytearray:
+        return await self.stream.receive_some(RECEIVE_BYTES)
+
+    async def aclose(self) -> None:
+        await trio.aclose_forcefully(self.stream)
+
+
+class _SocketIO:
+    """A plain TCP socket, non-blocking, driven directly: a request goes out in one ``send``
+    system call by the caller itself (no await, so no cancellation can cut it), the writer task
+    takes over only when the kernel's buffer is full; a read is one ``recv`` after
+    ``wait_readable``. (``trio.SocketStream`` costs a trip through the scheduler per send.)"""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    def try_send(self, data: bytes | memoryview) -> int:
+        try:
+            return self.sock.send(data)
+        except BlockingIOError:
+            return 0
+
+    async def send(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            await trio.lowlevel.wait_writable(self.sock)
+            view = view[self.try_send(view) :]
+
+    async def receive(self) -> bytes:
+        while True:
+            await trio.lowlevel.wait_readable(self.sock)
+            try:
+                return self.sock.recv(RECEIVE_BYTES)
+            except BlockingIOError:
+                continue
+
+    async def aclose(self) -> None:
+        trio.lowlevel.notify_closing(self.sock)
+        self.sock.close()
+        await trio.lowlevel.checkpoint()
+
+
+def _io_of(stream: trio.abc.Stream) -> _StreamIO | _SocketIO:
+    """A plain TCP stream's socket, taken over; any other stream as it is."""
+    if isinstance(stream, trio.SocketStream):
+        fd = stream.socket.detach()
+        sock = socket.socket(fileno=fd)
+        sock.setblocking(False)
+        return _SocketIO(sock)
+    return _StreamIO(stream)
 
 
 class _Link:
-    """One connected stream, its codec, and the writer and reader tasks that serve it."""
+    """One connection, its codec, and the tasks that serve it: the reader, the writer (for what
+    the kernel did not take at once) and the watch (request timeouts)."""
 
-    def __init__(self, stream: trio.abc.Stream, where: str) -> None:
-        self.stream = stream
+    def __init__(self, stream: trio.abc.Stream, where: str, timeout_s: float) -> None:
+        self.io = _io_of(stream)
         self.where = where
+        self.timeout_s = timeout_s
         self.codec: Codec[_Waiter] = Codec()
         self.alive = True
         self.error: BaseException | None = None  # why it ended, if it failed
         self.scope = trio.CancelScope()
-        self._sending = False  # a task is in ``flush``
+        self._writing = False  # the writer task holds bytes to send: new ones queue behind
+        self._wake_writer = trio.Event()
 
-    def send(self, args: Sequence[str | bytes]) -> _Waiter:
-        """Queue one request (synchronous: atomic with respect to cancellation); ``flush``
-        sends it, unless a flush under way takes it along."""
-        waiter = _Waiter()
-        self.codec.send(args, waiter)
+    def send(self, args: Sequence[str | bytes], timeout_s: float) -> _Waiter:
+        """Send one request, or queue it behind those the writer task is sending. Synchronous:
+        atomic with respect to cancellation (a request is sent whole or queued whole)."""
+        waiter = _Waiter(trio.current_time() + timeout_s)
+        codec = self.codec
+        codec.send(args, waiter)
+        if self._writing:
+            return waiter
+        data = codec.data_to_send()
+        try:
+            sent = self.io.try_send(data)
+        except OSError as exc:
+            self.error = self.error or exc
+            sent = len(data)  # the link fails: its reader ends and fails every waiter
+            self.close()
+        if sent < len(data):
+            codec.unsend(data[sent:])
+            self._writing = True
+            self._wake_writer.set()
         return waiter
 
-    async def flush(self, timeout_s: float) -> None:
-        """Send every request queued, unless another task is sending already (it sends ours
-        too, before it stops). Shielded, so that no cancellation cuts a request in half, with a
-        deadline: a send that cannot finish within ``timeout_s`` (a server that reads nothing)
-        closes the link, failing every call in flight."""
-        if self._sending:
-            await trio.lowlevel.checkpoint()
-            return
-        self._sending = True
-        try:
-            with trio.CancelScope(shield=True) as scope:
-                scope.deadline = trio.current_time() + timeout_s
-                while data := self.codec.data_to_send():
-                    await self.stream.send_all(data)
-            if scope.cancelled_caught:
-                self.close()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            self.error = self.error or exc
-            self.close()
-        finally:
-            self._sending = False
-
     async def run(self) -> None:
-        """Read until the link fails or is closed; then fail every call in flight."""
+        """Serve the link until it fails or is closed; then fail every call in flight."""
         try:
             with self.scope:
-                await self._read()
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._guard, self._write, nursery)
+                    nursery.start_soon(self._guard, self._watch, nursery)
+                    await self._guard(self._read, nursery)
+        finally:
+            self.alive = False
+            for waiter in self.codec.take_waiting():
+                lost = ConnectionLost(_LOST.format(self.where))  # one each: each is raised
+                lost.__cause__ = self.error
+                waiter.resolve(outcome.Error(lost))
+            await self.io.aclose()
+
+    async def _guard(self, part: Callable[[], Awaitable[None]], nursery: trio.Nursery) -> None:
+        """Run one part; when any ends, for whatever reason, all end (and the link with them)."""
+        try:
+            await part()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             self.error = self.error or exc
         except ProtocolError as exc:
             log.warning("closing the connection to %s: %s", self.where, exc)
             self.error = self.error or exc
         finally:
-            self.alive = False
-            lost = ConnectionLost(_LOST.format(self.where))
-            lost.__cause__ = self.error
-            for waiter in self.codec.take_waiting():
-                waiter.error = lost
-                waiter.done.set()
-            await trio.aclose_forcefully(self.stream)
+            nursery.cancel_scope.cancel()
 
     async def _read(self) -> None:
         codec = self.codec
+        io = self.io
         while True:
-            data = await self.stream.receive_some(RECEIVE_BYTES)
+            data = await io.receive()
             if not data:
                 return  # the server closed the connection
             for waiter, reply in codec.receive_data(data):
-                waiter.reply = reply
-                waiter.done.set()
+                waiter.resolve(outcome.Value(reply))
             if codec.pushes:
                 codec.pushes.clear()  # no subscription here: nobody reads them
 
+    async def _write(self) -> None:
+        codec = self.codec
+        while True:
+            await self._wake_writer.wait()
+            self._wake_writer = trio.Event()
+            while data := codec.data_to_send():
+                await self.io.send(data)
+            self._writing = False
+
+    async def _watch(self) -> None:
+        """Time out the calls past their deadlines, checking a tenth of the timeout apart (at
+        most 100 ms): a wake-up now and then instead of a timer per call."""
+        tick = min(0.1, self.timeout_s / 10)
+        while True:
+            await trio.sleep(tick)
+            now = trio.current_time()
+            for waiter in self.codec.waiting():
+                if waiter.outcome is None and waiter.deadline <= now:
+                    waiter.resolve(outcome.Error(_TimedOut()))
+
     def close(self) -> None:
         self.scope.cancel()
+
+
+class _TimedOut(Exception):
+    """A waiter's deadline passed (the caller words the ``RequestTimedOut``)."""
 
 
 def _ssl_context() -> ssl.SSLContext:
@@ -299,7 +423,7 @@ class RespTransport:
 
     def _adopt(self, stream: trio.abc.Stream) -> _Link:
         """Serve the calls on ``stream`` (connected, handshake done) from now on."""
-        link = self._link = _Link(stream, self._where)
+        link = self._link = _Link(stream, self._where, self._timeout_s)
         self._nursery.start_soon(link.run)
         return link
 
@@ -309,18 +433,15 @@ class RespTransport:
             link = await self._live()
         else:
             await trio.lowlevel.checkpoint_if_cancelled()
-        waiter = link.send(args)
-        await link.flush(self._timeout_s)
-        with trio.move_on_after(self._timeout_s if timeout_s is None else timeout_s):
-            await waiter.done.wait()
-        if not waiter.done.is_set():
+        waiter = link.send(args, self._timeout_s if timeout_s is None else timeout_s)
+        try:
+            reply = await waiter.wait()
+        except _TimedOut:
             raise RequestTimedOut(
                 f"the server at {self._where} did not answer {as_text(args[0])} within "
-                f"{self.spec.timeout_ms} ms (it may still have run it)"
-            )
-        if waiter.error is not None:
-            raise waiter.error
-        reply = waiter.reply
+                f"{self.spec.timeout_ms if timeout_s is None else round(timeout_s * 1000)} ms "
+                "(it may still have run it)"
+            ) from None
         if isinstance(reply, ReplyError):
             error = server_error(str(reply))
             self._refusals.note(error, reply)

@@ -29,7 +29,7 @@ Theory of operation:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 import hiredis
@@ -107,6 +107,15 @@ class Codec(Generic[W]):
             return done
         except hiredis.ProtocolError as exc:
             raise ProtocolError(f"the server's bytes are not RESP: {exc}") from exc
+
+    def unsend(self, data: bytes) -> None:
+        """Put back ``data`` (the tail of what ``data_to_send`` gave that could not be sent yet)
+        at the head of the outgoing bytes."""
+        self._out.insert(0, data)
+
+    def waiting(self) -> Iterator[W]:
+        """The waiters awaiting replies, oldest first."""
+        return iter(self._waiting)
 
     def take_waiting(self) -> list[W]:
         """Every waiter still awaiting a reply, oldest first, removed (the connection is gone)."""
