@@ -5,14 +5,21 @@ pops and pub/sub on connections of their own."""
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import re
+import ssl
 import subprocess
 from collections.abc import Iterator
+from ipaddress import ip_address
 from pathlib import Path
 
 import pytest
 import trio
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from echomq_trio import Bus, jobs, open_bus
 from echomq_trio.errors import (
@@ -26,10 +33,11 @@ from echomq_trio.resp import open_resp
 from echomq_trio.results import Outcome
 from echomq_trio.server import find_server_binary, free_port, start_server
 from echomq_trio.transport import Message
-from echomq_trio.wire import script_source
+from echomq_trio.wire import parse_url, script_source
 from tests.conftest import PASSWORD, _stop, _wait_ready, wait_for
 
 pytestmark = pytest.mark.server
+LOOPBACK_IP = ip_address("127.0.0.1")
 
 
 async def test_the_urls_credentials_open_a_requirepass_server(standalone_url: str) -> None:
@@ -202,3 +210,78 @@ async def test_an_error_raised_in_the_block_comes_out_as_itself(standalone_url: 
     with pytest.raises(KeyError, match="mine"):
         async with open_resp(standalone_url):
             raise KeyError("mine")
+
+
+@pytest.fixture
+def tls_proxy_context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ssl.SSLContext:
+    """A server context with a fresh self-signed certificate for 127.0.0.1, which clients of
+    this process trust (``SSL_CERT_FILE``)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(LOOPBACK_IP)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    (tmp_path / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "key.pem").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "cert.pem"))
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    return ctx
+
+
+async def test_rediss_speaks_tls(
+    standalone_url: str, tls_proxy_context: ssl.SSLContext, nursery: trio.Nursery
+) -> None:
+    """Through a TLS proxy in front of the test server (its binary has no TLS of its own)."""
+    spec = parse_url(standalone_url)
+    host, port = spec.hosts[0]
+
+    async def proxy(client: trio.SocketStream) -> None:
+        tls = trio.SSLStream(client, tls_proxy_context, server_side=True)
+        try:
+            async with await trio.open_tcp_stream(host, port) as server:
+
+                async def pipe(a: trio.abc.Stream, b: trio.abc.Stream) -> None:
+                    while data := await a.receive_some(65536):
+                        await b.send_all(data)
+
+                async with trio.open_nursery() as inner:
+                    inner.start_soon(pipe, tls, server)
+                    await pipe(server, tls)
+                    inner.cancel_scope.cancel()
+        except* (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # a probe that hung up, or the end of the test
+        finally:
+            await trio.aclose_forcefully(tls)
+
+    listeners = await nursery.start(trio.serve_tcp, proxy, 0)
+    proxy_port = listeners[0].socket.getsockname()[1]
+    url = f"rediss://:{PASSWORD}@127.0.0.1:{proxy_port}"
+    async with open_bus(url, transport="trio") as bus:
+        assert await bus.command("PING") == b"PONG"
+        got: dict[int, object] = {}
+
+        async def one(i: int) -> None:
+            got[i] = await bus.command("ECHO", f"v{i}")
+
+        async with trio.open_nursery() as callers:
+            for i in range(50):
+                callers.start_soon(one, i)
+        assert got == {i: f"v{i}".encode() for i in range(50)}
+        assert (await jobs.enqueue(bus, "resp.tls", b"x")).outcome is Outcome.ENQUEUED
