@@ -392,6 +392,7 @@ class RespTransport:
         self._timeout_s = spec.timeout_ms / 1000
         self._shas: dict[str, str] = {}
         self._refusals = RefusalLog(self._where)
+        self._closed = False
 
     @property
     def cluster(self) -> bool:
@@ -407,6 +408,8 @@ class RespTransport:
             link = self._link
             if link is not None and link.alive:
                 return link
+            if self._closed:
+                raise ConnectionLost(f"the connection to {self._where} is closed")
             if trio.current_time() < self._retry_at:
                 raise ConnectionLost(_LOST.format(self._where))
             try:
@@ -449,6 +452,8 @@ class RespTransport:
         return reply
 
     async def aclose(self) -> None:
+        """Close the connection: calls in flight raise ``ConnectionLost``, and so do later ones."""
+        self._closed = True
         if self._link is not None:
             self._link.close()
 
@@ -524,7 +529,8 @@ class RespTransport:
 
 class RespSubscription:
     """Messages of a subscription, in order (a ``transport.Subscription``). Receive them from one
-    task; a cancelled ``receive`` loses nothing (what was read stays with the codec)."""
+    long-lived task, and cancel it only to stop for good (over TLS a cancelled read may lose
+    what was on its way)."""
 
     def __init__(self, stream: trio.abc.Stream, where: str) -> None:
         self._stream = stream

@@ -223,3 +223,12 @@ async def test_a_server_slower_than_the_request_timeout_raises_request_timed_out
             await t.command("ECHO", "slow")
         # The late reply is read and dropped: the next call gets its own.
         assert await t.command("ECHO", "quick") == b"quick"
+
+
+async def test_calls_after_the_transport_is_closed_raise_connection_lost() -> None:
+    server = FakeServer()
+    async with transport(server, trio.testing.memory_stream_pair) as t:
+        assert await t.command("ECHO", "open") == b"open"
+    with pytest.raises(ConnectionLost, match="is closed"):
+        await t.command("ECHO", "closed")
+    assert server.connections == 1
