@@ -23,7 +23,7 @@ from echomq_trio.errors import ServerError
 from echomq_trio.gather import Gatherer
 from echomq_trio.keys import QueueKeys, queue_keys
 from echomq_trio.protocol import Call
-from echomq_trio.resp import open_resp
+from echomq_trio.resp import open_trio
 from echomq_trio.server import EmbeddedServer, start_server
 from echomq_trio.storage import StorageWatch, read_storage
 from echomq_trio.transport import Transport
@@ -156,8 +156,8 @@ async def open_bus(
     says when admissions and settlements return (``durability.InMemory``, the default, or
     ``OnDisk``: once the server's append-only file holds them; see ``echomq_trio.durability``).
     ``transport`` says what carries the calls: ``"glide"`` (``wire.Wire`` on valkey-glide, the
-    default, standalone or cluster) or ``"trio"`` (``resp.RespTransport``: trio streams, one
-    pipelined connection, standalone servers only for now).
+    default) or ``"trio"`` (``echomq_trio.resp``: trio streams, one pipelined connection per
+    server, or per primary of a cluster).
     """
     connect = _TRANSPORTS.get(transport) if isinstance(transport, str) else None
     if connect is None:
@@ -208,7 +208,7 @@ async def open_bus(
 
 
 _TRANSPORTS: dict[str, Callable[[str | ConnectionSpec], AbstractAsyncContextManager[Transport]]]
-_TRANSPORTS = {"glide": open_wire, "trio": open_resp}
+_TRANSPORTS = {"glide": open_wire, "trio": open_trio}
 
 
 @asynccontextmanager

@@ -430,19 +430,26 @@ class RespTransport:
         self._nursery.start_soon(link.run)
         return link
 
-    async def _call(self, args: Sequence[str | bytes], timeout_s: float | None = None) -> Any:
+    async def _call(
+        self, args: Sequence[str | bytes], timeout_s: float | None = None, *, asking: bool = False
+    ) -> Any:
+        """Send ``args`` and return the reply; with ``asking``, right behind an ``ASKING`` on
+        the same connection (nothing can come between: both are queued in one step)."""
         link = self._link
         if link is None or not link.alive:
             link = await self._live()
         else:
             await trio.lowlevel.checkpoint_if_cancelled()
-        waiter = link.send(args, self._timeout_s if timeout_s is None else timeout_s)
+        timeout_s = self._timeout_s if timeout_s is None else timeout_s
+        if asking:
+            link.send(("ASKING",), timeout_s)  # its "OK" is read and dropped
+        waiter = link.send(args, timeout_s)
         try:
             reply = await waiter.wait()
         except _TimedOut:
             raise RequestTimedOut(
                 f"the server at {self._where} did not answer {as_text(args[0])} within "
-                f"{self.spec.timeout_ms if timeout_s is None else round(timeout_s * 1000)} ms "
+                f"{round(timeout_s * 1000)} ms "
                 "(it may still have run it)"
             ) from None
         if isinstance(reply, ReplyError):
@@ -461,18 +468,28 @@ class RespTransport:
 
     async def script(self, name: str, keys: Sequence[str], args: Sequence[str | bytes]) -> Any:
         """Run the named script by ``EVALSHA``; on ``NOSCRIPT``, ``SCRIPT LOAD`` and again."""
+        return await self._script(name, keys, args)
+
+    async def _script(
+        self,
+        name: str,
+        keys: Sequence[str],
+        args: Sequence[str | bytes],
+        *,
+        asking: bool = False,
+    ) -> Any:
         sha = self._shas.get(name)
         if sha is None:
             # Bounded by the scripts on disk: a name without one raises before it is added.
             sha = self._shas[name] = hashlib.sha1(script_source(name).encode()).hexdigest()
         call = ("EVALSHA", sha, str(len(keys)), *keys, *args)
         try:
-            return await self._call(call)
+            return await self._call(call, asking=asking)
         except BusError as exc:
             if not str(exc).startswith("NOSCRIPT"):
                 raise
         await self._call(("SCRIPT", "LOAD", script_source(name)))
-        return await self._call(call)
+        return await self._call(call, asking=asking)
 
     async def command(self, *args: str | bytes) -> Any:
         """Run one raw command."""

@@ -197,12 +197,14 @@ async def test_blocking_pops_and_subscriptions_have_connections_of_their_own(
             assert await sub.receive() == Message("a", b"one")
 
 
-async def test_a_bad_transport_name_or_a_cluster_url_is_refused(standalone_url: str) -> None:
+async def test_a_bad_transport_name_or_a_cluster_url_for_one_server_is_refused(
+    standalone_url: str,
+) -> None:
     with pytest.raises(ValueError, match="transport must be one of \\['glide', 'trio'\\]"):
         async with open_bus(standalone_url, transport="redis"):
             pass
     with pytest.raises(ValueError, match="standalone server only"):
-        async with open_bus("redis://127.0.0.1:1,127.0.0.1:2", transport="trio"):
+        async with open_resp("redis://127.0.0.1:1,127.0.0.1:2"):
             pass
 
 
