@@ -44,7 +44,7 @@ import trio
 from echomq_trio.errors import AuthenticationFailed, BusError, ConnectionLost, RequestTimedOut
 from echomq_trio.lua import script_source
 from echomq_trio.protocol import as_bytes, as_text
-from echomq_trio.resp.codec import Codec, ProtocolError, ReplyError
+from echomq_trio.resp.codec import SHAPED, Codec, ProtocolError, ReplyError, shape
 from echomq_trio.transport import Message
 from echomq_trio.wire import (
     DEFAULT_CONNECT_TIMEOUT_MS,
@@ -492,10 +492,16 @@ class RespTransport:
         return await self._call(call, asking=asking)
 
     async def command(self, *args: str | bytes) -> Any:
-        """Run one raw command."""
+        """Run one raw command (a few replies shaped as glide shapes them: ``codec.shape``)."""
         if not args:
             raise ValueError("a command needs at least its name")
-        return await self._call(args)
+        return await self._command(args)
+
+    async def _command(self, args: Sequence[str | bytes], *, asking: bool = False) -> Any:
+        reply = await self._call(args, asking=asking)
+        head = args[0]
+        name = (head if isinstance(head, str) else head.decode(errors="replace")).upper()
+        return shape(name, args, reply) if name in SHAPED else reply
 
     async def scan(self, match: str, *, count: int = 1000) -> list[str]:
         found: set[str] = set()

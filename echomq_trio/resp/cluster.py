@@ -246,7 +246,7 @@ class ClusterTransport:
         if not args:
             raise ValueError("a command needs at least its name")
         return await self._routed(
-            command_key(args), lambda node, asking: node._call(args, asking=asking)
+            command_key(args), lambda node, asking: node._command(args, asking=asking)
         )
 
     async def scan(self, match: str, *, count: int = 1000) -> list[str]:

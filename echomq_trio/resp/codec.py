@@ -34,7 +34,7 @@ from typing import Any, Generic, TypeVar
 
 import hiredis
 
-__all__ = ["Codec", "ProtocolError", "ReplyError", "encode"]
+__all__ = ["Codec", "ProtocolError", "ReplyError", "encode", "shape"]
 
 W = TypeVar("W")
 ReplyError = hiredis.ReplyError
@@ -123,3 +123,74 @@ class Codec(Generic[W]):
         self._waiting.clear()
         self._out.clear()
         return waiting
+
+
+# Raw commands whose replies the other transport (glide) shapes, shaped alike here so that no
+# caller learns which transport it has (tests/echomq_trio/resp/test_client.py compares them).
+_WITH_SCORES = frozenset(["ZRANGE", "ZUNION", "ZINTER", "ZDIFF"])  # with WITHSCORES: a dict
+_POPS = frozenset(("ZPOPMIN", "ZPOPMAX"))
+_SETS = frozenset(["SMEMBERS", "SINTER", "SUNION", "SDIFF"])
+_FLOATS = frozenset(("INCRBYFLOAT", "HINCRBYFLOAT"))
+_BOOLS = frozenset(
+    [
+        "SISMEMBER",
+        "HEXISTS",
+        "EXPIRE",
+        "PEXPIRE",
+        "EXPIREAT",
+        "PEXPIREAT",
+        "PERSIST",
+        "MSETNX",
+        "HSETNX",
+        "SMOVE",
+        "RENAMENX",
+        "COPY",
+    ]
+)
+_RANGES = frozenset(("XRANGE", "XREVRANGE"))
+_READS = frozenset(("XREAD", "XREADGROUP"))
+SHAPED = _WITH_SCORES | _POPS | _SETS | _FLOATS | _BOOLS | _RANGES | _READS  # upper case
+
+
+def _pairs(flat: Sequence[Any]) -> list[list[Any]]:
+    return [[k, v] for k, v in zip(flat[::2], flat[1::2], strict=True)]
+
+
+def _entries(entries: Any) -> Any:
+    """A stream's entries ``[[id, [f, v, ...]], ...]`` as ``{id: [[f, v], ...]}``."""
+    if not isinstance(entries, list):
+        return entries
+    return {e[0]: None if e[1] is None else _pairs(e[1]) for e in entries}
+
+
+def shape(name: str, args: Sequence[str | bytes], reply: Any) -> Any:
+    """``reply`` to the raw command ``name`` (upper case; one of ``SHAPED``) with ``args``, in
+    the shape glide gives it: ``ZRANGE``/``ZUNION``/``ZINTER``/``ZDIFF`` ``WITHSCORES`` and
+    ``ZPOPMIN``/``ZPOPMAX`` as a dict of member to score (in the server's order, from RESP3's
+    pairs or RESP2's flat list); a set command's reply as a set; ``INCRBYFLOAT`` as a float; a
+    yes-or-no command (``EXPIRE``, ``HSETNX``...) as a bool; stream entries as
+    ``{id: [[field, value], ...]}`` (``XREAD``: per stream)."""
+    if name in _BOOLS:
+        return bool(reply) if isinstance(reply, int) else reply
+    if name in _FLOATS:
+        return float(reply) if isinstance(reply, bytes) else reply
+    if name in _RANGES:
+        return _entries(reply)
+    if name in _READS:
+        if isinstance(reply, list):  # RESP2: [[stream, entries], ...]
+            reply = {stream: entries for stream, entries in reply}
+        if isinstance(reply, dict):
+            return {stream: _entries(entries) for stream, entries in reply.items()}
+        return reply
+    if not isinstance(reply, list):
+        return reply
+    if name in _SETS:
+        return set(reply)
+    if name in _WITH_SCORES and not any(
+        (a.upper() if isinstance(a, str) else a.decode(errors="replace").upper()) == "WITHSCORES"
+        for a in args
+    ):
+        return reply
+    if reply and all(isinstance(pair, list) for pair in reply):  # RESP3: [[member, score], ...]
+        return {member: float(score) for member, score in reply}
+    return {member: float(score) for member, score in zip(reply[::2], reply[1::2], strict=True)}

@@ -28,7 +28,7 @@ from echomq_trio.errors import (
     RequestTimedOut,
     ServerError,
 )
-from echomq_trio.protocol import as_bytes
+from echomq_trio.protocol import as_bytes, as_text
 from echomq_trio.resp import open_resp
 from echomq_trio.results import Outcome
 from echomq_trio.server import find_server_binary, free_port, start_server
@@ -287,3 +287,93 @@ async def test_rediss_speaks_tls(
                 callers.start_soon(one, i)
         assert got == {i: f"v{i}".encode() for i in range(50)}
         assert (await jobs.enqueue(bus, "resp.tls", b"x")).outcome is Outcome.ENQUEUED
+
+
+SAME_SHAPE = [
+    ("SET", "{s}str", "v"),
+    ("GET", "{s}str"),
+    ("GET", "{s}missing"),
+    ("PING",),
+    ("TYPE", "{s}str"),
+    ("INCRBYFLOAT", "{s}float", "1.5"),
+    ("HSET", "{s}hash", "a", "1", "b", "2"),
+    ("HGETALL", "{s}hash"),
+    ("HMGET", "{s}hash", "a", "nope"),
+    ("ZADD", "{s}z", "1", "m1", "2.5", "m2", "3", "m3"),
+    ("ZRANGE", "{s}z", "0", "-1"),
+    ("ZRANGE", "{s}z", "0", "-1", "REV", "WITHSCORES"),
+    ("ZRANGEBYSCORE", "{s}z", "-inf", "+inf", "WITHSCORES"),
+    ("ZSCORE", "{s}z", "m2"),
+    ("ZPOPMIN", "{s}z"),
+    ("ZPOPMAX", "{s}z", "1"),
+    ("SADD", "{s}set", "x", "y"),
+    ("SMEMBERS", "{s}set"),
+    ("SISMEMBER", "{s}set", "x"),
+    ("RPUSH", "{s}list", "a", "b"),
+    ("LRANGE", "{s}list", "0", "-1"),
+    ("EXISTS", "{s}str", "{s}missing"),
+    ("PTTL", "{s}str"),
+    ("ZADD", "{s}z2", "1", "a", "2", "b"),
+    ("ZREVRANGE", "{s}z2", "0", "-1", "WITHSCORES"),
+    ("ZUNION", "2", "{s}z2", "{s}z2", "WITHSCORES"),
+    ("ZINTER", "1", "{s}z2", "WITHSCORES"),
+    ("ZDIFF", "1", "{s}z2", "WITHSCORES"),
+    ("ZRANK", "{s}z2", "b"),
+    ("ZMSCORE", "{s}z2", "a", "zz"),
+    ("HINCRBYFLOAT", "{s}hash", "a", "0.5"),
+    ("HEXISTS", "{s}hash", "a"),
+    ("SMISMEMBER", "{s}set", "x", "q"),
+    ("EXPIRE", "{s}str", "100"),
+    ("PEXPIRE", "{s}str", "100000"),
+    ("PERSIST", "{s}str"),
+    ("SETNX", "{s}str", "x"),
+    ("MSETNX", "{s}n1", "1", "{s}n2", "2"),
+    ("XADD", "{s}stream", "1-1", "f", "v"),
+    ("XRANGE", "{s}stream", "-", "+"),
+    ("XREVRANGE", "{s}stream", "+", "-", "COUNT", "1"),
+    ("CONFIG", "GET", "maxmemory-policy"),
+    ("HGET", "{s}hash", "a"),
+    ("SCARD", "{s}set"),
+    ("ZCOUNT", "{s}z2", "-inf", "+inf"),
+    ("HSETNX", "{s}hash", "c", "3"),
+    ("HSETNX", "{s}hash", "c", "3"),
+    ("EXPIREAT", "{s}str", "4102444800"),
+    ("PEXPIREAT", "{s}str", "4102444800000"),
+    ("SMOVE", "{s}set", "{s}set2", "x"),
+    ("RENAMENX", "{s}n1", "{s}n3"),
+    ("COPY", "{s}n2", "{s}n4"),
+    ("XGROUP", "CREATE", "{s}stream", "g", "0"),
+    ("XREADGROUP", "GROUP", "g", "c", "COUNT", "10", "STREAMS", "{s}stream", ">"),
+    ("XREADGROUP", "GROUP", "g", "c", "COUNT", "10", "STREAMS", "{s}stream", "0"),
+    ("XREAD", "COUNT", "5", "STREAMS", "{s}stream", "0"),
+    ("XPENDING", "{s}stream", "g"),
+    ("XLEN", "{s}stream"),
+    ("ZSCORE", "{s}z2", "nope"),
+    ("ZINCRBY", "{s}z2", "1", "a"),
+    ("ZADD", "{s}z2", "INCR", "1", "a"),
+    ("ZRANK", "{s}z2", "a", "WITHSCORE"),
+    ("GETDEL", "{s}n2"),
+    ("HSTRLEN", "{s}hash", "a"),
+    ("OBJECT", "ENCODING", "{s}hash"),
+    ("DBSIZE",),
+]
+
+
+async def test_raw_commands_answer_in_the_same_shapes_on_both_transports(
+    standalone_url: str,
+) -> None:
+    answers: dict[str, list[object]] = {}
+    for transport in ("glide", "trio"):
+        async with open_bus(standalone_url, transport=transport) as bus:
+            await bus.command("DEL", "{s}str", "{s}float", "{s}hash", "{s}z", "{s}set", "{s}list",
+                              "{s}z2", "{s}n1", "{s}n2", "{s}n3", "{s}n4", "{s}stream",
+                              "{s}set2")  # fmt: skip
+            answers[transport] = [await bus.command(*args) for args in SAME_SHAPE]
+    differ = []
+    for args, glide, trio_ in zip(SAME_SHAPE, answers["glide"], answers["trio"], strict=True):
+        if args[0] in ("PING", "TYPE"):  # a simple string: str on glide, bytes here
+            if as_text(glide) != as_text(trio_):  # type: ignore[arg-type]
+                differ.append((args, glide, trio_))
+        elif (type(glide), glide) != (type(trio_), trio_):
+            differ.append((args, glide, trio_))
+    assert not differ, "\n".join(map(repr, differ))
