@@ -55,6 +55,7 @@ _KEYLESS = frozenset(
     b"READONLY READWRITE WAIT WAITAOF RANDOMKEY SCAN KEYS MULTI EXEC DISCARD DEBUG".split()
 )
 _SUBCOMMAND_KEY = frozenset(b"OBJECT MEMORY XINFO XGROUP".split())
+_SPLIT = frozenset(("DEL", "UNLINK", "EXISTS", "TOUCH", "MGET", "MSET"))  # split by slot
 _SCRIPTS = frozenset(b"EVAL EVALSHA EVAL_RO EVALSHA_RO FCALL FCALL_RO".split())
 
 T = TypeVar("T")
@@ -243,11 +244,44 @@ class ClusterTransport:
         )
 
     async def command(self, *args: str | bytes) -> Any:
+        """Run one raw command on the primary of its key's slot. ``DEL``, ``UNLINK``,
+        ``EXISTS``, ``TOUCH``, ``MGET`` and ``MSET`` with keys in several slots are split by
+        slot, as glide splits them (not atomic across slots)."""
         if not args:
             raise ValueError("a command needs at least its name")
+        head = args[0]
+        name = (head if isinstance(head, str) else head.decode(errors="replace")).upper()
+        if name in _SPLIT and len(args) > 2:
+            return await self._split(name, args)
+        return await self._one(args)
+
+    async def _one(self, args: Sequence[str | bytes]) -> Any:
         return await self._routed(
             command_key(args), lambda node, asking: node._command(args, asking=asking)
         )
+
+    async def _split(self, name: str, args: Sequence[str | bytes]) -> Any:
+        step = 2 if name == "MSET" else 1
+        groups: dict[int, list[int]] = {}  # slot -> the indexes of its keys in args
+        for i in range(1, len(args), step):
+            groups.setdefault(key_slot(args[i]), []).append(i)
+        if len(groups) == 1:
+            return await self._one(args)
+        if name == "MSET":
+            for indexes in groups.values():
+                await self._one((args[0], *(a for i in indexes for a in args[i : i + 2])))
+            return "OK"
+        if name == "MGET":
+            values: list[Any] = [None] * (len(args) - 1)
+            for indexes in groups.values():
+                got = await self._one((args[0], *(args[i] for i in indexes)))
+                for i, value in zip(indexes, got, strict=True):
+                    values[i - 1] = value
+            return values
+        total = 0
+        for indexes in groups.values():
+            total += int(await self._one((args[0], *(args[i] for i in indexes))))
+        return total
 
     async def scan(self, match: str, *, count: int = 1000) -> list[str]:
         await self._owner(None)  # a fresh map if it is stale

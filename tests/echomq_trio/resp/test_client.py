@@ -377,3 +377,17 @@ async def test_raw_commands_answer_in_the_same_shapes_on_both_transports(
         elif (type(glide), glide) != (type(trio_), trio_):
             differ.append((args, glide, trio_))
     assert not differ, "\n".join(map(repr, differ))
+
+
+@pytest.mark.cluster
+async def test_multi_key_commands_across_slots_are_split_by_slot(server_url: str) -> None:
+    keys = [f"resp:split:{i}" for i in range(12)]  # in several slots of a cluster
+    async with open_bus(server_url, transport="trio") as bus:
+        assert await bus.command("MSET", *(a for k in keys for a in (k, k.upper()))) == "OK"
+        assert await bus.command("MGET", *keys, "resp:split:none") == [
+            *(k.upper().encode() for k in keys),
+            None,
+        ]
+        assert await bus.command("EXISTS", *keys, "resp:split:none") == 12
+        assert await bus.command("DEL", *keys[:6]) == 6
+        assert await bus.command("UNLINK", *keys) == 6
