@@ -25,6 +25,7 @@ from echomq_trio import Bus, jobs, open_bus
 from echomq_trio.errors import (
     AuthenticationFailed,
     ConnectionLost,
+    OutOfMemory,
     RequestTimedOut,
     ServerError,
 )
@@ -391,3 +392,19 @@ async def test_multi_key_commands_across_slots_are_split_by_slot(server_url: str
         assert await bus.command("EXISTS", *keys, "resp:split:none") == 12
         assert await bus.command("DEL", *keys[:6]) == 6
         assert await bus.command("UNLINK", *keys) == 6
+
+
+async def test_a_write_refused_at_maxmemory_is_out_of_memory(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with start_server(tmp_path) as server, open_bus(server.url, transport="trio") as bus:
+        await jobs.enqueue(bus, "resp.oom", b"before")
+        assert await bus.command("CONFIG", "SET", "maxmemory", "1") == "OK"
+        with pytest.raises(OutOfMemory, match="out of memory and refused a write"):
+            await bus.command("SET", "resp:oom", "x")
+        with pytest.raises(OutOfMemory):
+            await jobs.enqueue(bus, "resp.oom", b"refused")
+        assert await bus.command("CONFIG", "SET", "maxmemory", "0") == "OK"
+        assert (await jobs.enqueue(bus, "resp.oom", b"after")).outcome is Outcome.ENQUEUED
+    refusals = [r for r in caplog.records if "refuses writes" in r.getMessage()]
+    assert len(refusals) == 1  # told once, not per refused write
