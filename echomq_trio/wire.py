@@ -79,11 +79,14 @@ from echomq_trio.transport import Message
 __all__ = [
     "ConnectionSpec",
     "Message",
+    "RefusalLog",
     "Subscription",
     "Wire",
     "open_wire",
     "parse_url",
+    "probe",
     "script_source",
+    "server_error",
 ]
 
 log = logging.getLogger("echomq_trio.wire")
@@ -571,8 +574,9 @@ async def _probe_seed(host: str, port: int, tls: bool) -> str | None:
     return None
 
 
-async def _probe(spec: ConnectionSpec) -> None:
-    """Raise ``ConnectionLost`` saying why, when no seed of ``spec`` can serve a connection."""
+async def probe(spec: ConnectionSpec) -> None:
+    """Raise ``ConnectionLost`` saying why, when no seed of ``spec`` can serve a connection
+    (every transport probes before it connects: see the module's docstring)."""
     problems: list[str | None] = [None] * len(spec.hosts)
 
     async def one(i: int, host: str, port: int) -> None:
@@ -610,7 +614,7 @@ async def open_wire(target: str | ConnectionSpec) -> AsyncIterator[Wire]:
     """
     spec = parse_url(target) if isinstance(target, str) else target
     _configure_logging()
-    await _probe(spec)
+    await probe(spec)
     try:
         client = await _connect(spec)
     except GlideError as exc:

@@ -50,8 +50,8 @@ from echomq_trio.wire import (
     DEFAULT_CONNECT_TIMEOUT_MS,
     ConnectionSpec,
     RefusalLog,
-    _probe,
     parse_url,
+    probe,
     server_error,
 )
 
@@ -610,7 +610,7 @@ async def open_resp(target: str | ConnectionSpec) -> AsyncIterator[RespTransport
             f"transport 'trio' serves a standalone server only, for now; {spec.redacted()} is a "
             "cluster: use transport 'glide'"
         )
-    await _probe(spec)
+    await probe(spec)
     stream = await _connect(spec)
     try:
         async with trio.open_nursery() as nursery:

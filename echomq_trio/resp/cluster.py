@@ -36,7 +36,7 @@ import trio
 from echomq_trio.errors import AuthenticationFailed, ConnectionLost, ServerError
 from echomq_trio.protocol import as_text
 from echomq_trio.resp.client import RespSubscription, RespTransport
-from echomq_trio.wire import ConnectionSpec, _probe, parse_url
+from echomq_trio.wire import ConnectionSpec, parse_url, probe
 
 __all__ = ["ClusterTransport", "command_key", "key_slot", "open_cluster"]
 
@@ -329,7 +329,7 @@ async def open_cluster(target: str | ConnectionSpec) -> AsyncIterator[ClusterTra
     """Connect to the cluster named by a URL (or a parsed spec); close every connection on
     exit. A cluster none of whose seeds answers raises ``ConnectionLost`` naming why."""
     spec = parse_url(target) if isinstance(target, str) else target
-    await _probe(spec)
+    await probe(spec)
     try:
         async with trio.open_nursery() as nursery:
             transport = ClusterTransport(spec, nursery)
