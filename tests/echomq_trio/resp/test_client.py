@@ -408,3 +408,25 @@ async def test_a_write_refused_at_maxmemory_is_out_of_memory(
         assert (await jobs.enqueue(bus, "resp.oom", b"after")).outcome is Outcome.ENQUEUED
     refusals = [r for r in caplog.records if "refuses writes" in r.getMessage()]
     assert len(refusals) == 1  # told once, not per refused write
+
+
+async def test_a_request_larger_than_the_kernels_buffer_goes_out_whole_amid_others(
+    standalone_url: str,
+) -> None:
+    big = b"x" * (8 << 20)  # far more than a socket takes at once: the writer task sends the rest
+    async with open_resp(standalone_url) as t:
+        got: dict[int, object] = {}
+
+        async def small(i: int) -> None:
+            got[i] = await t.command("ECHO", f"v{i}")
+
+        async with trio.open_nursery() as nursery:
+            for i in range(20):
+                nursery.start_soon(small, i)
+            nursery.start_soon(t.command, "SET", "resp:big", big)
+            for i in range(20, 40):
+                nursery.start_soon(small, i)
+        assert got == {i: f"v{i}".encode() for i in range(40)}
+        assert await t.command("STRLEN", "resp:big") == len(big)
+        assert await t.command("GET", "resp:big") == big  # a reply over many reads, too
+        await t.command("DEL", "resp:big")

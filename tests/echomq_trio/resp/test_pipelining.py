@@ -232,3 +232,27 @@ async def test_calls_after_the_transport_is_closed_raise_connection_lost() -> No
     with pytest.raises(ConnectionLost, match="is closed"):
         await t.command("ECHO", "closed")
     assert server.connections == 1
+
+
+async def test_a_caller_cancelled_while_connecting_leaves_the_next_call_to_connect() -> None:
+    server = FakeServer()
+    gate = trio.Event()
+    async with trio.open_nursery() as nursery:
+
+        async def slow_connect(spec: ConnectionSpec) -> trio.abc.Stream:
+            await gate.wait()
+            ours, theirs = trio.testing.memory_stream_pair()
+            server.connections += 1
+            nursery.start_soon(server.serve, theirs)
+            return ours
+
+        t = RespTransport(SPEC, nursery, connect=slow_connect)
+        with trio.move_on_after(0.01) as scope:
+            await t.command("ECHO", "never")
+        assert scope.cancelled_caught
+        assert server.connections == 0
+        gate.set()
+        assert await t.command("ECHO", "now") == b"now"
+        assert [r[1] for r in server.seen] == [b"now"]
+        await t.aclose()
+        nursery.cancel_scope.cancel()
