@@ -57,8 +57,9 @@ def _command_arg(arg: CommandArg) -> str | bytes:
 class Bus:
     """A connection to one server (or cluster). Cheap to share between tasks.
 
-    ``wire`` is any ``Transport``: ``open_bus`` gives the client library's ``wire.Wire``; a test
-    may wrap it (``Bus(testing.FaultyTransport(bus.wire))``) to fail or cancel chosen calls."""
+    ``wire`` is any ``Transport``: ``open_bus`` gives the client library's ``wire.Wire`` (or
+    with ``transport="trio"`` the bus's own, ``echomq_trio.resp``); a test may wrap it
+    (``Bus(testing.FaultyTransport(bus.wire))``) to fail or cancel chosen calls."""
 
     wire: Transport
     server: EmbeddedServer | None = None

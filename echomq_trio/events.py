@@ -20,9 +20,9 @@ import trio
 from echomq_trio import protocol
 from echomq_trio.bus import Bus
 from echomq_trio.checks import check_stream_id
-from echomq_trio.codec import as_text
 from echomq_trio.errors import ServerError
 from echomq_trio.protocol import StreamEntry
+from echomq_trio.replies import as_text
 
 __all__ = [
     "Event",

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import trio
@@ -18,9 +18,10 @@ from echomq_trio.durability import Durability, DurableCalls, InMemory, OnDisk
 from echomq_trio.errors import ServerError
 from echomq_trio.jobs import take_back
 from echomq_trio.queues import queue_names
+from echomq_trio.resp import open_trio
 from echomq_trio.server import start_server
 from echomq_trio.storage import StorageWatch, read_storage
-from echomq_trio.transport import Transport
+from echomq_trio.transport import ConnectionSpec, Transport
 from echomq_trio.wire import open_wire, parse_url
 
 __all__ = ["HOLDER_FILE", "open_bus"]
@@ -35,6 +36,7 @@ async def open_bus(
     data_dir: str | os.PathLike[str] | DataDir | None = None,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     durability: Durability = InMemory(),
+    transport: str = "glide",
 ) -> AsyncIterator[Bus]:
     """Connect to ``url``, or with no URL start an embedded server and stop it on exit.
 
@@ -48,7 +50,13 @@ async def open_bus(
     payload the bus admits; a larger one raises ``ValueError`` before any I/O. ``durability``
     says when admissions and settlements return (``durability.InMemory``, the default, or
     ``OnDisk``: once the server's append-only file holds them; see ``echomq_trio.durability``).
+    ``transport`` says what carries the calls: ``"glide"`` (``wire.Wire`` on valkey-glide, the
+    default) or ``"trio"`` (``echomq_trio.resp``: trio streams, one pipelined connection per
+    server, or per primary of a cluster).
     """
+    connect = _TRANSPORTS.get(transport) if isinstance(transport, str) else None
+    if connect is None:
+        raise ValueError(f"transport must be one of {sorted(_TRANSPORTS)}, got {transport!r}")
     if not isinstance(durability, InMemory | OnDisk):
         raise TypeError(f"durability must be InMemory() or OnDisk(...), got {durability!r}")
     check_max_payload_bytes(max_payload_bytes)
@@ -61,7 +69,7 @@ async def open_bus(
         if data_dir is not None:
             raise ValueError("data_dir applies only to the embedded server (url=None)")
         spec = parse_url(url)
-        async with open_wire(spec) as wire, _durable(wire, durability) as durable:
+        async with connect(spec) as wire, _durable(wire, durability) as durable:
             bus = Bus(wire, max_payload_bytes=max_payload_bytes, durability=durability,
                       durable=durable)  # fmt: skip
             if durable is not None and not (await read_storage(bus)).aof:
@@ -73,7 +81,7 @@ async def open_bus(
         return
     async with (
         start_server(data_dir) as server,
-        open_wire(server.url) as wire,
+        connect(server.url) as wire,
         _durable(wire, durability) as durable,
         trio.open_nursery() as nursery,
     ):
@@ -92,6 +100,10 @@ async def open_bus(
             yield bus
         finally:
             nursery.cancel_scope.cancel()
+
+
+_TRANSPORTS: dict[str, Callable[[str | ConnectionSpec], AbstractAsyncContextManager[Transport]]]
+_TRANSPORTS = {"glide": open_wire, "trio": open_trio}
 
 
 @asynccontextmanager

@@ -83,7 +83,6 @@ import trio
 from echomq_trio import address
 from echomq_trio.address import process_state
 from echomq_trio.aof import damage_message, damaged_file
-from echomq_trio.codec import as_text
 from echomq_trio.datadir import PRIVATE_FILE_MODE, DataDir, write_private
 from echomq_trio.errors import (
     BusError,
@@ -92,6 +91,7 @@ from echomq_trio.errors import (
     ServerNotFound,
     first_error,
 )
+from echomq_trio.replies import as_text
 from echomq_trio.wire import open_wire
 
 __all__ = [

@@ -40,6 +40,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+import attrs
 import trio
 from glide import (
     AdvancedGlideClientConfiguration,
@@ -61,7 +62,6 @@ from glide_shared.exceptions import ClosingError, GlideError, RequestError
 from glide_shared.exceptions import ConnectionError as GlideConnectionError
 from glide_shared.exceptions import TimeoutError as GlideTimeoutError
 
-from echomq_trio.codec import as_bytes, as_text
 from echomq_trio.errors import (
     AuthenticationFailed,
     BusError,
@@ -73,16 +73,20 @@ from echomq_trio.errors import (
     WritesRefused,
 )
 from echomq_trio.lua import script_source
+from echomq_trio.replies import as_bytes, as_text
 from echomq_trio.transport import DEFAULT_TIMEOUT_MS, ConnectionSpec, Message
 
 __all__ = [
     "ConnectionSpec",
     "GlideSubscription",
     "Message",
+    "RefusalLog",
     "Wire",
     "open_wire",
     "parse_url",
+    "probe",
     "script_source",
+    "server_error",
 ]
 
 log = logging.getLogger("echomq_trio.wire")
@@ -219,21 +223,54 @@ def _translate(exc: GlideError, where: str) -> BusError:
         return _lost(exc, _LOST.format(where))
     if isinstance(exc, RequestError):
         text = str(exc)
-        if _OUT_OF_MEMORY.search(text):
-            return OutOfMemory(f"the server is out of memory and refused a write: {text}")
-        if _PERSISTENCE.search(text):
-            return PersistenceFailed(
-                f"the server cannot write its append-only file and refused a write: {text}"
-            )
-        if _REFUSED.search(text):
-            return WritesRefused(f"the server refused a write for now: {text}")
-        if any(c in text for c in _TRANSIENT):  # the server's own reply: it says why
-            return ConnectionLost(text)
-        low = text.lower()
-        if "connection" in low or "broken pipe" in low:
-            return _lost(exc, _LOST.format(where))
-        return ServerError(text)
+        error = server_error(text)
+        if type(error) is ServerError:
+            low = text.lower()
+            if "connection" in low or "broken pipe" in low:
+                return _lost(exc, _LOST.format(where))
+        return error
     return BusError(str(exc))
+
+
+def server_error(text: str) -> BusError:
+    """The bus's error for an error reply of the server (``text``, as the server or a client
+    words it): a refused write (``WritesRefused`` and its kinds), a "not now" (``LOADING``,
+    ``TRYAGAIN``...: ``ConnectionLost``), else ``ServerError``. Every transport maps by this."""
+    if _OUT_OF_MEMORY.search(text):
+        return OutOfMemory(f"the server is out of memory and refused a write: {text}")
+    if _PERSISTENCE.search(text):
+        return PersistenceFailed(
+            f"the server cannot write its append-only file and refused a write: {text}"
+        )
+    if _REFUSED.search(text):
+        return WritesRefused(f"the server refused a write for now: {text}")
+    if any(c in text for c in _TRANSIENT):  # the server's own reply: it says why
+        return ConnectionLost(text)
+    return ServerError(text)
+
+
+@attrs.define
+class RefusalLog:
+    """Tells of refused writes on ``echomq_trio.wire``: one warning at most every
+    ``REFUSAL_REPORT_EVERY_S``, counting the writes refused since the last."""
+
+    where: str
+    refused: int = 0  # writes refused since the last report
+    reported_at: float | None = None
+
+    def note(self, error: BusError, said: object) -> None:
+        if not isinstance(error, WritesRefused):
+            return
+        self.refused += 1
+        now = trio.current_time()
+        last = self.reported_at
+        if last is None or now - last >= REFUSAL_REPORT_EVERY_S:
+            log.warning(
+                "the server at %s refuses writes: %d refused since the last report (%s): %s",
+                self.where, self.refused, _REMEDY[type(error)], said,
+            )  # fmt: skip
+            self.refused = 0
+            self.reported_at = now
 
 
 def _lost(exc: GlideError, said: str) -> ConnectionLost:
@@ -250,8 +287,7 @@ class Wire:
         self._client = client
         # Bounded by the scripts on disk: a name without one raises before it is added.
         self._scripts: dict[str, Script] = {}
-        self._refused = 0  # writes refused since the last report
-        self._refusal_reported_at: float | None = None
+        self._refusals = RefusalLog(spec.redacted())
 
     @property
     def cluster(self) -> bool:
@@ -261,17 +297,7 @@ class Wire:
         """The bus's error for the library's ``exc``; a refused write is logged (at most a line
         every ``REFUSAL_REPORT_EVERY_S``)."""
         error = _translate(exc, self.spec.redacted())
-        if isinstance(error, WritesRefused):
-            self._refused += 1
-            now = trio.current_time()
-            last = self._refusal_reported_at
-            if last is None or now - last >= REFUSAL_REPORT_EVERY_S:
-                log.warning(
-                    "the server at %s refuses writes: %d refused since the last report (%s): %s",
-                    self.spec.redacted(), self._refused, _REMEDY[type(error)], exc,
-                )  # fmt: skip
-                self._refused = 0
-                self._refusal_reported_at = now
+        self._refusals.note(error, exc)
         return error
 
     async def script(self, name: str, keys: Sequence[str], args: Sequence[str | bytes]) -> Any:
@@ -526,8 +552,9 @@ async def _probe_seed(host: str, port: int, tls: bool) -> str | None:
     return None
 
 
-async def _probe(spec: ConnectionSpec) -> None:
-    """Raise ``ConnectionLost`` saying why, when no seed of ``spec`` can serve a connection."""
+async def probe(spec: ConnectionSpec) -> None:
+    """Raise ``ConnectionLost`` saying why, when no seed of ``spec`` can serve a connection
+    (every transport probes before it connects: see the module's docstring)."""
     problems: list[str | None] = [None] * len(spec.hosts)
 
     async def one(i: int, host: str, port: int) -> None:
@@ -565,7 +592,7 @@ async def open_wire(target: str | ConnectionSpec) -> AsyncIterator[Wire]:
     """
     spec = parse_url(target) if isinstance(target, str) else target
     _configure_logging()
-    await _probe(spec)
+    await probe(spec)
     try:
         client = await _connect(spec)
     except GlideError as exc:

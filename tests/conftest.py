@@ -18,16 +18,15 @@ its logic is the same on either topology and runs standalone. A test that uses a
 is marked ``server`` automatically; a module that starts servers or processes of its own says
 so with ``server`` or ``slow`` (several processes, or tens of seconds in one). The fast tier,
 ``pytest -m "not server and not slow"`` (``just test-fast``), needs no server at all and runs
-in seconds. ``ECHOMQ_TEST_TOPOLOGY`` (``standalone,cluster`` by default) narrows the topologies."""
+in seconds. ``ECHOMQ_TEST_TOPOLOGY`` (``standalone,cluster`` by default) narrows the topologies;
+``ECHOMQ_TEST_TRANSPORT`` (``glide`` by default, or ``trio``) is the transport of the ``bus``
+fixture."""
 
 from __future__ import annotations
 
 import functools
 import inspect
 import os
-import socket
-import subprocess
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -40,16 +39,12 @@ from echomq_trio import Bus, open_bus
 from echomq_trio.server import (
     cluster_node_config,
     cluster_url,
-    find_server_binary,
     form_cluster,
     free_port,
-    server_argv,
-    write_config,
 )
-from tests.support import SteppingServer
+from tests.support import PASSWORD, SteppingServer, start_test_server, stop_servers
 
 DEFAULT_TIMEOUT_S = 60
-PASSWORD = "test-" + uuid.uuid4().hex[:12]
 
 
 SERVER_FIXTURES = {
@@ -96,56 +91,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.obj = wrap(fn, limit)  # type: ignore[attr-defined]
 
 
-def _wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server on {port} exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                s.sendall(f"AUTH {PASSWORD}\r\nPING\r\n".encode())
-                data = b""
-                while b"PONG" not in data and b"-" not in data:
-                    chunk = s.recv(100)
-                    if not chunk:
-                        break
-                    data += chunk
-                if b"PONG" in data:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.05)  # sync fixture, outside any trio run
-    raise RuntimeError(f"server on {port} not ready in {timeout}s")
-
-
-def _spawn(
-    folder: Path, extra: list[tuple[str, str]], port: int, env: dict[str, str] | None = None
-) -> subprocess.Popen[bytes]:
-    folder.mkdir(parents=True, exist_ok=True)
-    argv = server_argv(find_server_binary(), write_config(folder, port, PASSWORD, extra))
-    proc = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env and {**os.environ, **env}
-    )
-    _wait_ready(port, proc)
-    return proc
-
-
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for p in procs:
-        p.terminate()
-    for p in procs:
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-
-
 @pytest.fixture(scope="session")
 def standalone_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
-    proc = _spawn(tmp_path_factory.mktemp("standalone"), [], port)
+    proc = start_test_server(tmp_path_factory.mktemp("standalone"), [], port)
     yield f"redis://:{PASSWORD}@127.0.0.1:{port}"
-    _stop([proc])
+    stop_servers([proc])
 
 
 @pytest.fixture(scope="session")
@@ -157,13 +108,13 @@ def cluster_url_(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         for i in range(3):
             folder = root / f"node{i}"
             port = free_port(with_bus_port=True)
-            procs.append(_spawn(folder, cluster_node_config(folder, PASSWORD), port))
+            procs.append(start_test_server(folder, cluster_node_config(folder, PASSWORD), port))
             ports.append(port)
         urls = [f"redis://:{PASSWORD}@127.0.0.1:{p}" for p in ports]
         trio.run(form_cluster, urls, ports)
         yield cluster_url(PASSWORD, ports)
     finally:
-        _stop(procs)
+        stop_servers(procs)
 
 
 # libfaketime (Debian's faketime package; .ci/run installs it): a server whose clock a test steps.
@@ -185,11 +136,11 @@ def stepping_server(tmp_path: Path) -> Iterator[SteppingServer]:
         "FAKETIME_DONT_FAKE_MONOTONIC": "1",
     }
     port = free_port()
-    proc = _spawn(tmp_path / "server", [], port, env)
+    proc = start_test_server(tmp_path / "server", [], port, env)
     try:
         yield SteppingServer(f"redis://:{PASSWORD}@127.0.0.1:{port}", offset)
     finally:
-        _stop([proc])
+        stop_servers([proc])
 
 
 def _topology() -> list[str]:
@@ -211,9 +162,18 @@ def standalone_only(standalone_url: str) -> str:
     return standalone_url
 
 
+def test_transport() -> str:
+    """The transport the ``bus`` fixture opens (``ECHOMQ_TEST_TRANSPORT``, ``glide`` by
+    default)."""
+    return os.environ.get("ECHOMQ_TEST_TRANSPORT", "glide")
+
+
+test_transport.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
+
+
 @pytest.fixture
 async def bus(server_url: str) -> AsyncIterator[Bus]:
-    async with open_bus(server_url) as b:
+    async with open_bus(server_url, transport=test_transport()) as b:
         yield b
 
 

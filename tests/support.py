@@ -1,4 +1,5 @@
-"""Helpers shared by tests of both packages: helper processes started from a test (and ended
+"""Helpers shared by tests of both packages: the test servers the fixtures start (password
+``PASSWORD``); helper processes started from a test (and ended
 with it), processes of a data directory, and running ``python -m codemojex.run`` as a user
 does, reading its output line by line; samples of a Prometheus scrape by name and labels;
 garbage put in the middle of a stopped server's append-only file, and ``echomq`` run on it; the
@@ -16,15 +17,20 @@ import linecache
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import time
 import tracemalloc
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import trio
 from prometheus_client.parser import text_string_to_metric_families
+
+from echomq_trio.server import find_server_binary, server_argv, write_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -269,3 +275,56 @@ class SteppingServer:
         tmp = self.offset_file.with_suffix(".tmp")
         tmp.write_text(f"{self.offset_s:+.3f}\n")
         os.replace(tmp, self.offset_file)  # libfaketime never reads half a file
+
+
+# --- test servers (the fixtures in tests/conftest.py start them) -------------------------------
+
+PASSWORD = "test-" + uuid.uuid4().hex[:12]  # every test server's
+
+
+def wait_server_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
+    """Block until the test server on ``port`` answers ``PING`` (sync: for fixtures)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server on {port} exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                s.sendall(f"AUTH {PASSWORD}\r\nPING\r\n".encode())
+                data = b""
+                while b"PONG" not in data and b"-" not in data:
+                    chunk = s.recv(100)
+                    if not chunk:
+                        break
+                    data += chunk
+                if b"PONG" in data:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)  # sync fixture, outside any trio run
+    raise RuntimeError(f"server on {port} not ready in {timeout}s")
+
+
+def start_test_server(
+    folder: Path, extra: list[tuple[str, str]], port: int, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """A test server (``find_server_binary``, password ``PASSWORD``) in ``folder`` on ``port``,
+    with ``extra`` config lines, answering once this returns."""
+    folder.mkdir(parents=True, exist_ok=True)
+    argv = server_argv(find_server_binary(), write_config(folder, port, PASSWORD, extra))
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env and {**os.environ, **env}
+    )
+    wait_server_ready(port, proc)
+    return proc
+
+
+def stop_servers(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Stop test servers: SIGTERM, then SIGKILL after 10 s."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()

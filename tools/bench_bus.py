@@ -1,10 +1,12 @@
 """Benchmark of the echomq_trio job bus; prints ONE JSON object on stdout.
 
-Run ``python tools/bench_bus.py [--url URL] [--quick]``. Without ``--url`` it starts the embedded
-server (``open_bus()`` with no URL: a redis-server child process in a temporary directory). The
-machine this was written for has 2 noisy cores, so every figure is measured in the same run and
-the JSON carries ratios against plain SET round trips, which are less sensitive to that noise than
-absolute numbers. Stops by itself within about four minutes (a hard limit cancels it).
+Run ``python tools/bench_bus.py [--url URL] [--quick] [--transport {glide,trio}]``. Without
+``--url`` it starts the embedded server (``open_bus()`` with no URL: a redis-server child process
+in a temporary directory). The machine this was written for has 2 noisy cores, so every figure is
+measured in the same run and the JSON carries ratios against plain SET round trips, which are
+less sensitive to that noise than absolute numbers. Stops by itself within about four minutes (a
+hard limit cancels it). ``--transport`` is ``open_bus``'s (``glide`` by default; ``trio``:
+``echomq_trio.resp``), for this process and its worker alike.
 
 What each number means (rates are operations per second of wall time):
 
@@ -141,21 +143,21 @@ async def _server_load(bus: Bus) -> dict[str, Any]:
     }
 
 
-async def _worker_main(queue: str, total: int, tuned: bool) -> None:
+async def _worker_main(queue: str, total: int, tuned: bool, transport: str) -> None:
     url = os.environ[URL_ENV]
     with trio.fail_after(WORKER_LIMIT_S):
-        async with open_bus(url) as bus:
+        async with open_bus(url, transport=transport) as bus:
             result = await run_noop_consumer(bus, queue, total, tuned=tuned)
     print(json.dumps(result), flush=True)
 
 
 async def _noop_subprocess(
-    url: str, queue: str, total: int, *, tuned: bool = True
+    url: str, queue: str, total: int, *, transport: str, tuned: bool = True
 ) -> dict[str, Any]:
     # The worker imports echomq_trio from wherever this process did (PYTHONPATH may be unset).
     path = os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, URL_ENV: url, "PYTHONPATH": path}
-    argv = [sys.executable, THIS_FILE, "--worker", queue, str(total)]
+    argv = [sys.executable, THIS_FILE, "--worker", queue, str(total), "--transport", transport]
     if not tuned:
         argv.append("--defaults")
     with trio.fail_after(WORKER_LIMIT_S + 10):
@@ -253,7 +255,7 @@ async def bench_lateness(
 # --- the benchmark -------------------------------------------------------------------------
 
 
-async def bench(url: str | None, quick: bool) -> dict[str, Any]:
+async def bench(url: str | None, quick: bool, transport: str = "glide") -> dict[str, Any]:
     duration_s = 1.0 if quick else 2.0
     noop_jobs = 10_000 if quick else 50_000
     run_id = uuid.uuid4().hex[:8]
@@ -262,9 +264,10 @@ async def bench(url: str | None, quick: bool) -> dict[str, Any]:
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),
         "quick": quick,
+        "transport": transport,
     }
     details: dict[str, Any] = {"duration_s_per_rate": duration_s, "tasks": CONCURRENT_TASKS}
-    async with open_bus(url) as bus:
+    async with open_bus(url, transport=transport) as bus:
         server_url = bus.server.url if bus.server is not None else str(url)
         out["server"] = "url" if bus.server is None else "embedded"
         out["server_version"] = await server_version(bus)
@@ -312,9 +315,11 @@ async def bench(url: str | None, quick: bool) -> dict[str, Any]:
         q_default = queue("noop-default")
         q_in = queue("noop-in")
         batched_sub = await enqueue_batches(bus, q_sub, noop_jobs, PAYLOAD, BATCH)
-        sub = await _noop_subprocess(server_url, q_sub, noop_jobs)
+        sub = await _noop_subprocess(server_url, q_sub, noop_jobs, transport=transport)
         batched_default = await enqueue_batches(bus, q_default, noop_jobs, PAYLOAD, BATCH)
-        default = await _noop_subprocess(server_url, q_default, noop_jobs, tuned=False)
+        default = await _noop_subprocess(
+            server_url, q_default, noop_jobs, transport=transport, tuned=False
+        )
         batched_in = await enqueue_batches(bus, q_in, noop_jobs, PAYLOAD, BATCH)
         inproc = await run_noop_consumer(bus, q_in, noop_jobs)
         out["enqueue_batched_per_s"] = _round(batched_sub)
@@ -382,9 +387,9 @@ async def bench(url: str | None, quick: bool) -> dict[str, Any]:
     return out
 
 
-async def _main(url: str | None, quick: bool) -> None:
+async def _main(url: str | None, quick: bool, transport: str) -> None:
     with trio.fail_after(HARD_LIMIT_S):
-        result = await bench(url, quick)
+        result = await bench(url, quick, transport)
     print(json.dumps(result, indent=2), flush=True)
 
 
@@ -392,6 +397,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--url", help="server URL; default: start an embedded server")
     parser.add_argument("--quick", action="store_true", help="shorter runs, 10,000 no-op jobs")
+    parser.add_argument(
+        "--transport", choices=("glide", "trio"), default="glide", help="open_bus's transport"
+    )
     parser.add_argument(
         "--worker",
         nargs=2,
@@ -404,9 +412,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.worker:
         queue, total = args.worker
-        trio.run(_worker_main, queue, int(total), not args.defaults)
+        trio.run(_worker_main, queue, int(total), not args.defaults, args.transport)
     else:
-        trio.run(_main, args.url, args.quick)
+        trio.run(_main, args.url, args.quick, args.transport)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from echomq_trio.checks import (
     check_name,
     check_payload,
 )
-from echomq_trio.codec import as_text
+from echomq_trio.replies import as_text
 from echomq_trio.results import (
     Outcome,
 )

@@ -16,7 +16,6 @@ from echomq_trio.checks import (
     check_payload,
     check_when,
 )
-from echomq_trio.codec import as_bytes, as_text
 from echomq_trio.keys import QueueKeys
 from echomq_trio.protocol._base import (
     DEFAULT_KEY_TTL_MS,
@@ -39,6 +38,7 @@ from echomq_trio.protocol._base import (
     _tokens,
     outcome_reply,
 )
+from echomq_trio.replies import as_bytes, as_text
 from echomq_trio.results import (
     Admitted,
     ClockCarried,

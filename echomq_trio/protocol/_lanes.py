@@ -11,7 +11,6 @@ from echomq_trio.checks import (
     check_lane_cursor,
     check_ms,
 )
-from echomq_trio.codec import as_text
 from echomq_trio.keys import QueueKeys
 from echomq_trio.protocol._base import (
     Call,
@@ -19,6 +18,7 @@ from echomq_trio.protocol._base import (
     _named,
     _refuse_uncounted,
 )
+from echomq_trio.replies import as_text
 from echomq_trio.results import (
     LanePage,
     LaneStatus,

@@ -13,7 +13,6 @@ from echomq_trio.checks import (
     check_name,
     check_payload,
 )
-from echomq_trio.codec import as_bytes, as_text
 from echomq_trio.keys import QueueKeys
 from echomq_trio.protocol._base import (
     Arg,
@@ -23,6 +22,7 @@ from echomq_trio.protocol._base import (
     _named,
     _time,
 )
+from echomq_trio.replies import as_bytes, as_text
 from echomq_trio.results import (
     Fired,
     Registered,

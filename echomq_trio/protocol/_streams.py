@@ -11,7 +11,6 @@ from echomq_trio.checks import (
     check_name,
     check_stream_id,
 )
-from echomq_trio.codec import as_bytes, as_text
 from echomq_trio.keys import QueueKeys
 from echomq_trio.protocol._base import (
     AUDIT_ACK_MAX,
@@ -20,6 +19,7 @@ from echomq_trio.protocol._base import (
     _call,
     _named,
 )
+from echomq_trio.replies import as_bytes, as_text
 from echomq_trio.results import (
     Acknowledged,
     AuditOutcome,

@@ -13,8 +13,8 @@ import pytest
 
 from codemojex.notify.rate_limiter import RateLimiter
 from echomq_trio import Bus, audit, jobs, lanes, open_bus, repeat
-from echomq_trio.codec import as_text
 from echomq_trio.keys import SCHEMA, queue_keys
+from echomq_trio.replies import as_text
 
 pytestmark = pytest.mark.cluster
 

@@ -33,8 +33,8 @@ from codemojex.telegram.bot import open_bot
 from codemojex.telegram.limits import Limits
 from echomq_trio import Bus, Exponential, Jitter, Metronome, audit, ids, jobs
 from echomq_trio.audit import AuditOutcome, AuditRecord
-from echomq_trio.codec import as_text
 from echomq_trio.datadir import InUse
+from echomq_trio.replies import as_text
 from echomq_trio.server import free_port
 from tests.support import ROOT, read_line, spawn, wait_for
 
