@@ -116,7 +116,7 @@ def _bound(value: object) -> object:
 
 async def _ls(bus: Bus, args: argparse.Namespace) -> Any:
     await _known(bus, args.queue)
-    now = await bus.wire.server_time_ms()
+    now = await bus.transport.server_time_ms()
     if args.what == "repeat":
         regs = await repeat.list_repeats(bus, args.queue, args.limit)
         if args.json:
@@ -165,7 +165,7 @@ async def _show(bus: Bus, args: argparse.Namespace) -> Any:
         raise CliError(f"no job {args.job_id} in {args.queue!r} (never enqueued, or finished)")
     if args.json:
         return info
-    now = await bus.wire.server_time_ms()
+    now = await bus.transport.server_time_ms()
     return _table(
         ["field", "value"],
         [("id", info.id), ("state", info.state), ("attempts", info.attempts),

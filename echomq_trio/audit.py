@@ -74,7 +74,7 @@ async def read(
     command = protocol.read_group_command(
         bus.keys(queue).audit, group, consumer, count, pending=pending
     )
-    raw = await bus.wire.command(*command)
+    raw = await bus.transport.command(*command)
     return protocol.audit_records(protocol.read_group_entries(raw))
 
 
@@ -87,7 +87,7 @@ async def autoclaim(
     A cancelled call may have moved records to ``consumer`` that the caller never saw: read
     them with ``read(..., pending=True)``."""
     command = protocol.autoclaim_command(bus.keys(queue).audit, group, consumer, min_idle_ms, count)
-    return protocol.audit_records(protocol.autoclaim_entries(await bus.wire.command(*command)))
+    return protocol.audit_records(protocol.autoclaim_entries(await bus.transport.command(*command)))
 
 
 async def ack_and_trim(bus: Bus, queue: str, group: str, stream_ids: Sequence[str]) -> Acknowledged:

@@ -57,16 +57,16 @@ def _command_arg(arg: CommandArg) -> str | bytes:
 class Bus:
     """A connection to one server (or cluster). Cheap to share between tasks.
 
-    ``wire`` is any ``Transport``: ``open_bus`` gives the client library's ``wire.Wire`` (or
+    ``transport`` is any ``Transport``: ``open_bus`` gives the client library's ``wire.Wire`` (or
     with ``transport="trio"`` the bus's own, ``echomq_trio.resp``); a test may wrap it
-    (``Bus(testing.FaultyTransport(bus.wire))``) to fail or cancel chosen calls."""
+    (``Bus(testing.FaultyTransport(bus.transport))``) to fail or cancel chosen calls."""
 
-    wire: Transport
+    transport: Transport
     server: EmbeddedServer | None = None
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES  # larger payloads raise before any I/O
     # When calls return: once the server holds the write in memory, or (OnDisk) once its
     # append-only file does (echomq_trio.durability); ``open_bus`` gives OnDisk's calls a
-    # connection of their own (``durable``), else they share ``wire``.
+    # connection of their own (``durable``), else they share ``transport``.
     durability: Durability = InMemory()
     durable: DurableCalls | None = attrs.field(default=None, kw_only=True)
     # This bus's id in the rows of the jobs it claims: a restart that knows this bus is gone
@@ -86,7 +86,7 @@ class Bus:
         g = self._gatherers.get(queue)
         if g is None:
             # A batch's call may wait for the disk too (OnDisk): up to its timeout more.
-            wait_ms = self.wire.spec.timeout_ms
+            wait_ms = self.transport.spec.timeout_ms
             if isinstance(self.durability, OnDisk):
                 wait_ms += self.durability.timeout_ms
             g = self._gatherers[queue] = Gatherer(wait_ms / 1000 + 1)
@@ -104,7 +104,7 @@ class Bus:
 
     def __attrs_post_init__(self) -> None:
         if isinstance(self.durability, OnDisk) and self.durable is None:
-            self.durable = DurableCalls((self.wire,), self.durability)
+            self.durable = DurableCalls((self.transport,), self.durability)
 
     async def run(self, call: Call[T]) -> T:
         """Run one script call built by ``protocol`` and return its result, decoded by the call
@@ -113,7 +113,7 @@ class Bus:
         append-only file holds it (``durability.NotDurable`` after its timeout)."""
         if self.durable is not None and self.durability.waits_for(call.script):
             return call.decode(await self.durable.run(call))
-        return call.decode(await self.wire.script(call.script, call.keys, call.args))
+        return call.decode(await self.transport.script(call.script, call.keys, call.args))
 
     async def command(self, *args: CommandArg) -> Reply:
         """Run one raw command on the bus's connection (routed by its key on a cluster), e.g.
@@ -121,7 +121,7 @@ class Bus:
         text (a bool or another type raises ``TypeError``). Failures raise ``BusError``
         subclasses, as every call of the bus does. Use ``bus.keys(q).app(name)`` for a key in a
         queue's slot. A cancelled call may or may not have run on the server."""
-        reply: Reply = await self.wire.command(*map(_command_arg, args))
+        reply: Reply = await self.transport.command(*map(_command_arg, args))
         return reply
 
     def subscribe(
@@ -129,9 +129,9 @@ class Bus:
     ) -> AbstractAsyncContextManager[Subscription]:
         """A client of its own subscribed to ``channels`` and ``patterns`` (pub/sub), for
         ``async with``: each message is one ``PUBLISH`` (``message.data`` is bytes)."""
-        return self.wire.subscribe(channels=channels, patterns=patterns)
+        return self.transport.subscribe(channels=channels, patterns=patterns)
 
     @property
     def url(self) -> str:
         """The URL of the server, password redacted."""
-        return self.wire.spec.redacted()
+        return self.transport.spec.redacted()

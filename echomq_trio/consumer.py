@@ -292,7 +292,7 @@ class Consumer:
             begin_stop(0)
 
         try:
-            async with self.bus.wire.blocking() as parker, trio.open_nursery() as outer:
+            async with self.bus.transport.blocking() as parker, trio.open_nursery() as outer:
                 outer.start_soon(self._claim_loop, work_send, parker, slots)
                 outer.start_soon(self._watch, partial(begin_stop, self.grace_s))
                 task_status.started()
@@ -394,9 +394,9 @@ class Consumer:
         self._next_check = trio.current_time() + OVERDUE_BEATS * self.beat_ms / 1000
         k = self.bus.keys(self.queue)
         try:
-            late = await self.bus.wire.server_time_ms() - OVERDUE_BEATS * self.beat_ms
+            late = await self.bus.transport.server_time_ms() - OVERDUE_BEATS * self.beat_ms
             overdue = [
-                int(await self.bus.wire.command("ZCOUNT", key, "-inf", str(late)))
+                int(await self.bus.transport.command("ZCOUNT", key, "-inf", str(late)))
                 for key in (k.schedule, k.repeats)
             ]
         except BusError:

@@ -23,7 +23,7 @@ async def main() -> None:
     async with open_bus() as bus:
         assert bus.server is not None
         say(f"embedded server {bus.server.binary} on 127.0.0.1:{bus.server.port}")
-        now = await bus.wire.server_time_ms()
+        now = await bus.transport.server_time_ms()
         batch = [(ids.generate("JOB"), f"hello #{n}") for n in range(1, 4)]
         admitted = await jobs.enqueue_many(bus, QUEUE, batch)
         say(f"enqueue_many: {[a.outcome.value for a in admitted]}")

@@ -70,13 +70,15 @@ async def read(
     bus: Bus, queue: str, after: str = "-", count: int = 100, *, stream: str = "events"
 ) -> list[Event]:
     """Up to ``count`` entries after stream id ``after`` (exclusive; ``"-"`` from the start)."""
-    raw = await bus.wire.command(*protocol.range_command(_key(bus, queue, stream), after, count))
+    raw = await bus.transport.command(
+        *protocol.range_command(_key(bus, queue, stream), after, count)
+    )
     return _events(protocol.stream_entries(raw))
 
 
 async def last_id(bus: Bus, queue: str, *, stream: str = "events") -> str:
     """The id of the newest entry, or ``"0-0"`` for an empty stream."""
-    raw = await bus.wire.command(*protocol.last_id_command(_key(bus, queue, stream)))
+    raw = await bus.transport.command(*protocol.last_id_command(_key(bus, queue, stream)))
     entries = protocol.stream_entries(raw)
     return entries[0].stream_id if entries else "0-0"
 
@@ -107,7 +109,7 @@ async def create_group(
     entries only, or a stream id); ``False`` if it exists already. Creates the stream if needed."""
     command = protocol.create_group_command(_key(bus, queue, stream), group, start)
     try:
-        await bus.wire.command(*command)
+        await bus.transport.command(*command)
     except ServerError as exc:
         if "BUSYGROUP" in str(exc):
             return False
@@ -130,7 +132,7 @@ async def read_group(
     command = protocol.read_group_command(
         _key(bus, queue, stream), group, consumer, count, pending=pending
     )
-    return _events(protocol.read_group_entries(await bus.wire.command(*command)))
+    return _events(protocol.read_group_entries(await bus.transport.command(*command)))
 
 
 async def ack(
@@ -140,7 +142,7 @@ async def ack(
     command = protocol.stream_ack_command(_key(bus, queue, stream), group, stream_ids)
     if not command:
         return 0
-    return int(await bus.wire.command(*command))
+    return int(await bus.transport.command(*command))
 
 
 async def autoclaim(
@@ -158,4 +160,4 @@ async def autoclaim(
     command = protocol.autoclaim_command(
         _key(bus, queue, stream), group, consumer, min_idle_ms, count
     )
-    return _events(protocol.autoclaim_entries(await bus.wire.command(*command)))
+    return _events(protocol.autoclaim_entries(await bus.transport.command(*command)))

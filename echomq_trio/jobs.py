@@ -241,7 +241,7 @@ async def clock_total(bus: Bus, queue: str) -> int:
     """The sum of every step of the server clock recorded on ``queue`` (ms; 0 before any):
     note it with a time an application writes, and that time reads, after later steps, as
     itself plus what the sum grew by since. Read only (one ``HGET``)."""
-    total = await bus.wire.command("HGET", bus.keys(queue).meta, "clock_total")
+    total = await bus.transport.command("HGET", bus.keys(queue).meta, "clock_total")
     return 0 if total is None else int(total)
 
 

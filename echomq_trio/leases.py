@@ -44,7 +44,7 @@ COUNTER = {
 async def shielded(bus: Bus, call: Callable[[], Awaitable[T]]) -> T:
     """Run a request whose answer must be seen (a claim: else jobs would be held unknowingly),
     shielded from cancellation for at most the wire's timeout and a second."""
-    timeout = bus.wire.spec.timeout_ms / 1000 + 1
+    timeout = bus.transport.spec.timeout_ms / 1000 + 1
     with trio.CancelScope(shield=True, deadline=trio.current_time() + timeout):
         return await call()
     raise RequestTimedOut("shielded request passed its deadline")

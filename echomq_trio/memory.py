@@ -17,12 +17,12 @@ from echomq_trio.transport import Transport
 __all__ = ["MemoryUse", "memory_use", "parse_info_memory", "size_text"]
 
 
-class _Wired(Protocol):
-    """What ``memory_use`` reads of a ``Bus``: its ``wire`` (the bus's module imports this one,
+class _Carried(Protocol):
+    """What ``memory_use`` reads of a ``Bus``: its ``transport`` (the bus's module imports this one,
     through ``storage``, so ``Bus`` is not named here)."""
 
     @property
-    def wire(self) -> Transport: ...
+    def transport(self) -> Transport: ...
 
 
 @attrs.frozen
@@ -52,9 +52,9 @@ def parse_info_memory(text: str) -> MemoryUse:
     )
 
 
-async def memory_use(bus: _Wired) -> MemoryUse:
+async def memory_use(bus: _Carried) -> MemoryUse:
     """The server's memory use (on a cluster: the primary nearest its ceiling)."""
-    reply = await bus.wire.command("INFO", "memory")
+    reply = await bus.transport.command("INFO", "memory")
     texts = reply.values() if isinstance(reply, dict) else [reply]
     uses = [parse_info_memory(as_text(t)) for t in texts]
     return max(uses, key=lambda u: (u.fraction or 0.0, u.used_bytes))

@@ -162,7 +162,7 @@ class Metronome:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         tick = self.bus.keys(self.queue).tick
-        async with self.bus.wire.blocking() as parker:
+        async with self.bus.transport.blocking() as parker:
             task_status.started()
             next_reap = trio.current_time()
             failures = 0

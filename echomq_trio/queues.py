@@ -13,5 +13,5 @@ __all__ = ["queue_names"]
 
 async def queue_names(bus: Bus, *, count: int = 1000) -> list[str]:
     """Every queue on the server, sorted by name; ``count`` keys looked at per SCAN step."""
-    found = (queue_of_meta(key) for key in await bus.wire.scan(META_GLOB, count=count))
+    found = (queue_of_meta(key) for key in await bus.transport.scan(META_GLOB, count=count))
     return sorted(name for name in found if name is not None)

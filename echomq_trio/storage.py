@@ -37,11 +37,11 @@ log = logging.getLogger("echomq_trio.storage")
 
 
 class _Served(Protocol):
-    """What this module reads of a ``Bus``: its ``wire`` and its embedded ``server`` (the bus's
+    """What this module reads of a ``Bus``: its ``transport`` and its embedded ``server`` (the bus's
     module imports this one, so ``Bus`` is not named here)."""
 
     @property
-    def wire(self) -> Transport: ...
+    def transport(self) -> Transport: ...
 
     @property
     def server(self) -> EmbeddedServer | None: ...
@@ -123,7 +123,7 @@ async def read_storage(bus: _Served) -> Storage:
     """The server's ability to write its data (one ``INFO persistence``; on a cluster, every
     primary must be writing) and, for an embedded server, its data directory's file system.
     ``BusError`` when the server cannot be read."""
-    raw = await bus.wire.command("INFO", "persistence")
+    raw = await bus.transport.command("INFO", "persistence")
     texts = raw.values() if isinstance(raw, dict) else [raw]
     writable, aof = True, True
     for text in texts:

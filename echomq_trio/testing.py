@@ -4,7 +4,7 @@ Wrap the bus's transport and plan faults on it; the calls go to the real server,
 the n-th call a predicate matches, the transport raises a chosen ``BusError`` or cancels a scope,
 before the call is sent or after the server has run it (the answer lost)::
 
-    faulty = FaultyTransport(bus.wire)
+    faulty = FaultyTransport(bus.transport)
     lost = faulty.fail(scripts("ack"), ConnectionLost("injected"), nth=2, after=True)
     consumer = Consumer(Bus(faulty), queue, handler)
     ...

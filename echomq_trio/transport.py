@@ -3,7 +3,7 @@
 
 ``wire.Wire`` (valkey-glide) is the transport ``open_bus`` gives by default, ``echomq_trio.resp``
 (trio streams) the one it gives with ``transport="trio"``; ``testing.FaultyTransport``
-wraps any transport to fail or cancel chosen calls. ``Bus.wire`` is a ``Transport``: the
+wraps any transport to fail or cancel chosen calls. ``Bus.transport`` is a ``Transport``: the
 transitions (``jobs``, ``lanes``, ``repeat``, ``events``), the ``Consumer``, the ``Metronome``
 and the application talk to one, never to the client library.
 

@@ -30,7 +30,7 @@ DONE_POLL_S = 0.002  # how often a consumer run checks whether all jobs are acke
 
 async def info(bus: Bus, section: str) -> dict[str, str]:
     """One INFO section as a dict."""
-    text = as_text(await bus.wire.command("INFO", section))
+    text = as_text(await bus.transport.command("INFO", section))
     pairs = (line.split(":", 1) for line in text.splitlines() if ":" in line)
     return {key: value.strip() for key, value in pairs}
 
@@ -46,11 +46,11 @@ async def drop_queue(bus: Bus, queue: str) -> None:
     pattern = bus.keys(queue).prefix + "*"  # braces are not glob characters
     cursor = "0"
     while True:
-        cursor_raw, found = await bus.wire.command(
+        cursor_raw, found = await bus.transport.command(
             "SCAN", cursor, "MATCH", pattern, "COUNT", "10000"
         )
         if found:
-            await bus.wire.command("UNLINK", *found)
+            await bus.transport.command("UNLINK", *found)
         cursor = as_text(cursor_raw)
         if cursor == "0":
             return

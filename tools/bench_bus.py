@@ -10,7 +10,7 @@ hard limit cancels it). ``--transport`` is ``open_bus``'s (``glide`` by default;
 
 What each number means (rates are operations per second of wall time):
 
-* ``set_sequential_per_s``: ``await bus.wire.command("SET", key, "v")`` one at a time, so one
+* ``set_sequential_per_s``: ``await bus.transport.command("SET", key, "v")`` one at a time, so one
   client round trip each; the floor every other figure is compared with. It and
   ``enqueue_single_per_s`` are measured in turn, blocks of 50 calls each, 2 s of each in all.
 * ``set_concurrent_per_s``: the same from 64 trio tasks at once (the client pipelines them).
@@ -177,7 +177,7 @@ async def _clock_offset(bus: Bus, samples: int = 20) -> tuple[float, float]:
     best: tuple[float, float] | None = None
     for _ in range(samples):
         before = time.time() * 1000
-        server = await bus.wire.server_time_ms()
+        server = await bus.transport.server_time_ms()
         after = time.time() * 1000
         rtt = after - before
         # TIME is truncated to whole ms, so the true server time is up to 1 ms later.
@@ -208,7 +208,7 @@ async def bench_lateness(
     async with trio.open_nursery() as nursery:
         await nursery.start(metronome.run)
         await nursery.start(consumer.run)
-        base = await bus.wire.server_time_ms() + lead_ms
+        base = await bus.transport.server_time_ms() + lead_ms
         started = trio.current_time()
 
         async def schedule(first: int) -> None:
@@ -282,14 +282,14 @@ async def bench(url: str | None, quick: bool, transport: str = "glide") -> dict[
         set_key = f"bench-{run_id}-set"
 
         async def set_once() -> object:
-            return await bus.wire.command("SET", set_key, "v")
+            return await bus.transport.command("SET", set_key, "v")
 
         for _ in range(200):
             await set_once()
 
         def set_op(index: int) -> Callable[[], Awaitable[object]]:
             key = f"{set_key}-{index}"
-            return lambda: bus.wire.command("SET", key, "v")
+            return lambda: bus.transport.command("SET", key, "v")
 
         out["set_concurrent_per_s"] = _round(
             await _concurrent_rate(set_op, CONCURRENT_TASKS, duration_s)
@@ -348,7 +348,7 @@ async def bench(url: str | None, quick: bool, transport: str = "glide") -> dict[
         if bus.server is None:  # a server we do not own: leave it as we found it
             for name in queues:
                 await drop_queue(bus, name)
-            await bus.wire.command(
+            await bus.transport.command(
                 "DEL", set_key, *(f"{set_key}-{i}" for i in range(CONCURRENT_TASKS))
             )
 

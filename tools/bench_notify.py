@@ -365,10 +365,10 @@ async def _sample_limiter(bus: Bus, queue: str, margin_ms: int, out: list[_Sampl
     waits = bus.keys(queue).lane_waits
     span = LIMITS.global_.window_ms + margin_ms
     while True:
-        now = await bus.wire.server_time_ms()
-        used = await bus.wire.command("ZCOUNT", window, f"({now - span}", "+inf")
-        waiting = await bus.wire.command("ZCARD", waits)
-        ahead = await bus.wire.command("ZCOUNT", window, f"({now}", "+inf")
+        now = await bus.transport.server_time_ms()
+        used = await bus.transport.command("ZCOUNT", window, f"({now - span}", "+inf")
+        waiting = await bus.transport.command("ZCARD", waits)
+        ahead = await bus.transport.command("ZCOUNT", window, f"({now}", "+inf")
         free = max(0, LIMITS.global_.limit - int(used))
         out.append(_Sample(free, int(waiting), int(ahead)))
         await trio.sleep(SAMPLE_S)

@@ -100,7 +100,7 @@ async def _server_usec(bus: Bus, commands: list[str]) -> dict[str, float]:
 async def _rooms_json(bus: Bus, client: httpx.AsyncClient, url: str, n: int) -> dict[str, Any]:
     first = await client.get(f"{url}/rooms.json")
     body = first.json()
-    await bus.wire.command("CONFIG", "RESETSTAT")
+    await bus.transport.command("CONFIG", "RESETSTAT")
     timing = await _timed(lambda: client.get(f"{url}/rooms.json"))
     result: dict[str, Any] = {
         "rooms_json_first_page": {
@@ -135,12 +135,12 @@ async def _rooms_json(bus: Bus, client: httpx.AsyncClient, url: str, n: int) -> 
 async def _old_list_rooms(bus: Bus, room_ids: list[str]) -> dict[str, Any]:
     """The listing before the index, on the same rooms written into the old set."""
     for i in range(0, len(room_ids), 1000):
-        await bus.wire.command("SADD", LEGACY_KEY, *room_ids[i : i + 1000])
+        await bus.transport.command("SADD", LEGACY_KEY, *room_ids[i : i + 1000])
     started = time.perf_counter()
-    members = sorted(as_text(m) for m in await bus.wire.command("SMEMBERS", LEGACY_KEY))
+    members = sorted(as_text(m) for m in await bus.transport.command("SMEMBERS", LEGACY_KEY))
     rooms = []
     for room in members:
-        _chat, title = await bus.wire.command("HMGET", room_key(room, "room"), "chat", "title")
+        _chat, title = await bus.transport.command("HMGET", room_key(room, "room"), "chat", "title")
         rooms.append({"id": room, "title": as_text(title)})
     took = time.perf_counter() - started
     started = time.perf_counter()

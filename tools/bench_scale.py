@@ -135,12 +135,12 @@ def script_names() -> dict[str, str]:
 
 
 async def config_set(bus: Bus, name: str, value: str) -> None:
-    await bus.wire.command("CONFIG", "SET", name, value)
+    await bus.transport.command("CONFIG", "SET", name, value)
 
 
 async def encoding_limits(bus: Bus) -> dict[str, str]:
     """The compact-encoding limits in force (both spellings where the server knows both)."""
-    raw = await bus.wire.command("CONFIG", "GET", "*-max-*")
+    raw = await bus.transport.command("CONFIG", "GET", "*-max-*")
     pairs = raw.items() if isinstance(raw, dict) else zip(raw[::2], raw[1::2], strict=True)
     words = ("listpack", "ziplist", "intset")
     found = {as_text(k): as_text(v) for k, v in pairs}
@@ -153,19 +153,19 @@ async def used_memory(bus: Bus) -> int:
 
 async def empty_server(bus: Bus) -> None:
     """Delete every key (the server is ours), freeing them before it answers."""
-    await bus.wire.command("FLUSHALL", "SYNC")
+    await bus.transport.command("FLUSHALL", "SYNC")
 
 
 async def slowlog_reset(bus: Bus) -> None:
     await config_set(bus, "slowlog-log-slower-than", str(SLOWLOG_SLOWER_THAN_US))
     await config_set(bus, "slowlog-max-len", str(SLOWLOG_MAX_LEN))
-    await bus.wire.command("SLOWLOG", "RESET")
+    await bus.transport.command("SLOWLOG", "RESET")
 
 
 async def slowlog_calls(bus: Bus, shas: dict[str, str]) -> Calls:
     """(µs, what) of each call a client made that the slow log kept; ``what`` is a script's
     name for EVALSHA, else the command and its first argument."""
-    entries = await bus.wire.command("SLOWLOG", "GET", str(SLOWLOG_MAX_LEN))
+    entries = await bus.transport.command("SLOWLOG", "GET", str(SLOWLOG_MAX_LEN))
     calls = []
     for entry in entries:
         duration, argv = int(entry[2]), [as_text(a) for a in entry[3]]
@@ -271,7 +271,7 @@ async def timed_calls(bus: Bus, steps: list[Step], samples: int) -> dict[str, An
     server: dict[str, list[int]] = {name: [] for name, _ in steps}
     for _ in range(samples):
         for name, op in steps:
-            await bus.wire.command("CONFIG", "RESETSTAT")
+            await bus.transport.command("CONFIG", "RESETSTAT")
             start = time.perf_counter()
             await op()
             client[name].append((time.perf_counter() - start) * 1e6)
@@ -490,7 +490,7 @@ async def bytes_per_scheduled_job(run: Run) -> dict[str, Any]:
     log(f"memory: scheduling {total:,} jobs a year ahead")
     before = await used_memory(bus)
     start = trio.current_time()
-    run_at = await bus.wire.server_time_ms() + SCHEDULE_AHEAD_MS
+    run_at = await bus.transport.server_time_ms() + SCHEDULE_AHEAD_MS
     for first in range(0, total, BATCH):
         size = min(BATCH, total - first)
         items = [(ids.generate("JOB"), run.payload, run_at + first + i) for i in range(size)]

@@ -55,7 +55,7 @@ async def fill_bus(bus: Bus, nursery: trio.Nursery) -> None:
                    for _ in range(5)]  # fmt: skip
         await lanes.enqueue_many(bus, q, chat, notices)
     await lanes.pause(bus, q, "-1003")
-    await lanes.pause_until(bus, q, "-1004", await bus.wire.server_time_ms() + 90_000)
+    await lanes.pause_until(bus, q, "-1004", await bus.transport.server_time_ms() + 90_000)
     for minutes in (3, 45, 180):
         reminder = '{"chat": -1001, "text": "⏰ Round has started"}'
         await jobs.enqueue_in(bus, q, reminder, minutes * 60_000, job_id=ids.generate("JOB"))

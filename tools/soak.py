@@ -109,7 +109,7 @@ async def _key_patterns(bus: Bus) -> Counter[str]:
     counts: Counter[str] = Counter()
     cursor = "0"
     while True:
-        cursor_raw, found = await bus.wire.command("SCAN", cursor, "COUNT", "5000")
+        cursor_raw, found = await bus.transport.command("SCAN", cursor, "COUNT", "5000")
         counts.update(key_pattern(as_text(k)) for k in found)
         cursor = as_text(cursor_raw)
         if cursor == "0":
@@ -117,7 +117,7 @@ async def _key_patterns(bus: Bus) -> Counter[str]:
 
 
 async def _info_kib(bus: Bus, field: str) -> float:
-    text = as_text(await bus.wire.command("INFO", "memory"))
+    text = as_text(await bus.transport.command("INFO", "memory"))
     for line in text.splitlines():
         if line.startswith(field + ":"):
             return int(line.split(":", 1)[1]) / KIB

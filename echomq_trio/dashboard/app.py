@@ -142,7 +142,7 @@ class Dashboard:
     async def sample(self) -> None:
         """Read every known queue's counts once, render the view each event stream asks for
         (once for all the streams that ask the same) and wake the streams."""
-        now = await self.bus.wire.server_time_ms()
+        now = await self.bus.transport.server_time_ms()
         for name in self._names:
             self.history.add(name, now, await jobs.counts(self.bus, name))
         self._views = {query: await self._event(query) for query in list(self._streams)}
@@ -153,7 +153,7 @@ class Dashboard:
 
     async def state(self, query: view.Query) -> dict[str, Any]:
         """The view the page renders (``BusError`` when the server cannot be read)."""
-        now = await self.bus.wire.server_time_ms()
+        now = await self.bus.transport.server_time_ms()
         names, next_names = view.name_page(self._names, query.queues_after, query.count)
         shown = query.queue or (names[0] if names else "")
         return {

@@ -214,12 +214,12 @@ def test_no_module_but_the_schema_spells_an_app_key() -> None:
 
 def test_the_app_makes_no_raw_client_call() -> None:
     """Raw commands go through ``Bus.command`` and scripts through ``Bus.run``: no module
-    reaches the client under the bus (``bus.wire``)."""
+    reaches the client under the bus (``bus.transport``)."""
     hits = [
         f"{p.relative_to(ROOT)}:{n}"
         for p in PACKAGE.rglob("*.py")
         for n, line in enumerate(p.read_text().splitlines(), 1)
-        if ".wire." in line
+        if ".wire." in line or ".transport." in line
     ]
     assert hits == []
 
@@ -277,7 +277,7 @@ async def _app_keys_of(bus: Bus, queue: str, room_id: str) -> dict[str, str]:
     app_prefix = queue_keys(queue).app("x")[:-1]
     seen: dict[str, str] = {}
     for match in (room_prefix + "*", app_prefix + "*", "cm:[^{]*"):
-        for key in await bus.wire.scan(match):
+        for key in await bus.transport.scan(match):
             spec = _spec_of(key, room_prefix, app_prefix)
             assert spec is not None, f"undeclared key {key!r}"
             kind = await bus.command("TYPE", key)

@@ -121,7 +121,7 @@ async def test_notification_counters_scraped_during_a_burst_match_the_worker(
 
 @pytest.mark.timeout_s(30)
 async def test_metrics_answer_503_while_the_server_cannot_be_read(bus: Bus, queue: str) -> None:
-    faulty = FaultyTransport(bus.wire)
+    faulty = FaultyTransport(bus.transport)
     down = faulty.fail(scripts("counts"), ConnectionLost("injected"), times=1)
     metrics = ServiceMetrics(Bus(faulty), [queue])
     async with trio.open_nursery() as nursery, httpx.AsyncClient() as client:

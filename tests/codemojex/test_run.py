@@ -151,10 +151,10 @@ async def test_a_start_moves_the_rooms_of_the_old_set_into_the_index(tmp_path: P
     old = [(ids.new(ids.ROOM), f"Old Room {i}") for i in range(2)]
     async with open_bus(data_dir=tmp_path) as bus:  # rooms as the code before the index kept them
         for i, (room, title) in enumerate(old):
-            await bus.wire.command("HSET", room_key(room, "room"), "chat", str(-70 - i),
+            await bus.transport.command("HSET", room_key(room, "room"), "chat", str(-70 - i),
                                    "title", title)  # fmt: skip
-            await bus.wire.command("SADD", "cm:rooms", room)
-        await bus.wire.command("HSET", "cm:chat-rooms", "-70", old[0][0])  # and a chat's link
+            await bus.transport.command("SADD", "cm:rooms", room)
+        await bus.transport.command("HSET", "cm:chat-rooms", "-70", old[0][0])  # and a chat's link
     proc = await start_service(tmp_path, "--demo", "off", "--summary-every", "0")
     try:
         out = Lines(proc)
@@ -173,7 +173,7 @@ async def test_a_start_moves_the_rooms_of_the_old_set_into_the_index(tmp_path: P
         await stop_process(proc)
     async with open_bus(data_dir=tmp_path) as bus:
         assert await room_of_chat(bus, -70) == old[0][0]
-        assert await bus.wire.command("EXISTS", "cm:chat-rooms") == 0
+        assert await bus.transport.command("EXISTS", "cm:chat-rooms") == 0
 
 
 @pytest.mark.parametrize(

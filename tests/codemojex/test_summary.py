@@ -45,13 +45,13 @@ async def test_the_summary_line_shows_the_server_s_memory_under_pressure(tmp_pat
         assert ", dead 0 |" in calm
         with pytest.raises(OutOfMemory):
             for n in range(20_000):
-                await bus.wire.command("SET", f"fill:{n}", "x" * 1000)
+                await bus.transport.command("SET", f"fill:{n}", "x" * 1000)
         line = await summary_line(bus, DeliveryStats(), None)
         assert re.search(r" \| server memory \d\.\d MiB of 4\.0 MiB \((9\d|1\d\d)%\)", line), line
 
 
 async def test_the_summary_line_reads_the_first_three_rooms_only(bus: Bus) -> None:
-    await bus.wire.command("DEL", "cm:room-index")
+    await bus.transport.command("DEL", "cm:room-index")
     for i in range(5):
         room = await game.create_room(bus, -600 - i, f"Room {i}")
         player = await game.create_player(bus, f"P{i}", 600 + i)
@@ -59,14 +59,14 @@ async def test_the_summary_line_reads_the_first_three_rooms_only(bus: Bus) -> No
         await board.record(bus, room.id, rnd.id, player.id, 10 + i)
 
     async def summary() -> tuple[str, list[tuple[str, str]]]:
-        counting = FaultyTransport(bus.wire)
+        counting = FaultyTransport(bus.transport)
         line = await summary_line(Bus(cast(Wire, counting)), DeliveryStats(), None)
         # Sorted: the room records are read concurrently, in any order.
         return line, sorted((c.name, str(c.args[0]) if c.args else "") for c in counting.calls)
 
     line, reads = await summary()
     assert "round leaders: P0 10% (Room 0), P1 11% (Room 1), P2 12% (Room 2)" in line, line
-    await bus.wire.command(
+    await bus.transport.command(
         "ZADD", "cm:room-index", *[a for _ in range(3_000) for a in ("0", ids.new(ids.ROOM))]
     )  # many more rooms, after the first three
     assert await summary() == (line, reads)  # the same line from the same reads

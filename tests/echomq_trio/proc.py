@@ -30,7 +30,7 @@ async def worker(args: argparse.Namespace) -> None:
         async def handler(job: Job) -> None:
             if args.handle_ms:
                 await trio.sleep(args.handle_ms / 1000)
-            await bus.wire.command("RPUSH", done_key(args.queue), job.id)
+            await bus.transport.command("RPUSH", done_key(args.queue), job.id)
 
         consumer = Consumer(
             bus, args.queue, handler, concurrency=args.concurrency, lease_ms=args.lease_ms

@@ -95,7 +95,7 @@ async def test_the_record_names_the_server_and_each_restart_then_stopped(tmp_pat
     async with start_server(tmp_path) as again:  # the next start keeps the port
         assert again.port == port
         async with open_bus(address.url_of(tmp_path)[0]) as bus:
-            assert await bus.wire.command("PING") in (b"PONG", "PONG")
+            assert await bus.transport.command("PING") in (b"PONG", "PONG")
 
 
 @pytest.mark.server

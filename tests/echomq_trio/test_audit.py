@@ -33,9 +33,9 @@ async def test_records_are_typed_and_exactly_what_was_settled(bus: Bus, queue: s
     await audit.enable(bus, queue)
     assert await audit.create_group(bus, queue, "archive") is True
     assert await audit.create_group(bus, queue, "archive") is False
-    before = await bus.wire.server_time_ms()
+    before = await bus.transport.server_time_ms()
     a, b, c = await _settle_three(bus, queue)
-    after = await bus.wire.server_time_ms()
+    after = await bus.transport.server_time_ms()
     got = await audit.read(bus, queue, "archive", "r1", 10)
     assert [(r.job_id, r.outcome, r.attempts, r.payload, r.note, r.error) for r in got] == [
         (a, AuditOutcome.ACKED, 1, b"\xff\x00raw", '{"message_id": 7}', ""),
@@ -58,14 +58,14 @@ async def test_ack_and_trim_drops_only_what_every_reader_acknowledged(bus: Bus, 
     # r2 stores and acknowledges: nothing can go, r1's two are still pending and come first.
     got = await audit.ack_and_trim(bus, queue, "archive", [r.stream_id for r in second])
     assert got == Acknowledged(acked=4, trimmed=0)
-    assert await bus.wire.command("XLEN", bus.keys(queue).audit) == 6
+    assert await bus.transport.command("XLEN", bus.keys(queue).audit) == 6
     # r1 acknowledges its first: everything below its second goes.
     got = await audit.ack_and_trim(bus, queue, "archive", [first[0].stream_id])
     assert got == Acknowledged(acked=1, trimmed=1)
     # And its second: all were delivered and acknowledged, so all go.
     got = await audit.ack_and_trim(bus, queue, "archive", [first[1].stream_id])
     assert got == Acknowledged(acked=1, trimmed=5)
-    assert await bus.wire.command("XLEN", bus.keys(queue).audit) == 0
+    assert await bus.transport.command("XLEN", bus.keys(queue).audit) == 0
     # Again: acknowledging twice is harmless.
     assert await audit.ack_and_trim(bus, queue, "archive", [first[1].stream_id]) == Acknowledged(
         0, 0
@@ -95,7 +95,7 @@ async def test_autoclaim_takes_over_a_crashed_reader_s_records(bus: Bus, queue: 
 
 async def _readers(bus: Bus, queue: str, group: str) -> dict[str, int]:
     """The group's readers and how many records each holds."""
-    raw = await bus.wire.command("XINFO", "CONSUMERS", bus.keys(queue).audit, group)
+    raw = await bus.transport.command("XINFO", "CONSUMERS", bus.keys(queue).audit, group)
     return {protocol.as_text(c[b"name"]): int(c[b"pending"]) for c in raw}
 
 
@@ -163,4 +163,4 @@ async def test_bad_input_is_refused_before_any_io(bus: Bus, queue: str) -> None:
     with pytest.raises(ValueError, match="consumer must not contain"):
         await audit.forget_idle_readers(bus, queue, "g", 0, keep="a b")
     assert not (await jobs.counts(bus, queue)).exists
-    assert await bus.wire.command("EXISTS", bus.keys(queue).audit) == 0
+    assert await bus.transport.command("EXISTS", bus.keys(queue).audit) == 0

@@ -123,7 +123,7 @@ class Case:
         # and the return, so every completion must end in exactly one ack. The note job takes
         # a lease over its last step, so renewals (and stops at them) come while it finishes.
         with trio.CancelScope(shield=True, deadline=trio.current_time() + 5):
-            await self.bus.wire.command("RPUSH", self.ledger, job.id)
+            await self.bus.transport.command("RPUSH", self.ledger, job.id)
             if kind == "note":
                 await trio.sleep(LEASE_MS / 1000)
         return Ack("noted") if kind == "note" else None
@@ -135,7 +135,7 @@ class Case:
         others = Counter(f"{e.subject}:{e.fields['outcome']}" for e in audit)
         others -= Counter(f"{i}:acked" for i in acks.elements())
         done = Counter(
-            x.decode() for x in await self.bus.wire.command("LRANGE", self.ledger, "0", "-1")
+            x.decode() for x in await self.bus.transport.command("LRANGE", self.ledger, "0", "-1")
         )
         return acks, others, done
 
@@ -149,7 +149,7 @@ class Case:
         await self._check_drained(f"{target} {n} {kind}")
 
     async def _faulty_run(self, target: str, n: int, kind: str) -> None:
-        faulty = FaultyTransport(self.bus.wire)
+        faulty = FaultyTransport(self.bus.transport)
         consumer = Consumer(
             Bus(faulty),
             self.queue,

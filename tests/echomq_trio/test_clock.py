@@ -70,7 +70,7 @@ async def test_after_a_step_back_waits_keep_their_length_and_times_their_meaning
 ) -> None:
     caplog.set_level(logging.WARNING, "echomq_trio.metronome")
     async with open_bus(stepping_server.url) as bus:
-        now = await bus.wire.server_time_ms()
+        now = await bus.transport.server_time_ms()
         relative = (await jobs.enqueue_in(bus, queue, "in", 3_000)).id
         absolute = (await jobs.enqueue_at(bus, queue, "at", now + 3_000)).id
         # A lane job deferred 3 s: its lane waits; a flat job retried after 3 s.
@@ -96,7 +96,7 @@ async def test_after_a_step_back_waits_keep_their_length_and_times_their_meaning
             await wait_for(lambda: _all_none(bus, queue, [relative, claimed[None].id]), timeout=10)
             assert await _lane_wait(bus, queue, "chat") is None
             # The time given as a time is an hour away again on the stepped clock.
-            now = await bus.wire.server_time_ms()
+            now = await bus.transport.server_time_ms()
             at = await _job_score(bus, queue, absolute)
             assert at is not None and HOUR_MS - 10_000 < at - now <= HOUR_MS + 3_000
             (reg,) = await repeat.list_repeats(bus, queue)
@@ -119,7 +119,7 @@ async def test_after_a_step_forward_no_lease_is_reaped_and_waits_keep_their_leng
 ) -> None:
     caplog.set_level(logging.WARNING, "echomq_trio.metronome")
     async with open_bus(stepping_server.url) as bus:
-        now = await bus.wire.server_time_ms()
+        now = await bus.transport.server_time_ms()
         relative = (await jobs.enqueue_in(bus, queue, "in", 30_000)).id
         absolute = (await jobs.enqueue_at(bus, queue, "at", now + 30_000)).id
         await lanes.enqueue(bus, queue, "chat", "lane", limit=1)
@@ -138,7 +138,7 @@ async def test_after_a_step_forward_no_lease_is_reaped_and_waits_keep_their_leng
             # The time given as a time is due at once (its wall-clock time has passed).
             info = await jobs.get_job(bus, queue, absolute)
             assert info is not None and info.state == "pending"
-            now = await bus.wire.server_time_ms()
+            now = await bus.transport.server_time_ms()
             # The lease still has (about) what it had; nothing was reaped.
             assert metronome.statistics().reaped == 0
             deadline = await _job_score(bus, queue, held.id)
@@ -161,7 +161,7 @@ async def test_two_metronomes_carry_a_step_once(
     async with open_bus(stepping_server.url) as one, open_bus(stepping_server.url) as two:
         await jobs.enqueue_many(one, queue, ["a", "b", "c"])
         claimed = await jobs.claim(one, queue, 3, lease_ms=40_000)
-        now = await one.wire.server_time_ms()
+        now = await one.transport.server_time_ms()
         m1, m2 = Metronome(one, queue, beat_ms=100), Metronome(two, queue, beat_ms=100)
         async with trio.open_nursery() as nursery:
             await nursery.start(m1.run)
@@ -173,7 +173,7 @@ async def test_two_metronomes_carry_a_step_once(
             await wait_for(lambda: m1.statistics().beats + m2.statistics().beats >= beats + 6)
             nursery.cancel_scope.cancel()
         assert m1.statistics().carried + m2.statistics().carried == 3
-        after = await one.wire.server_time_ms()
+        after = await one.transport.server_time_ms()
         for job in claimed:  # carried once: still about 40 s from when it was claimed
             deadline = await _job_score(one, queue, job.id)
             assert deadline is not None
@@ -184,7 +184,7 @@ async def _witnessed(bus: Bus) -> Witness:
     """A witness of the server clock now (as a metronome's last beat would be)."""
     w = Witness()
     t = trio.current_time()
-    w.observe(await bus.wire.server_time_ms(), t, trio.current_time())
+    w.observe(await bus.transport.server_time_ms(), t, trio.current_time())
     return w
 
 
@@ -206,7 +206,7 @@ async def test_recurring_schedules_that_share_a_next_run_are_all_brought_within_
         assert c.recorded_ms < 0
         while c.more:
             c = await jobs.carry_clock(bus, queue, batch=2)
-        now = await bus.wire.server_time_ms()
+        now = await bus.transport.server_time_ms()
         nexts = {r.name: r.next_run_ms - now for r in await repeat.list_repeats(bus, queue)}
         assert all(0 < ms <= HOUR_MS for ms in nexts.values()), nexts
 

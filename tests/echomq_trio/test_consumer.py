@@ -123,7 +123,7 @@ async def test_retry_in_asks_for_a_specific_delay(bus: Bus, queue: str) -> None:
     stamps: list[int] = []
 
     async def handler(job: Job) -> RetryIn | None:
-        stamps.append(await bus.wire.server_time_ms())
+        stamps.append(await bus.transport.server_time_ms())
         if job.attempts == 1:
             return RetryIn(400, "not yet")
         return None
@@ -254,7 +254,7 @@ async def test_an_untuned_consumer_claims_more_at_once_while_the_backlog_lasts(
     bus: Bus, queue: str
 ) -> None:
     await jobs.enqueue_many(bus, queue, [b"x"] * 3000)
-    faulty = FaultyTransport(bus.wire)
+    faulty = FaultyTransport(bus.transport)
     consumer = Consumer(Bus(faulty), queue, _noop, concurrency=4)  # no prefetch: adaptive
     async with trio.open_nursery() as nursery:
         await nursery.start(consumer.run)
@@ -278,7 +278,7 @@ async def test_an_untuned_consumer_holds_few_jobs_ahead_of_slow_handlers(
     async def slow(job: Job) -> None:
         await go_on.wait()
 
-    faulty = FaultyTransport(bus.wire)
+    faulty = FaultyTransport(bus.transport)
     consumer = Consumer(Bus(faulty), queue, slow, concurrency=3)  # no prefetch: adaptive
     async with trio.open_nursery() as nursery:
         await nursery.start(consumer.run)

@@ -50,13 +50,13 @@ async def check_exact(bus: Bus, queue: str) -> None:
     """The counters (jobs waiting in lanes, lanes with jobs) and the lane index (each lane's
     jobs in flight, plus 2^32 while jobs wait in it) equal what a walk of every lane finds."""
     k = queue_keys(queue)
-    waiting, nonempty, listed = await bus.wire.command("EVAL", WALK, "1", k.meta, k.prefix)
-    flat = int(await bus.wire.command("ZCARD", k.pending))
+    waiting, nonempty, listed = await bus.transport.command("EVAL", WALK, "1", k.meta, k.prefix)
+    flat = int(await bus.transport.command("ZCARD", k.pending))
     counts = await jobs.counts(bus, queue)
     assert counts.pending == flat + waiting, "metrics.lane_pending drifted"
     assert counts.lanes == nonempty, "metrics.lanes_with_jobs drifted"
     expected = {g.decode(): int(v) for g, v in zip(listed[::2], listed[1::2], strict=True)}
-    raw = await bus.wire.command("HGETALL", k.lane_index)
+    raw = await bus.transport.command("HGETALL", k.lane_index)
     pairs = raw.items() if isinstance(raw, dict) else zip(raw[::2], raw[1::2], strict=True)
     index = {g.decode(): int(v) for g, v in pairs}
     assert index == expected, "the lane index drifted"
@@ -114,7 +114,7 @@ async def test_counters_stay_exact_through_every_transition(bus: Bus, queue: str
     await lanes.resume(bus, queue, "C")
     await lanes.resume(bus, queue, "A")
     await check_exact(bus, queue)
-    now_ms = int((await bus.wire.command("TIME"))[0]) * 1000
+    now_ms = int((await bus.transport.command("TIME"))[0]) * 1000
     await lanes.pause_until(bus, queue, "D", now_ms + 60_000)
     await check_exact(bus, queue)
     await lanes.resume(bus, queue, "D")
@@ -206,7 +206,7 @@ async def test_status_pages_every_lane_a_page_at_a_time(bus: Bus, queue: str) ->
     await lanes.enqueue_many(bus, queue, groups[0], [(jid(), "x")])
     for g in groups[1:]:
         await lanes.enqueue(bus, queue, g, "x", job_id=jid())
-    assert await bus.wire.command("OBJECT", "ENCODING", k.lane_index) == b"hashtable"
+    assert await bus.transport.command("OBJECT", "ENCODING", k.lane_index) == b"hashtable"
 
     async def late() -> None:  # comes between pages: it may or may not be seen
         await lanes.enqueue(bus, queue, "late", "x", job_id=jid())
@@ -233,16 +233,16 @@ async def test_a_pause_leaves_the_ring_lazily_and_a_claim_skips_at_most_a_bounde
     await lanes.enqueue(bus, queue, "zz-ready", "y", job_id=ready)
     for g in paused:
         await lanes.pause(bus, queue, g)
-    assert int(await bus.wire.command("LLEN", k.ring)) == 151  # still on the ring
+    assert int(await bus.transport.command("LLEN", k.ring)) == 151  # still on the ring
     (status,) = await lanes.status(bus, queue, ["p000"])
     assert status.paused and not status.on_ring  # not served, whatever the ring holds
-    await bus.wire.command("DEL", k.wake)
+    await bus.transport.command("DEL", k.wake)
     assert await jobs.claim(bus, queue, 1) == []  # 100 paused lanes taken off, nothing claimed
-    assert int(await bus.wire.command("LLEN", k.ring)) == 51
-    assert int(await bus.wire.command("LLEN", k.wake)) >= 1  # the next claim is told to go on
+    assert int(await bus.transport.command("LLEN", k.ring)) == 51
+    assert int(await bus.transport.command("LLEN", k.wake)) >= 1  # the next claim is told to go on
     (job,) = await jobs.claim(bus, queue, 1)
     assert job.id == ready
-    assert int(await bus.wire.command("LLEN", k.ring)) == 0
+    assert int(await bus.transport.command("LLEN", k.ring)) == 0
     await lanes.resume(bus, queue, "p007")
     (again,) = await jobs.claim(bus, queue, 1)
     assert again.group == "p007"
@@ -255,13 +255,13 @@ WAITING = 2**32  # in the lane index: jobs wait in the lane
 async def _as_before_the_index_hash(bus: Bus, k: QueueKeys) -> None:
     """Rewrite the lane index as versions before ``counted`` 3 kept it: a sorted set of the
     listed lanes by name, and a hash of each lane's jobs in flight alone."""
-    raw = await bus.wire.command("HGETALL", k.lane_index)
+    raw = await bus.transport.command("HGETALL", k.lane_index)
     pairs = raw.items() if isinstance(raw, dict) else zip(raw[::2], raw[1::2], strict=True)
-    await bus.wire.command("DEL", k.lane_index)
+    await bus.transport.command("DEL", k.lane_index)
     for g, value in pairs:
-        await bus.wire.command("ZADD", k.old_lane_index, "0", g)
+        await bus.transport.command("ZADD", k.old_lane_index, "0", g)
         if int(value) % WAITING:
-            await bus.wire.command("HSET", k.lane_index, g, str(int(value) % WAITING))
+            await bus.transport.command("HSET", k.lane_index, g, str(int(value) % WAITING))
 
 
 async def test_a_queue_counted_by_the_version_with_the_index_by_name_is_recounted_once(
@@ -276,7 +276,7 @@ async def test_a_queue_counted_by_the_version_with_the_index_by_name_is_recounte
     held = await jobs.claim(bus, queue, 4, lease_ms=60_000)  # a, b, c, a: a is empty
     await lanes.pause(bus, queue, "p")
     await _as_before_the_index_hash(bus, k)
-    await bus.wire.command("HSET", k.meta, "counted", "2")
+    await bus.transport.command("HSET", k.meta, "counted", "2")
     # This version's scripts before the count: b's last waiting job claimed (WAITING taken off
     # a value that never had it), a new lane, an ack.
     (more,) = await jobs.claim(bus, queue, 1, lease_ms=60_000)
@@ -286,8 +286,8 @@ async def test_a_queue_counted_by_the_version_with_the_index_by_name_is_recounte
     assert [s.in_flight for s in await lanes.status(bus, queue, ["a", "b"])] == [2, 1]
     counts = await jobs.counts(bus, queue)
     assert (counts.pending, counts.active, counts.lanes, counts.paused_lanes) == (2, 4, 2, 1)
-    assert await bus.wire.command("HGET", k.meta, "counted") == b"3"
-    assert await bus.wire.command("EXISTS", k.old_lane_index) == 0
+    assert await bus.transport.command("HGET", k.meta, "counted") == b"3"
+    assert await bus.transport.command("EXISTS", k.old_lane_index) == 0
     await check_exact(bus, queue)
     for job in [*held[:1], *held[2:], more]:
         await jobs.ack(bus, queue, job.id, job.token)
@@ -307,7 +307,7 @@ async def test_a_limited_lane_of_a_queue_from_before_the_index_hash_goes_on_afte
     (job,) = await jobs.claim(bus, queue, 5, lease_ms=60_000)
     assert job.id == first and await jobs.claim(bus, queue, 5) == []  # L at its limit
     await _as_before_the_index_hash(bus, k)
-    await bus.wire.command("HSET", k.meta, "counted", "2")
+    await bus.transport.command("HSET", k.meta, "counted", "2")
     assert await jobs.ack(bus, queue, job.id, job.token) is Outcome.ACKED
     (again,) = await jobs.claim(bus, queue, 5, lease_ms=60_000)
     assert again.id == second
@@ -324,21 +324,21 @@ async def test_a_queue_from_before_the_counters_is_counted_once(bus: Bus, queue:
     await lanes.pause(bus, queue, "idle-but-paused")
     # What the earlier version left: none of the new bookkeeping, and its set of lane groups
     # (which could hold a lane that had emptied).
-    await bus.wire.command("HDEL", k.meta, "counted")
-    await bus.wire.command("HDEL", k.metrics, "lane_pending", "lanes_with_jobs")
-    await bus.wire.command("DEL", k.lane_index)
-    await bus.wire.command("SADD", k.lane_groups, "a", "b", "c", "emptied")
+    await bus.transport.command("HDEL", k.meta, "counted")
+    await bus.transport.command("HDEL", k.metrics, "lane_pending", "lanes_with_jobs")
+    await bus.transport.command("DEL", k.lane_index)
+    await bus.transport.command("SADD", k.lane_groups, "a", "b", "c", "emptied")
     await lanes.enqueue(
         bus, queue, "d", "z", job_id=jid()
     )  # written by this version before the count
     counts = await jobs.counts(bus, queue)
     assert (counts.pending, counts.lanes, counts.paused_lanes) == (7, 4, 1)
-    assert await bus.wire.command("HGET", k.meta, "counted") == b"3"
-    assert await bus.wire.command("EXISTS", k.lane_groups) == 0
+    assert await bus.transport.command("HGET", k.meta, "counted") == b"3"
+    assert await bus.transport.command("EXISTS", k.lane_groups) == 0
     await check_exact(bus, queue)
-    await bus.wire.command("HDEL", k.meta, "counted")
-    await bus.wire.command("DEL", k.lane_index)
-    await bus.wire.command("SADD", k.lane_groups, "a", "b", "c", "d")
+    await bus.transport.command("HDEL", k.meta, "counted")
+    await bus.transport.command("DEL", k.lane_index)
+    await bus.transport.command("SADD", k.lane_groups, "a", "b", "c", "d")
     page = await lanes.status_page(bus, queue)  # a page counts it too
     assert [s.group for s in page.lanes] == ["a", "b", "c", "d", "idle-but-paused"]
 
@@ -355,13 +355,13 @@ async def test_a_queue_counted_by_the_version_with_the_lane_groups_set_is_recoun
     (held,) = await jobs.claim(bus, queue, 1, lease_ms=60_000)  # lane a: one in flight
     await lanes.pause(bus, queue, "p")
     await _as_before_the_index_hash(bus, k)
-    await bus.wire.command("HSET", k.meta, "counted", "1")
-    await bus.wire.command("HDEL", k.metrics, "lanes_with_jobs")
-    await bus.wire.command("SADD", k.lane_groups, "a", "b")
+    await bus.transport.command("HSET", k.meta, "counted", "1")
+    await bus.transport.command("HDEL", k.metrics, "lanes_with_jobs")
+    await bus.transport.command("SADD", k.lane_groups, "a", "b")
     counts = await jobs.counts(bus, queue)
     assert (counts.pending, counts.active, counts.lanes, counts.paused_lanes) == (3, 1, 2, 1)
-    assert await bus.wire.command("HGET", k.meta, "counted") == b"3"
-    assert await bus.wire.command("EXISTS", k.lane_groups) == 0
+    assert await bus.transport.command("HGET", k.meta, "counted") == b"3"
+    assert await bus.transport.command("EXISTS", k.lane_groups) == 0
     await check_exact(bus, queue)
     await jobs.ack(bus, queue, held.id, held.token)
     await check_exact(bus, queue)

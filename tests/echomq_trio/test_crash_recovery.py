@@ -44,7 +44,7 @@ async def test_eight_producers_three_consumer_processes_exactly_once(
                 nursery.start_soon(_produce, server_url, queue, per_producer)
 
         async def all_done() -> bool:
-            return int(await bus.wire.command("LLEN", key)) >= 8 * per_producer
+            return int(await bus.transport.command("LLEN", key)) >= 8 * per_producer
 
         await wait_for(all_done, timeout=120)
 
@@ -53,7 +53,7 @@ async def test_eight_producers_three_consumer_processes_exactly_once(
             return (c.pending, c.active, c.completed_total) == (0, 0, 8 * per_producer)
 
         await wait_for(all_acked, timeout=30)
-    done = [x.decode() for x in await bus.wire.command("LRANGE", key, "0", "-1")]
+    done = [x.decode() for x in await bus.transport.command("LRANGE", key, "0", "-1")]
     assert len(done) == len(set(done)) == 8 * per_producer, "a job ran twice"
     assert all(ids.is_valid(d, "JOB") for d in done)
 

@@ -39,7 +39,7 @@ class Gate(FaultyTransport):
 
 def gated_bus(bus: Bus) -> tuple[Gate, FaultyTransport, Bus]:
     """A bus whose first enqueue waits for ``gate.open``, with faults planned on ``faulty``."""
-    gate = Gate(bus.wire)
+    gate = Gate(bus.transport)
     faulty = FaultyTransport(gate)
     return gate, faulty, Bus(faulty)
 
@@ -47,7 +47,7 @@ def gated_bus(bus: Bus) -> tuple[Gate, FaultyTransport, Bus]:
 async def test_concurrent_enqueues_share_calls_and_each_caller_gets_its_own_answer(
     bus: Bus, queue: str
 ) -> None:
-    faulty = FaultyTransport(bus.wire)
+    faulty = FaultyTransport(bus.transport)
     fb = Bus(faulty)
     wanted = [ids.generate("JOB") for _ in range(40)]
     for job_id in wanted[::4]:  # every fourth id is taken already
@@ -224,7 +224,7 @@ class Held(FaultyTransport):
 async def test_callers_woken_by_one_answer_gather_again_rather_than_one_going_alone(
     bus: Bus, queue: str
 ) -> None:
-    held = Held(bus.wire)
+    held = Held(bus.transport)
     hb = Bus(held)
     done: list[str] = []
 
@@ -252,7 +252,7 @@ async def test_callers_woken_by_one_answer_gather_again_rather_than_one_going_al
 async def test_a_batch_leaves_while_the_one_before_is_out_and_holds_half_the_callers(
     bus: Bus, queue: str
 ) -> None:
-    held = Held(bus.wire)
+    held = Held(bus.transport)
     hb = Bus(held)
     admitted: list[Admitted] = []
 

@@ -170,9 +170,9 @@ async def test_the_latest_times_are_kept_exactly(bus: Bus, queue: str) -> None:
     assert got.run_at_ms == MAX_TIME_MS
     info = await jobs.get_job(bus, queue, a)
     assert info is not None and info.score_ms == MAX_TIME_MS
-    before = await bus.wire.server_time_ms()
+    before = await bus.transport.server_time_ms()
     got = await jobs.enqueue_in(bus, queue, "far", MAX_DELAY_MS, job_id=b)
-    after = await bus.wire.server_time_ms()
+    after = await bus.transport.server_time_ms()
     assert got.run_at_ms is not None
     assert before + MAX_DELAY_MS <= got.run_at_ms <= after + MAX_DELAY_MS
     info = await jobs.get_job(bus, queue, b)
@@ -276,7 +276,7 @@ async def test_enqueue_at_takes_float_ms_and_aware_datetimes(bus: Bus, queue: st
     assert got.run_at_ms == 4102444800001
     got = await jobs.enqueue_at(bus, queue, "x", 4102444800000.5)
     assert got.run_at_ms == 4102444800001
-    before = await bus.wire.server_time_ms()
+    before = await bus.transport.server_time_ms()
     got = await jobs.enqueue_in(bus, queue, "x", dt.timedelta(hours=1))
     assert got.run_at_ms is not None and got.run_at_ms >= before + 3_600_000
     with pytest.raises(ValueError, match="naive"):

@@ -32,7 +32,7 @@ async def test_an_idempotency_key_admits_once_even_after_the_job_finished(
         return (await jobs.enqueue(bus, queue, payload, job_id=job_id, key=key)).outcome
 
     assert await admit("one", a, "fan:1") is Outcome.ENQUEUED
-    assert await bus.wire.command("GET", bus.keys(queue).idempotency("fan:1")) == a.encode()
+    assert await bus.transport.command("GET", bus.keys(queue).idempotency("fan:1")) == a.encode()
     # While the job is pending, a retry under a fresh id is a duplicate and changes nothing.
     assert await admit("two", b, "fan:1") is Outcome.DUPLICATE
     assert await jobs.get_job(bus, queue, b) is None
@@ -46,7 +46,7 @@ async def test_an_idempotency_key_admits_once_even_after_the_job_finished(
     assert await admit("two", b, "fan:2") is Outcome.ENQUEUED
     # A live id under a new key is a duplicate by id, and the new key is not taken.
     assert await admit("two", b, "fan:3") is Outcome.DUPLICATE
-    assert await bus.wire.command("EXISTS", bus.keys(queue).idempotency("fan:3")) == 0
+    assert await bus.transport.command("EXISTS", bus.keys(queue).idempotency("fan:3")) == 0
 
 
 async def test_an_idempotency_key_is_forgotten_after_its_ttl(bus: Bus, queue: str) -> None:
@@ -54,7 +54,7 @@ async def test_an_idempotency_key_is_forgotten_after_its_ttl(bus: Bus, queue: st
     assert (
         await jobs.enqueue(bus, queue, "x", job_id=a, key="k", key_ttl_ms=1500)
     ).outcome is Outcome.ENQUEUED
-    ttl = await bus.wire.command("PTTL", bus.keys(queue).idempotency("k"))
+    ttl = await bus.transport.command("PTTL", bus.keys(queue).idempotency("k"))
     assert 0 < ttl <= 1500
     assert (
         await jobs.enqueue(bus, queue, "y", job_id=b, key="k", key_ttl_ms=1500)
@@ -174,7 +174,7 @@ async def test_retry_delay_keeps_the_job_scheduled_until_due(bus: Bus, queue: st
     a = jid()
     await jobs.enqueue(bus, queue, "p", job_id=a)
     (job,) = await jobs.claim(bus, queue)
-    before = await bus.wire.server_time_ms()
+    before = await bus.transport.server_time_ms()
     assert await jobs.retry(bus, queue, a, job.token, 60_000, 5, "later") is Outcome.SCHEDULED
     info = await jobs.get_job(bus, queue, a)
     assert info is not None and info.score_ms is not None and info.score_ms >= before + 60_000
@@ -250,7 +250,7 @@ async def test_reap_moves_only_expired_leases(bus: Bus, queue: str) -> None:
 
 
 async def test_enqueue_at_and_in_wait_on_the_schedule(bus: Bus, queue: str) -> None:
-    now = await bus.wire.server_time_ms()
+    now = await bus.transport.server_time_ms()
     a, b = jid(), jid()
     at = await jobs.enqueue_at(bus, queue, "a", now + 300, job_id=a)
     assert at.outcome is Outcome.SCHEDULED and at.run_at_ms == now + 300
@@ -267,13 +267,13 @@ async def test_enqueue_at_and_in_wait_on_the_schedule(bus: Bus, queue: str) -> N
         return (await jobs.promote(bus, queue)).moved == 1
 
     await wait_for(promoted)
-    assert await bus.wire.server_time_ms() >= now + 300
+    assert await bus.transport.server_time_ms() >= now + 300
     (job,) = await jobs.claim(bus, queue, 10)
     assert job.id == a
 
 
 async def test_promote_respects_batch(bus: Bus, queue: str) -> None:
-    now = await bus.wire.server_time_ms()
+    now = await bus.transport.server_time_ms()
     for i in range(5):
         await jobs.enqueue_at(bus, queue, "x", now - 10 + i, job_id=jid())
     assert (await jobs.promote(bus, queue, 2)).moved == 2

@@ -101,7 +101,7 @@ async def _every_kind_of_transition(bus: Bus, queue: str) -> None:
     await lanes.enqueue(bus, queue, "paused", "p")
     await lanes.pause(bus, queue, "paused")
     await lanes.enqueue(bus, queue, "waits", "w")
-    await lanes.pause_until(bus, queue, "waits", await bus.wire.server_time_ms() + 60_000)
+    await lanes.pause_until(bus, queue, "waits", await bus.transport.server_time_ms() + 60_000)
     await repeat.register(bus, queue, "digest", 60_000, "t", first_in_ms=60_000)
     claimed = await jobs.claim(bus, queue, 2)
     flat = next(j for j in claimed if j.group is None)
@@ -109,12 +109,12 @@ async def _every_kind_of_transition(bus: Bus, queue: str) -> None:
     await audit.create_group(bus, queue, "reader")
     await audit.ack_and_trim(bus, queue, "reader", [])
     await RateLimiter(bus, tag=queue).take(42)
-    await bus.wire.command("HSET", k.app("migrated"), "1", "2")  # as NotificationWorker does
+    await bus.transport.command("HSET", k.app("migrated"), "1", "2")  # as NotificationWorker does
     # The set of lane groups, as a version before counted = 2 left it (count_lanes reads it and
     # deletes it when it counts such a queue; this queue was counted from its start).
-    await bus.wire.command("SADD", k.lane_groups, "chat")
+    await bus.transport.command("SADD", k.lane_groups, "chat")
     # The lane index by name, as a version before counted = 3 kept it (likewise).
-    await bus.wire.command("ZADD", k.old_lane_index, "0", "chat")
+    await bus.transport.command("ZADD", k.old_lane_index, "0", "chat")
     await jobs.enqueue(bus, queue, "flat again")  # the claim emptied the flat set
     await lanes.enqueue(bus, queue, "other", "o")  # "chat" at its limit left the ring
 
@@ -125,14 +125,14 @@ async def _declared_keys_of(bus: Bus, queue: str) -> dict[str, str]:
     seen: dict[str, str] = {}
     cursor = "0"
     while True:
-        cursor_raw, found = await bus.wire.command(
+        cursor_raw, found = await bus.transport.command(
             "SCAN", cursor, "MATCH", k.prefix + "*", "COUNT", "1000"
         )
         for raw in found:
             key = as_text(raw)
             spec = k.spec_of(key)
             assert spec is not None, f"undeclared key {key}"
-            kind = as_text(await bus.wire.command("TYPE", key))
+            kind = as_text(await bus.transport.command("TYPE", key))
             assert spec.type in (kind, "any"), f"{key} is a {kind}, declared {spec.type}"
             seen[spec.name] = key
         cursor = as_text(cursor_raw)

@@ -84,7 +84,7 @@ async def test_an_idempotency_key_admits_a_lane_job_once_until_its_ttl(
 
 
 async def _remembered(bus: Bus, queue: str, scope: str) -> set[int]:
-    raw = await bus.wire.command("SMEMBERS", bus.keys(queue).seq(scope))
+    raw = await bus.transport.command("SMEMBERS", bus.keys(queue).seq(scope))
     return {int(protocol.as_text(m)) for m in raw}
 
 
@@ -109,12 +109,12 @@ async def test_a_seq_admits_each_number_once_within_its_window(bus: Bus, queue: 
     assert await _remembered(bus, queue, "chat:7") == {12, 13, 14, 15}
     assert await send(11) is Outcome.DUPLICATE  # dropped from the window, still refused
     # The state expires after the scope's TTL, renewed by each admission.
-    ttl = await bus.wire.command("PTTL", bus.keys(queue).seq("chat:7"))
+    ttl = await bus.transport.command("PTTL", bus.keys(queue).seq("chat:7"))
     assert 0 < int(ttl) <= Seq("x", 1).ttl_ms
     assert await send(16, ttl_ms=1000) is Outcome.ENQUEUED
 
     async def forgotten() -> bool:
-        return bool(await bus.wire.command("EXISTS", bus.keys(queue).seq("chat:7")) == 0)
+        return bool(await bus.transport.command("EXISTS", bus.keys(queue).seq("chat:7")) == 0)
 
     await wait_for(forgotten)
     assert await send(12) is Outcome.ENQUEUED  # a quiet scope starts afresh
@@ -193,7 +193,7 @@ async def test_pause_and_resume(bus: Bus, queue: str) -> None:
 async def test_pause_until_comes_back_by_itself(bus: Bus, queue: str) -> None:
     a = jid()
     await lanes.enqueue(bus, queue, "-1001234567890", "a", job_id=a)  # a Telegram group chat id
-    now = await bus.wire.server_time_ms()
+    now = await bus.transport.server_time_ms()
     until = await lanes.pause_until(bus, queue, "-1001234567890", now + 400)
     assert until == now + 400
     # A wait only ever extends.
@@ -202,7 +202,7 @@ async def test_pause_until_comes_back_by_itself(bus: Bus, queue: str) -> None:
     seen: dict[str, int] = {}
 
     async def handler(job: Job) -> None:
-        seen[job.id] = await bus.wire.server_time_ms()
+        seen[job.id] = await bus.transport.server_time_ms()
 
     async with trio.open_nursery() as nursery:
         await nursery.start(Consumer(bus, queue, handler).run)

@@ -10,7 +10,7 @@ from tests.support import wait_for
 
 
 async def test_scheduled_job_is_claimed_after_its_run_at_never_before(bus: Bus, queue: str) -> None:
-    now = await bus.wire.server_time_ms()
+    now = await bus.transport.server_time_ms()
     run_ats = {}
     for offset in (300, 600, 900, 1500):
         a = ids.generate("JOB")
@@ -19,7 +19,7 @@ async def test_scheduled_job_is_claimed_after_its_run_at_never_before(bus: Bus, 
     handled: dict[str, int] = {}
 
     async def handler(job: Job) -> None:
-        handled[job.id] = await bus.wire.server_time_ms()
+        handled[job.id] = await bus.transport.server_time_ms()
 
     async with trio.open_nursery() as nursery:
         await nursery.start(Consumer(bus, queue, handler).run)
@@ -64,7 +64,7 @@ async def test_metronome_reaps_expired_leases(bus: Bus, queue: str) -> None:
 
 
 async def test_two_metronomes_promote_each_job_once(bus: Bus, queue: str) -> None:
-    now = await bus.wire.server_time_ms()
+    now = await bus.transport.server_time_ms()
     await jobs.enqueue_many(bus, queue, [])
     for i in range(200):
         await jobs.enqueue_at(bus, queue, "x", now + 100 + i)
@@ -86,12 +86,12 @@ async def test_bad_settings(bus: Bus, kwargs: dict[str, object]) -> None:
 
 
 async def test_statistics_are_frozen_snapshots_of_what_the_beats_did(bus: Bus, queue: str) -> None:
-    now = await bus.wire.server_time_ms()
+    now = await bus.transport.server_time_ms()
     for i in range(3):
         await jobs.enqueue_at(bus, queue, "x", now + i)
     await jobs.enqueue(bus, queue, "y")
     await jobs.claim(bus, queue, lease_ms=1)  # y: its lease ends at once
-    faulty = FaultyTransport(bus.wire)
+    faulty = FaultyTransport(bus.transport)
     down = faulty.fail(scripts("promote"), ConnectionLost("injected"), times=2)
     metronome = Metronome(Bus(faulty), queue, beat_ms=50)
     before = metronome.statistics()

@@ -15,7 +15,7 @@ async def test_queue_names_lists_every_used_queue_and_nothing_else(bus: Bus, que
     for name in names:
         await jobs.enqueue(bus, name, "x", job_id=ids.generate("JOB"))
     await lanes.enqueue(bus, f"{queue}-lane", "g1", "y", job_id=ids.generate("JOB"))
-    await bus.wire.command("SET", bus.keys(f"{queue}-fake").meta + "X", "1")  # not a meta key
+    await bus.transport.command("SET", bus.keys(f"{queue}-fake").meta + "X", "1")  # not a meta key
     found = [n for n in await queues.queue_names(bus, count=10) if n.startswith(queue)]
     assert found == sorted([*names, f"{queue}-lane"])
 
@@ -29,6 +29,6 @@ def test_queue_name_reads_only_meta_keys() -> None:
 
 async def test_scan_is_one_transport_call_the_fault_wrapper_sees(bus: Bus, queue: str) -> None:
     await jobs.enqueue(bus, queue, "x", job_id=ids.generate("JOB"))
-    faulty = FaultyTransport(bus.wire)
+    faulty = FaultyTransport(bus.transport)
     assert bus.keys(queue).meta in await faulty.scan(META_GLOB, count=50)
     assert [(c.op, c.name) for c in faulty.calls] == [("scan", "SCAN")]

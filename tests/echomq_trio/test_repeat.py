@@ -37,7 +37,7 @@ async def test_reregister_from_a_new_process_changes_nothing(
 async def test_cancel_and_advance(bus: Bus, queue: str) -> None:
     await repeat.register(bus, queue, "x", 1000, "t", first_in_ms=0)
     nxt = await repeat.advance(bus, queue, "x")
-    now = await bus.wire.server_time_ms()
+    now = await bus.transport.server_time_ms()
     assert nxt is not None and now < nxt <= now + 1000
     assert await repeat.cancel(bus, queue, "x") is True
     assert await repeat.cancel(bus, queue, "x") is False
@@ -64,7 +64,7 @@ async def test_missed_runs_collapse_into_one(bus: Bus, queue: str) -> None:
     _, at = await repeat.register(bus, queue, "often", 50, "p", first_in_ms=0)
 
     async def five_periods_passed() -> bool:
-        return await bus.wire.server_time_ms() >= at + 260
+        return await bus.transport.server_time_ms() >= at + 260
 
     await wait_for(five_periods_passed)
     fired = await repeat.fire(bus, queue)
@@ -86,7 +86,7 @@ async def test_metronome_fires_on_time_into_a_consumer(bus: Bus, queue: str) -> 
     handled: list[int] = []
 
     async def handler(job: Job) -> None:
-        handled.append(await bus.wire.server_time_ms())
+        handled.append(await bus.transport.server_time_ms())
 
     async with trio.open_nursery() as nursery:
         await nursery.start(Consumer(bus, queue, handler).run)

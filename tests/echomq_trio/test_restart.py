@@ -33,13 +33,13 @@ async def test_jobs_survive_a_restart_and_a_running_consumer_drains_them(tmp_pat
         port = server.port
         async with open_bus(server.url) as bus:
             await jobs.enqueue_many(bus, queue, [(i, "p") for i in pending])
-            now = await bus.wire.server_time_ms()
+            now = await bus.transport.server_time_ms()
             for i in scheduled:
                 await jobs.enqueue_at(bus, queue, "s", now + 3_000, job_id=i)
-            await bus.wire.command("BGREWRITEAOF")  # or wait out appendfsync everysec
+            await bus.transport.command("BGREWRITEAOF")  # or wait out appendfsync everysec
 
             async def rewritten() -> bool:
-                info = await bus.wire.command("INFO", "persistence")
+                info = await bus.transport.command("INFO", "persistence")
                 return b"aof_rewrite_in_progress:0" in info
 
             await wait_for(rewritten)
@@ -80,7 +80,7 @@ async def test_pause_until_survives_a_restart_and_resumes_on_time(tmp_path) -> N
         port = server.port
         async with open_bus(server.url) as bus:
             await lanes.enqueue(bus, queue, "chat", "x", job_id=a, limit=1)
-            until = await bus.wire.server_time_ms() + 2_500
+            until = await bus.transport.server_time_ms() + 2_500
             await lanes.pause_until(bus, queue, "chat", until)
     seen: dict[str, int] = {}
     async with start_server(tmp_path, port=port) as server, open_bus(server.url) as bus:
@@ -88,7 +88,7 @@ async def test_pause_until_survives_a_restart_and_resumes_on_time(tmp_path) -> N
         assert status.wait_until_ms == until and status.depth == 1
 
         async def handler(job: Job) -> None:
-            seen[job.id] = await bus.wire.server_time_ms()
+            seen[job.id] = await bus.transport.server_time_ms()
 
         async with trio.open_nursery() as nursery:
             await nursery.start(Consumer(bus, queue, handler).run)

@@ -54,10 +54,10 @@ async def test_a_death_trims_at_most_sixteen(bus: Bus, queue: str) -> None:
 async def test_the_dead_set_is_bounded_by_age(bus: Bus, queue: str) -> None:
     old = await bury(bus, queue, 2)
     await retention.configure(bus, queue, dead_max_age_ms=50)
-    started = await bus.wire.server_time_ms()
+    started = await bus.transport.server_time_ms()
 
     async def aged() -> bool:  # the old deaths are past the bound (server clock)
-        return await bus.wire.server_time_ms() > started + 60
+        return await bus.transport.server_time_ms() > started + 60
 
     await wait_for(aged)
     (fresh,) = await bury(bus, queue, 1)

@@ -121,7 +121,7 @@ async def test_an_app_script_addresses_the_queue_s_keys(bus: Bus, app_package: P
         "return {qp .. KEY.pending, qp .. KEY.job .. 'x', qp .. KEY.app .. 'y'}\n"
     )
     source = script_source("emqapp.notify/keys")
-    assert await bus.wire.command("EVAL", source, "0", "emq:{t}:") == [
+    assert await bus.transport.command("EVAL", source, "0", "emq:{t}:") == [
         b"emq:{t}:pending", b"emq:{t}:job:x", b"emq:{t}:app:y",
     ]  # fmt: skip
 
@@ -287,11 +287,11 @@ async def test_an_app_script_runs_with_the_public_prelude(bus: Bus) -> None:
 
     room = (await game.create_room(bus, -8_000_000 - ids.node_id(), "Prelude Room")).id
     rnd = (await game.start_round(bus, room, starts_in_ms=0)).id
-    before = await bus.wire.server_time_ms()
+    before = await bus.transport.server_time_ms()
     assert (await board.record(bus, room, rnd, ids.generate("USR"), 70)).best == 70
-    after = await bus.wire.server_time_ms()
+    after = await bus.transport.server_time_ms()
     key = board.round_board(room, rnd).key
-    (_, score), *_ = (await bus.wire.command("ZRANGE", key, "0", "0",
+    (_, score), *_ = (await bus.transport.command("ZRANGE", key, "0", "0",
                                              "WITHSCORES")).items()  # fmt: skip
     reached = ids.EPOCH_MS + 10**13 - 1 - round(float(score)) % 10**13
     assert before <= reached <= after

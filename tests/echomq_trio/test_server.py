@@ -63,13 +63,13 @@ async def test_embedded_server_runs_on_loopback_with_password_and_aof(tmp_path: 
         assert mode == 0o600
         assert (tmp_path / "password").read_text().strip() == server.password
         async with open_bus(server.url) as bus:
-            config = await bus.wire.command("CONFIG", "GET", "bind")  # a map in RESP3
+            config = await bus.transport.command("CONFIG", "GET", "bind")  # a map in RESP3
             assert b"127.0.0.1" in config[b"bind"]
-            aof = await bus.wire.command("CONFIG", "GET", "appendonly")
+            aof = await bus.transport.command("CONFIG", "GET", "appendonly")
             assert aof[b"appendonly"] == b"yes"
         with pytest.raises(ConnectionLost):  # a password is required
             async with open_bus(f"redis://127.0.0.1:{server.port}") as bus:
-                await bus.wire.command("PING")
+                await bus.transport.command("PING")
     assert not server.running, "the server outlived its block"
 
 

@@ -63,13 +63,13 @@ async def test_the_embedded_server_runs_with_the_default_ceiling(tmp_path: Path)
 async def test_the_embedded_server_keeps_job_rows_compact(tmp_path: Path) -> None:
     async with open_bus(data_dir=tmp_path) as bus:
         for name, value in COMPACT_ROWS:
-            config = await bus.wire.command("CONFIG", "GET", name)  # a map in RESP3
+            config = await bus.transport.command("CONFIG", "GET", name)  # a map in RESP3
             assert config == {name.encode(): value.encode()}
         # A row with a 500-byte payload (a hash table at the servers' default of 64) is one
         # listpack ("ziplist" on Redis 6.2).
         job = ids.generate("JOB")
         await jobs.enqueue(bus, "rows", b"x" * 500, job_id=job)
-        encoding = await bus.wire.command("OBJECT", "ENCODING", bus.keys("rows").job(job))
+        encoding = await bus.transport.command("OBJECT", "ENCODING", bus.keys("rows").job(job))
         assert encoding in (b"listpack", b"ziplist")
 
 
@@ -87,15 +87,15 @@ async def test_writes_past_the_ceiling_are_refused_and_logged_and_nothing_is_evi
         with caplog.at_level(logging.WARNING, "echomq_trio.wire"):
             with pytest.raises(OutOfMemory, match="out of memory and refused a write"):
                 for written in range(20_000):
-                    await bus.wire.command("SET", f"k:{written}", "x" * 1000)
+                    await bus.transport.command("SET", f"k:{written}", "x" * 1000)
             # A script's write is refused too, whole: the job is not there.
             job = ids.generate("JOB")
             with pytest.raises(OutOfMemory):
                 await jobs.enqueue(bus, "full", "payload", job_id=job)
         assert 1000 < written < 20_000
         # Nothing was evicted to make room: every key written before the refusal is there.
-        present = await bus.wire.command("EXISTS", *[f"k:{n}" for n in range(written)])
-        assert present == written == await bus.wire.command("DBSIZE")
+        present = await bus.transport.command("EXISTS", *[f"k:{n}" for n in range(written)])
+        assert present == written == await bus.transport.command("DBSIZE")
         assert await jobs.get_job(bus, "full", job) is None
         # Logged as such, once for the two refusals (at most one line per 10 s).
         lines = [r.getMessage() for r in caplog.records if "out of memory" in r.getMessage()]
@@ -105,7 +105,7 @@ async def test_writes_past_the_ceiling_are_refused_and_logged_and_nothing_is_evi
         assert use.fraction is not None and use.fraction >= 0.95
         # Freeing memory lets writes in again.
         for start in range(0, written, 1000):
-            await bus.wire.command("DEL", *[f"k:{n}" for n in range(start, start + 1000)])
+            await bus.transport.command("DEL", *[f"k:{n}" for n in range(start, start + 1000)])
         assert (
             await jobs.enqueue(bus, "full", "payload", job_id=job)
         ).outcome == jobs.Outcome.ENQUEUED

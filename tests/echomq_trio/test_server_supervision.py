@@ -48,7 +48,7 @@ async def test_password_is_on_no_command_line_and_files_are_private(tmp_path: Pa
             assert _mode(path) & 0o077 == 0, f"{path} is readable by others"
         # The server does require the password.
         async with open_bus(server.url) as bus:
-            assert await bus.wire.command("CONFIG", "GET", "requirepass")
+            assert await bus.transport.command("CONFIG", "GET", "requirepass")
 
 
 async def test_an_existing_world_readable_directory_is_made_private(tmp_path: Path) -> None:
@@ -66,7 +66,7 @@ async def test_an_empty_password_file_gets_a_new_password_never_none(tmp_path: P
         assert (tmp_path / "password").read_text().strip() == server.password
         with pytest.raises(ConnectionLost, match=r"(?i)auth"):
             async with open_bus(f"redis://127.0.0.1:{server.port}") as bus:
-                await bus.wire.command("SET", "k", "v")
+                await bus.transport.command("SET", "k", "v")
 
 
 def test_a_password_file_that_is_not_one_word_is_refused(tmp_path: Path) -> None:
@@ -166,7 +166,7 @@ async def test_an_owner_killed_with_sigkill_takes_its_server_with_it(tmp_path: P
             await owner.wait()
     # The next owner starts cleanly on the same files.
     async with open_bus(data_dir=tmp_path) as bus:
-        assert await bus.wire.command("PING") == b"PONG"
+        assert await bus.transport.command("PING") == b"PONG"
 
 
 async def test_a_server_left_behind_by_an_older_crash_is_stopped_first(tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ T = TypeVar("T")
 
 
 async def _past(bus: Bus, ms: int) -> bool:
-    return await bus.wire.server_time_ms() > ms
+    return await bus.transport.server_time_ms() > ms
 
 
 # --- the table -----------------------------------------------------------------------------------

@@ -21,17 +21,17 @@ def counter(queue: str) -> str:
 
 
 async def value(bus: Bus, key: str) -> int:
-    return int(await bus.wire.command("GET", key) or 0)
+    return int(await bus.transport.command("GET", key) or 0)
 
 
 async def test_calls_go_through_and_are_recorded(bus: Bus, queue: str) -> None:
-    faulty = FaultyTransport(bus.wire)
+    faulty = FaultyTransport(bus.transport)
     via = Bus(faulty)
     a = ids.generate("JOB")
     await jobs.enqueue(via, queue, "x", job_id=a)
     assert await faulty.command("incr", counter(queue)) == 1
-    assert abs(await faulty.server_time_ms() - await bus.wire.server_time_ms()) < 5_000
-    assert faulty.spec == bus.wire.spec
+    assert abs(await faulty.server_time_ms() - await bus.transport.server_time_ms()) < 5_000
+    assert faulty.spec == bus.transport.spec
     assert [(c.op, c.name) for c in faulty.calls] == [
         ("script", "enqueue"),
         ("command", "INCR"),
@@ -45,7 +45,7 @@ async def test_calls_go_through_and_are_recorded(bus: Bus, queue: str) -> None:
 async def test_a_failure_before_the_call_never_reaches_the_server(
     bus: Bus, queue: str, error: Exception
 ) -> None:
-    faulty = FaultyTransport(bus.wire)
+    faulty = FaultyTransport(bus.transport)
     key = counter(queue)
     fault = faulty.fail(commands("INCR"), error, nth=2)  # type: ignore[arg-type]
     assert await faulty.command("INCR", key) == 1
@@ -60,7 +60,7 @@ async def test_a_failure_before_the_call_never_reaches_the_server(
 async def test_a_failure_after_the_call_loses_the_answer_of_a_call_that_ran(
     bus: Bus, queue: str
 ) -> None:
-    faulty = FaultyTransport(bus.wire)
+    faulty = FaultyTransport(bus.transport)
     key = counter(queue)
     fault = faulty.fail(commands("INCR"), RequestTimedOut("answer lost"), after=True)
     with pytest.raises(RequestTimedOut, match="answer lost"):
@@ -71,7 +71,7 @@ async def test_a_failure_after_the_call_loses_the_answer_of_a_call_that_ran(
 async def test_a_lost_claim_answer_leaves_the_job_leased(bus: Bus, queue: str) -> None:
     a = ids.generate("JOB")
     await jobs.enqueue(bus, queue, "x", job_id=a)
-    faulty = FaultyTransport(bus.wire)
+    faulty = FaultyTransport(bus.transport)
     faulty.fail(scripts("claim"), ConnectionLost("mid-reply"), after=True)
     with pytest.raises(ConnectionLost):
         await jobs.claim(Bus(faulty), queue, 1, 1_000)
@@ -80,7 +80,7 @@ async def test_a_lost_claim_answer_leaves_the_job_leased(bus: Bus, queue: str) -
 
 
 async def test_times_fails_several_calls_in_a_row_with_fresh_errors(bus: Bus, queue: str) -> None:
-    faulty = FaultyTransport(bus.wire)
+    faulty = FaultyTransport(bus.transport)
     key = counter(queue)
     faulty.fail(commands("INCR"), ConnectionLost("down"), nth=2, times=2)
     seen: list[BaseException] = []
@@ -96,7 +96,7 @@ async def test_times_fails_several_calls_in_a_row_with_fresh_errors(bus: Bus, qu
 
 
 async def test_a_fault_can_be_planned_as_a_value(bus: Bus, queue: str) -> None:
-    faulty = FaultyTransport(bus.wire)
+    faulty = FaultyTransport(bus.transport)
     key = counter(queue)
     fault = faulty.inject(Fault(commands("incr"), Raise(ConnectionLost("x"), after=True), nth=2))
     assert faulty.faults == [fault] and not fault.fired
@@ -108,7 +108,7 @@ async def test_a_fault_can_be_planned_as_a_value(bus: Bus, queue: str) -> None:
 
 @pytest.mark.parametrize("after", [False, True])
 async def test_cancel_cancels_the_caller_at_that_await(bus: Bus, queue: str, after: bool) -> None:
-    faulty = FaultyTransport(bus.wire)
+    faulty = FaultyTransport(bus.transport)
     key = counter(queue)
     returned = False
     with trio.CancelScope() as scope:
@@ -122,7 +122,7 @@ async def test_cancel_cancels_the_caller_at_that_await(bus: Bus, queue: str, aft
 async def test_a_shielded_caller_is_cancelled_only_once_its_call_is_done(
     bus: Bus, queue: str
 ) -> None:
-    faulty = FaultyTransport(bus.wire)
+    faulty = FaultyTransport(bus.transport)
     key = counter(queue)
     got = None
     with trio.CancelScope() as scope:
@@ -135,20 +135,20 @@ async def test_a_shielded_caller_is_cancelled_only_once_its_call_is_done(
 
 
 async def test_a_blocking_transport_shares_the_plan(bus: Bus, queue: str) -> None:
-    faulty = FaultyTransport(bus.wire)
+    faulty = FaultyTransport(bus.transport)
     key = counter(queue)
     fault = faulty.fail(lambda c: c.op == "blpop", ConnectionLost("parked"))
     async with faulty.blocking() as parker:
         with pytest.raises(ConnectionLost, match="parked"):
             await parker.blpop(key, 5)  # raised before it is sent: no wait
-        await bus.wire.command("RPUSH", key, "v")
+        await bus.transport.command("RPUSH", key, "v")
         assert await parker.blpop(key, 5) == b"v"
     assert fault.fired and [c.op for c in faulty.calls] == ["blpop", "blpop"]
 
 
 @pytest.mark.parametrize("after", [False, True])
 async def test_a_subscription_can_fail_as_it_opens(bus: Bus, queue: str, after: bool) -> None:
-    faulty = FaultyTransport(bus.wire)
+    faulty = FaultyTransport(bus.transport)
     channel = f"test:{{{queue}}}:ch"
     fault = faulty.fail(any_call, ConnectionLost("no pub/sub"), after=after)
     with pytest.raises(ConnectionLost):
@@ -159,7 +159,7 @@ async def test_a_subscription_can_fail_as_it_opens(bus: Bus, queue: str, after: 
 
         async def publish() -> None:
             while True:  # until the subscription is live on the server and one arrives
-                await bus.wire.command("PUBLISH", channel, "hi")
+                await bus.transport.command("PUBLISH", channel, "hi")
                 await trio.sleep(0.02)
 
         nursery.start_soon(publish)
@@ -170,4 +170,4 @@ async def test_a_subscription_can_fail_as_it_opens(bus: Bus, queue: str, after: 
 @pytest.mark.parametrize(("nth", "times"), [(0, 1), (1, 0), (1.5, 1)])
 async def test_bad_plans_are_refused(bus: Bus, nth: int, times: int) -> None:
     with pytest.raises(ValueError):
-        FaultyTransport(bus.wire).fail(any_call, ConnectionLost("x"), nth=nth, times=times)
+        FaultyTransport(bus.transport).fail(any_call, ConnectionLost("x"), nth=nth, times=times)

@@ -29,7 +29,7 @@ def _sha(name: str) -> str:
 @asynccontextmanager
 async def _nodes(bus: Bus) -> AsyncIterator[list[Transport]]:
     """A plain connection to each server the bus was given (each node of a cluster)."""
-    spec = bus.wire.spec
+    spec = bus.transport.spec
     async with AsyncExitStack() as stack:
         yield [
             await stack.enter_async_context(

@@ -123,7 +123,7 @@ async def test_cancelled_start_up_leaves_nothing_running_and_nothing_held(
 ) -> None:
     other = queue + ".b"
     await jobs.enqueue_many(bus, queue, [(ids.generate("JOB"), "x") for _ in range(5)])
-    faulty = FaultyTransport(bus.wire)
+    faulty = FaultyTransport(bus.transport)
     handled: list[str] = []
 
     async def handle(job: Job) -> None:
@@ -198,9 +198,9 @@ async def test_bad_queue_lists_raise_before_anything_runs(bus: Bus, queue: str) 
 async def test_a_consumer_without_a_metronome_says_so_once(
     bus: Bus, queue: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    now = await bus.wire.server_time_ms()
+    now = await bus.transport.server_time_ms()
     await jobs.enqueue_at(bus, queue, "late", now - 60_000)
-    faulty = FaultyTransport(bus.wire)
+    faulty = FaultyTransport(bus.transport)
 
     async def handle(job: Job) -> None:
         raise AssertionError("nothing is claimable")

@@ -12,7 +12,7 @@ from tests.support import read_line, spawn, wait_for
 
 async def finished(bus: Bus, queue: str) -> list[str]:
     """The job ids the workers' handlers finished, in order, repeats included."""
-    return [x.decode() for x in await bus.wire.command("LRANGE", done_key(queue), "0", "-1")]
+    return [x.decode() for x in await bus.transport.command("LRANGE", done_key(queue), "0", "-1")]
 
 
 async def kill_a_worker_mid_run(bus: Bus, server_url: str, queue: str, after: int = 20) -> None:
@@ -20,7 +20,7 @@ async def kill_a_worker_mid_run(bus: Bus, server_url: str, queue: str, after: in
     its handlers finished ``after`` jobs, so it dies holding leased jobs."""
 
     async def enough() -> bool:
-        return int(await bus.wire.command("LLEN", done_key(queue))) >= after
+        return int(await bus.transport.command("LLEN", done_key(queue))) >= after
 
     async with spawn(
         "worker", server_url, queue, "--handle-ms", "50", "--lease-ms", "1000",

@@ -133,7 +133,7 @@ async def test_every_settled_notice_has_one_row_and_the_stream_is_trimmed(
     assert all(
         r["outcome"] == "delivered" and r["message_id"] for c, r in by_chat.items() if c != 9
     )
-    audit_len = await bus.wire.command("XLEN", bus.keys(queue).prefix + "audit")
+    audit_len = await bus.transport.command("XLEN", bus.keys(queue).prefix + "audit")
     assert int(audit_len) == 0, "committed entries must be trimmed from the stream"
     # Every row went to exactly one segment.
     replicated = [json.loads(line)["notice_id"] for name in replica.names("segments/")
@@ -175,13 +175,13 @@ async def test_archiver_killed_mid_batch_and_restarted_loses_and_doubles_nothing
     rows = rows_of(db)
     ids = [r["notice_id"] for r in rows]
     assert len(ids) == len(set(ids)) == len(sent) and set(ids) == set(sent)
-    pending = await bus.wire.command("XPENDING", bus.keys(queue).prefix + "audit", "archiver")
+    pending = await bus.transport.command("XPENDING", bus.keys(queue).prefix + "audit", "archiver")
     assert int(pending[0]) == 0
 
 
 async def _members(bus: Bus, queue: str) -> dict[str, int]:
     """The members of the archiver's group on the audit stream, and what each holds."""
-    raw = await bus.wire.command("XINFO", "CONSUMERS", bus.keys(queue).audit, GROUP)
+    raw = await bus.transport.command("XINFO", "CONSUMERS", bus.keys(queue).audit, GROUP)
     return {as_text(m[b"name"]): int(m[b"pending"]) for m in raw}
 
 
@@ -483,7 +483,7 @@ async def test_a_clean_stop_folds_what_the_workers_settle_while_stopping(
     # folded their records before it stopped.
     assert len(tg.deliveries) == len(sent)
     assert sorted(r["notice_id"] for r in await off_thread(rows_of, db)) == sorted(sent)
-    audit_len = await bus.wire.command("XLEN", bus.keys(queue).prefix + "audit")
+    audit_len = await bus.transport.command("XLEN", bus.keys(queue).prefix + "audit")
     assert int(audit_len) == 0, "a record was left in the stream"
 
 
@@ -729,7 +729,7 @@ async def test_a_new_database_waits_for_the_replica_before_folding(
             assert (
                 second.statistics().folder.archived == 0 and not second.statistics().folder.folding
             ), "folded too early"
-            audit_len = await bus.wire.command("XLEN", bus.keys(queue).prefix + "audit")
+            audit_len = await bus.transport.command("XLEN", bus.keys(queue).prefix + "audit")
             assert int(audit_len) == len(later), "the records wait in the stream"
             await durable_s3.start()
             await wait_for(lambda: second.statistics().folder.archived == len(later), timeout=30)

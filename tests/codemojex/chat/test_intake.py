@@ -68,7 +68,7 @@ async def _kinds(bus: Bus, queue: str) -> Counter[str]:
     kinds: Counter[str] = Counter()
     cursor = "0"
     while True:
-        cursor_raw, found = await bus.wire.command(
+        cursor_raw, found = await bus.transport.command(
             "SCAN", cursor, "MATCH", k.prefix + "*", "COUNT", "1000"
         )
         for key in found:
@@ -103,9 +103,11 @@ async def test_keys_grow_with_the_chats_not_with_the_updates(
         assert notices_now == notices_then and notices_now["seq"] == len(chats)
         assert "idempotency" not in updates_now and "idempotency" not in notices_now
         for chat in chats:
-            remembered = await bus.wire.command(
+            remembered = await bus.transport.command(
                 "SMEMBERS", bus.keys(queue).seq(f"tg:{BOT_ID}:{chat}")
             )
             assert len(remembered) == DEFAULT_WINDOW
-            ttl = await bus.wire.command("PTTL", bus.keys(notices).seq(f"reply:{BOT_ID}:{chat}"))
+            ttl = await bus.transport.command(
+                "PTTL", bus.keys(notices).seq(f"reply:{BOT_ID}:{chat}")
+            )
             assert int(ttl) > 0  # it expires when the chat is quiet

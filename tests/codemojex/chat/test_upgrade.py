@@ -44,7 +44,7 @@ async def end_now(bus: Bus, queue: str, rnd: Round) -> None:
     """Bring the round's scheduled end (a job on the updates queue) forward to now: the
     metronome promotes it and the game ends the round, as when its time comes."""
     end_job = ids.JOB + rnd.id[len(ids.ROUND) :]
-    assert await bus.wire.command("ZADD", bus.keys(queue).schedule, "XX", "CH", "0", end_job)
+    assert await bus.transport.command("ZADD", bus.keys(queue).schedule, "XX", "CH", "0", end_job)
 
 
 def worse(rnd: Round, by: int) -> str:

@@ -98,15 +98,15 @@ async def test_today_is_the_server_s_utc_day_and_its_board_expires_after_the_kee
     bus: Bus,
 ) -> None:
     room, rnd = await open_round(bus)
-    before = await bus.wire.server_time_ms()
+    before = await bus.transport.server_time_ms()
     r = await board.record(bus, room, rnd, ids.new(ids.USER), 30, day_keep_ms=3_600_000)
-    after = await bus.wire.server_time_ms()
+    after = await bus.transport.server_time_ms()
     assert days.day_of(before) <= r.day <= days.day_of(after)
     # The day's board lives until an hour after its day ends; the open round's has no lifetime.
-    ttl = await bus.wire.command("PTTL", board.day_board(room, r.day).key)
+    ttl = await bus.transport.command("PTTL", board.day_board(room, r.day).key)
     expires = (r.day + 1) * game.DAY_MS + 3_600_000
     assert expires - after - 5_000 <= ttl <= expires - before
-    assert await bus.wire.command("PTTL", board.round_board(room, rnd).key) == -1
+    assert await bus.transport.command("PTTL", board.round_board(room, rnd).key) == -1
 
 
 async def test_a_round_that_is_not_open_is_refused_and_nothing_is_written(bus: Bus) -> None:
@@ -114,17 +114,17 @@ async def test_a_round_that_is_not_open_is_refused_and_nothing_is_written(bus: B
     await game.end_round(bus, room)
     with pytest.raises(game.GameError, match=f"round {rnd} is not open"):
         await board.record(bus, room, rnd, ids.new(ids.USER), 80)
-    assert await bus.wire.command("EXISTS", board.round_board(room, rnd).key) == 0
+    assert await bus.transport.command("EXISTS", board.round_board(room, rnd).key) == 0
     never = ids.new(ids.ROUND)
     with pytest.raises(game.GameError, match="is not open"):
         await board.record(bus, room, never, ids.new(ids.USER), 80)
-    assert await bus.wire.command("EXISTS", board.round_board(room, never).key) == 0
+    assert await bus.transport.command("EXISTS", board.round_board(room, never).key) == 0
 
 
 @pytest.mark.cluster  # slot routing: see tests/conftest.py
 async def test_improvements_are_published_for_the_feed(bus: Bus) -> None:
     (room, rnd), player = await open_round(bus), ids.new(ids.USER)
-    async with bus.wire.subscribe(channels=[board.feed_channel(room)]) as sub:
+    async with bus.transport.subscribe(channels=[board.feed_channel(room)]) as sub:
         await board.record(bus, room, rnd, player, 40)
         with trio.fail_after(5):
             message = await sub.receive()

@@ -35,7 +35,7 @@ async def test_a_round_started_before_a_step_back_plays_on_and_ends_on_time(
         result = await game.guess(bus, room.id, player.id, "".join(rnd.secret))
         assert result.score.percentage == 100
         view = await rounds.round_view(bus, room.id, rnd.id)
-        now = await bus.wire.server_time_ms()
+        now = await bus.transport.server_time_ms()
         assert view is not None and view.ends_at_ms is not None
         assert 0 < view.ends_at_ms - now <= 60_000  # not an hour more
         assert view.starts_at_ms <= now
@@ -59,7 +59,7 @@ async def test_a_round_opened_after_a_step_back_keeps_its_own_times(
         player = await game.create_player(bus, "Bo", 10**9 + 778)
         rnd = await game.start_round(bus, room.id, starts_in_ms=60_000, lasts_ms=60_000)
         view = await rounds.round_view(bus, room.id, rnd.id)
-        now = await bus.wire.server_time_ms()
+        now = await bus.transport.server_time_ms()
         assert view is not None and view.ends_at_ms is not None
         assert 55_000 < view.starts_at_ms - now <= 60_000
         assert 115_000 < view.ends_at_ms - now <= 120_000

@@ -236,7 +236,7 @@ async def test_a_change_whose_message_was_lost_reaches_viewers_by_resync(
         async with open_websocket_url(f"{base}/rooms/{room.id}") as ws:
             assert json.loads(await ws.get_message())["top"] == []
             key = board.round_board(room.id, rnd.id).key
-            await bus.wire.command("ZADD", key, str(70 * 10**13), alice.id)  # no PUBLISH
+            await bus.transport.command("ZADD", key, str(70 * 10**13), alice.id)  # no PUBLISH
             with trio.fail_after(10):
                 update = json.loads(await ws.get_message())
             assert [(s["name"], s["percentage"]) for s in update["top"]] == [("Alice", 70)]

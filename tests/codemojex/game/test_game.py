@@ -66,7 +66,7 @@ def _notify_to(
 async def _fresh(bus: Bus) -> None:
     # The game uses fixed queue names; start each test from an empty notification queue.
     for key in ("cm:room-index", "cm:rooms", "cm:players"):
-        await bus.wire.command("DEL", key)
+        await bus.transport.command("DEL", key)
 
 
 @pytest.fixture
@@ -118,7 +118,7 @@ async def test_an_ended_round_and_its_board_expire_after_their_keep(
 
     async def ttls(rnd: game.Round) -> list[int]:
         keys = (round_key(room.id, rnd.id), board.round_board(room.id, rnd.id).key)
-        return [int(await bus.wire.command("PTTL", key)) for key in keys]
+        return [int(await bus.transport.command("PTTL", key)) for key in keys]
 
     # By default an ended round is kept ENDED_ROUND_KEEP_MS; an open one has no lifetime.
     first = await game.start_round(bus, room.id, starts_in_ms=0)
@@ -193,9 +193,9 @@ async def test_digest_sends_every_room_its_top_ten(
     other = await game.create_room(bus, room.chat - 1, "Other Room")
     # The digest reports the day before it fires: yesterday's board (written as board_record
     # packs a score), not today's, which is not over yet.
-    yesterday = days.digest_day(await bus.wire.server_time_ms())
+    yesterday = days.digest_day(await bus.transport.server_time_ms())
     yesterdays = board.day_board(room.id, yesterday).key
-    await bus.wire.command("ZADD", yesterdays, str(42 * 10**13), player.id)
+    await bus.transport.command("ZADD", yesterdays, str(42 * 10**13), player.id)
     rnd = await game.start_round(bus, room.id, starts_in_ms=0)
     await game.guess(bus, room.id, player.id, rnd.secret)  # 100% today
     handler = game.game_handler(bus)
@@ -213,7 +213,7 @@ async def test_digest_sends_every_room_its_top_ten(
 
 async def test_a_new_digest_first_fires_just_after_a_utc_midnight(bus: Bus) -> None:
     await repeat.cancel(bus, game.GAME_QUEUE, game.DIGEST_NAME)
-    before = await bus.wire.server_time_ms()
+    before = await bus.transport.server_time_ms()
     _, first_run = await game.register_digest(bus)
     # The script adds the delay to its own now, a few ms after the one it was computed from.
     late = first_run % game.DAY_MS - days.DIGEST_AFTER_MIDNIGHT_MS
@@ -282,7 +282,7 @@ async def test_a_room_whose_digest_is_invalid_is_skipped_and_not_retried(
 ) -> None:
     rooms = await _rooms(bus, 3)
     ghost = ids.new(ids.ROOM)  # listed, but its record is gone
-    await bus.wire.command("ZADD", "cm:room-index", "0", ghost)
+    await bus.transport.command("ZADD", "cm:room-index", "0", ghost)
     notices = queue + ".notices"
 
     def before(chat: int) -> None:
@@ -375,11 +375,11 @@ class _FailingWire:
 
 async def _assert_whole(bus: Bus, room: game.Room, rounds: set[str]) -> None:
     """Every round is whole: open and pointed at by its room, or ended and not pointed at."""
-    pointer = await bus.wire.command("HGET", f"cm:{{{room.id}}}:room", "round")
+    pointer = await bus.transport.command("HGET", f"cm:{{{room.id}}}:room", "round")
     if pointer is not None:
         rounds.add(pointer.decode())
     for rid in rounds:
-        status = await bus.wire.command("HGET", f"cm:{{{room.id}}}:round:{rid}", "status")
+        status = await bus.transport.command("HGET", f"cm:{{{room.id}}}:round:{rid}", "status")
         if status == b"open":
             assert pointer == rid.encode(), f"round {rid} is open but its room points at {pointer}"
         else:
@@ -399,9 +399,11 @@ async def test_a_failure_at_any_step_leaves_every_round_whole(
                 if step is game.start_round:
                     with contextlib.suppress(game.GameError):
                         await game.end_round(bus, room.id)
-                elif (await bus.wire.command("HGET", f"cm:{{{room.id}}}:room", "round")) is None:
+                elif (
+                    await bus.transport.command("HGET", f"cm:{{{room.id}}}:room", "round")
+                ) is None:
                     await game.start_round(bus, room.id, starts_in_ms=0)
-                wire = _FailingWire(bus.wire, fail_at, after)
+                wire = _FailingWire(bus.transport, fail_at, after)
                 with contextlib.suppress(ConnectionLost):
                     await step(Bus(cast(Wire, wire)), room.id)
                 reached |= wire.calls >= fail_at
@@ -444,7 +446,7 @@ async def test_names_and_titles_are_refused_over_the_limit_or_with_control_chara
             await game.create_player(bus, value, 5)  # type: ignore[arg-type]
         else:
             await game.create_room(bus, -5, value)  # type: ignore[arg-type]
-    assert await bus.wire.command("EXISTS", "cm:players", "cm:room-index") == 0
+    assert await bus.transport.command("EXISTS", "cm:players", "cm:room-index") == 0
 
 
 @pytest.mark.parametrize("chat", [0, 1 << 40, -1_000_000_000_000, -(2**52), True, "-5"])
@@ -456,7 +458,7 @@ async def test_a_room_or_player_for_an_id_no_chat_has_is_refused(bus: Bus, chat:
         await game.create_player(bus, "Pat", chat)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"^a player's chat must be a Telegram user id"):
         await game.create_player(bus, "Pat", -5)  # a group: a player is reached in private
-    assert await bus.wire.command("EXISTS", "cm:players", "cm:room-index") == 0
+    assert await bus.transport.command("EXISTS", "cm:players", "cm:room-index") == 0
 
 
 async def test_names_and_titles_at_the_limit_are_accepted(bus: Bus) -> None:
@@ -487,8 +489,8 @@ async def test_every_message_fits_telegram_at_the_input_limits(bus: Bus) -> None
         await game.guess(bus, room.id, player.id, s)  # 100%: the widest percentage
     await game.end_round(bus, room.id)
     # Tomorrow's digest reports today: today's board as yesterday's, for a digest sent now.
-    today = days.day_of(await bus.wire.server_time_ms())
-    await bus.wire.command("COPY", board.day_board(room.id, today).key,
+    today = days.day_of(await bus.transport.server_time_ms())
+    await bus.transport.command("COPY", board.day_board(room.id, today).key,
                            board.day_board(room.id, today - 1).key)  # fmt: skip
     await game.send_digest(bus, ids.new(ids.JOB))
 

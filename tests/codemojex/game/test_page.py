@@ -25,7 +25,7 @@ from tools.browser import Page, open_page
 
 @pytest.mark.slow
 async def test_page_shows_the_board_and_updates_in_place(bus: Bus) -> None:
-    await bus.wire.command("DEL", "cm:room-index")
+    await bus.transport.command("DEL", "cm:room-index")
     room = await game.create_room(bus, -777, "Browser Room")
     alice = await game.create_player(bus, "Alice", 1)
     bob = await game.create_player(bus, "Bob", 2)
@@ -80,7 +80,7 @@ async def test_page_shows_the_board_and_updates_in_place(bus: Bus) -> None:
 
 @pytest.mark.slow
 async def test_page_lists_the_first_page_of_rooms_and_more_on_demand(bus: Bus) -> None:
-    await bus.wire.command("DEL", "cm:room-index")
+    await bus.transport.command("DEL", "cm:room-index")
     rooms = [await game.create_room(bus, -900 - i, f"R{i}") for i in range(DEFAULT_ROOM_PAGE + 3)]
     async with trio.open_nursery() as nursery:
         feed_port = await nursery.start(Feed(bus).serve, "127.0.0.1", 0)
@@ -125,7 +125,7 @@ def test_page_parameters_are_read_or_refused_with_the_reason() -> None:
 
 
 async def test_rooms_json_pages_follow_next_and_bad_queries_get_400(bus: Bus) -> None:
-    await bus.wire.command("DEL", "cm:room-index")
+    await bus.transport.command("DEL", "cm:room-index")
     rooms = [await game.create_room(bus, -800 - i, f"Room {i}") for i in range(5)]
     async with trio.open_nursery() as nursery, httpx.AsyncClient() as client:
         url = await nursery.start(PageServer(bus, 0).serve, "127.0.0.1", 0)
@@ -157,7 +157,7 @@ async def test_rooms_json_pages_follow_next_and_bad_queries_get_400(bus: Bus) ->
 @pytest.mark.slow
 @pytest.mark.timeout_s(120)
 async def test_page_recovers_from_a_feed_restart_and_says_it_is_down(bus: Bus) -> None:
-    await bus.wire.command("DEL", "cm:room-index")
+    await bus.transport.command("DEL", "cm:room-index")
     room = await game.create_room(bus, -778, "Restart Room")
     alice = await game.create_player(bus, "Alice", 11)
     bob = await game.create_player(bus, "Bob", 12)
@@ -192,7 +192,7 @@ async def test_page_recovers_from_a_feed_restart_and_says_it_is_down(bus: Bus) -
 @pytest.mark.slow
 @pytest.mark.timeout_s(120)
 async def test_page_opened_before_any_room_shows_rooms_as_they_come(bus: Bus) -> None:
-    await bus.wire.command("DEL", "cm:room-index")
+    await bus.transport.command("DEL", "cm:room-index")
     async with _served_page(bus, "/") as page:
         await wait_for(partial(_has, page, "#status", "no rooms yet"), timeout=30, step=0.1)
         room = await game.create_room(bus, -779, "Late Room")
@@ -211,7 +211,7 @@ async def test_page_opened_before_any_room_shows_rooms_as_they_come(bus: Bus) ->
 
 @pytest.mark.slow
 async def test_page_escapes_names_and_bundles_its_emoji_font(bus: Bus) -> None:
-    await bus.wire.command("DEL", "cm:room-index")
+    await bus.transport.command("DEL", "cm:room-index")
     room = await game.create_room(bus, -781, "<b>Room</b>")
     rnd = await game.start_round(bus, room.id, starts_in_ms=0)
     evil = '<img src=x onerror="window.__xss = 1">🦊'

@@ -17,7 +17,7 @@ LEGACY = "cm:rooms"
 
 
 async def _empty(bus: Bus) -> None:
-    await bus.wire.command("DEL", INDEX, LEGACY)
+    await bus.transport.command("DEL", INDEX, LEGACY)
 
 
 async def _create(bus: Bus, n: int, label: str) -> list[game.Room]:
@@ -27,8 +27,10 @@ async def _create(bus: Bus, n: int, label: str) -> list[game.Room]:
 async def _legacy_room(bus: Bus, chat: int, title: str) -> game.Room:
     """A room as the code before the index wrote it: its record and a member of ``cm:rooms``."""
     room = game.Room(ids.new(ids.ROOM), chat, title)
-    await bus.wire.command("HSET", room_key(room.id, "room"), "chat", str(chat), "title", title)
-    await bus.wire.command("SADD", LEGACY, room.id)
+    await bus.transport.command(
+        "HSET", room_key(room.id, "room"), "chat", str(chat), "title", title
+    )
+    await bus.transport.command("SADD", LEGACY, room.id)
     return room
 
 
@@ -83,12 +85,12 @@ async def test_a_page_makes_the_same_reads_however_many_rooms_exist(bus: Bus) ->
     await _create(bus, 8, "Room")
 
     async def reads_of_first_page() -> tuple[game.RoomPage, list[str]]:
-        counting = FaultyTransport(bus.wire)
+        counting = FaultyTransport(bus.transport)
         page = await game.room_page(Bus(cast(Wire, counting)), count=5)
         return page, [call.name for call in counting.calls]
 
     few, calls_few = await reads_of_first_page()
-    await bus.wire.command(
+    await bus.transport.command(
         "ZADD", INDEX, *[a for _ in range(5_000) for a in ("0", ids.new(ids.ROOM))]
     )  # many more rooms (ids minted later, so after the first page)
     many, calls_many = await reads_of_first_page()
@@ -100,7 +102,7 @@ async def test_an_id_without_a_record_is_skipped(bus: Bus) -> None:
     await _empty(bus)
     first, second = await _create(bus, 2, "Room")
     ghost = ids.new(ids.ROOM)
-    await bus.wire.command("ZADD", INDEX, "0", ghost)
+    await bus.transport.command("ZADD", INDEX, "0", ghost)
     assert await game.room_page(bus, count=3) == game.RoomPage((first, second), None)
     assert await game.room_page(bus, count=2) == game.RoomPage((first, second), second.id)
     assert await game.room_page(bus, second.id, 1) == game.RoomPage((), None)
@@ -121,9 +123,9 @@ async def test_rooms_of_the_old_set_move_into_the_index_once(bus: Bus) -> None:
     new = await _create(bus, 2, "New")
     old = [await _legacy_room(bus, -3_000_000 - i, f"Old {i}") for i in range(3)]
     # A move that stopped midway: one old room is already in the index, still in the old set.
-    await bus.wire.command("ZADD", INDEX, "0", old[0].id)
+    await bus.transport.command("ZADD", INDEX, "0", old[0].id)
     assert await game.migrate_room_index(bus) == 3
-    assert await bus.wire.command("EXISTS", LEGACY) == 0
+    assert await bus.transport.command("EXISTS", LEGACY) == 0
     assert await _walk(bus, 2) == sorted(new + old, key=lambda r: r.id)
     assert await game.migrate_room_index(bus) == 0  # nothing left to move
     assert await game.list_room_ids(bus) == sorted(r.id for r in new + old)
@@ -132,8 +134,8 @@ async def test_rooms_of_the_old_set_move_into_the_index_once(bus: Bus) -> None:
 async def test_a_large_old_set_moves_in_batches_and_every_id_is_walked(bus: Bus) -> None:
     await _empty(bus)
     many = sorted(ids.new(ids.ROOM) for _ in range(2_500))  # more than one batch of 1,000
-    await bus.wire.command("SADD", LEGACY, *many)
+    await bus.transport.command("SADD", LEGACY, *many)
     assert await game.migrate_room_index(bus) == len(many)
-    assert await bus.wire.command("EXISTS", LEGACY) == 0
-    assert await bus.wire.command("ZCARD", INDEX) == len(many)
+    assert await bus.transport.command("EXISTS", LEGACY) == 0
+    assert await bus.transport.command("ZCARD", INDEX) == len(many)
     assert await game.list_room_ids(bus) == many

@@ -117,7 +117,7 @@ async def test_an_outage_found_by_one_worker_holds_the_sends_of_every_worker(
 
 
 async def _exists(bus: Bus, key: str) -> bool:
-    return bool(await bus.wire.command("EXISTS", key))
+    return bool(await bus.transport.command("EXISTS", key))
 
 
 @pytest.mark.timeout_s(60)
@@ -154,7 +154,7 @@ async def test_shutdown_hands_a_held_notice_back_without_spending_an_attempt(
         assert (info.state, info.attempts) == ("pending", 0)
         assert worker.bus_statistics().released == 1
         assert [e.kind for e in await events.read(bus, queue)][-1] == "released"
-        await bus.wire.command("ZREM", limiter.prefix + "paused", "71")  # the pause ends
+        await bus.transport.command("ZREM", limiter.prefix + "paused", "71")  # the pause ends
         async with worker_at(bus, queue, tg.api_url):
             await tg.wait_deliveries(1, 71)
         assert set(await _claimed_attempts(bus, queue)) == {1}

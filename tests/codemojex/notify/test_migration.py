@@ -46,7 +46,7 @@ async def test_the_move_is_recorded_once_and_carries_the_room(bus: Bus, queue: s
     again = Migration(False, new, "RMM0000000room")
     assert await migrate_chat(bus, old, new, queue=queue) == again
     assert await migrate_chat(bus, old, new - 1, queue=queue) == again  # upgraded once
-    links = await bus.wire.command("HGETALL", chat_links_key(bus, queue))
+    links = await bus.transport.command("HGETALL", chat_links_key(bus, queue))
     assert {str(new), str(old)} & {k.decode() for k in _fields(links)} == {str(new)}
     assert await current_chat(bus, old, queue=queue) == new
     assert await current_chat(bus, new, queue=queue) == new
@@ -57,7 +57,10 @@ async def test_the_move_is_recorded_once_and_carries_the_room(bus: Bus, queue: s
 async def test_a_chat_that_plays_no_game_has_its_move_recorded(bus: Bus, queue: str) -> None:
     old, new = chats()
     assert await migrate_chat(bus, old, new, queue=queue) == Migration(True, new, None)
-    assert await bus.wire.command("HGET", migrations_key(bus, queue), str(old)) == str(new).encode()
+    assert (
+        await bus.transport.command("HGET", migrations_key(bus, queue), str(old))
+        == str(new).encode()
+    )
     assert await room_of_chat(bus, new, queue=queue) is None
 
 
@@ -102,7 +105,7 @@ async def test_the_directory_refuses_an_id_no_chat_has(bus: Bus, queue: str, cha
         await room_of_chat(bus, chat, queue=queue)
     with pytest.raises(ValueError, match="must be a Telegram chat id"):
         await adopt_room(bus, chat, "RMM0000000room", queue=queue)
-    assert await bus.wire.command("HLEN", chat_links_key(bus, queue)) == 0
+    assert await bus.transport.command("HLEN", chat_links_key(bus, queue)) == 0
 
 
 async def test_the_game_follows_the_move_and_completes_one_cut_short(bus: Bus, queue: str) -> None:
@@ -121,11 +124,11 @@ async def test_the_game_follows_the_move_and_completes_one_cut_short(bus: Bus, q
 @pytest.mark.cluster  # slot routing: see tests/conftest.py
 async def test_links_kept_before_move_beside_the_record(bus: Bus, queue: str) -> None:
     (a, _), (b, _) = chats(), chats()
-    await bus.wire.command("HSET", LEGACY_CHAT_ROOMS_KEY, str(a), "RMM00000000aaa",
+    await bus.transport.command("HSET", LEGACY_CHAT_ROOMS_KEY, str(a), "RMM00000000aaa",
                            str(b), "RMM00000000bbb")  # fmt: skip
     await adopt_room(bus, b, "RMM0000000kept", queue=queue)
     assert await upgrade_chat_links(bus, queue=queue) >= 2  # and any other test's
-    assert await bus.wire.command("EXISTS", LEGACY_CHAT_ROOMS_KEY) == 0
+    assert await bus.transport.command("EXISTS", LEGACY_CHAT_ROOMS_KEY) == 0
     assert await room_of_chat(bus, a, queue=queue) == "RMM00000000aaa"
     assert await room_of_chat(bus, b, queue=queue) == "RMM0000000kept"  # a link there wins
     assert await upgrade_chat_links(bus, queue=queue) == 0

@@ -74,7 +74,7 @@ async def test_global_waiters_queue_in_order_for_the_next_free_slots(bus: Bus, q
 
 
 async def server_ms(bus: Bus) -> int:
-    seconds, micros = await bus.wire.command("TIME")
+    seconds, micros = await bus.transport.command("TIME")
     return int(seconds) * 1000 + int(micros) // 1000
 
 
@@ -291,7 +291,7 @@ async def test_a_quiet_chat_s_log_is_forgotten_a_window_after_its_last_send(
         assert (await rl.take(chat)).ok
 
     async def chat_logs() -> int:
-        return len(await bus.wire.scan(rl.prefix + "chat:*"))
+        return len(await bus.transport.scan(rl.prefix + "chat:*"))
 
     assert await chat_logs() == 5
     await trio.sleep(0.45)  # every window (400 ms) has passed

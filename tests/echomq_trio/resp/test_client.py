@@ -84,7 +84,7 @@ async def test_a_server_without_hello_is_spoken_to_in_resp2(no_hello_url: str) -
         assert await bus.command("HGETALL", "h") == [b"a", b"1"]  # RESP2: a flat array
         admitted = await jobs.enqueue(bus, "resp2", b"x")
         assert admitted.outcome is Outcome.ENQUEUED
-        async with bus.wire.subscribe(channels=["c"]) as sub:
+        async with bus.transport.subscribe(channels=["c"]) as sub:
             await wait_for(lambda: _publish(bus, "c", b"hi"))
             assert await sub.receive() == Message("c", b"hi")
 
@@ -100,7 +100,7 @@ async def test_a_flushed_script_is_loaded_again_and_answers(standalone_url: str)
         assert await bus.command("SCRIPT", "FLUSH") == "OK"
         second = await jobs.enqueue(bus, "resp.flush", b"two")
         assert (first.outcome, second.outcome) == (Outcome.ENQUEUED, Outcome.ENQUEUED)
-        sha = bus.wire._shas["enqueue"]  # type: ignore[attr-defined]
+        sha = bus.transport._shas["enqueue"]  # type: ignore[attr-defined]
         assert await bus.command("SCRIPT", "EXISTS", sha) == [1]
         assert sha == hashlib.sha1(script_source("enqueue").encode()).hexdigest()
 
@@ -127,7 +127,7 @@ async def test_a_server_killed_mid_call_raises_connection_lost_and_the_next_call
         lost: list[ConnectionLost] = []
 
         async def parked() -> None:
-            async with bus.wire.blocking() as other:
+            async with bus.transport.blocking() as other:
                 try:
                     await other.blpop("never", 30)
                 except ConnectionLost as exc:
@@ -179,7 +179,7 @@ async def test_blocking_pops_and_subscriptions_have_connections_of_their_own(
 ) -> None:
     async with open_bus(standalone_url, transport="trio") as bus:
         got: list[bytes | None] = []
-        async with bus.wire.blocking() as parked:
+        async with bus.transport.blocking() as parked:
 
             async def pop() -> None:
                 got.append(await parked.blpop("resp:list", 10))
@@ -191,7 +191,7 @@ async def test_blocking_pops_and_subscriptions_have_connections_of_their_own(
                 await bus.command("RPUSH", "resp:list", "x")
             assert got == [b"x"]
             assert await parked.blpop("resp:list", 0.05) is None
-        async with bus.wire.subscribe(channels=["a"], patterns=["p.*"]) as sub:
+        async with bus.transport.subscribe(channels=["a"], patterns=["p.*"]) as sub:
             await wait_for(lambda: _publish(bus, "p.1", b"two"))
             await bus.command("PUBLISH", "a", "one")
             assert await sub.receive() == Message("p.1", b"two", "p.*")
