@@ -65,6 +65,17 @@ def test_a_refused_owner_changes_nothing(tmp_path: Path) -> None:
         assert (folder / "lock").exists()
 
 
+def test_a_refusal_names_the_holder_even_before_it_wrote_its_pid(tmp_path: Path) -> None:
+    """The holder writes its pid just after it takes the lock; a second owner meeting the lock
+    in between (the file still empty) names the holder from the kernel's lock table."""
+    path = tmp_path / "lock"
+    lock = hold(path, "the test")
+    os.truncate(path, 0)  # as between the holder's flock and its pid
+    with pytest.raises(InUse, match=f"the test is in use by process {os.getpid()};"):
+        hold(path, "the test")
+    lock.release()
+
+
 def test_a_lock_is_taken_only_on_the_file_its_path_names(tmp_path: Path) -> None:
     """What ``hold`` checks after ``flock``: an owner that gave up may have removed the file
     another opened meanwhile, and a lock on a removed file guards nothing."""

@@ -121,7 +121,7 @@ async def test_viewers_leave_nothing_behind(bus: Bus, room: game.Room) -> None:
 async def test_a_slow_viewer_gets_the_latest_not_a_backlog_and_never_slows_a_fast_one(
     bus: Bus, room: game.Room, rnd: game.Round
 ) -> None:
-    players = [await game.create_player(bus, f"P{n:03d}" + "x" * 40, n) for n in range(150)]
+    players = [await game.create_player(bus, f"P{n:03d}" + "x" * 40, n + 1) for n in range(150)]
     async with trio.open_nursery() as nursery:
         feed, base = await start_feed(nursery, bus, top_n=150, ping_interval_s=60)
         url = f"{base}/rooms/{room.id}"
@@ -185,7 +185,7 @@ async def _raw_viewer(port: int, room: str, *, rcvbuf: int | None = None) -> tri
 async def test_viewers_vanishing_mid_update_never_take_the_feed_down(
     bus: Bus, room: game.Room, rnd: game.Round
 ) -> None:
-    players = [await game.create_player(bus, f"P{n}", n) for n in range(20)]
+    players = [await game.create_player(bus, f"P{n}", n + 1) for n in range(20)]
     async with trio.open_nursery() as nursery:
         feed, base = await start_feed(nursery, bus, ping_interval_s=60)
         port = int(base.rsplit(":", 1)[1])
@@ -212,7 +212,7 @@ async def test_viewers_vanishing_mid_update_never_take_the_feed_down(
 async def test_pings_drop_a_viewer_whose_window_is_full(
     bus: Bus, room: game.Room, rnd: game.Round
 ) -> None:
-    players = [await game.create_player(bus, f"P{n:03d}" + "x" * 55, n) for n in range(150)]
+    players = [await game.create_player(bus, f"P{n:03d}" + "x" * 55, n + 1) for n in range(150)]
     async with trio.open_nursery() as nursery:
         feed, base = await start_feed(nursery, bus, top_n=150, ping_interval_s=0.2,
                                       ping_timeout_s=0.5)  # fmt: skip
