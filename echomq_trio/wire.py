@@ -82,6 +82,7 @@ __all__ = [
     "Message",
     "RefusalLog",
     "Wire",
+    "login_refusal",
     "open_wire",
     "parse_url",
     "probe",
@@ -569,9 +570,9 @@ async def probe(spec: ConnectionSpec) -> None:
         )
 
 
-def _connect_failure(spec: ConnectionSpec, exc: GlideError) -> ConnectionLost:
-    """The client library's failure to connect, as one line naming the server."""
-    text = " ".join(str(exc).split())
+def login_refusal(spec: ConnectionSpec, text: str) -> AuthenticationFailed | None:
+    """A server's answer to a connection's login (``text``), if it refused the credentials, as
+    one line naming the server; ``None`` for any other answer. Every transport's."""
     where = f"cannot connect to {spec.redacted()}"
     if "WRONGPASS" in text or "invalid password" in text or "invalid username-password" in text:
         return AuthenticationFailed(f"{where}: authentication failed: wrong username or password")
@@ -579,7 +580,14 @@ def _connect_failure(spec: ConnectionSpec, exc: GlideError) -> ConnectionLost:
         return AuthenticationFailed(
             f"{where}: authentication failed: the server requires a password and the URL has none"
         )
-    return ConnectionLost(f"{where}: {text}")
+    return None
+
+
+def _connect_failure(spec: ConnectionSpec, exc: GlideError) -> ConnectionLost:
+    """The client library's failure to connect, as one line naming the server."""
+    text = " ".join(str(exc).split())
+    refused = login_refusal(spec, text)
+    return refused or ConnectionLost(f"cannot connect to {spec.redacted()}: {text}")
 
 
 @asynccontextmanager

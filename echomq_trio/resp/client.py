@@ -50,6 +50,7 @@ from echomq_trio.wire import (
     DEFAULT_CONNECT_TIMEOUT_MS,
     ConnectionSpec,
     RefusalLog,
+    login_refusal,
     parse_url,
     probe,
     server_error,
@@ -336,14 +337,7 @@ async def _handshake(stream: trio.abc.Stream, spec: ConnectionSpec) -> int:
 
 
 def _refused(spec: ConnectionSpec, text: str) -> None:
-    where = f"cannot connect to {spec.redacted()}"
-    if "WRONGPASS" in text or "invalid password" in text or "invalid username-password" in text:
-        raise AuthenticationFailed(f"{where}: authentication failed: wrong username or password")
-    if "NOAUTH" in text:
-        raise AuthenticationFailed(
-            f"{where}: authentication failed: the server requires a password and the URL has none"
-        )
-    raise server_error(f"{where}: {text}")
+    raise login_refusal(spec, text) or server_error(f"cannot connect to {spec.redacted()}: {text}")
 
 
 async def _connect(spec: ConnectionSpec) -> trio.abc.Stream:
