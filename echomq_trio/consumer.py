@@ -418,9 +418,20 @@ class Consumer:
         done: trio.MemorySendChannel[_Settle],
         stop_by: Callable[[StopConsumer], None],
     ) -> None:
+        # ``_handle``, written out: the pool's hot path, one coroutine fewer per job.
         async with work, done:
             async for job in work:
-                await self._handle(job, done, stop_by)
+                if self._stopping:
+                    continue  # never start a job while stopping; it is released at the end
+                result: HandlerResult | Exception
+                try:
+                    result = await self.handler(job)
+                except StopConsumer as exc:
+                    stop_by(exc)
+                    continue
+                except Exception as exc:
+                    result = exc
+                done.send_nowait(_Settle(job, decide(result, job, self.policy)))
 
     async def _handle(
         self,

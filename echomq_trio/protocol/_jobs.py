@@ -20,13 +20,13 @@ from echomq_trio.keys import QueueKeys
 from echomq_trio.protocol._base import (
     DEFAULT_KEY_TTL_MS,
     ENQUEUE_CHUNK,
+    REPLY_FIELDS,
     Arg,
     Call,
     Payload,
     When,
     _call,
     _guard,
-    _items,
     _named,
     _nothing,
     _outcome,
@@ -194,19 +194,32 @@ def claim_call(k: QueueKeys, batch: int, lease_ms: int, holder: str = "") -> Cal
     return _call("claim", k.pending, [*args, check_holder(holder)] if holder else args, decode)
 
 
+# The claim is the hot path (one decode per job): its fields are found by name once, here, not
+# per job (``REPLY_FIELDS``, held against the script's header by tests/echomq_trio/test_scripts).
+_DEADLINE = REPLY_FIELDS["claim"].index("lease_deadline")
+_JOBS_FROM = REPLY_FIELDS["claim"].index("jobs...")
+_JOB = REPLY_FIELDS["claim/job"]
+_ID, _PAYLOAD, _ATTEMPTS, _TOKEN, _GROUP = (
+    _JOB.index(name) for name in ("id", "payload", "attempts", "token", "group")
+)
+
+
 def claim_reply(raw: Sequence[Any], queue: str) -> list[Job]:
     """``{lease deadline, then per job: id, payload, attempts, token, group or ''}``."""
-    r = _named("claim", raw)
-    deadline = int(r["lease_deadline"])
+    if len(raw) < _JOBS_FROM or (len(raw) - _JOBS_FROM) % len(_JOB):
+        raise ValueError(
+            f"claim answered {len(raw)} fields, not a deadline and jobs of {len(_JOB)}"
+        )
+    deadline = int(raw[_DEADLINE])
     jobs = []
-    for j in _items("claim/job", r["jobs"]):
-        payload = j["payload"]
+    for i in range(_JOBS_FROM, len(raw), len(_JOB)):
+        payload = raw[i + _PAYLOAD]
         if not isinstance(payload, bytes):
             payload = str(payload).encode()
-        group = j["group"]
+        group = raw[i + _GROUP]
         jobs.append(
-            Job(queue, as_text(j["id"]), payload, int(j["attempts"]), int(j["token"]), deadline,
-                as_text(group) if group else None)
+            Job(queue, as_text(raw[i + _ID]), payload, int(raw[i + _ATTEMPTS]),
+                int(raw[i + _TOKEN]), deadline, as_text(group) if group else None)
         )  # fmt: skip
     return jobs
 
