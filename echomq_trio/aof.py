@@ -1,6 +1,7 @@
 """An embedded server's append-only file, read without I/O (pure): whether the server's log says
-the file is damaged, what the server's checker (``redis-check-aof``) reported, what a cut-off
-part held, and the record of a repair or restore kept in the data directory.
+the file is damaged, which files it loads (its manifest), what the server's checker
+(``valkey-check-aof``, ``redis-check-aof``) reported, what a cut-off part held, and the record
+of a repair or restore kept in the data directory.
 ``echomq_trio.repair`` does the I/O and ``echomq repair`` / ``echomq restore`` run it.
 
 Why a record: a repaired file is cut at its damage, and a restored one is an older copy, so the
@@ -32,7 +33,9 @@ __all__ = [
     "damage_message",
     "damaged_file",
     "encode_record",
+    "is_rdb",
     "last_rewind_ms",
+    "loaded_files",
     "parse_check",
     "parse_records",
     "repair_command",
@@ -85,10 +88,48 @@ def damage_message(data_dir: str | PurePath, file: str) -> str:
     )
 
 
-def checker_name(binary: str) -> str:
-    """The name to run the server ``binary`` by so that it is the append-only file checker: the
-    servers choose by the name they are run as (argv[0])."""
-    return "valkey-check-aof" if "valkey" in PurePath(binary).name else "redis-check-aof"
+def checker_name(binary: str, *, rdb: bool = False) -> str:
+    """The name to run the server ``binary`` by so that it is the append-only file checker (the
+    snapshot checker with ``rdb``): the servers choose by the name they are run as (argv[0])."""
+    server = "valkey" if "valkey" in PurePath(binary).name else "redis"
+    return f"{server}-check-{'rdb' if rdb else 'aof'}"
+
+
+# The first bytes of a snapshot (RDB): "REDIS0012" (Redis; Valkey up to 8), "VALKEY080" (Valkey
+# 9 on). An append-only file's base is one by default (``aof-use-rdb-preamble yes``).
+_RDB_MAGIC = (b"REDIS", b"VALKEY")
+
+
+def is_rdb(head: bytes) -> bool:
+    """Whether a file that begins with ``head`` (its first 6 bytes will do) is a snapshot."""
+    return head.startswith(_RDB_MAGIC)
+
+
+def loaded_files(manifest: str) -> list[str]:
+    """The files a server loads from an ``appendonlydir``, in the order it loads them, read from
+    its manifest's text: the base (``type b``), then the incremental files (``type i``) in the
+    manifest's order; history files (``type h``, left for deletion) are not loaded. Each line is
+    ``file NAME seq N type T`` (Redis 8 adds ``startoffset``/``endoffset``); ``ValueError`` for
+    a line that is not one, or a manifest that names no file to load."""
+    base: list[str] = []
+    incremental: list[str] = []
+    for n, line in enumerate(manifest.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            words = shlex.split(line)
+        except ValueError:
+            words = []
+        fields = dict(zip(words[::2], words[1::2], strict=False))
+        kind = fields.get("type")
+        if len(words) % 2 or "file" not in fields or kind not in ("b", "h", "i"):
+            raise ValueError(f"line {n} of the manifest is not a file entry: {line.strip()!r}")
+        (base if kind == "b" else incremental if kind == "i" else []).append(fields["file"])
+    if len(base) > 1:
+        raise ValueError(f"the manifest names {len(base)} base files, not one")
+    if not base and not incremental:
+        raise ValueError("the manifest names no file to load")
+    return base + incremental
 
 
 @attrs.frozen

@@ -2,10 +2,12 @@
 with it), processes of a data directory, and running ``python -m codemojex.run`` as a user
 does, reading its output line by line; samples of a Prometheus scrape by name and labels;
 garbage put in the middle of a stopped server's append-only file, and ``echomq`` run on it; the
-live Python memory blocks a module's code allocated (``tracemalloc``)."""
+live Python memory blocks a module's code allocated (``tracemalloc``); which server the tests
+start (Valkey or Redis), for the few tests of one server's own behaviour."""
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import linecache
@@ -21,6 +23,8 @@ from pathlib import Path
 
 import trio
 from prometheus_client.parser import text_string_to_metric_families
+
+from echomq_trio.server import find_server_binary
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -193,6 +197,14 @@ def damage_aof(data_dir: Path, after: int = 0) -> tuple[Path, int]:
     at = data.index(b"\r\n*", after + (len(data) - after) // 2) + 2
     path.write_bytes(data[:at] + GARBAGE + data[at:])
     return path, at
+
+
+@functools.cache
+def server_is_valkey() -> bool:
+    """Whether the server the tests start (``find_server_binary``: Valkey by default, Redis with
+    ``ECHOMQ_SERVER_BIN`` naming one) is Valkey, by what its ``--version`` says."""
+    done = subprocess.run([find_server_binary(), "--version"], capture_output=True, text=True)
+    return done.stdout.startswith("Valkey")
 
 
 async def echomq(*args: str) -> subprocess.CompletedProcess[bytes]:
