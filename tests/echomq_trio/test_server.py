@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from echomq_trio import ServerNotFound, ids, jobs, open_bus
+from echomq_trio import BusError, DamagedAppendOnlyFile, ServerNotFound, ids, jobs, open_bus, repair
 from echomq_trio.errors import ConnectionLost
 from echomq_trio.server import (
     LOG_ROTATE_BYTES,
     find_server_binary,
+    needed_server,
     shipped_redis,
     shipped_valkey,
     start_server,
@@ -83,6 +84,48 @@ def test_clear_error_when_no_server_exists(monkeypatch: pytest.MonkeyPatch, tmp_
 
 
 @pytest.mark.server
+@pytest.mark.timeout_s(60)
+async def test_a_data_directory_stays_with_the_server_whose_format_it_is_in(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Valkey 9 and Redis 8 each write an append-only file's base in a snapshot format of their
+    own, which the other cannot read. With no ``ECHOMQ_SERVER_BIN``, a data directory Redis 8
+    wrote (the embedded server before Valkey came first) is run, and checked, by Redis; a
+    server named that cannot read the files says so in one line, not as damage."""
+    redis, valkey = shipped_redis(), shipped_valkey()
+    assert redis is not None and valkey is not None
+    by_redis, by_valkey = tmp_path / "by-redis", tmp_path / "by-valkey"
+    monkeypatch.setenv("ECHOMQ_SERVER_BIN", redis)
+    async with start_server(by_redis) as server, open_bus(server.url) as bus:
+        await jobs.enqueue(bus, "q", "kept")
+    monkeypatch.setenv("ECHOMQ_SERVER_BIN", valkey)
+    async with start_server(by_valkey):
+        pass
+    assert needed_server(by_redis) == ("appendonly.aof.1.base.rdb", "redis")
+    assert needed_server(by_valkey) == ("appendonly.aof.1.base.rdb", "valkey")
+
+    monkeypatch.delenv("ECHOMQ_SERVER_BIN")
+    monkeypatch.setenv("PATH", str(tmp_path))  # the bundled servers only
+    assert find_server_binary(by_redis) == redis
+    assert find_server_binary(by_valkey) == find_server_binary() == valkey
+    async with start_server(by_redis) as server, open_bus(server.url) as bus:
+        assert server.binary == redis
+        assert (await jobs.counts(bus, "q")).pending == 1
+    assert (await repair.repair(by_redis)).record is None  # whole, to Redis's checkers
+
+    for folder, wrong, writer in ((by_redis, valkey, "Redis 8"), (by_valkey, redis, "Valkey 9")):
+        monkeypatch.setenv("ECHOMQ_SERVER_BIN", wrong)
+        with pytest.raises(BusError) as refused:
+            async with start_server(folder):
+                pass
+        message = str(refused.value)
+        assert not isinstance(refused.value, DamagedAppendOnlyFile), message
+        assert f"was written by {writer} or later" in message and "\n" not in message, message
+        with pytest.raises(repair.RepairError, match="not damage"):
+            await repair.repair(folder)
+    assert (by_redis / "appendonlydir").is_dir() and not list(by_redis.glob("damaged-aof-*"))
+
+
 async def test_embedded_server_runs_on_loopback_with_password_and_aof(tmp_path: Path) -> None:
     async with start_server(tmp_path) as server:
         assert server.url.startswith("redis://:") and "@127.0.0.1:" in server.url
