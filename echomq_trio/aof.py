@@ -1,6 +1,7 @@
 """An embedded server's append-only file, read without I/O (pure): whether the server's log says
-the file is damaged, what the server's checker (``redis-check-aof``) reported, what a cut-off
-part held, and the record of a repair or restore kept in the data directory.
+the file is damaged, which files it loads (its manifest), what the server's checker
+(``valkey-check-aof``, ``redis-check-aof``) reported, what a cut-off part held, and the record
+of a repair or restore kept in the data directory.
 ``echomq_trio.repair`` does the I/O and ``echomq repair`` / ``echomq restore`` run it.
 
 Why a record: a repaired file is cut at its damage, and a restored one is an older copy, so the
@@ -32,10 +33,15 @@ __all__ = [
     "damage_message",
     "damaged_file",
     "encode_record",
+    "is_rdb",
     "last_rewind_ms",
+    "loaded_files",
+    "other_server_message",
     "parse_check",
     "parse_records",
     "repair_command",
+    "server_of",
+    "snapshot_needs",
 ]
 
 AOF_DIR = "appendonlydir"  # Redis 7+ and Valkey: a manifest, a base file and incremental files
@@ -85,10 +91,81 @@ def damage_message(data_dir: str | PurePath, file: str) -> str:
     )
 
 
-def checker_name(binary: str) -> str:
-    """The name to run the server ``binary`` by so that it is the append-only file checker: the
-    servers choose by the name they are run as (argv[0])."""
-    return "valkey-check-aof" if "valkey" in PurePath(binary).name else "redis-check-aof"
+def server_of(binary: str) -> str:
+    """``"valkey"`` or ``"redis"``: which server ``binary`` is, by its name."""
+    return "valkey" if "valkey" in PurePath(binary).name else "redis"
+
+
+def checker_name(binary: str, *, rdb: bool = False) -> str:
+    """The name to run the server ``binary`` by so that it is the append-only file checker (the
+    snapshot checker with ``rdb``): the servers choose by the name they are run as (argv[0])."""
+    return f"{server_of(binary)}-check-{'rdb' if rdb else 'aof'}"
+
+
+# The first bytes of a snapshot (RDB): "REDIS0012" (Redis; Valkey up to 8), "VALKEY080" (Valkey
+# 9 on). An append-only file's base is one by default (``aof-use-rdb-preamble yes``).
+_RDB_MAGIC = (b"REDIS", b"VALKEY")
+
+
+def is_rdb(head: bytes) -> bool:
+    """Whether a file that begins with ``head`` (its first 6 bytes will do) is a snapshot."""
+    return head.startswith(_RDB_MAGIC)
+
+
+_SNAPSHOT_FORMAT = re.compile(rb"(REDIS|VALKEY)(\d{3,4})")
+_NAMES = {"valkey": "Valkey 9 or later", "redis": "Redis 8 or later"}
+
+
+def snapshot_needs(head: bytes) -> str | None:
+    """The server that can load a snapshot beginning with ``head`` (its first 16 bytes will
+    do): ``"valkey"`` for Valkey 9's own format (``VALKEY080`` on), which Redis cannot read;
+    ``"redis"`` for Redis 8's (``REDIS0012`` on), which Valkey cannot read (it reads Redis's
+    formats up to 11); ``None`` when either can, or ``head`` is no snapshot."""
+    m = _SNAPSHOT_FORMAT.match(head)
+    if m is None:
+        return None
+    if m[1] == b"VALKEY":
+        return "valkey"
+    return "redis" if int(m[2]) >= 12 else None
+
+
+def other_server_message(data_dir: str | PurePath, file: str, needs: str, binary: str) -> str:
+    """One line for an operator whose server cannot load a snapshot in another server's
+    format (``needs``, as ``snapshot_needs`` says)."""
+    server = f"{needs}-server"
+    return (
+        f"the embedded server cannot start: its append-only file ({file} in "
+        f"{Path(data_dir) / AOF_DIR}) was written by {_NAMES[needs]}, in a format {binary} "
+        f"cannot read (not damage: nothing to repair). Run it with a {server}: set "
+        f"ECHOMQ_SERVER_BIN to one (unset, the one the package bundles is used)"
+    )
+
+
+def loaded_files(manifest: str) -> list[str]:
+    """The files a server loads from an ``appendonlydir``, in the order it loads them, read from
+    its manifest's text: the base (``type b``), then the incremental files (``type i``) in the
+    manifest's order; history files (``type h``, left for deletion) are not loaded. Each line is
+    ``file NAME seq N type T`` (Redis 8 adds ``startoffset``/``endoffset``); ``ValueError`` for
+    a line that is not one, or a manifest that names no file to load."""
+    base: list[str] = []
+    incremental: list[str] = []
+    for n, line in enumerate(manifest.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            words = shlex.split(line)
+        except ValueError:
+            words = []
+        fields = dict(zip(words[::2], words[1::2], strict=False))
+        kind = fields.get("type")
+        if len(words) % 2 or "file" not in fields or kind not in ("b", "h", "i"):
+            raise ValueError(f"line {n} of the manifest is not a file entry: {line.strip()!r}")
+        (base if kind == "b" else incremental if kind == "i" else []).append(fields["file"])
+    if len(base) > 1:
+        raise ValueError(f"the manifest names {len(base)} base files, not one")
+    if not base and not incremental:
+        raise ValueError("the manifest names no file to load")
+    return base + incremental
 
 
 @attrs.frozen

@@ -7,11 +7,21 @@ Theory of operation:
   its service holds while it runs, so they are refused with the holder's pid while it does) and
   refuse a server still running in it. The lock is held until they are done, so the service
   cannot start halfway.
-* **The checker that ships with the server.** The servers dispatch on the name they are run
-  as: the bundled ``redis-server`` run as ``redis-check-aof`` (``valkey-check-aof`` for Valkey)
-  is the checker, so a repair needs nothing the package does not install. It is run once to
-  look (read-only), and, if the file is damaged, once with ``--fix``, its confirmation prompt
-  answered ``y`` on its stdin; then once more to see the file whole.
+* **The checkers that ship with the server.** The servers dispatch on the name they are run as:
+  the server binary run as ``valkey-check-aof`` (``redis-check-aof`` for Redis) is the
+  append-only file checker, and run as ``valkey-check-rdb`` the snapshot checker, so a repair
+  needs nothing the package does not install. The binary is the one the embedded server would
+  run on those files (``server.find_server_binary(data_dir)``); files in the other server's
+  snapshot format are refused as such (not damage: ``server.needed_server``). Each file the
+  server loads is checked on its own, in the manifest's order (``aof.loaded_files``): a base
+  that is a snapshot with the snapshot checker, every other file with the append-only file
+  checker. Not the whole directory at once through its manifest: Valkey 9's ``valkey-check-aof``
+  knows only Redis's snapshot signature (``REDIS``), so it calls the base file every Valkey 9
+  server writes (``VALKEY080``) damaged (valkey-io/valkey#4739). Only the last file can be cut
+  (the servers load a file cut short only when it is the last), so damage elsewhere, or in a
+  snapshot, is refused. The checker is run once a file to look (read-only), and, if the last
+  file is damaged, once with ``--fix`` on that file, its confirmation prompt answered ``y`` on
+  its stdin; then all are checked again.
 * **Nothing changed before it is kept.** A repair copies the append-only files into
   ``damaged-aof-<UTC time>/`` in the data directory before the checker cuts anything; a restore
   moves the current ones to ``replaced-aof-<UTC time>/`` and copies the older ones in under a
@@ -45,9 +55,12 @@ from echomq_trio.aof import (
     checker_name,
     count_cut,
     encode_record,
+    is_rdb,
     last_rewind_ms,
+    loaded_files,
     parse_check,
     parse_records,
+    server_of,
 )
 from echomq_trio.datadir import PRIVATE_FILE_MODE, DataDir, InUse
 from echomq_trio.humane import iso
@@ -131,14 +144,12 @@ def _files_of(folder: Path) -> Path | None:
     return None
 
 
-def _checked_path(files: Path) -> Path:
-    """What the checker is given: the manifest of an ``appendonlydir``, or the single file."""
-    if files.is_dir():
-        manifests = sorted(files.glob("*.manifest"))
-        if len(manifests) != 1:
-            raise RepairError(f"{files} holds {len(manifests)} manifest files, not one")
-        return manifests[0]
-    return files
+def _manifest(files: Path) -> Path:
+    """The manifest of an ``appendonlydir``."""
+    manifests = sorted(files.glob("*.manifest"))
+    if len(manifests) != 1:
+        raise RepairError(f"{files} holds {len(manifests)} manifest files, not one")
+    return manifests[0]
 
 
 def _own(data_dir: str | os.PathLike[str]) -> DataDir:
@@ -156,16 +167,79 @@ def _own(data_dir: str | os.PathLike[str]) -> DataDir:
     return owned
 
 
-async def _check(target: Path, *, fix: bool) -> tuple[Checked, str]:
-    binary = server.find_server_binary()
-    argv = [checker_name(binary), *(["--fix"] if fix else []), str(target)]
+async def _check(
+    path: Path, binary: str, *, fix: bool = False, rdb: bool = False
+) -> tuple[Checked, str]:
+    """Run the checker of the server ``binary`` on one file (the snapshot checker with ``rdb``;
+    it cannot fix), from the file's folder so that its output names the file as the manifest
+    does."""
+    argv = [checker_name(binary, rdb=rdb), *(["--fix"] if fix else []), path.name]
     with trio.fail_after(CHECK_TIMEOUT_S):
         done = await trio.run_process(
-            argv, executable=binary, stdin=b"y\n" if fix else b"", capture_stdout=True,
-            capture_stderr=True, check=False,
+            argv, executable=binary, cwd=path.parent, stdin=b"y\n" if fix else b"",
+            capture_stdout=True, capture_stderr=True, check=False,
         )  # fmt: skip
     output = (done.stdout + done.stderr).decode(errors="replace")
+    if rdb:  # a snapshot is whole or not: the checker cannot cut one
+        whole = done.returncode == 0
+        return Checked(whole, None if whole else path.name, fixable=whole), output
     return parse_check(output, done.returncode), output
+
+
+@attrs.frozen
+class _Part:
+    """A file the server loads: its ``path``, whether it is a snapshot (``rdb``), whether it
+    is the ``last`` loaded (the only one a repair may cut)."""
+
+    path: Path
+    rdb: bool
+    last: bool
+
+
+def _parts(files: Path) -> tuple[list[_Part], str | None]:
+    """The files the server loads from ``files``, in order (one for a single file), or what
+    is wrong with the manifest that lists them."""
+    if not files.is_dir():
+        return [_Part(files, rdb=False, last=True)], None
+    manifest = _manifest(files)
+    try:
+        names = loaded_files(manifest.read_text(errors="replace"))
+    except ValueError as exc:
+        return [], f"{manifest.name} cannot be read: {exc}"
+    parts: list[_Part] = []
+    for n, name in enumerate(names, 1):
+        path = files / name
+        if not path.is_file():
+            return parts, f"{manifest.name} names {name}, which is not in {files}"
+        with path.open("rb") as f:
+            parts.append(_Part(path, rdb=is_rdb(f.read(6)), last=n == len(names)))
+    return parts, None
+
+
+async def _check_all(files: Path, binary: str) -> tuple[Checked, str]:
+    """Check the append-only files ``files`` (an ``appendonlydir`` or a single file) with the
+    checkers of the server ``binary``, each file the server loads in turn (see the module
+    docstring): the first damaged one's ``Checked``, ``fixable`` only if it is the last file;
+    or valid, when all are whole. ``RepairError`` when the files are in the other server's
+    format (``server.needed_server``): its checkers cannot read them."""
+    file, needs = server.needed_server(files)
+    if needs is not None and needs != server_of(binary):
+        raise RepairError(
+            f"{file} in {files} is in the format of {needs.capitalize()} (not damage), which "
+            f"{binary} cannot check: set ECHOMQ_SERVER_BIN to a {needs}-server (unset, the one "
+            "the package bundles is used)"
+        )
+    parts, wrong = _parts(files)
+    said: list[str] = []
+    for part in parts:
+        checked, output = await _check(part.path, binary, rdb=part.rdb)
+        said.append(output)
+        if not checked.valid:
+            fixable = checked.fixable and part.last and checked.file is not None
+            return attrs.evolve(checked, file=part.path.name, fixable=fixable), "\n".join(said)
+    if wrong is not None:
+        return Checked(False, fixable=False), "\n".join([*said, wrong])
+    return Checked(True), "\n".join(said)
 
 
 def _tail(output: str, lines: int = 4) -> str:
@@ -199,8 +273,8 @@ async def repair(data_dir: str | os.PathLike[str]) -> Repaired:
         files = _files_of(folder)
         if files is None:
             raise RepairError(f"no append-only file in {folder} ({AOF_DIR}/ or {SINGLE_FILE})")
-        target = _checked_path(files)
-        checked, output = await _check(target, fix=False)
+        binary = server.find_server_binary(folder)  # the server its files need
+        checked, output = await _check_all(files, binary)
         if checked.valid:
             return Repaired(folder, None)
         if checked.file is None or not checked.fixable:
@@ -214,10 +288,11 @@ async def repair(data_dir: str | os.PathLike[str]) -> Repaired:
         await trio.to_thread.run_sync(copy, files, kept)
         record = await trio.to_thread.run_sync(_count, kept, checked)
         _record(folder, record)  # before the cut: see the module docstring
-        fixed, output = await _check(target, fix=True)
+        damaged = files / checked.file if files.is_dir() else files
+        fixed, output = await _check(damaged, binary, fix=True)
         if not fixed.truncated:
             raise RepairError(f"the checker did not cut {checked.file}: {_tail(output)}")
-        again, output = await _check(target, fix=False)
+        again, output = await _check_all(files, binary)
         if not again.valid:
             raise RepairError(f"{files} is still damaged after the repair: {_tail(output)}")
         return Repaired(folder, record)
@@ -254,7 +329,7 @@ async def restore(
             _record(folder, record)
             return record
         files = _source_files(source)
-        checked, output = await _check(_checked_path(files), fix=False)
+        checked, output = await _check_all(files, server.find_server_binary(files))
         if not checked.valid:
             raise RepairError(f"the copy at {files} is damaged itself: {_tail(output)}")
         current = _files_of(folder)

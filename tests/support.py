@@ -5,11 +5,13 @@ does, reading its output line by line; samples of a Prometheus scrape by name an
 garbage put in the middle of a stopped server's append-only file, and ``echomq`` run on it; the
 live Python memory blocks a module's code allocated (``tracemalloc``); ``wait_for``, a poll of a
 condition with a deadline; ``SteppingServer``, the handle of a server whose clock a test steps
-(the fixture that starts it is ``stepping_server`` in ``tests/conftest.py``). Helpers live here
+(the fixture that starts it is ``stepping_server`` in ``tests/conftest.py``); which server the
+tests start (Valkey or Redis), for the few tests of one server's own behaviour. Helpers live here
 and are imported from here; ``tests/conftest.py`` holds fixtures and hooks only."""
 
 from __future__ import annotations
 
+import functools
 import gc
 import inspect
 import json
@@ -203,6 +205,14 @@ def damage_aof(data_dir: Path, after: int = 0) -> tuple[Path, int]:
     at = data.index(b"\r\n*", after + (len(data) - after) // 2) + 2
     path.write_bytes(data[:at] + GARBAGE + data[at:])
     return path, at
+
+
+@functools.cache
+def server_is_valkey() -> bool:
+    """Whether the server the tests start (``find_server_binary``: Valkey by default, Redis with
+    ``ECHOMQ_SERVER_BIN`` naming one) is Valkey, by what its ``--version`` says."""
+    done = subprocess.run([find_server_binary(), "--version"], capture_output=True, text=True)
+    return done.stdout.startswith("Valkey")
 
 
 async def echomq(*args: str) -> subprocess.CompletedProcess[bytes]:

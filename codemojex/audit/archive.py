@@ -155,7 +155,8 @@ class ArchiveDB:
             yield cur
             cur.execute("COMMIT")
         except BaseException:
-            cur.execute("ROLLBACK")
+            if self.conn.in_transaction:  # SQLite rolled back by itself (a full disk): none left
+                cur.execute("ROLLBACK")
             raise
 
     def insert(self, rows: Sequence[AuditRow], seqs: Sequence[int] | None = None) -> int:

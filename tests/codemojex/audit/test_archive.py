@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import socket
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -425,6 +426,25 @@ def test_one_row_per_notice_and_the_latest_settlement_wins(tmp_path: Path) -> No
     assert db.insert([delivered]) == 1  # replayed from the dead set, then delivered
     assert [r.outcome for r in db.query()] == ["delivered"]
     assert db.rows_after(1, 10)[0][0] == 2  # a new sequence number: replicated again
+    db.close()
+
+
+def test_a_full_disk_fails_a_batch_with_sqlite_s_own_error_and_a_later_one_commits(
+    tmp_path: Path,
+) -> None:
+    """SQLite rolls a transaction back by itself when the disk is full (``SQLITE_FULL``, which
+    the folder waits out): the error is that, not a failed ``ROLLBACK`` of no transaction."""
+    db = ArchiveDB(tmp_path / "a.sqlite")
+    rows = [AuditRow(f"NOT0ST3A7fpq{i:02d}", f"JOB0ST3A7fpq{i:02d}", 1, "delivered", 5, 1, None,
+                     1, 10, "x" * 2000) for i in range(50)]  # fmt: skip
+    pages = db.conn.execute("PRAGMA page_count").fetchone()[0]
+    db.conn.execute(f"PRAGMA max_page_count = {pages}")  # no room for another page
+    with pytest.raises(sqlite3.OperationalError) as full:
+        db.insert(rows)
+    assert full.value.sqlite_errorcode == sqlite3.SQLITE_FULL, full.value
+    assert db.query() == []
+    db.conn.execute("PRAGMA max_page_count = 1073741823")  # room again
+    assert db.insert(rows) == 50
     db.close()
 
 
