@@ -206,10 +206,11 @@ _ID, _PAYLOAD, _ATTEMPTS, _TOKEN, _GROUP = (
 
 def claim_reply(raw: Sequence[Any], queue: str) -> list[Job]:
     """``{lease deadline, then per job: id, payload, attempts, token, group or ''}``."""
-    if len(raw) < _JOBS_FROM or (len(raw) - _JOBS_FROM) % len(_JOB):
-        raise ValueError(
-            f"claim answered {len(raw)} fields, not a deadline and jobs of {len(_JOB)}"
-        )
+    if len(raw) < _JOBS_FROM:
+        raise ValueError(f"claim answered {len(raw)} fields, expected a deadline and jobs")
+    if (len(raw) - _JOBS_FROM) % len(_JOB):
+        flat = len(raw) - _JOBS_FROM
+        raise ValueError(f"claim/job answered {flat} fields, not items of {len(_JOB)}")
     deadline = int(raw[_DEADLINE])
     jobs = []
     for i in range(_JOBS_FROM, len(raw), len(_JOB)):
