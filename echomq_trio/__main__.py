@@ -15,7 +15,7 @@ repair or restore a stopped embedded server's append-only file.
 ``repair`` and ``restore`` work on a stopped embedded server's files in its data directory
 (``--data-dir DIR``; ``echomq_trio.repair``), never on a running server. The others reach a
 server: ``--url``, else the one ``--data-dir DIR`` records (``DIR/server.json``, written
-by the owner of an embedded server: ``echomq_trio.address``), else ``ECHOMQ_URL``, else the one
+by the owner of an embedded server: ``echomq_trio._address``), else ``ECHOMQ_URL``, else the one
 ``./codemojex-data`` records (``python -m codemojex.run``'s default data directory; a line on
 stderr says so), else ``redis://127.0.0.1:6379``. Every subcommand takes these options too
 (``echomq queues --data-dir DIR``). A CLI never starts a server. Errors are one line on stderr
@@ -38,7 +38,18 @@ from typing import Any
 import attrs
 import trio
 
-from echomq_trio import address, events, humane, ids, jobs, lanes, queues, repair, repeat, retention
+from echomq_trio import (
+    _address,
+    events,
+    humane,
+    ids,
+    jobs,
+    lanes,
+    queues,
+    repair,
+    repeat,
+    retention,
+)
 from echomq_trio.bus import Bus
 from echomq_trio.cli import CliError, Stopped, cancel_on_signal, silence_stdout
 from echomq_trio.errors import AuthenticationFailed, BusError, ConnectionLost
@@ -373,14 +384,14 @@ class Target:
 
     url: str
     data_dir: Path | None = None
-    record: address.ServerAddress | None = None
+    record: _address.ServerAddress | None = None
     note: str | None = None
     default: bool = False
 
     def unreachable(self, exc: ConnectionLost) -> Exception:
         """The error for a connection refused before the command connected."""
         if self.data_dir is not None and self.record is not None:
-            return address.not_answering(self.data_dir, self.record)
+            return _address.not_answering(self.data_dir, self.record)
         if self.default:
             return CliError(
                 f"{exc} (no server named: pass --url URL or set ECHOMQ_URL, or --data-dir DIR "
@@ -390,7 +401,7 @@ class Target:
 
 
 def _recorded(data_dir: Path) -> Target:
-    url, record = address.url_of(data_dir)
+    url, record = _address.url_of(data_dir)
     return Target(url, data_dir, record)
 
 
@@ -405,7 +416,7 @@ def target(url: str | None, data_dir: str | None, environ: Mapping[str, str], cw
         return _recorded(Path(data_dir))
     if environ.get("ECHOMQ_URL"):
         return Target(environ["ECHOMQ_URL"])
-    if (cwd / FOUND_DATA_DIR / address.ADDRESS_FILE).exists():
+    if (cwd / FOUND_DATA_DIR / _address.ADDRESS_FILE).exists():
         found = _recorded(cwd / FOUND_DATA_DIR)
         assert found.record is not None
         where = f"{found.record.host}:{found.record.port}"

@@ -12,10 +12,10 @@ from typing import TypeVar
 
 import attrs
 
-from echomq_trio.checks import DEFAULT_MAX_PAYLOAD_BYTES
+from echomq_trio._checks import DEFAULT_MAX_PAYLOAD_BYTES
+from echomq_trio._gather import Gatherer
 from echomq_trio.clock import StepLog
 from echomq_trio.durability import Durability, DurableCalls, InMemory, OnDisk
-from echomq_trio.gather import Gatherer
 from echomq_trio.keys import QueueKeys, queue_keys
 from echomq_trio.protocol import Call
 from echomq_trio.server import EmbeddedServer
@@ -72,7 +72,7 @@ class Bus:
     # This bus's id in the rows of the jobs it claims: a restart that knows this bus is gone
     # takes them back at once (``jobs.take_back``; ``open_bus`` on a data directory does).
     holder: str = attrs.field(factory=new_holder, kw_only=True)
-    # Per queue, the single enqueues being coalesced (echomq_trio.gather); an idle queue's
+    # Per queue, the single enqueues being coalesced (echomq_trio._gather); an idle queue's
     # entry is dropped, so this holds only the queues with enqueues in flight.
     _gatherers: dict[str, Gatherer] = attrs.field(factory=dict, init=False, repr=False)
     # The steps of the server clock this bus's metronomes have logged (each queue records a

@@ -5,9 +5,9 @@ Theory of operation:
 * The claimer leases batches (one round trip each) only while there is room: at most
   ``concurrency + prefetch`` jobs are held at once, so a slow handler pushes back on claiming
   rather than growing a list. Untuned (no ``prefetch``), it holds ahead of the handlers about
-  ``AHEAD_S`` of their work at the pace they finish jobs (``claim_window.HoldAhead``: from
+  ``AHEAD_S`` of their work at the pace they finish jobs (``_claim_window.HoldAhead``: from
   ``concurrency`` up to ``ADAPTIVE_PREFETCH``; the claimer keeps the slots it does not want),
-  and the claim batch follows the backlog (``claim_window.ClaimWindow``): it doubles while claims
+  and the claim batch follows the backlog (``_claim_window.ClaimWindow``): it doubles while claims
   come back full and halves while they come back short, up to ``ADAPTIVE_CLAIM_BATCH``. So a
   deep queue is drained in large batches with fast handlers far ahead, and neither a shallow
   queue nor slow handlers let one consumer hoard jobs while another idles. With nothing to
@@ -65,10 +65,10 @@ from typing import TypeVar
 import attrs
 import trio
 
-from echomq_trio import jobs, leases
+from echomq_trio import _leases, jobs
+from echomq_trio._claim_window import ClaimWindow, HoldAhead
 from echomq_trio.backoff import Exponential, Jitter, Policy
 from echomq_trio.bus import Bus
-from echomq_trio.claim_window import ClaimWindow, HoldAhead
 from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut
 from echomq_trio.jobs import Job, Outcome
 from echomq_trio.metrics import BusMetrics
@@ -105,7 +105,7 @@ log = logging.getLogger("echomq_trio.consumer")
 T = TypeVar("T")
 SETTLE_BATCH = 128  # the most acks per round trip (128 flat jobs cost the server about 1 ms)
 DEFAULT_BACKOFF: Policy = Jitter(Exponential(1_000, 60_000))
-SETTLE_TIME_S = leases.SETTLE_TIME_S  # after the grace period, the longest settling takes
+SETTLE_TIME_S = _leases.SETTLE_TIME_S  # after the grace period, the longest settling takes
 ADAPTIVE_PREFETCH = 512  # untuned, the most jobs claimed ahead of the handlers
 ADAPTIVE_CLAIM_BATCH = 128  # untuned, the most jobs per claim (about 1 ms of the server's time)
 AHEAD_S = 0.05  # untuned, the handlers' work held ahead of them (at their recent pace)
@@ -346,7 +346,7 @@ class Consumer:
                 kept = await self._wait_for_room(slots, kept)
                 if self.claim_gate is not None:
                     await self.claim_gate()
-                claimed, want = await leases.claim_for_slots(
+                claimed, want = await _leases.claim_for_slots(
                     self.bus, self.queue, slots, self._window.size, self.lease_ms
                 )
                 self._window.claimed(want, len(claimed))
@@ -527,7 +527,7 @@ class Consumer:
     async def _persist(self, call: Callable[[], Awaitable[T]]) -> T:
         # Settling must not be lost to a blip: retry through connection trouble until it goes
         # through or the shutdown deadline cancels us (then the job is released or reaped).
-        return await leases.persist(self.queue, call)
+        return await _leases.persist(self.queue, call)
 
     async def _settle_loop(
         self, done: trio.MemoryReceiveChannel[_Settle], slots: trio.Semaphore
@@ -555,7 +555,7 @@ class Consumer:
         ]
         if acks:
             outcomes = await self._persist(partial(jobs.ack_many, self.bus, self.queue, acks))
-            self._count_settled(Counter(leases.COUNTER[o] for o in outcomes))
+            self._count_settled(Counter(_leases.COUNTER[o] for o in outcomes))
         for d in batch:
             job = d.job
             match d.transition:
@@ -580,7 +580,7 @@ class Consumer:
                         buried=True,
                     )
             outcome = await self._persist(call)
-            self._count_settled({leases.COUNTER[outcome]: 1})
+            self._count_settled({_leases.COUNTER[outcome]: 1})
             if outcome is Outcome.DEAD:
                 log.warning(
                     "job %s on %s is dead after %d attempts: %s",
@@ -592,8 +592,8 @@ class Consumer:
 
     async def _renew_loop(self, scope: trio.CancelScope) -> None:
         with scope:
-            await leases.renew(self.bus, self.queue, self._held, self.lease_ms,
+            await _leases.renew(self.bus, self.queue, self._held, self.lease_ms,
                                lambda n: self._count(lost_leases=n))  # fmt: skip
 
     async def _release_held(self) -> None:
-        self._count(released=await leases.release(self.bus, self.queue, self._held))
+        self._count(released=await _leases.release(self.bus, self.queue, self._held))

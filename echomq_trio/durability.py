@@ -35,9 +35,9 @@ from typing import Any
 import attrs
 import trio
 
+from echomq_trio._replies import as_text
 from echomq_trio.errors import BusError, ConnectionLost, PersistenceFailed
 from echomq_trio.protocol import Call
-from echomq_trio.replies import as_text
 from echomq_trio.transport import Transport
 
 __all__ = [

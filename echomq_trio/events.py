@@ -18,11 +18,11 @@ import attrs
 import trio
 
 from echomq_trio import protocol
+from echomq_trio._checks import check_stream_id
+from echomq_trio._replies import as_text
 from echomq_trio.bus import Bus
-from echomq_trio.checks import check_stream_id
 from echomq_trio.errors import ServerError
 from echomq_trio.protocol import StreamEntry
-from echomq_trio.replies import as_text
 
 __all__ = [
     "Event",

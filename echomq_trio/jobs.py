@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from functools import partial
 
 from echomq_trio import audit, protocol
+from echomq_trio._upgrade import run_counted
 from echomq_trio.bus import Bus
 from echomq_trio.clock import REAP_GRACE_MS
 from echomq_trio.protocol import DEFAULT_KEY_TTL_MS, ENQUEUE_CHUNK, Item, When
@@ -35,7 +36,6 @@ from echomq_trio.results import (
     Reaped,
 )
 from echomq_trio.states import JobState
-from echomq_trio.upgrade import run_counted
 
 __all__ = [
     "DEFAULT_KEY_TTL_MS",
@@ -94,7 +94,7 @@ async def enqueue(
     is admitted and the key remembered, in the same step. A retried fan-out uses it to admit
     each of its jobs once.
 
-    Concurrent calls for one queue coalesce into shared script calls (``echomq_trio.gather``):
+    Concurrent calls for one queue coalesce into shared script calls (``echomq_trio._gather``):
     each caller still gets its own answer or its own error.
 
     A cancelled call may or may not have admitted the job (one cancelled while its coalesced
@@ -389,7 +389,7 @@ async def discard(bus: Bus, queue: str, job_id: str) -> Outcome:
 async def counts(bus: Bus, queue: str) -> Counts:
     """Jobs per state now, lanes, and running totals of completed, retried and dead jobs.
     O(1) on the server, whatever the number of lanes (a queue written by an earlier version
-    has its lanes counted once first: ``echomq_trio.upgrade``).
+    has its lanes counted once first: ``echomq_trio._upgrade``).
 
     Read only (but for that one count): a cancelled call changed nothing."""
     k = bus.keys(queue)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import attrs
 
-from echomq_trio.checks import check_group, check_job_id, check_name, check_queue
+from echomq_trio._checks import check_group, check_job_id, check_name, check_queue
 
 __all__ = ["META_GLOB", "SCHEMA", "KeySpec", "QueueKeys", "queue_keys", "queue_of_meta"]
 

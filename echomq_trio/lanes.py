@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from echomq_trio import protocol
+from echomq_trio._upgrade import run_counted
 from echomq_trio.bus import Bus
 from echomq_trio.protocol import DEFAULT_KEY_TTL_MS, LANE_PAGE_MAX, Item
 from echomq_trio.results import Admitted, JobInfo, LanePage, LaneStatus
 from echomq_trio.sequence import Seq
-from echomq_trio.upgrade import run_counted
 
 __all__ = [
     "DEFAULT_KEY_TTL_MS",

@@ -11,7 +11,7 @@ from typing import Protocol
 
 import attrs
 
-from echomq_trio.replies import as_text
+from echomq_trio._replies import as_text
 from echomq_trio.transport import Transport
 
 __all__ = ["MemoryUse", "memory_use", "parse_info_memory", "size_text"]

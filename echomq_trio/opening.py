@@ -11,8 +11,8 @@ from pathlib import Path
 
 import trio
 
+from echomq_trio._checks import DEFAULT_MAX_PAYLOAD_BYTES, check_max_payload_bytes
 from echomq_trio.bus import Bus
-from echomq_trio.checks import DEFAULT_MAX_PAYLOAD_BYTES, check_max_payload_bytes
 from echomq_trio.datadir import DataDir, write_private
 from echomq_trio.durability import Durability, DurableCalls, InMemory, OnDisk
 from echomq_trio.errors import ServerError

@@ -13,7 +13,7 @@ Theory of operation:
   needs nothing the package does not install. The binary is the one the embedded server would
   run on those files (``server.find_server_binary(data_dir)``); files in the other server's
   snapshot format are refused as such (not damage: ``server.needed_server``). Each file the
-  server loads is checked on its own, in the manifest's order (``aof.loaded_files``): a base
+  server loads is checked on its own, in the manifest's order (``_aof.loaded_files``): a base
   that is a snapshot with the snapshot checker, every other file with the append-only file
   checker. Not the whole directory at once through its manifest: Valkey 9's ``valkey-check-aof``
   knows only Redis's snapshot signature (``REDIS``), so it calls the base file every Valkey 9
@@ -26,7 +26,7 @@ Theory of operation:
   ``damaged-aof-<UTC time>/`` in the data directory before the checker cuts anything; a restore
   moves the current ones to ``replaced-aof-<UTC time>/`` and copies the older ones in under a
   temporary name, renamed into place when whole.
-* **Said, and recorded.** The repair counts what the cut part held (``aof.count_cut``) and
+* **Said, and recorded.** The repair counts what the cut part held (``_aof.count_cut``) and
   says it in plain words. Before changing anything, both append a ``RepairRecord`` with the
   time to ``repairs.jsonl`` (0600): the server's data goes back to an earlier state, so work
   finished after that state (jobs acked) is pending again; an application that keeps a ledger
@@ -46,7 +46,7 @@ import attrs
 import trio
 
 from echomq_trio import server
-from echomq_trio.aof import (
+from echomq_trio._aof import (
     AOF_DIR,
     REPAIRS_FILE,
     SINGLE_FILE,

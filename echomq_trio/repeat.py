@@ -12,8 +12,8 @@ occurrence exactly once.
 from __future__ import annotations
 
 from echomq_trio import ids, protocol
+from echomq_trio._checks import JOB_NS, check_int
 from echomq_trio.bus import Bus
-from echomq_trio.checks import JOB_NS, check_int
 from echomq_trio.results import Fired, Registered, Registration
 
 __all__ = [

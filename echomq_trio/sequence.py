@@ -27,7 +27,7 @@ from collections.abc import Iterable
 
 import attrs
 
-from echomq_trio.checks import check_int, check_name
+from echomq_trio._checks import check_int, check_name
 
 __all__ = ["DEFAULT_SEQ_TTL_MS", "DEFAULT_WINDOW", "MAX_NUMBER", "MAX_WINDOW", "Seq", "admit"]
 

@@ -25,7 +25,7 @@ Theory of operation:
   of hanging. A server that refuses its damaged append-only file (at the start or a restart)
   raises ``DamagedAppendOnlyFile`` at once, naming the repair command (``echomq repair``).
 * **Found by clients, on a port that stays.** Once the server answers (and after every
-  restart) its owner records how to reach it in ``server.json`` (0600; ``echomq_trio.address``:
+  restart) its owner records how to reach it in ``server.json`` (0600; ``echomq_trio._address``:
   URL with the password, host, port, the server's pid and the owner's), which ``echomq
   --data-dir DIR`` reads; a stop by a live owner marks the record ``stopped`` and keeps the
   port. A start listens on the recorded port where it is free (else on a free one, logged), so
@@ -85,9 +85,9 @@ from pathlib import Path
 import attrs
 import trio
 
-from echomq_trio import address
-from echomq_trio.address import process_state
-from echomq_trio.aof import (
+from echomq_trio import _address
+from echomq_trio._address import process_state
+from echomq_trio._aof import (
     AOF_DIR,
     SINGLE_FILE,
     damage_message,
@@ -97,6 +97,7 @@ from echomq_trio.aof import (
     server_of,
     snapshot_needs,
 )
+from echomq_trio._replies import as_text
 from echomq_trio.datadir import PRIVATE_FILE_MODE, DataDir, write_private
 from echomq_trio.errors import (
     BusError,
@@ -105,7 +106,6 @@ from echomq_trio.errors import (
     ServerNotFound,
     first_error,
 )
-from echomq_trio.replies import as_text
 from echomq_trio.wire import open_wire
 
 __all__ = [
@@ -145,7 +145,7 @@ APPEND_ONLY_DIR = "appendonlydir"  # where the server keeps its append-only file
 CLUSTER_FILE = "nodes.conf"  # a cluster node's state (cluster_node_config)
 # What a start makes in a data directory: a start whose server never answered removes those of
 # them that were not there before it.
-SERVER_FILES = (PASSWORD_FILE, CONFIG_FILE, PID_FILE, LOG_FILE, address.ADDRESS_FILE,
+SERVER_FILES = (PASSWORD_FILE, CONFIG_FILE, PID_FILE, LOG_FILE, _address.ADDRESS_FILE,
                 APPEND_ONLY_DIR, CLUSTER_FILE)  # fmt: skip
 LOOPBACK = "127.0.0.1"
 MAXMEMORY_CAP_BYTES = 1 << 30  # the default ceiling is at most 1 GiB ...
@@ -210,7 +210,7 @@ def find_server_binary(data_dir: str | os.PathLike[str] | None = None) -> str:
 def needed_server(path: str | os.PathLike[str]) -> tuple[str, str | None]:
     """The first file a server loads of the append-only files at ``path`` (a data directory, its
     ``appendonlydir``, or a single ``appendonly.aof``) and the server that can load it
-    (``aof.snapshot_needs``: ``"valkey"``, ``"redis"``, or ``None`` for either). ``("", None)``
+    (``_aof.snapshot_needs``: ``"valkey"``, ``"redis"``, or ``None`` for either). ``("", None)``
     when there is no such file or it cannot be read (the server says what is wrong)."""
     folder = Path(path)
     try:
@@ -532,7 +532,7 @@ class EmbeddedServer:
     _popen: subprocess.Popen[bytes] | None = None
     _exited: trio.Event = attrs.Factory(trio.Event)
     _stopping: bool = False
-    _address: address.ServerAddress | None = None  # as last recorded in the data directory
+    _recorded: _address.ServerAddress | None = None  # as last recorded in the data directory
 
     @property
     def url(self) -> str:
@@ -585,22 +585,22 @@ class EmbeddedServer:
             # Failed, or cancelled while loading: never leave the process behind.
             await self._terminate(popen, 2)
             raise
-        self._record(address.ServerAddress.running(self.url, LOOPBACK, self.port, popen.pid))
+        self._record(_address.ServerAddress.running(self.url, LOOPBACK, self.port, popen.pid))
 
-    def _record(self, record: address.ServerAddress) -> None:
+    def _record(self, record: _address.ServerAddress) -> None:
         """Write ``server.json``; a failure (a full disk) is logged, not raised: the record
         serves operators, and a server without it still serves its owner."""
         try:
-            address.write(self.data_dir, record)
+            _address.write(self.data_dir, record)
         except OSError as exc:
             log.warning("could not record the embedded server's address in %s: %s",
-                        self.data_dir / address.ADDRESS_FILE, exc)  # fmt: skip
-        self._address = record
+                        self.data_dir / _address.ADDRESS_FILE, exc)  # fmt: skip
+        self._recorded = record
 
     def record_stopped(self) -> None:
         """Mark ``server.json`` stopped (its port kept for the next start)."""
-        if self._address is not None and self._address.state is address.State.RUNNING:
-            self._record(self._address.stopped())
+        if self._recorded is not None and self._recorded.state is _address.State.RUNNING:
+            self._record(self._recorded.stopped())
 
     async def _watch(self, popen: subprocess.Popen[bytes], exited: trio.Event) -> None:
         await _wait_exit(popen)
@@ -783,7 +783,7 @@ async def _first_launch(
     free, else (or when that port is taken) on a free port, three tries (a free port can be
     taken between choosing and binding). A change of the recorded port is logged; a failure
     that is not a taken port is raised at once."""
-    recorded = None if port is not None else address.recorded_port(folder)
+    recorded = None if port is not None else _address.recorded_port(folder)
     if port is not None:
         wanted: list[int | None] = [port]
     else:
@@ -800,7 +800,7 @@ async def _first_launch(
                 raise
     if recorded is not None and server.port != recorded:
         log.warning("the port recorded in %s (%d) is taken: the embedded server listens on "
-                    "%s:%d now", folder / address.ADDRESS_FILE, recorded, LOOPBACK,
+                    "%s:%d now", folder / _address.ADDRESS_FILE, recorded, LOOPBACK,
                     server.port)  # fmt: skip
     return server
 

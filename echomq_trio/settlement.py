@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from echomq_trio._checks import MAX_DELAY_MS
 from echomq_trio.backoff import Policy, delay_ms
-from echomq_trio.checks import MAX_DELAY_MS
 from echomq_trio.errors import WritesRefused
 
 if TYPE_CHECKING:

@@ -62,6 +62,7 @@ from glide_shared.exceptions import ClosingError, GlideError, RequestError
 from glide_shared.exceptions import ConnectionError as GlideConnectionError
 from glide_shared.exceptions import TimeoutError as GlideTimeoutError
 
+from echomq_trio._replies import as_bytes, as_text
 from echomq_trio.errors import (
     AuthenticationFailed,
     BusError,
@@ -73,7 +74,6 @@ from echomq_trio.errors import (
     WritesRefused,
 )
 from echomq_trio.lua import script_source
-from echomq_trio.replies import as_bytes, as_text
 from echomq_trio.transport import DEFAULT_TIMEOUT_MS, ConnectionSpec, Message
 
 __all__ = [

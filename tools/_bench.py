@@ -11,8 +11,8 @@ from typing import Any
 import trio
 
 from echomq_trio import Bus, Consumer, Job, RetryIn, ids, jobs
+from echomq_trio._replies import as_text
 from echomq_trio.jobs import Outcome
-from echomq_trio.replies import as_text
 
 __all__ = [
     "TUNED",

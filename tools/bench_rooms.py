@@ -53,7 +53,7 @@ from codemojex.game.rooms import DEFAULT_ROOM_PAGE, MAX_ROOM_PAGE, room_key
 from codemojex.notify import NOTIFY_QUEUE, DeliveryStats, notify
 from codemojex.run import summary_line
 from echomq_trio import Bus, jobs, open_bus
-from echomq_trio.replies import as_text
+from echomq_trio._replies import as_text
 
 HARD_LIMIT_S = 300.0  # the whole run is cancelled after this
 TASKS = 64  # concurrent tasks that fill the server

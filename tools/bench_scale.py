@@ -89,9 +89,9 @@ import trio
 from _bench import enqueue_batches, info, run_noop_consumer, server_version
 
 from echomq_trio import Bus, ids, jobs, lanes, memory, open_bus, protocol
+from echomq_trio._replies import as_text
 from echomq_trio.jobs import Outcome
 from echomq_trio.lua import script_source
-from echomq_trio.replies import as_text
 
 HARD_LIMIT_S = 1800.0  # the whole run is cancelled after this
 FILL_TASKS = 64  # tasks admitting the many lanes' jobs

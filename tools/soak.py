@@ -46,7 +46,7 @@ from trio_websocket import ConnectionClosed, open_websocket_url
 
 from codemojex.notify.notifier import NOTIFY_QUEUE, notify
 from echomq_trio import Bus, BusError, jobs, open_bus
-from echomq_trio.replies import as_text
+from echomq_trio._replies import as_text
 
 ROOT = Path(__file__).resolve().parents[1]
 KIB = 1024

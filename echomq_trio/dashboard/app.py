@@ -42,9 +42,9 @@ from urllib.parse import parse_qsl
 import trio
 
 from echomq_trio import humane, jobs, lanes, queues, repeat
+from echomq_trio._checks import check_group, check_job_id, check_queue
 from echomq_trio.asgi import Response, answer, serve_app
 from echomq_trio.bus import Bus
-from echomq_trio.checks import check_group, check_job_id, check_queue
 from echomq_trio.dashboard import view
 from echomq_trio.errors import BusError
 from echomq_trio.storage import read_storage, storage_note

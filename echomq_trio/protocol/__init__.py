@@ -15,7 +15,7 @@ are thin wrappers around this package: build, run.
 By area, each module private and re-exported here: ``_base`` (``Call``, argument checks and
 builders, the reply shapes ``REPLY_FIELDS`` and the decoding helpers), ``_jobs`` (a job's life:
 enqueue to counts and inspect), ``_lanes``, ``_repeat`` (recurring schedules) and ``_streams``
-(events and the audit). Bytes and text of a reply are ``echomq_trio.replies``'s, beneath the
+(events and the audit). Bytes and text of a reply are ``echomq_trio._replies``'s, beneath the
 transports and this package.
 
 Nothing here does I/O, so all of it is tested without a server (tests/echomq_trio/
@@ -25,6 +25,7 @@ test_protocol.py). Replies arrive as the client library gives them: bulk strings
 
 from __future__ import annotations
 
+from echomq_trio._replies import as_bytes, as_text
 from echomq_trio.protocol._base import (
     AUDIT_ACK_MAX,
     DEFAULT_KEY_TTL_MS,
@@ -123,7 +124,6 @@ from echomq_trio.protocol._streams import (
     stream_ack_command,
     stream_entries,
 )
-from echomq_trio.replies import as_bytes, as_text
 
 __all__ = [
     "AUDIT_ACK_MAX",

@@ -10,14 +10,14 @@ from typing import Any, Generic, TypeVar
 import attrs
 
 from echomq_trio import ids
-from echomq_trio.checks import (
+from echomq_trio._checks import (
     JOB_NS,
     check_int,
     check_job_id,
     check_name,
     check_payload,
 )
-from echomq_trio.replies import as_text
+from echomq_trio._replies import as_text
 from echomq_trio.results import (
     Outcome,
 )
@@ -230,7 +230,7 @@ def _call(script: str, key: str, args: Iterable[Arg], decode: Callable[[Any], T]
 
 class Uncounted(ValueError):
     """A reply of ``counts`` or a ``lane_status`` page says the queue was written before the
-    lane counter and index: run ``count_lanes`` once, then ask again (``upgrade.run_counted``)."""
+    lane counter and index: run ``count_lanes`` once, then ask again (``_upgrade.run_counted``)."""
 
 
 def uncounted(raw: object) -> bool:

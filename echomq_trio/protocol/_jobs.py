@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from functools import partial
 from typing import Any
 
-from echomq_trio.checks import (
+from echomq_trio._checks import (
     check_group,
     check_holder,
     check_int,
@@ -16,6 +16,7 @@ from echomq_trio.checks import (
     check_payload,
     check_when,
 )
+from echomq_trio._replies import as_bytes, as_text
 from echomq_trio.keys import QueueKeys
 from echomq_trio.protocol._base import (
     DEFAULT_KEY_TTL_MS,
@@ -38,7 +39,6 @@ from echomq_trio.protocol._base import (
     _tokens,
     outcome_reply,
 )
-from echomq_trio.replies import as_bytes, as_text
 from echomq_trio.results import (
     Admitted,
     ClockCarried,

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from echomq_trio.checks import (
+from echomq_trio._checks import (
     check_group,
     check_int,
     check_lane_cursor,
     check_ms,
 )
+from echomq_trio._replies import as_text
 from echomq_trio.keys import QueueKeys
 from echomq_trio.protocol._base import (
     Call,
@@ -18,7 +19,6 @@ from echomq_trio.protocol._base import (
     _named,
     _refuse_uncounted,
 )
-from echomq_trio.replies import as_text
 from echomq_trio.results import (
     LanePage,
     LaneStatus,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from echomq_trio.checks import (
+from echomq_trio._checks import (
     check_group,
     check_int,
     check_job_id,
@@ -13,6 +13,7 @@ from echomq_trio.checks import (
     check_name,
     check_payload,
 )
+from echomq_trio._replies import as_bytes, as_text
 from echomq_trio.keys import QueueKeys
 from echomq_trio.protocol._base import (
     Arg,
@@ -22,7 +23,6 @@ from echomq_trio.protocol._base import (
     _named,
     _time,
 )
-from echomq_trio.replies import as_bytes, as_text
 from echomq_trio.results import (
     Fired,
     Registered,

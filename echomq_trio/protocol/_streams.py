@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from echomq_trio.checks import (
+from echomq_trio._checks import (
     check_int,
     check_ms,
     check_name,
     check_stream_id,
 )
+from echomq_trio._replies import as_bytes, as_text
 from echomq_trio.keys import QueueKeys
 from echomq_trio.protocol._base import (
     AUDIT_ACK_MAX,
@@ -19,7 +20,6 @@ from echomq_trio.protocol._base import (
     _call,
     _named,
 )
-from echomq_trio.replies import as_bytes, as_text
 from echomq_trio.results import (
     Acknowledged,
     AuditOutcome,

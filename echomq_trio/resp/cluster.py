@@ -33,8 +33,8 @@ from typing import Any, TypeVar
 import attrs
 import trio
 
+from echomq_trio._replies import as_text
 from echomq_trio.errors import AuthenticationFailed, ConnectionLost, ServerError
-from echomq_trio.replies import as_text
 from echomq_trio.resp.client import RespSubscription, RespTransport
 from echomq_trio.wire import ConnectionSpec, parse_url, probe
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from echomq_trio import BusError, ServerNotFound, address, jobs, open_bus
-from echomq_trio.address import ADDRESS_FILE, ServerAddress, State
+from echomq_trio import BusError, ServerNotFound, _address, jobs, open_bus
+from echomq_trio._address import ADDRESS_FILE, ServerAddress, State
 from echomq_trio.errors import ServerNotRunning
 from echomq_trio.server import free_port, start_server
 from tests.support import wait_for
@@ -33,7 +33,7 @@ def _names(folder: Path) -> list[str]:
 def _gone_pid() -> int:
     """A pid no process has now (the highest possible is rarely in use; checked)."""
     pid = int(Path("/proc/sys/kernel/pid_max").read_text()) - 1
-    assert address.process_state(pid) == "gone"
+    assert _address.process_state(pid) == "gone"
     return pid
 
 
@@ -41,37 +41,37 @@ def test_a_record_round_trips_and_stopping_drops_the_url_and_keeps_the_port(
     tmp_path: Path,
 ) -> None:
     record = ServerAddress.running("redis://:pw@127.0.0.1:7001", "127.0.0.1", 7001, 42)
-    address.write(tmp_path, record)
+    _address.write(tmp_path, record)
     assert _mode(tmp_path / ADDRESS_FILE) == 0o600
-    assert address.read(tmp_path) == record and record.owner_pid == os.getpid()
-    assert address.url_of(tmp_path) == ("redis://:pw@127.0.0.1:7001", record)
-    address.write(tmp_path, record.stopped())
+    assert _address.read(tmp_path) == record and record.owner_pid == os.getpid()
+    assert _address.url_of(tmp_path) == ("redis://:pw@127.0.0.1:7001", record)
+    _address.write(tmp_path, record.stopped())
     text = (tmp_path / ADDRESS_FILE).read_text()
     assert "pw" not in text and json.loads(text)["state"] == "stopped"
-    assert address.recorded_port(tmp_path) == 7001
+    assert _address.recorded_port(tmp_path) == 7001
     with pytest.raises(ServerNotRunning, match=rf"the server of {tmp_path} is stopped: its owner"):
-        address.url_of(tmp_path)
+        _address.url_of(tmp_path)
 
 
 def test_no_directory_no_record_and_a_damaged_record_are_one_line_each(tmp_path: Path) -> None:
     with pytest.raises(ServerNotRunning, match=rf"no data directory {tmp_path}/nope"):
-        address.url_of(tmp_path / "nope")
+        _address.url_of(tmp_path / "nope")
     with pytest.raises(ServerNotRunning, match=rf"{tmp_path} holds no server\.json"):
-        address.url_of(tmp_path)
-    assert address.read(tmp_path) is None and address.recorded_port(tmp_path) is None
+        _address.url_of(tmp_path)
+    assert _address.read(tmp_path) is None and _address.recorded_port(tmp_path) is None
     (tmp_path / ADDRESS_FILE).write_text('{"state": "running"')
     with pytest.raises(ValueError, match=rf"{tmp_path}/server\.json is not a server address"):
-        address.url_of(tmp_path)
-    assert address.recorded_port(tmp_path) is None  # a start just picks a free port
+        _address.url_of(tmp_path)
+    assert _address.recorded_port(tmp_path) is None  # a start just picks a free port
 
 
 def test_a_record_that_does_not_answer_says_whether_its_owner_lives(tmp_path: Path) -> None:
     alive = ServerAddress(State.RUNNING, "redis://:pw@127.0.0.1:7", "127.0.0.1", 7, 8,
                           os.getpid(), 0)  # fmt: skip
-    assert "may be restarting it" in str(address.not_answering(tmp_path, alive))
+    assert "may be restarting it" in str(_address.not_answering(tmp_path, alive))
     dead = ServerAddress(State.RUNNING, "redis://:pw@127.0.0.1:7", "127.0.0.1", 7, 8,
                          _gone_pid(), 0)  # fmt: skip
-    text = str(address.not_answering(tmp_path, dead))
+    text = str(_address.not_answering(tmp_path, dead))
     assert text.startswith(f"the server recorded in {tmp_path} (127.0.0.1:7, pid 8) does not")
     assert "ended without stopping it" in text and "pw" not in text
 
@@ -79,22 +79,22 @@ def test_a_record_that_does_not_answer_says_whether_its_owner_lives(tmp_path: Pa
 @pytest.mark.server
 async def test_the_record_names_the_server_and_each_restart_then_stopped(tmp_path: Path) -> None:
     async with start_server(tmp_path) as server:
-        record = address.read(tmp_path)
+        record = _address.read(tmp_path)
         assert record is not None and record.state is State.RUNNING
         assert (record.url, record.port, record.pid) == (server.url, server.port, server.pid)
         assert record.owner_pid == os.getpid() and _mode(tmp_path / ADDRESS_FILE) == 0o600
         first = server.pid
         server.kill()  # the supervisor restarts it on the same port and records the new pid
         await wait_for(lambda: server.pid != first and server.running, timeout=30)
-        await wait_for(lambda: getattr(address.read(tmp_path), "pid", None) == server.pid)
+        await wait_for(lambda: getattr(_address.read(tmp_path), "pid", None) == server.pid)
         port = server.port
-    record = address.read(tmp_path)
+    record = _address.read(tmp_path)
     assert record is not None and record.state is State.STOPPED and record.port == port
     assert server.password not in (tmp_path / ADDRESS_FILE).read_text()
     assert _mode(tmp_path / ADDRESS_FILE) == 0o600
     async with start_server(tmp_path) as again:  # the next start keeps the port
         assert again.port == port
-        async with open_bus(address.url_of(tmp_path)[0]) as bus:
+        async with open_bus(_address.url_of(tmp_path)[0]) as bus:
             assert await bus.transport.command("PING") in (b"PONG", "PONG")
 
 
@@ -110,7 +110,7 @@ async def test_a_recorded_port_taken_meanwhile_is_replaced_and_logged(
         with caplog.at_level(logging.WARNING, logger="echomq_trio.server"):
             async with start_server(tmp_path) as moved:
                 assert moved.port != port
-                assert address.recorded_port(tmp_path) == moved.port
+                assert _address.recorded_port(tmp_path) == moved.port
     logged = [r.getMessage() for r in caplog.records if "is taken" in r.getMessage()]
     assert logged == [
         f"the port recorded in {tmp_path / ADDRESS_FILE} ({port}) is taken: the embedded server "

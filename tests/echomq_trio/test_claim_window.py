@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from echomq_trio.claim_window import ClaimWindow, HoldAhead
+from echomq_trio._claim_window import ClaimWindow, HoldAhead
 
 
 def test_grows_on_full_claims_and_shrinks_on_short_ones() -> None:

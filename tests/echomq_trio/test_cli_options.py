@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from codemojex.settings import Settings
-from echomq_trio import address
+from echomq_trio import _address
 from echomq_trio.__main__ import COMMANDS, DEFAULT_URL, FOUND_DATA_DIR, _parser, target
-from echomq_trio.address import ServerAddress
+from echomq_trio._address import ServerAddress
 from echomq_trio.cli import CliError
 from echomq_trio.errors import ConnectionLost, ServerNotRunning
 
@@ -47,7 +47,7 @@ def test_the_directory_looked_for_is_codemojex_runs_default() -> None:
 def _record(folder: Path, url: str = URL, port: int = 7001) -> ServerAddress:
     folder.mkdir(exist_ok=True)
     record = ServerAddress.running(url, "127.0.0.1", port, 42)
-    address.write(folder, record)
+    _address.write(folder, record)
     return record
 
 
@@ -74,7 +74,7 @@ def test_flags_first_then_the_environment_then_codemojex_data(tmp_path: Path) ->
 
 def test_a_stopped_record_found_by_itself_is_one_line_naming_it(tmp_path: Path) -> None:
     found = tmp_path / FOUND_DATA_DIR
-    address.write(found, _record(found).stopped())
+    _address.write(found, _record(found).stopped())
     with pytest.raises(ServerNotRunning, match=rf"^the server of {found} is stopped"):
         target(None, None, {}, tmp_path)
 

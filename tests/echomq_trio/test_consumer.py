@@ -216,7 +216,7 @@ async def test_bury_and_defer_results(bus: Bus, queue: str) -> None:
 
 
 def test_handler_delays_are_rounded_up_and_kept_within_what_scores_hold() -> None:
-    from echomq_trio.checks import MAX_DELAY_MS
+    from echomq_trio._checks import MAX_DELAY_MS
 
     assert RetryIn(1.2).delay_ms == 2  # never early
     assert DeferIn(-5).delay_ms == 0

@@ -1,4 +1,4 @@
-"""Coalesced enqueues (``echomq_trio.gather``): single enqueues from many tasks share script calls;
+"""Coalesced enqueues (``echomq_trio._gather``): single enqueues from many tasks share script calls;
 each caller gets its own outcome or its own error, in its own order; a bad payload fails only
 its caller; a cancelled caller either admitted nothing or gets its outcome."""
 

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from echomq_trio import Bus, ConnectionLost, events, ids, jobs, lanes, open_bus, repeat
-from echomq_trio.checks import (
+from echomq_trio._checks import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_DELAY_MS,
     MAX_PAYLOAD_BYTES,

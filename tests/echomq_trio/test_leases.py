@@ -1,8 +1,8 @@
-"""What every claimer does with what it holds (``echomq_trio.leases``), on a real server."""
+"""What every claimer does with what it holds (``echomq_trio._leases``), on a real server."""
 
 import trio
 
-from echomq_trio import Bus, ids, jobs, leases
+from echomq_trio import Bus, _leases, ids, jobs
 
 
 async def test_claim_for_the_free_slots_and_give_back_what_was_not_claimed(
@@ -10,12 +10,12 @@ async def test_claim_for_the_free_slots_and_give_back_what_was_not_claimed(
 ) -> None:
     await jobs.enqueue_many(bus, queue, [(ids.generate("JOB"), f"j{n}") for n in range(3)])
     slots = trio.Semaphore(5)
-    claimed, asked = await leases.claim_for_slots(bus, queue, slots, 4, 10_000)
+    claimed, asked = await _leases.claim_for_slots(bus, queue, slots, 4, 10_000)
     assert (len(claimed), asked, slots.value) == (3, 4, 2)  # 3 held, 1 given back, 1 never taken
     held = {j.id: j for j in claimed}
-    assert await leases.release(bus, queue, held) == 3 and held == {}
+    assert await _leases.release(bus, queue, held) == 3 and held == {}
     assert (await jobs.counts(bus, queue)).pending == 3
-    assert await leases.release(bus, queue, held) == 0  # nothing held: no round trip
+    assert await _leases.release(bus, queue, held) == 0  # nothing held: no round trip
 
 
 async def test_renew_extends_every_held_lease_and_counts_the_lost(bus: Bus, queue: str) -> None:
@@ -23,6 +23,6 @@ async def test_renew_extends_every_held_lease_and_counts_the_lost(bus: Bus, queu
     (job,) = await jobs.claim(bus, queue, 1, 300)
     lost: list[int] = []
     with trio.move_on_after(0.5):  # renewed every 100 ms past its first 300 ms lease
-        await leases.renew(bus, queue, {job.id: job}, 300, lost.append)
+        await _leases.renew(bus, queue, {job.id: job}, 300, lost.append)
     assert lost and set(lost) == {0}
     assert (await jobs.reap(bus, queue)).reaped == 0  # still held

@@ -1,6 +1,6 @@
 import pytest
 
-from echomq_trio.checks import (
+from echomq_trio._checks import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_DELAY_MS,
     MAX_PAYLOAD_BYTES,

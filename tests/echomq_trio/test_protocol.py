@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from echomq_trio import ids, protocol, sequence
-from echomq_trio.checks import MAX_DELAY_MS, MAX_TIME_MS
+from echomq_trio._checks import MAX_DELAY_MS, MAX_TIME_MS
 from echomq_trio.keys import QueueKeys, queue_keys
 from echomq_trio.protocol import Call
 from echomq_trio.results import (

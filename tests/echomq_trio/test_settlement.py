@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from echomq_trio._checks import MAX_DELAY_MS
 from echomq_trio.backoff import Exponential, Fixed, Jitter, Policy, delay_ms
-from echomq_trio.checks import MAX_DELAY_MS
 from echomq_trio.errors import (
     AuthenticationFailed,
     ConnectionLost,

@@ -33,9 +33,9 @@ from codemojex.standin.bot_api import Scripted, TelegramStandIn, open_stand_in
 from codemojex.telegram.bot import open_bot
 from codemojex.telegram.limits import Limits
 from echomq_trio import Bus, Exponential, Jitter, Metronome, audit, ids, jobs
+from echomq_trio._replies import as_text
 from echomq_trio.audit import AuditOutcome, AuditRecord
 from echomq_trio.datadir import InUse
-from echomq_trio.replies import as_text
 from echomq_trio.server import free_port
 from tests.support import ROOT, read_line, spawn, wait_for
 

@@ -10,7 +10,7 @@ import pytest
 
 from codemojex.audit import ArchiveDB, ArchivedDelivery, AuditRow, Ledger, LedgerStats
 from echomq_trio import ids
-from echomq_trio.aof import RepairRecord, encode_record
+from echomq_trio._aof import RepairRecord, encode_record
 
 REPAIRED_MS = 1_796_000_000_000
 

@@ -9,7 +9,7 @@ from collections import Counter
 
 from codemojex.chat import ChatGame, admit
 from echomq_trio import Bus, Outcome, jobs, lanes, open_bus
-from echomq_trio.replies import as_text
+from echomq_trio._replies import as_text
 from echomq_trio.sequence import DEFAULT_WINDOW
 from tests.codemojex.chat.conftest import BOT, BOT_ID, group_id
 

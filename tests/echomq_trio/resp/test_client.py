@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from echomq_trio import Bus, jobs, open_bus
+from echomq_trio._replies import as_bytes, as_text
 from echomq_trio.errors import (
     AuthenticationFailed,
     ConnectionLost,
@@ -29,7 +30,6 @@ from echomq_trio.errors import (
     RequestTimedOut,
     ServerError,
 )
-from echomq_trio.replies import as_bytes, as_text
 from echomq_trio.resp import open_resp
 from echomq_trio.results import Outcome
 from echomq_trio.server import find_server_binary, free_port, start_server

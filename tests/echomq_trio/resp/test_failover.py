@@ -14,8 +14,8 @@ import pytest
 import trio
 
 from echomq_trio import Consumer, Job, Metronome, ids, jobs, open_bus
+from echomq_trio._replies import as_text
 from echomq_trio.errors import ConnectionLost, RequestTimedOut
-from echomq_trio.replies import as_text
 from echomq_trio.resp import key_slot, open_resp
 from echomq_trio.server import cluster_node_config, cluster_url, form_cluster, free_port
 from tests.support import PASSWORD, start_test_server, stop_servers, wait_for
