@@ -318,7 +318,13 @@ async def _handshake(stream: trio.abc.Stream, spec: ConnectionSpec) -> int:
         hello += ["AUTH", spec.username or "default", spec.password]
     reply = await _exchange(stream, codec, hello)
     protocol = 3
-    if isinstance(reply, ReplyError) and "unknown command" in str(reply).lower():
+    # No HELLO: Redis answers "unknown command"; Valkey, asked with a password, refuses any
+    # command before AUTH (NOAUTH), so HELLO never ran: authenticate and speak RESP2.
+    no_hello = isinstance(reply, ReplyError) and (
+        "unknown command" in str(reply).lower()
+        or (spec.password is not None and str(reply).startswith("NOAUTH"))
+    )
+    if no_hello:
         protocol = 2
         if spec.password is not None:
             auth = ["AUTH", spec.password]
