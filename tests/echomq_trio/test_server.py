@@ -125,6 +125,7 @@ async def test_a_data_directory_stays_with_the_server_whose_format_it_is_in(
     assert (by_redis / "appendonlydir").is_dir() and not list(by_redis.glob("damaged-aof-*"))
 
 
+@pytest.mark.server
 async def test_embedded_server_runs_on_loopback_with_password_and_aof(tmp_path: Path) -> None:
     async with start_server(tmp_path) as server:
         assert server.url.startswith("redis://:") and "@127.0.0.1:" in server.url
