@@ -179,9 +179,10 @@ async def test_the_service_plays_on_in_the_supergroup(standalone_only: str, tmp_
             "--archive", "off", "--summary-every", "0", "--round-length", "600")  # fmt: skip
     async with open_stand_in(TOKEN, None) as tg, open_bus(standalone_only) as bus:
         proc = await start_service(tmp_path, *args, "--telegram-api-url", tg.api_url)
+        out = Lines(proc)
         try:
             with trio.fail_after(60):
-                await Lines(proc).until("codemojex is running")
+                await out.until("codemojex is running")
             u = tg.updates
             u.user_says(old, alice, "/newgame", name="Alice", chat_title=TITLE)
             u.user_says(old, alice, "/round", name="Alice", chat_title=TITLE)
@@ -209,6 +210,12 @@ async def test_the_service_plays_on_in_the_supergroup(standalone_only: str, tmp_
                 shown(tg, old),
                 tg.requests,
             )
+        except BaseException:
+            await stop_process(proc)
+            with trio.move_on_after(5):
+                await out.rest()
+            print("the service said:", out.text(), "requests:", tg.requests, sep="\n")
+            raise
         finally:
             await stop_process(proc)
     heading, *board_lines = top.splitlines()
