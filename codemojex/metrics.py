@@ -19,12 +19,12 @@ from collections.abc import Sequence
 import trio
 from prometheus_client import CollectorRegistry
 
-from codemojex.asgi import Response
 from codemojex.audit.archiver import Archiver
 from codemojex.audit.metrics import ArchiveCollector
 from codemojex.notify.metrics import BUDGET_WINDOW_S, NotifyCollector, NotifyMetrics, Watched
 from echomq_trio import Bus, BusError
 from echomq_trio.metrics import CONTENT_TYPE_LATEST, BusMetrics, QueueReadings, render
+from servicekit.asgi import Response
 
 __all__ = ["ServiceMetrics"]
 

@@ -66,16 +66,16 @@ from echomq_trio import (
     Serve,
     StopConsumer,
     Worker,
-    humane,
     jobs,
     memory,
     open_bus,
 )
-from echomq_trio.cli import cancel_on_signal, first_error
 from echomq_trio.dashboard import Dashboard, new_token
-from echomq_trio.datadir import DataDir, InUse
 from echomq_trio.durability import Durability, InMemory, OnDisk
 from echomq_trio.storage import read_storage, storage_note
+from servicekit import humane
+from servicekit.cli import cancel_on_signal, first_error
+from servicekit.datadir import DataDir, InUse
 
 __all__ = ["MEMORY_REPORT_AT", "main", "memory_note", "run", "summary_line", "telegram_endpoint"]
 

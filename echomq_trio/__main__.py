@@ -41,7 +41,6 @@ import trio
 from echomq_trio import (
     _address,
     events,
-    humane,
     ids,
     jobs,
     lanes,
@@ -51,10 +50,11 @@ from echomq_trio import (
     retention,
 )
 from echomq_trio.bus import Bus
-from echomq_trio.cli import CliError, Stopped, cancel_on_signal, silence_stdout
 from echomq_trio.errors import AuthenticationFailed, BusError, ConnectionLost
 from echomq_trio.opening import open_bus
 from echomq_trio.results import Retention
+from servicekit import humane
+from servicekit.cli import CliError, Stopped, cancel_on_signal, silence_stdout
 
 DEFAULT_URL = "redis://127.0.0.1:6379"
 # Looked for in the current directory when no server is named: the default data directory of

@@ -28,9 +28,9 @@ from pathlib import Path
 import attrs
 from cattrs.preconf.json import make_converter
 
-from echomq_trio import humane
-from echomq_trio.datadir import write_private
 from echomq_trio.errors import ServerNotRunning
+from servicekit import humane
+from servicekit.datadir import write_private
 
 __all__ = [
     "ADDRESS_FILE",

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import attrs
 
-from echomq_trio.humane import span
+from servicekit.humane import span
 
 __all__ = ["REAP_GRACE_MS", "STEP_LEAST_MS", "StepLog", "Witness", "describe_step"]
 

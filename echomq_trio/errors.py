@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+
+from servicekit.groups import first_error
 
 __all__ = [
     "AuthenticationFailed",
@@ -20,7 +21,6 @@ __all__ = [
     "ServerNotFound",
     "ServerNotRunning",
     "WritesRefused",
-    "first_error",
     "level_of",
     "raising_first",
 ]
@@ -99,21 +99,6 @@ def level_of(exc: BaseException) -> int:
     every few seconds; ``storage.StorageWatch`` for the embedded server), not by every caller
     that waits it out."""
     return logging.DEBUG if isinstance(exc, WritesRefused) else logging.WARNING
-
-
-E = TypeVar("E", bound=BaseException)
-
-
-def first_error(exc: BaseException, kinds: tuple[type[E], ...]) -> E | None:
-    """``exc`` if it is one of ``kinds``, else the first such exception in the exception groups
-    nested in it (trio hands errors of concurrent tasks back inside groups), else ``None``."""
-    if isinstance(exc, kinds):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            if (found := first_error(inner, kinds)) is not None:
-                return found
-    return None
 
 
 @contextmanager

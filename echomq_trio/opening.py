@@ -13,7 +13,6 @@ import trio
 
 from echomq_trio._checks import DEFAULT_MAX_PAYLOAD_BYTES, check_max_payload_bytes
 from echomq_trio.bus import Bus
-from echomq_trio.datadir import DataDir, write_private
 from echomq_trio.durability import Durability, DurableCalls, InMemory, OnDisk
 from echomq_trio.errors import ServerError
 from echomq_trio.jobs import take_back
@@ -23,6 +22,7 @@ from echomq_trio.server import start_server
 from echomq_trio.storage import StorageWatch, read_storage
 from echomq_trio.transport import ConnectionSpec, Transport
 from echomq_trio.wire import open_wire, parse_url
+from servicekit.datadir import DataDir, write_private
 
 __all__ = ["HOLDER_FILE", "open_bus"]
 
@@ -42,7 +42,7 @@ async def open_bus(
 
     ``data_dir`` (embedded server only) keeps the server's append-only file across runs; without
     it the data lives in a temporary directory. The directory is owned for the block (mode 0700,
-    an exclusive lock): a second owner gets ``echomq_trio.datadir.InUse`` naming the holder's pid
+    an exclusive lock): a second owner gets ``servicekit.datadir.InUse`` naming the holder's pid
     before anything is started; pass a ``DataDir`` you own already to share it with other parts of
     your program. A malformed URL raises ``ValueError`` before any connection is tried. If the
     embedded server keeps dying (see ``server.start_server``), the block ends with

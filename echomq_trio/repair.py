@@ -62,8 +62,8 @@ from echomq_trio._aof import (
     parse_records,
     server_of,
 )
-from echomq_trio.datadir import PRIVATE_FILE_MODE, DataDir, InUse
-from echomq_trio.humane import iso
+from servicekit.datadir import PRIVATE_FILE_MODE, DataDir, InUse
+from servicekit.humane import iso
 
 __all__ = [
     "RepairError",

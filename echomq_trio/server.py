@@ -98,15 +98,15 @@ from echomq_trio._aof import (
     snapshot_needs,
 )
 from echomq_trio._replies import as_text
-from echomq_trio.datadir import PRIVATE_FILE_MODE, DataDir, write_private
 from echomq_trio.errors import (
     BusError,
     DamagedAppendOnlyFile,
     ServerDied,
     ServerNotFound,
-    first_error,
 )
 from echomq_trio.wire import open_wire
+from servicekit.datadir import PRIVATE_FILE_MODE, DataDir, write_private
+from servicekit.groups import first_error
 
 __all__ = [
     "EmbeddedServer",

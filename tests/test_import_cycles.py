@@ -1,6 +1,6 @@
-"""No import circle in ``codemojex`` or ``echomq_trio``: the graph of which module imports which,
-built from the source (every ``import`` and ``from ... import`` anywhere in a module, those under
-``TYPE_CHECKING`` and inside functions too, nothing excluded), has no cycle.
+"""No import circle in ``codemojex``, ``echomq_trio`` or ``servicekit``: the graph of which module
+imports which, built from the source (every ``import`` and ``from ... import`` anywhere in a
+module, those under ``TYPE_CHECKING`` and inside functions too, nothing excluded), has no cycle.
 
 A module imports the module it names: ``from a.b import c`` is an edge to ``a.b.c`` when that is
 a module, else to ``a.b`` (the package's ``__init__``). The packages a name passes through on
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("echomq_trio", "codemojex")
+PACKAGES = ("echomq_trio", "codemojex", "servicekit")
 
 Graph = dict[str, set[str]]
 
@@ -143,6 +143,27 @@ def test_telegram_stands_on_its_own_and_the_app_asks_it_for_telegram_facts() -> 
     assert not outside, f"codemojex.telegram imports the app: {sorted(outside)}"
     for module in ("telegram", "markup", "limits", "classify"):
         assert f"codemojex.notify.{module}" not in graph  # they live in codemojex.telegram now
+
+
+def test_the_service_kit_stands_below_both_packages() -> None:
+    """``servicekit`` (the CLI, data directory, ASGI and human-text helpers both packages
+    share) imports neither ``echomq_trio`` nor ``codemojex``, and the bus imports no app."""
+    graph = import_graph()
+    for module, imported in graph.items():
+        if module.startswith("servicekit"):
+            above = {d for d in imported if d.split(".")[0] in {"echomq_trio", "codemojex"}}
+            assert not above, f"{module} imports {sorted(above)}"
+        if module.startswith("echomq_trio"):
+            app = {d for d in imported if d.split(".")[0] == "codemojex"}
+            assert not app, f"{module} imports {sorted(app)}"
+    assert {"servicekit.cli", "servicekit.datadir", "servicekit.asgi"} <= set(graph)
+    for gone in (
+        "echomq_trio.asgi",
+        "echomq_trio.datadir",
+        "echomq_trio.cli",
+        "echomq_trio.humane",
+    ):
+        assert gone not in graph
 
 
 def test_the_graph_holds_every_kind_of_import(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_the_walk_finds_the_modules_of_both_packages() -> None:
     names = module_names()
-    assert {"echomq_trio.humane", "echomq_trio.__main__", "codemojex.run"} <= set(names)
+    assert {"servicekit.humane", "echomq_trio.__main__", "codemojex.run"} <= set(names)
     assert "codemojex.standin.bot_api" in names  # subpackages are walked too
     sources = [p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")]
     assert len(names) == len(sources)  # one name for each file, none missed

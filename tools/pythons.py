@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("echomq_trio", "codemojex")
+PACKAGES = ("echomq_trio", "codemojex", "servicekit")
 FAST_TIER = ["-m", "pytest", "-q", "-m", "not server and not slow", "-p", "no:cacheprovider"]
 INSTALL_TIMEOUT_S = 900
 STEP_TIMEOUT_S = 600

@@ -48,8 +48,8 @@ from codemojex.audit.replica import NoSuchName, S3Unavailable, open_replica
 from codemojex.audit.replicator import restore
 from codemojex.notify.notifier import NOTIFY_QUEUE
 from echomq_trio import BusError
-from echomq_trio.cli import CliError, cancel_on_signal, first_error, silence_stdout
-from echomq_trio.datadir import InUse, hold, private_dir
+from servicekit.cli import CliError, cancel_on_signal, first_error, silence_stdout
+from servicekit.datadir import InUse, hold, private_dir
 
 __all__ = ["main"]
 

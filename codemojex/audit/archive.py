@@ -26,7 +26,7 @@ import trio
 
 from codemojex.audit.dedicated import DedicatedThread
 from codemojex.audit.rows import COLUMNS, AuditRow
-from echomq_trio.datadir import PRIVATE_FILE_MODE, private_dir
+from servicekit.datadir import PRIVATE_FILE_MODE, private_dir
 
 __all__ = [
     "UPGRADES",

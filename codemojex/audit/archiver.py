@@ -12,7 +12,7 @@ Theory of operation:
   replica; the records wait in the server's stream meanwhile, nothing is trimmed before it is
   folded), and a fenced archiver stops reading the stream.
 * The archive is one process's: ``run`` takes an exclusive lock on ``<db>.lock`` first
-  (``echomq_trio.datadir.hold``; a second archiver gets ``InUse``), so two archivers never fold
+  (``servicekit.datadir.hold``; a second archiver gets ``InUse``), so two archivers never fold
   into one database. ``run`` reports started once the local side is ready (lock, database, the
   stream's consumer group); the replica is reached in the background.
 * Cancellation (a clean stop) drains: the folder keeps folding what the workers stopping
@@ -40,7 +40,7 @@ from codemojex.audit.replicator import DEFAULT_REPLICA_RETRY, Replicator, Replic
 from codemojex.notify.notifier import NOTIFY_QUEUE
 from echomq_trio import Bus
 from echomq_trio.backoff import Policy
-from echomq_trio.datadir import OwnerLock, hold, private_dir
+from servicekit.datadir import OwnerLock, hold, private_dir
 
 __all__ = [
     "DEFAULT_BATCH",
@@ -121,7 +121,7 @@ class Archiver:
         """Fold and replicate until cancelled, then drain (see the module docstring).
 
         Started once the local side is ready: the database locked and open, the stream's group in
-        place. Raises ``echomq_trio.datadir.InUse`` (before anything else) if another archiver
+        place. Raises ``servicekit.datadir.InUse`` (before anything else) if another archiver
         holds the database."""
         lock = self._hold()
         self.replicator.reset()

@@ -37,8 +37,9 @@ import trio
 
 from codemojex.audit.archive import ArchiveDB, NotAnArchive, open_reader
 from codemojex.stats import added
-from echomq_trio import humane, ids
+from echomq_trio import ids
 from echomq_trio.repair import rewound_at_ms
+from servicekit import humane
 
 __all__ = ["ArchivedDelivery", "Ledger", "LedgerStats"]
 

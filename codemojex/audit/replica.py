@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 from urllib.parse import parse_qs, urlsplit
 
-from echomq_trio.datadir import private_dir
+from servicekit.datadir import private_dir
 
 __all__ = [
     "DirectoryReplica",

@@ -21,11 +21,11 @@ import secrets
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from codemojex.asgi import BodyTooLarge, Response, read_body
 from codemojex.chat.intake import ALLOWED_UPDATES, UPDATES_QUEUE, admit
 from codemojex.chat.poller import TelegramRefused
 from codemojex.telegram.bot import TelegramBot
 from echomq_trio import Bus, BusError
+from servicekit.asgi import BodyTooLarge, Response, read_body
 
 if TYPE_CHECKING:
     from hypercorn.typing import ASGIReceiveCallable, HTTPScope

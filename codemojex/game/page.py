@@ -20,11 +20,11 @@ from urllib.parse import parse_qsl
 
 import trio
 
-from codemojex.asgi import Response, answer, serve_app
 from codemojex.game.rooms import DEFAULT_ROOM_PAGE, MAX_ROOM_PAGE, room_page
 from codemojex.game.rules import GameError
 from codemojex.store import server_time_ms
 from echomq_trio import Bus, BusError
+from servicekit.asgi import Response, answer, serve_app
 
 if TYPE_CHECKING:
     from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope

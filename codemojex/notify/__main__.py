@@ -32,7 +32,7 @@ from codemojex.notify.worker import NotificationWorker
 from codemojex.telegram.bot import DEFAULT_API_URL, open_bot
 from codemojex.telegram.limits import Limits, Window
 from echomq_trio import BusError, Metronome, StopConsumer, open_bus
-from echomq_trio.cli import CliError, cancel_on_signal, first_error
+from servicekit.cli import CliError, cancel_on_signal, first_error
 
 __all__ = ["main"]
 

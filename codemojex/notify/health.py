@@ -20,7 +20,7 @@ from __future__ import annotations
 import attrs
 
 from codemojex.telegram.bot import Answer, InFlight
-from echomq_trio import humane
+from servicekit import humane
 
 __all__ = ["Trouble", "began", "ended", "hang_over", "hanging", "note", "paused"]
 

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 import trio
 
 from codemojex.standin.bot_api import DEFAULT_KEEP, DEFAULT_LIMITS, TelegramStandIn
-from echomq_trio.cli import cancel_on_signal
+from servicekit.cli import cancel_on_signal
 
 __all__ = ["main"]
 

@@ -85,7 +85,6 @@ from urllib.parse import parse_qsl
 import attrs
 import trio
 
-from codemojex.asgi import Response, answer, serve_app
 from codemojex.standin.chats import chat_json
 from codemojex.standin.flood import TELEGRAM_FLOOD, FloodModel, FloodRules, most_in_span
 from codemojex.standin.updates import UPDATE_METHODS, UpdateFeed
@@ -100,6 +99,7 @@ from codemojex.telegram import (
     markup,
     telegram_length,
 )
+from servicekit.asgi import Response, answer, serve_app
 
 if TYPE_CHECKING:
     from hypercorn.typing import (

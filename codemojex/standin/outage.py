@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
-from codemojex.asgi import serve_app
 from codemojex.standin.bot_api import TelegramStandIn, proxy_page
+from servicekit.asgi import serve_app
 
 if TYPE_CHECKING:
     from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope

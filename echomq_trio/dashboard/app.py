@@ -1,5 +1,5 @@
 """The dashboard's server side: a sampler task and an ASGI app (served by hypercorn on trio,
-``echomq_trio.asgi``).
+``servicekit.asgi``).
 
 The sampler lists the server's queues (``queues.queue_names``, a SCAN, every ``names_every_s``)
 and reads each one's counts every ``sample_s`` into a ``view.History``; every sample wakes the
@@ -41,13 +41,14 @@ from urllib.parse import parse_qsl
 
 import trio
 
-from echomq_trio import humane, jobs, lanes, queues, repeat
+from echomq_trio import jobs, lanes, queues, repeat
 from echomq_trio._checks import check_group, check_job_id, check_queue
-from echomq_trio.asgi import Response, answer, serve_app
 from echomq_trio.bus import Bus
 from echomq_trio.dashboard import view
 from echomq_trio.errors import BusError
 from echomq_trio.storage import read_storage, storage_note
+from servicekit import humane
+from servicekit.asgi import Response, answer, serve_app
 
 if TYPE_CHECKING:
     from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope

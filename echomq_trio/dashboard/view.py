@@ -18,9 +18,9 @@ from urllib.parse import parse_qsl
 
 import attrs
 
-from echomq_trio import humane
 from echomq_trio._checks import check_lane_cursor, check_queue
 from echomq_trio.results import Counts, JobInfo, LaneStatus, Registration
+from servicekit import humane
 
 __all__ = [
     "DEFAULT_PAGE",

@@ -12,8 +12,8 @@ from codemojex.settings import Settings
 from echomq_trio import _address
 from echomq_trio.__main__ import COMMANDS, DEFAULT_URL, FOUND_DATA_DIR, _parser, target
 from echomq_trio._address import ServerAddress
-from echomq_trio.cli import CliError
 from echomq_trio.errors import ConnectionLost, ServerNotRunning
+from servicekit.cli import CliError
 
 URL = "redis://:secret@127.0.0.1:7001"
 

@@ -13,8 +13,8 @@ import pytest
 import trio
 
 from echomq_trio import Bus, Consumer, Job, ids, jobs, lanes, repeat
-from echomq_trio.asgi import serve_app
 from echomq_trio.dashboard import TOKEN_HEADER, Dashboard, view
+from servicekit.asgi import serve_app
 from tests.support import traced_blocks, tracing, wait_for
 from tools.browser import open_page
 

@@ -58,7 +58,11 @@ def test_spec_of_tells_a_queue_s_keys_from_others() -> None:
 
 
 def _python_files() -> list[Path]:
-    return [p for top in ("echomq_trio", "codemojex", "tools") for p in (ROOT / top).rglob("*.py")]
+    return [
+        p
+        for top in ("echomq_trio", "codemojex", "servicekit", "tools")
+        for p in (ROOT / top).rglob("*.py")
+    ]
 
 
 def test_no_module_but_the_schema_spells_a_queue_key() -> None:

@@ -12,8 +12,8 @@ import pytest
 import trio
 
 from echomq_trio import DamagedAppendOnlyFile, jobs, open_bus, repair
-from echomq_trio.datadir import DataDir
 from echomq_trio.server import start_server
+from servicekit.datadir import DataDir
 from tests.support import damage_aof, echomq
 
 pytestmark = pytest.mark.server

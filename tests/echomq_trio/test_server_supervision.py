@@ -17,7 +17,6 @@ import pytest
 import trio
 
 from echomq_trio import BusError, ConnectionLost, ServerDied, ids, jobs, open_bus
-from echomq_trio.datadir import DataDir, InUse
 from echomq_trio.server import (
     PID_FILE,
     find_server_binary,
@@ -27,6 +26,7 @@ from echomq_trio.server import (
     start_server,
     write_config,
 )
+from servicekit.datadir import DataDir, InUse
 from tests.support import ROOT, all_cmdlines, processes_in, read_line, stop_process, wait_for
 
 pytestmark = pytest.mark.server

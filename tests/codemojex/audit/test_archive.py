@@ -35,8 +35,8 @@ from codemojex.telegram.limits import Limits
 from echomq_trio import Bus, Exponential, Jitter, Metronome, audit, ids, jobs
 from echomq_trio._replies import as_text
 from echomq_trio.audit import AuditOutcome, AuditRecord
-from echomq_trio.datadir import InUse
 from echomq_trio.server import free_port
+from servicekit.datadir import InUse
 from tests.support import ROOT, read_line, spawn, wait_for
 
 pytestmark = pytest.mark.slow

@@ -11,9 +11,9 @@ import httpx
 import pytest
 import trio
 
-from codemojex.asgi import Response, answer, read_body, serve_app
 from codemojex.standin import open_stand_in
 from codemojex.standin.updates import UpdateFeed
+from servicekit.asgi import Response, answer, read_body, serve_app
 from tests.support import wait_for
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from echomq_trio.datadir import DataDir, InUse, _same_file, hold, write_private
+from servicekit.datadir import DataDir, InUse, _same_file, hold, write_private
 
 
 def _mode(path: Path) -> int:

@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from echomq_trio import humane
+from servicekit import humane
 
 H = 3_600_000
 

@@ -20,7 +20,7 @@ from typing import TypeVar, TypeVarTuple
 import attrs
 import trio
 
-from echomq_trio.errors import first_error
+from servicekit.groups import first_error
 
 __all__ = ["CliError", "Stopped", "cancel_on_signal", "first_error", "silence_stdout"]
 
