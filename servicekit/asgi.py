@@ -1,7 +1,7 @@
 """Serve a small ASGI app on trio with hypercorn, quietly (no access log, warnings only), for
 the bus dashboard, codemojex's page server and its Bot API stand-in; ``answer`` is the plumbing
 these apps share: lifespan events answered, other non-HTTP scopes ignored, and an HTTP request
-answered with the ``Response`` a handler returns. ``codemojex.asgi`` re-exports it."""
+answered with the ``Response`` a handler returns."""
 
 from __future__ import annotations
 
