@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from functools import partial
 
 from echomq_trio import audit, protocol
-from echomq_trio._upgrade import run_counted
+from echomq_trio._layouts import run_current
 from echomq_trio.bus import Bus
 from echomq_trio.clock import REAP_GRACE_MS
 from echomq_trio.protocol import DEFAULT_KEY_TTL_MS, ENQUEUE_CHUNK, Item, When
@@ -388,12 +388,12 @@ async def discard(bus: Bus, queue: str, job_id: str) -> Outcome:
 
 async def counts(bus: Bus, queue: str) -> Counts:
     """Jobs per state now, lanes, and running totals of completed, retried and dead jobs.
-    O(1) on the server, whatever the number of lanes (a queue written by an earlier version
-    has its lanes counted once first: ``echomq_trio._upgrade``).
+    O(1) on the server, whatever the number of lanes (a queue of an earlier layout is
+    upgraded once first: ``echomq_trio._layouts``).
 
     Read only (but for that one count): a cancelled call changed nothing."""
     k = bus.keys(queue)
-    return await run_counted(bus, k, protocol.counts_call(k))
+    return await run_current(bus, k, protocol.counts_call(k))
 
 
 async def list_jobs(

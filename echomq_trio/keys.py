@@ -54,8 +54,8 @@ SCHEMA: tuple[KeySpec, ...] = (
     KeySpec("seq", "seq:<scope>", "set", "a numbered stream's highest admitted numbers (at most its window: sequence.Seq), with a TTL renewed by each admission"),  # noqa: E501
     # fair lanes
     KeySpec("lane", "g:<group>", "zset", "a lane's waiting jobs; score 0 (id order)"),
-    KeySpec("lane_groups", "groups", "set", "before meta.counted = 2: groups whose lane held waiting jobs; count_lanes reads it once and deletes it"),  # noqa: E501
-    KeySpec("old_lane_index", "lanes", "zset", "before meta.counted = 3: the lane index by name; count_lanes reads it once and deletes it"),  # noqa: E501
+    KeySpec("lane_groups", "groups", "set", "layouts before 2: groups whose lane held waiting jobs; count_lanes reads it once and deletes it"),  # noqa: E501
+    KeySpec("old_lane_index", "lanes", "zset", "layouts before 3: the lane index by name; count_lanes reads it once and deletes it"),  # noqa: E501
     KeySpec("lane_index", "gactive", "hash", "the lane index: each lane with waiting jobs, jobs in flight, a pause or a wait -> its jobs in flight, plus 2^32 while jobs wait in it; paged by HSCAN"),  # noqa: E501
     KeySpec("ring", "ring", "list", "lanes being served, round-robin"),
     KeySpec("on_ring", "inring", "set", "the groups on the ring (each at most once)"),
@@ -71,7 +71,7 @@ SCHEMA: tuple[KeySpec, ...] = (
     KeySpec("tick", "tick", "list", "one token that wakes a sleeping metronome"),
     KeySpec("events", "events", "stream", "every transition, capped at about 10,000 entries"),
     KeySpec("audit", "audit", "stream", "settled jobs' records (meta.audit = 1); trimmed by its reader"),  # noqa: E501
-    KeySpec("meta", "meta", "hash", "created_ms; audit = 1 when the queue keeps an audit; counted = 3 once the lane counters and index are exact; retention: dead_max, dead_max_age_ms, events (0: none), events_maxlen; the server clock's steps: clock_step_ms, clock_step_at (the last), clock_total (their sum), clock_fix while its waits are carried, clock_reap_after; lease_max: the longest lease granted; syncs: OnDisk's own writes"),  # noqa: E501
+    KeySpec("meta", "meta", "hash", "created_ms; audit = 1 when the queue keeps an audit; layout: the layout of its bookkeeping (3; _layouts.UPGRADES); retention: dead_max, dead_max_age_ms, events (0: none), events_maxlen; the server clock's steps: clock_step_ms, clock_step_at (the last), clock_total (their sum), clock_fix while its waits are carried, clock_reap_after; lease_max: the longest lease granted; syncs: OnDisk's own writes"),  # noqa: E501
     KeySpec("metrics", "metrics", "hash", "running totals: completed, retried, dead, deferred; lane_pending: jobs waiting in lanes; lanes_with_jobs: lanes with waiting jobs"),  # noqa: E501
     # the application's own
     KeySpec("app", "app:<name>", "any", "an application's keys in the queue's slot"),

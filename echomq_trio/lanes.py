@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from echomq_trio import protocol
-from echomq_trio._upgrade import run_counted
+from echomq_trio._layouts import run_current
 from echomq_trio.bus import Bus
 from echomq_trio.protocol import DEFAULT_KEY_TTL_MS, LANE_PAGE_MAX, Item
 from echomq_trio.results import Admitted, JobInfo, LanePage, LaneStatus
@@ -159,7 +159,7 @@ async def status_page(bus: Bus, queue: str, after: str = "", count: int = 100) -
     call changed nothing."""
     k = bus.keys(queue)
     call = protocol.lane_status_page_call(k, after, count)
-    return await run_counted(bus, k, call)
+    return await run_current(bus, k, call)
 
 
 async def jobs(

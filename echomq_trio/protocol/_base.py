@@ -228,16 +228,16 @@ def _call(script: str, key: str, args: Iterable[Arg], decode: Callable[[Any], T]
     return Call(script, (key,), tuple(args), decode=decode)
 
 
-class Uncounted(ValueError):
-    """A reply of ``counts`` or a ``lane_status`` page says the queue was written before the
-    lane counter and index: run ``count_lanes`` once, then ask again (``_upgrade.run_counted``)."""
+class Outdated(ValueError):
+    """A reply of ``counts`` or a ``lane_status`` page says the queue has an earlier layout
+    (``meta.layout``): upgrade it, then ask again (``_layouts.run_current``)."""
 
 
-def uncounted(raw: object) -> bool:
-    """Whether ``raw`` is the ``uncounted`` answer (see ``Uncounted``)."""
-    return isinstance(raw, list) and len(raw) == 1 and as_text(raw[0]) == "uncounted"
+def outdated(raw: object) -> bool:
+    """Whether ``raw`` is the ``outdated`` answer (see ``Outdated``)."""
+    return isinstance(raw, list) and len(raw) == 1 and as_text(raw[0]) == "outdated"
 
 
-def _refuse_uncounted(script: str, raw: object) -> None:
-    if uncounted(raw):
-        raise Uncounted(f"{script}: the queue's lanes are not counted yet")
+def _refuse_outdated(script: str, raw: object) -> None:
+    if outdated(raw):
+        raise Outdated(f"{script}: the queue has an earlier layout; upgrade it first")

@@ -33,7 +33,7 @@ from echomq_trio.protocol._base import (
     _outcome,
     _outcomes,
     _pairs,
-    _refuse_uncounted,
+    _refuse_outdated,
     _seq,
     _time,
     _tokens,
@@ -410,20 +410,20 @@ def counts_call(k: QueueKeys) -> Call[Counts]:
 
 
 def counts_reply(raw: Sequence[Any]) -> Counts:
-    """The counters; ``Uncounted`` for a queue written before the lane counter."""
-    _refuse_uncounted("counts", raw)
+    """The counters; ``Outdated`` for a queue of an earlier layout."""
+    _refuse_outdated("counts", raw)
     r: dict[str, Any] = {name: int(v) for name, v in _named("counts", raw).items()}
     return Counts(**(r | {"exists": bool(r["exists"])}))
 
 
-def count_lanes_call(k: QueueKeys) -> Call[tuple[int, int]]:
-    return _call("count_lanes", k.meta, [k.prefix], count_lanes_reply)
+def upgrade_call(script: str, k: QueueKeys) -> Call[dict[str, int]]:
+    """An upgrade of a queue's layout (``_layouts.UPGRADES``): what it did, by field name
+    (every field 0 when the queue had that layout already)."""
+    return _call(script, k.meta, [k.prefix], partial(_upgrade_reply, script))
 
 
-def count_lanes_reply(raw: Sequence[Any]) -> tuple[int, int]:
-    """``(lanes indexed, jobs waiting in lanes)``; ``(0, 0)`` when counted already."""
-    r = _named("count_lanes", raw)
-    return int(r["lanes"]), int(r["waiting"])
+def _upgrade_reply(script: str, raw: Sequence[Any]) -> dict[str, int]:
+    return {name: int(v) for name, v in _named(script, raw).items()}
 
 
 # Where a job in each state waits, by ``SCHEMA`` name (a pending lane job waits in its lane

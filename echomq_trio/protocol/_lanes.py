@@ -17,7 +17,7 @@ from echomq_trio.protocol._base import (
     Call,
     _call,
     _named,
-    _refuse_uncounted,
+    _refuse_outdated,
 )
 from echomq_trio.results import (
     LanePage,
@@ -90,9 +90,9 @@ def lane_status_page_call(k: QueueKeys, after: str = "", count: int = 100) -> Ca
 
 
 def lane_status_reply(raw: Sequence[Any]) -> LanePage:
-    """The next page's cursor (``''``: none) and per lane its row; ``Uncounted`` for a queue
-    written before the lane index."""
-    _refuse_uncounted("lane_status", raw)
+    """The next page's cursor (``''``: none) and per lane its row; ``Outdated`` for a queue
+    of an earlier layout (before the lane index)."""
+    _refuse_outdated("lane_status", raw)
     page = _named("lane_status", raw)
     nxt = as_text(page["next"])
     lanes = []

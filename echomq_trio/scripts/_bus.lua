@@ -51,7 +51,7 @@
 --   lane_wait(qp, g, until_ms) hold lane g until a time; a wait only ever extends
 --   created(qp, now)           note the queue's creation once (meta.created_ms; now nil: the
 --                              server clock is read only then); a queue created so has its lane
---                              counters exact from the start (meta.counted = COUNTED)
+--                              counters exact from the start (meta.layout = LAYOUT)
 --   schedule_at(qp, id, at)    put a job on the schedule (and tell the metronome if it is first)
 --   next_run(at, every, now)   a repeat's next run: the first at + n*every after now
 --   in_runs(command, key, items)
@@ -62,11 +62,11 @@
 --                              when the queue keeps an audit (meta.audit = 1), append the settled
 --                              job's record to the audit stream in the same step that settles it
 local EVENTS_MAXLEN = 10000
--- meta.counted: the lane counters (metrics.lane_pending, metrics.lanes_with_jobs) and the lane
--- index are exact; an earlier mark (none; '1': lanes with jobs were the set lane_groups; '2': the
--- lane index was a sorted set by name, jobs in flight a hash of their own) makes counts and lane
--- status answer 'uncounted' until count_lanes has run once.
-local COUNTED = '3'
+-- meta.layout: the layout of the queue's bookkeeping (echomq_trio/_layouts.py: the registry of
+-- upgrades, LAYOUT there). An earlier one makes counts and lane status answer 'outdated' until
+-- the upgrades have run; since layout 3 the lane counters (metrics.lane_pending,
+-- metrics.lanes_with_jobs) and the lane index are exact.
+local LAYOUT = '3'
 
 local WAKE_KEEP = 64
 local function wake(qp, n)
@@ -293,7 +293,7 @@ local function created(qp, now)
   if r.created then return end
   now = now or now_ms()
   if redis.call('HSETNX', qp .. KEY.meta, 'created_ms', now) == 1 then
-    redis.call('HSET', qp .. KEY.meta, 'counted', COUNTED)
+    redis.call('HSET', qp .. KEY.meta, 'layout', LAYOUT)
   end
   r.created = now
 end

@@ -4,17 +4,18 @@
 -- ARGV[1] queue prefix emq:{q}:
 -- Jobs waiting in lanes are the counter metrics.lane_pending, and lanes with jobs the counter
 -- metrics.lanes_with_jobs, kept by every script that puts a job into a lane or takes one out; a
--- queue from before those counters answers {'uncounted'} until count_lanes has run on it once.
+-- queue of an earlier layout (meta.layout, before those counters) answers {'outdated'} until
+-- the upgrades (echomq_trio/_layouts.py) have run on it.
 -- Returns {exists (1 if the queue was ever used), pending (flat + lanes), scheduled, active,
 -- dead, lanes with jobs, paused lanes, waiting lanes, completed total, retried total,
--- dead total, deferred total, repeats}, or {'uncounted'}.
+-- dead total, deferred total, repeats}, or {'outdated'}.
 -- fields: exists, pending, scheduled, active, dead, lanes, paused_lanes, waiting_lanes,
 --         completed_total, retried_total, dead_total, deferred_total, repeats
 -- cost: O(1)
 local qp = ARGV[1]
 local exists = redis.call('EXISTS', qp .. KEY.meta)
-if exists == 1 and redis.call('HGET', qp .. KEY.meta, 'counted') ~= COUNTED then
-  return {'uncounted'}
+if exists == 1 and redis.call('HGET', qp .. KEY.meta, 'layout') ~= LAYOUT then
+  return {'outdated'}
 end
 local m = redis.call('HMGET', qp .. KEY.metrics, 'completed', 'retried', 'dead', 'deferred',
   'lane_pending', 'lanes_with_jobs')

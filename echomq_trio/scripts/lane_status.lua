@@ -13,8 +13,8 @@
 -- on ring is 1 when the lane is on the ring and can go on now (a lane paused, waiting or at
 -- its limit leaves the ring when a claim next meets it).
 -- Returns {next cursor ('' when no lane follows), then per lane {group, depth, in flight, limit
--- or 0, weight, paused 0/1, wait until ms or 0, on ring 0/1}}; a page of a queue from before
--- the lane index answers {'uncounted'} until count_lanes has run on it once.
+-- or 0, weight, paused 0/1, wait until ms or 0, on ring 0/1}}; a page of a queue of an earlier
+-- layout (before the lane index) answers {'outdated'} until the upgrades have run on it.
 -- fields: next, lanes...
 -- fields of each lane: group, depth, in_flight, limit, weight, paused, wait_until, on_ring
 -- cost: O(groups named) or O(count + log n): at most SCAN_CALLS calls of HSCAN COUNT count
@@ -26,8 +26,8 @@ if ARGV[2] == 'groups' then
   for i = 3, #ARGV do groups[#groups + 1] = ARGV[i] end
 else
   if redis.call('EXISTS', qp .. KEY.meta) == 1
-    and redis.call('HGET', qp .. KEY.meta, 'counted') ~= COUNTED then
-    return {'uncounted'}
+    and redis.call('HGET', qp .. KEY.meta, 'layout') ~= LAYOUT then
+    return {'outdated'}
   end
   local cursor, after = '0', nil
   if ARGV[3] ~= '' then

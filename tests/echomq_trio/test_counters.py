@@ -252,8 +252,25 @@ async def test_a_pause_leaves_the_ring_lazily_and_a_claim_skips_at_most_a_bounde
 WAITING = 2**32  # in the lane index: jobs wait in the lane
 
 
+async def _mark_old(bus: Bus, k: QueueKeys, counted: str | None) -> None:
+    """Mark the queue as an earlier version did: no ``layout``, and ``counted`` (or nothing)."""
+    await bus.transport.command("HDEL", k.meta, "layout")
+    if counted is None:
+        await bus.transport.command("HDEL", k.meta, "counted")
+    else:
+        await bus.transport.command("HSET", k.meta, "counted", counted)
+
+
+async def _layout(bus: Bus, k: QueueKeys) -> tuple[object, object]:
+    """The queue's ``layout`` mark and the old ``counted`` one."""
+    return (
+        await bus.transport.command("HGET", k.meta, "layout"),
+        await bus.transport.command("HGET", k.meta, "counted"),
+    )
+
+
 async def _as_before_the_index_hash(bus: Bus, k: QueueKeys) -> None:
-    """Rewrite the lane index as versions before ``counted`` 3 kept it: a sorted set of the
+    """Rewrite the lane index as layouts before 3 kept it: a sorted set of the
     listed lanes by name, and a hash of each lane's jobs in flight alone."""
     raw = await bus.transport.command("HGETALL", k.lane_index)
     pairs = raw.items() if isinstance(raw, dict) else zip(raw[::2], raw[1::2], strict=True)
@@ -268,15 +285,16 @@ async def test_a_queue_counted_by_the_version_with_the_index_by_name_is_recounte
     bus: Bus, queue: str
 ) -> None:
     """The version before listed lanes in a sorted set by name and kept their jobs in flight in
-    a hash of their own (``counted`` 2): the first read that needs the index rebuilds it once
-    as one hash, and drops the sorted set; scripts that ran in between lose nothing."""
+    a hash of their own (layout 2, marked ``counted`` 2): the first read that needs the index
+    rebuilds it once as one hash, and drops the sorted set; scripts that ran in between lose
+    nothing."""
     k = queue_keys(queue)
     for g in ("a", "b", "c"):
         await lanes.enqueue_many(bus, queue, g, [(jid(), "x"), (jid(), "y")])
     held = await jobs.claim(bus, queue, 4, lease_ms=60_000)  # a, b, c, a: a is empty
     await lanes.pause(bus, queue, "p")
     await _as_before_the_index_hash(bus, k)
-    await bus.transport.command("HSET", k.meta, "counted", "2")
+    await _mark_old(bus, k, "2")
     # This version's scripts before the count: b's last waiting job claimed (WAITING taken off
     # a value that never had it), a new lane, an ack.
     (more,) = await jobs.claim(bus, queue, 1, lease_ms=60_000)
@@ -286,7 +304,7 @@ async def test_a_queue_counted_by_the_version_with_the_index_by_name_is_recounte
     assert [s.in_flight for s in await lanes.status(bus, queue, ["a", "b"])] == [2, 1]
     counts = await jobs.counts(bus, queue)
     assert (counts.pending, counts.active, counts.lanes, counts.paused_lanes) == (2, 4, 2, 1)
-    assert await bus.transport.command("HGET", k.meta, "counted") == b"3"
+    assert await _layout(bus, k) == (b"3", None)
     assert await bus.transport.command("EXISTS", k.old_lane_index) == 0
     await check_exact(bus, queue)
     for job in [*held[:1], *held[2:], more]:
@@ -307,7 +325,7 @@ async def test_a_limited_lane_of_a_queue_from_before_the_index_hash_goes_on_afte
     (job,) = await jobs.claim(bus, queue, 5, lease_ms=60_000)
     assert job.id == first and await jobs.claim(bus, queue, 5) == []  # L at its limit
     await _as_before_the_index_hash(bus, k)
-    await bus.transport.command("HSET", k.meta, "counted", "2")
+    await _mark_old(bus, k, "2")
     assert await jobs.ack(bus, queue, job.id, job.token) is Outcome.ACKED
     (again,) = await jobs.claim(bus, queue, 5, lease_ms=60_000)
     assert again.id == second
@@ -324,7 +342,7 @@ async def test_a_queue_from_before_the_counters_is_counted_once(bus: Bus, queue:
     await lanes.pause(bus, queue, "idle-but-paused")
     # What the earlier version left: none of the new bookkeeping, and its set of lane groups
     # (which could hold a lane that had emptied).
-    await bus.transport.command("HDEL", k.meta, "counted")
+    await _mark_old(bus, k, None)
     await bus.transport.command("HDEL", k.metrics, "lane_pending", "lanes_with_jobs")
     await bus.transport.command("DEL", k.lane_index)
     await bus.transport.command("SADD", k.lane_groups, "a", "b", "c", "emptied")
@@ -333,10 +351,10 @@ async def test_a_queue_from_before_the_counters_is_counted_once(bus: Bus, queue:
     )  # written by this version before the count
     counts = await jobs.counts(bus, queue)
     assert (counts.pending, counts.lanes, counts.paused_lanes) == (7, 4, 1)
-    assert await bus.transport.command("HGET", k.meta, "counted") == b"3"
+    assert await _layout(bus, k) == (b"3", None)
     assert await bus.transport.command("EXISTS", k.lane_groups) == 0
     await check_exact(bus, queue)
-    await bus.transport.command("HDEL", k.meta, "counted")
+    await _mark_old(bus, k, None)
     await bus.transport.command("DEL", k.lane_index)
     await bus.transport.command("SADD", k.lane_groups, "a", "b", "c", "d")
     page = await lanes.status_page(bus, queue)  # a page counts it too
@@ -346,24 +364,42 @@ async def test_a_queue_from_before_the_counters_is_counted_once(bus: Bus, queue:
 async def test_a_queue_counted_by_the_version_with_the_lane_groups_set_is_recounted_once(
     bus: Bus, queue: str
 ) -> None:
-    """The version before counted lanes with jobs as a set of lane groups (``counted`` 1, an
-    exact lane index and ``lane_pending``, no ``lanes_with_jobs``): the first read that needs
-    the counter counts them once and drops the set."""
+    """The version before counted lanes with jobs as a set of lane groups (layout 1, marked
+    ``counted`` 1, an exact lane index and ``lane_pending``, no ``lanes_with_jobs``): the first
+    read that needs the counter counts them once and drops the set."""
     k = queue_keys(queue)
     for g in ("a", "b"):
         await lanes.enqueue_many(bus, queue, g, [(jid(), "x"), (jid(), "y")])
     (held,) = await jobs.claim(bus, queue, 1, lease_ms=60_000)  # lane a: one in flight
     await lanes.pause(bus, queue, "p")
     await _as_before_the_index_hash(bus, k)
-    await bus.transport.command("HSET", k.meta, "counted", "1")
+    await _mark_old(bus, k, "1")
     await bus.transport.command("HDEL", k.metrics, "lanes_with_jobs")
     await bus.transport.command("SADD", k.lane_groups, "a", "b")
     counts = await jobs.counts(bus, queue)
     assert (counts.pending, counts.active, counts.lanes, counts.paused_lanes) == (3, 1, 2, 1)
-    assert await bus.transport.command("HGET", k.meta, "counted") == b"3"
+    assert await _layout(bus, k) == (b"3", None)
     assert await bus.transport.command("EXISTS", k.lane_groups) == 0
     await check_exact(bus, queue)
     await jobs.ack(bus, queue, held.id, held.token)
+    await check_exact(bus, queue)
+
+
+async def test_a_queue_marked_counted_by_the_version_before_layouts_is_only_re_marked(
+    bus: Bus, queue: str
+) -> None:
+    """The version before ``meta.layout`` marked an up-to-date queue ``counted`` 3: the upgrade
+    to layout 3 takes that mark over without a walk of the lanes (its counters stay as they
+    are: a counter set wrong here would stay wrong, and the check below sees it)."""
+    k = queue_keys(queue)
+    for g in ("a", "b"):
+        await lanes.enqueue_many(bus, queue, g, [(jid(), "x"), (jid(), "y")])
+    await _mark_old(bus, k, "3")
+    await bus.transport.command("HSET", k.metrics, "lane_pending", "99")  # not recounted
+    counts = await jobs.counts(bus, queue)
+    assert counts.pending == 99
+    assert await _layout(bus, k) == (b"3", None)
+    await bus.transport.command("HSET", k.metrics, "lane_pending", "4")
     await check_exact(bus, queue)
 
 

@@ -418,13 +418,14 @@ def test_counts_reply(values: list[int]) -> None:
     got = protocol.counts_reply(values)
     assert attrs.astuple(got) == (bool(values[0]), *values[1:])
     assert len(attrs.fields(Counts)) == 13
-    assert not protocol.uncounted(values)
+    assert not protocol.outdated(values)
 
 
 @given(keys_of, st.integers(0, 2**40), st.integers(0, 2**40))
-def test_count_lanes(k: QueueKeys, lanes: int, waiting: int) -> None:
-    _check_call(protocol.count_lanes_call(k), k)
-    assert protocol.count_lanes_reply([lanes, waiting]) == (lanes, waiting)
+def test_an_upgrade_reply_by_name(k: QueueKeys, lanes: int, waiting: int) -> None:
+    call = protocol.upgrade_call("count_lanes", k)
+    _check_call(call, k)
+    assert call.decode([lanes, waiting]) == {"lanes": lanes, "waiting": waiting}
 
 
 infos = st.builds(
@@ -484,8 +485,10 @@ def test_lane_status_page_call(k: QueueKeys, after: str, count: int) -> None:
     call = protocol.lane_status_page_call(k, after, count)
     _check_call(call, k)
     assert list(call.args[1:]) == ["page", after, str(count)]
-    assert not protocol.uncounted([b"", [b"g", 1, 0, 0, 1, 0, 0, 1]])
-    assert protocol.uncounted([b"uncounted"]) and protocol.uncounted(["uncounted"])
+    assert not protocol.outdated([b"", [b"g", 1, 0, 0, 1, 0, 0, 1]])
+    assert protocol.outdated([b"outdated"]) and protocol.outdated(["outdated"])
+    with pytest.raises(protocol.Outdated, match="lane_status: the queue has an earlier layout"):
+        protocol.lane_status_reply([b"outdated"])
 
 
 def test_lane_status_page_count_is_bounded() -> None:
