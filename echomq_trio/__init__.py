@@ -36,6 +36,7 @@ from echomq_trio import (
     settlement,
     states,
 )
+from echomq_trio._opening import open_bus
 from echomq_trio.backoff import Exponential, Fixed, Jitter
 from echomq_trio.bus import Bus, CommandArg, Reply
 from echomq_trio.consumer import (
@@ -64,7 +65,6 @@ from echomq_trio.errors import (
 )
 from echomq_trio.jobs import Admitted, Job, JobState, Outcome
 from echomq_trio.metronome import Metronome, MetronomeStats
-from echomq_trio.opening import open_bus
 from echomq_trio.sequence import Seq
 from echomq_trio.transport import Transport
 from echomq_trio.worker import QueueStats, Serve, Worker, WorkerState, WorkerStats, open_worker

@@ -49,9 +49,9 @@ from echomq_trio import (
     repeat,
     retention,
 )
+from echomq_trio._opening import open_bus
 from echomq_trio.bus import Bus
 from echomq_trio.errors import AuthenticationFailed, BusError, ConnectionLost
-from echomq_trio.opening import open_bus
 from echomq_trio.results import Retention
 from servicekit import humane
 from servicekit.cli import CliError, Stopped, cancel_on_signal, silence_stdout

@@ -1,5 +1,5 @@
 """``Bus``: the handle every bus call takes. It owns the server connection, and the embedded
-server when there is one (``echomq_trio.opening.open_bus`` makes it)."""
+server when there is one (``echomq_trio._opening.open_bus`` makes it)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """A transport of the bus's own on trio streams (``open_bus(..., transport="trio")``).
 
-``codec`` is the RESP protocol without I/O: requests to bytes, bytes to replies, each reply
-paired with its request (``hiredis`` parses). ``client`` is the trio part: ``RespTransport``, one
+``_codec`` is the RESP protocol without I/O: requests to bytes, bytes to replies, each reply
+paired with its request (``hiredis`` parses). ``_client`` is the trio part: ``RespTransport``, one
 pipelined connection shared by every task, with its tasks in the nursery of ``open_resp``'s
-block. ``cluster`` routes calls by slot to a ``RespTransport`` per primary
+block. ``_cluster`` routes calls by slot to a ``RespTransport`` per primary
 (``ClusterTransport``). ``open_trio`` opens whichever the URL names.
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
 
-from echomq_trio.resp.client import RespSubscription, RespTransport, open_resp
-from echomq_trio.resp.cluster import ClusterTransport, command_key, key_slot, open_cluster
-from echomq_trio.resp.codec import Codec, ProtocolError, encode
+from echomq_trio.resp._client import RespSubscription, RespTransport, open_resp
+from echomq_trio.resp._cluster import ClusterTransport, command_key, key_slot, open_cluster
+from echomq_trio.resp._codec import Codec, ProtocolError, encode
 from echomq_trio.transport import Transport
 from echomq_trio.wire import ConnectionSpec, parse_url
 

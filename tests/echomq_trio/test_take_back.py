@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from echomq_trio import jobs, lanes, open_bus
-from echomq_trio.opening import HOLDER_FILE
+from echomq_trio._opening import HOLDER_FILE
 
 pytestmark = pytest.mark.server
 

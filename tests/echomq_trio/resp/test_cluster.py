@@ -14,7 +14,7 @@ import trio
 import trio.testing
 
 from echomq_trio.errors import ConnectionLost
-from echomq_trio.resp.cluster import (
+from echomq_trio.resp._cluster import (
     REFRESH_EVERY_S,
     ClusterTransport,
     command_key,

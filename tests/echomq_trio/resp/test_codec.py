@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from echomq_trio.resp.codec import Codec, ProtocolError, ReplyError, encode
+from echomq_trio.resp._codec import Codec, ProtocolError, ReplyError, encode
 
 REPLIES = (
     b"+OK\r\n"  # the OK status: "OK", as the other transport gives it

@@ -17,7 +17,7 @@ import trio
 import trio.testing
 
 from echomq_trio.errors import ConnectionLost, RequestTimedOut
-from echomq_trio.resp.client import RespTransport
+from echomq_trio.resp._client import RespTransport
 from echomq_trio.wire import ConnectionSpec, parse_url
 
 SPEC = parse_url("redis://fake:6379?timeout_ms=1000")

@@ -44,7 +44,7 @@ import trio
 from echomq_trio._replies import as_bytes, as_text
 from echomq_trio.errors import AuthenticationFailed, BusError, ConnectionLost, RequestTimedOut
 from echomq_trio.lua import script_source
-from echomq_trio.resp.codec import SHAPED, Codec, ProtocolError, ReplyError, shape
+from echomq_trio.resp._codec import SHAPED, Codec, ProtocolError, ReplyError, shape
 from echomq_trio.transport import Message
 from echomq_trio.wire import (
     DEFAULT_CONNECT_TIMEOUT_MS,

@@ -35,7 +35,7 @@ import trio
 
 from echomq_trio._replies import as_text
 from echomq_trio.errors import AuthenticationFailed, ConnectionLost, ServerError
-from echomq_trio.resp.client import RespSubscription, RespTransport
+from echomq_trio.resp._client import RespSubscription, RespTransport
 from echomq_trio.wire import ConnectionSpec, parse_url, probe
 
 __all__ = ["ClusterTransport", "command_key", "key_slot", "open_cluster"]
