@@ -19,7 +19,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 
@@ -114,13 +114,15 @@ async def summary_line(
     archiver: ArchiverStats | None,
     *,
     memory_at: float = MEMORY_REPORT_AT,
-    telegram: Trouble | None = None,
+    telegram: Callable[[], Trouble | None] = lambda: None,
 ) -> str:
     """The summary line: notices, the notify queue, the archive, each room's leader in its
     current round (the first three rooms: one page of three, so the cost does not grow with the
     number of rooms), the server's memory once its use passes ``memory_at`` of its ceiling, and
-    an outage of Telegram going on (``telegram``, the worker's ``outage.statistics().trouble``).
-    ``BusError`` when the server cannot be read."""
+    an outage of Telegram going on (``telegram``: reads the worker's
+    ``outage.statistics().trouble`` when the line is made, after its reads of the server, so a
+    line written after an outage ended never shows it). ``BusError`` when the server cannot be
+    read."""
     notify_counts = await jobs.counts(bus, NOTIFY_QUEUE)
     first = await game.room_page(bus, count=SUMMARY_ROOMS)
     leaders = []
@@ -151,7 +153,7 @@ async def summary_line(
         f"| round leaders: {', '.join(leaders) or '-'}"
         + memory_note(use, at=memory_at)
         + _storage_note(bus)
-        + telegram_note(telegram, trio.current_time())
+        + telegram_note(telegram(), trio.current_time())
     )
 
 
@@ -183,12 +185,14 @@ def memory_note(use: memory.MemoryUse, *, at: float = MEMORY_REPORT_AT) -> str:
 async def _summary(
     bus: Bus, worker: NotificationWorker, archiver: Archiver | None, every_s: float
 ) -> None:
+    def telegram() -> Trouble | None:
+        return worker.outage.statistics().trouble
+
     while True:
         await trio.sleep(every_s)
         try:
             stats = None if archiver is None else archiver.statistics()
-            trouble = worker.outage.statistics().trouble
-            say(await summary_line(bus, worker.statistics(), stats, telegram=trouble))
+            say(await summary_line(bus, worker.statistics(), stats, telegram=telegram))
         except BusError as exc:
             say(f"summary: server unavailable: {exc}")
 

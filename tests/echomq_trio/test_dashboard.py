@@ -221,7 +221,12 @@ async def test_event_streams_share_each_view_and_leave_nothing_behind(bus: Bus, 
 
     async def crowd(url: str, n: int) -> int:
         events = [0]
-        async with httpx.AsyncClient(limits=limits) as client, trio.open_nursery() as streams:
+        # Tracing makes every allocation slow: on a loaded machine a stream's first answer can
+        # take longer than httpx's 5 s default, so the test's own deadline is the only one.
+        async with (
+            httpx.AsyncClient(limits=limits, timeout=None) as client,
+            trio.open_nursery() as streams,
+        ):
             for i in range(n):
                 streams.start_soon(stream, client, f"{url}/events?{asked[i % 2]}", events)
             await wait_for(lambda: events[0] == n)  # each has its first view

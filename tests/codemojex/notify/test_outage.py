@@ -121,7 +121,7 @@ async def test_telegram_answering_not_json_for_20_s_loses_nothing_and_spends_no_
             await trio.sleep(GARBAGE_S)  # the garbage lasts (a scenario, not a wait)
             trouble = worker.outage.statistics().trouble
             assert trouble is not None and (trouble.cause, trouble.paused) == ("not_bot_api", True)
-            line = await summary_line(bus, worker.statistics(), None, telegram=trouble)
+            line = await summary_line(bus, worker.statistics(), None, telegram=lambda: trouble)
             shown = re.search(
                 r" \| TELEGRAM OUTAGE (\d+) s: .* not the Bot API's .*; sending paused$", line
             )
@@ -229,12 +229,12 @@ async def test_a_hang_is_logged_once_while_it_lasts_marked_and_loses_nothing(
         got = await _scrape(client, url)
         assert value(got, "codemojex_telegram_outages_total", cause="unanswered") == 1
         trouble = worker.outage.statistics().trouble
-        line = await summary_line(bus, DeliveryStats(), None, telegram=trouble)
+        line = await summary_line(bus, DeliveryStats(), None, telegram=lambda: trouble)
         assert " | TELEGRAM OUTAGE " in line and "Telegram has not answered " in line
         # The sends time out, getMe gets no answer either: sending pauses, still one outage.
         await wait_for(lambda: not worker.outage.is_open, timeout=30)
         trouble = worker.outage.statistics().trouble
-        line = await summary_line(bus, DeliveryStats(), None, telegram=trouble)
+        line = await summary_line(bus, DeliveryStats(), None, telegram=lambda: trouble)
         assert line.endswith("; sending paused")
         assert value(await _scrape(client, url), "codemojex_telegram_sending_paused") == 1
         await _held_unspent(bus, queue, ids)
@@ -293,7 +293,8 @@ async def test_the_service_logs_an_outage_of_garbage_once_and_shows_it_until_it_
                 for chat in chats:  # the shared queue may hold other tests' notices too
                     await tg.wait_deliveries(each, chat)
                 await out.until(r"INFO codemojex\.notify\.outage: Telegram answers the bot again")
-                # The next summary line: the mark is gone once Telegram answers.
+                # The next summary line: the mark is gone once Telegram answers (a line reads
+                # the outage's state after its reads of the server, when it is written).
                 summary = await out.until(r"notices sent ")
             assert "TELEGRAM" not in summary.string
             await wait_for(lambda: _settled(bus, NOTIFY_QUEUE, chats), timeout=30)
