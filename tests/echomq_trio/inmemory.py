@@ -1,16 +1,18 @@
-"""An in-memory queue that answers a ``Consumer``'s calls, for tests of the consumer's loops in
-virtual time (``MockClock``), where the server is not the point: when it renews, how long it
-gives handlers at shutdown, how it parks and retries. It is not a second bus: one flat queue
-(one order for every job, a lane's name only carried to the consumer; no schedule, no
-dead set: a retry only counts), the five scripts a consumer runs
-(``claim``, ``extend``, ``ack``, ``retry``, ``release``), the wake list it parks on, and the
-two reads of its overdue check. Leases are fenced by token as the scripts fence them, and their
-deadlines are virtual time, so a lease that lapsed is seen (``lapsed``). What each script does
-on a real server is tested against real servers elsewhere; replies are built by the field names
-of ``protocol.REPLY_FIELDS``, so a change of a reply's shape fails here too.
+"""An in-memory queue that answers a ``Consumer``'s and a ``Metronome``'s calls, for tests of
+their loops in virtual time (``MockClock``), where the server is not the point: when they renew,
+sweep and reap, how long a consumer gives handlers at shutdown, how they park and retry. It is
+not a second bus: one flat queue (one order for every job, a lane's name only carried to the
+consumer; no dead set: a retry only counts; no recurring schedules), the scripts a consumer runs
+(``claim``, ``extend``, ``ack``, ``retry``, ``release``) and a metronome's (``promote`` of a
+schedule of run-at times, ``fire`` of nothing, ``reap`` of lapsed leases), the wake and tick
+lists they park on, and the two reads of the overdue check. Leases are fenced by token as the
+scripts fence them, and their deadlines are virtual time, so a lease that lapsed is seen
+(``lapsed``). What each script does on a real server is tested against real servers elsewhere;
+replies are built by the field names of ``protocol.REPLY_FIELDS``, so a change of a reply's
+shape fails here too.
 
-Each call is recorded with the virtual time it was made (``calls``); ``fail`` makes the next
-calls of a script raise ``ConnectionLost`` until a virtual time.
+Each call is recorded with the virtual time it was made (``calls``); ``fail`` makes the calls
+of a script raise an error (``ConnectionLost``) until a virtual time.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ class InMemoryQueue:
     groups: dict[str, str] = attrs.field(factory=dict)
     pending: list[str] = attrs.field(factory=list)
     active: dict[str, Lease] = attrs.field(factory=dict)
+    schedule: dict[str, int] = attrs.field(factory=dict)  # run-at ms by id
+    promoted: list[tuple[str, int]] = attrs.field(factory=list)  # (id, lateness ms)
+    reaped: list[str] = attrs.field(factory=list)
     attempts: dict[str, int] = attrs.field(factory=dict)
     acked: list[str] = attrs.field(factory=list)
     retried: list[tuple[str, str]] = attrs.field(factory=list)
@@ -64,9 +69,10 @@ class InMemoryQueue:
     lapsed: list[str] = attrs.field(factory=list)
     calls: list[tuple[float, str]] = attrs.field(factory=list)
     spec: ConnectionSpec = attrs.field(factory=lambda: ConnectionSpec(hosts=(("in-memory", 0),)))
-    _failing: dict[str, float] = attrs.field(factory=dict)
     _tokens: int = 0
     _woken: trio.Event = attrs.field(factory=trio.Event)
+    _ticked: trio.Event = attrs.field(factory=trio.Event)
+    _refusing: dict[str, tuple[float, type[Exception]]] = attrs.field(factory=dict)
 
     def now_ms(self) -> int:
         return round(trio.current_time() * 1000)
@@ -79,9 +85,15 @@ class InMemoryQueue:
         self.pending.append(job_id)
         self._woken.set()
 
-    def fail(self, script: str, until: float) -> None:
-        """Calls of ``script`` raise ``ConnectionLost`` until virtual time ``until``."""
-        self._failing[script] = until
+    def schedule_at(self, job_id: str, at_ms: int) -> None:
+        """A job to run at ``at_ms`` (virtual ms); the tick wakes a parked metronome."""
+        self.payloads[job_id], self.groups[job_id] = b"x", ""
+        self.schedule[job_id] = at_ms
+        self._ticked.set()
+
+    def fail(self, script: str, until: float, error: type[Exception] = ConnectionLost) -> None:
+        """Calls of ``script`` raise ``error`` (``ConnectionLost``) until virtual ``until``."""
+        self._refusing[script] = (until, error)
 
     def times(self, script: str) -> list[float]:
         return [at for at, name in self.calls if name == script]
@@ -97,8 +109,9 @@ class InMemoryQueue:
     async def script(self, name: str, keys: Sequence[str], args: Sequence[str | bytes]) -> Any:
         self.calls.append((trio.current_time(), name))
         await trio.lowlevel.checkpoint()
-        if trio.current_time() < self._failing.get(name, -1.0):
-            raise ConnectionLost(f"{name}: the in-memory queue fails it (a test's fault)")
+        until, error = self._refusing.get(name, (-1.0, ConnectionLost))
+        if trio.current_time() < until:
+            raise error(f"{name}: the in-memory queue fails it (a test's fault)")
         text = [a.decode() if isinstance(a, bytes) else a for a in args]
         return getattr(self, f"_{name}")(text[1:])
 
@@ -164,6 +177,33 @@ class InMemoryQueue:
         self.pending[:0] = back
         return len(back)
 
+    def _promote(self, args: list[str]) -> list[Any]:
+        batch, now = int(args[0]), self.now_ms()
+        due = sorted((at, job_id) for job_id, at in self.schedule.items() if at <= now)[:batch]
+        for at, job_id in due:
+            del self.schedule[job_id]
+            self.pending.append(job_id)
+            self.promoted.append((job_id, now - at))
+        if due:
+            self._woken.set()
+        ahead = min(self.schedule.values(), default=-1)
+        late = [now - at for at, _ in due] if args[1] == "1" else []
+        return _reply("promote", moved=len(due), lanes_resumed=0, next_due=ahead, now=now,
+                      carrying=0, lateness=late)  # fmt: skip
+
+    def _fire(self, args: list[str]) -> list[Any]:
+        return _reply("fire", fired=0, next_due=-1, now=self.now_ms())
+
+    def _reap(self, args: list[str]) -> list[Any]:
+        batch, now = int(args[0]), self.now_ms()
+        lapsed = sorted((lease.deadline_ms, job_id) for job_id, lease in self.active.items()
+                        if lease.deadline_ms < now)[:batch]  # fmt: skip
+        for _, job_id in lapsed:
+            del self.active[job_id]
+            self.reaped.append(job_id)
+            self.pending.append(job_id)
+        return _reply("reap", reaped=len(lapsed), now=now, carrying=0, next_from="")
+
     async def command(self, *args: str | bytes) -> Any:
         self.calls.append((trio.current_time(), str(args[0])))
         await trio.lowlevel.checkpoint()
@@ -175,13 +215,19 @@ class InMemoryQueue:
         raise NotImplementedError("the in-memory queue has no SCAN")
 
     async def blpop(self, key: str, timeout_s: float) -> bytes | None:
-        """The wake list: back at once when a job came since the last park, else when one
-        comes, or after ``timeout_s``."""
-        self.calls.append((trio.current_time(), "BLPOP"))
+        """The wake list (a consumer's) or the tick list (a metronome's, its key ending
+        ``tick``): back at once when a job came since the last park, else when one comes, or
+        after ``timeout_s``."""
+        tick = key.endswith("tick")
+        self.calls.append((trio.current_time(), "BLPOP tick" if tick else "BLPOP"))
+        event = self._ticked if tick else self._woken
         with trio.move_on_after(timeout_s):
-            await self._woken.wait()
-        woken, self._woken = self._woken.is_set(), trio.Event()
-        return b"1" if woken else None
+            await event.wait()
+        if tick:
+            self._ticked = trio.Event()
+        else:
+            self._woken = trio.Event()
+        return b"1" if event.is_set() else None
 
     @asynccontextmanager
     async def blocking(self) -> AsyncIterator[Transport]:
