@@ -150,7 +150,15 @@ class Lines:
         self.buf = b""
         self.seen: list[str] = []
 
-    async def until(self, pattern: str) -> re.Match[str]:
+    async def until(self, pattern: str, *, timeout_s: float | None = None) -> re.Match[str]:
+        """The first line from here on that matches ``pattern``. With ``timeout_s``, a line
+        not seen in time fails with what the process said meanwhile."""
+        if timeout_s is not None:
+            with trio.move_on_after(timeout_s):
+                return await self.until(pattern)
+            raise AssertionError(
+                f"no line matching {pattern!r} in {timeout_s} s; output:\n" + "\n".join(self.seen)
+            )
         while True:
             while b"\n" in self.buf:
                 line, self.buf = self.buf.split(b"\n", 1)

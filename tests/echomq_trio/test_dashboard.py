@@ -82,6 +82,8 @@ async def test_dashboard_shows_a_queue_live_and_replays_a_dead_job(bus: Bus, que
             await wait_for(lambda: "bad" in ran, timeout=30, step=0.1)
             await wait_for(partial(shows, "dead", "0"), timeout=30, step=0.1)
             flash = "document.querySelector('#flash').textContent"
+            # The flash follows the replay's answer; the count may follow a sample first.
+            await wait_for(lambda: _contains(page, flash, f"{bad}: replayed"), timeout=30, step=0.1)
             assert await page.evaluate(flash) == f"{bad}: replayed"
             workers.cancel()  # no consumer from here on: the next job stays where it is put
 
