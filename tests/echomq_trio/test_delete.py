@@ -3,11 +3,14 @@ cancel, a dead one at discard), or a page at a time by a filter (the flat pendin
 the schedule; a lane's scheduled jobs; jobs older than an age by the time in their id). A lane
 keeps its order, and the counters and the lane index stay what a walk of every lane finds."""
 
+import json
+
 import pytest
 
 from echomq_trio import Bus, events, ids, jobs, lanes
 from echomq_trio.jobs import Outcome
 from tests.echomq_trio.test_counters import check_exact
+from tests.support import echomq
 
 pytestmark = pytest.mark.cluster
 
@@ -179,3 +182,35 @@ async def test_bad_input_is_one_line_before_any_io(bus: Bus, queue: str) -> None
     with pytest.raises(TypeError, match="limit must be an int, got str"):
         await jobs.delete_page(bus, queue, limit="5")  # type: ignore[arg-type]
     assert not (await jobs.counts(bus, queue)).exists
+
+
+@pytest.mark.slow
+async def test_the_cli_deletes_one_job_or_those_of_a_filter(
+    bus: Bus, server_url: str, queue: str
+) -> None:
+    async def run(*args: str) -> tuple[int, str, str]:
+        done = await echomq("--url", server_url, *args)
+        return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+    running, one = jid(), jid()  # running first: claimed first
+    await jobs.enqueue_many(bus, queue, [(running, "r"), (one, "o")])
+    (job,) = await jobs.claim(bus, queue, 1)
+    assert job.id == running
+    assert await run("delete", queue, one) == (0, f"deleted {one}\n", "")
+    code, _, err = await run("delete", queue, one)
+    assert code == 1 and "no job" in err
+    code, _, err = await run("delete", queue, running)
+    assert code == 1 and "is running: it is not deleted (cancel it instead)" in err
+    at = await bus.transport.server_time_ms() + HOUR_MS
+    for g in ("A", "A", "A", "B"):
+        await jobs.enqueue_at(bus, queue, "s", at, job_id=jid(), group=g)
+    assert (await run("delete", queue, "--state", "scheduled", "--group", "A", "--limit", "2"))[
+        :2
+    ] == (0, "deleted 2 scheduled jobs\n")
+    out = await run("--json", "delete", queue, "--state", "scheduled", "--older-than", "0")
+    assert json.loads(out[1]) == {"deleted": 2}
+    assert (await jobs.counts(bus, queue)).scheduled == 0
+    code, _, err = await run("delete", queue)
+    assert code == 2 and "delete needs a JOB_ID or --state (not both)" in err
+    code, _, err = await run("delete", queue, one, "--group", "A")
+    assert code == 2 and "go with --state" in err

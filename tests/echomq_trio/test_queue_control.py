@@ -5,6 +5,8 @@ claim script across every consumer and process (checked on the server), beside t
 limits."""
 
 import itertools
+import json
+import re
 from collections.abc import Awaitable, Callable
 from functools import partial
 
@@ -16,7 +18,7 @@ from echomq_trio.jobs import Outcome
 from echomq_trio.keys import queue_keys
 from echomq_trio.testing import FaultyTransport
 from tests.echomq_trio.cap_proc import hwm_key
-from tests.support import read_line, spawn, wait_for
+from tests.support import echomq, read_line, spawn, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -247,3 +249,39 @@ async def _at_least(read: Callable[[], Awaitable[int]], n: int) -> bool:
 
 async def _at_most(read: Callable[[], Awaitable[int]], n: int) -> bool:
     return await read() <= n
+
+
+@pytest.mark.slow
+async def test_the_cli_pauses_resumes_and_caps_and_stats_shows_them(
+    bus: Bus, server_url: str, queue: str
+) -> None:
+    await jobs.enqueue(bus, queue, "x", job_id=jid())
+
+    async def run(*args: str) -> tuple[int, str, str]:
+        done = await echomq("--url", server_url, *args)
+        return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+    code, out, _ = await run("stats", queue)
+    assert code == 0 and re.search(r"^paused\s+no$", out, re.M), out
+    assert re.search(r"^max_active\s+none$", out, re.M), out
+    assert (await run("pause", queue))[:2] == (0, f"paused {queue}\n")
+    assert (await run("pause", queue))[:2] == (0, f"{queue} was paused already\n")
+    assert (await run("limit", queue, "5"))[:2] == (
+        0, f"{queue}: at most 5 jobs in flight (0 in flight now)\n"
+    )  # fmt: skip
+    code, out, _ = await run("stats", queue)
+    assert re.search(r"^paused\s+\S+Z \((now|.+ ago)\)$", out, re.M), out
+    assert re.search(r"^max_active\s+5$", out, re.M), out
+    stats = json.loads((await run("--json", "stats", queue))[1])
+    assert stats["control"]["max_active"] == 5 and stats["control"]["paused_since_ms"] > 0
+    assert await jobs.claim(bus, queue, 1) == []
+    assert (await run("resume", queue))[:2] == (0, f"resumed {queue}\n")
+    assert (await run("resume", queue))[:2] == (0, f"{queue} was not paused\n")
+    assert json.loads((await run("--json", "limit", queue, "none"))[1]) == {
+        "queue": queue, "max_active": None, "active": 0
+    }  # fmt: skip
+    assert await queues.control(bus, queue) == queues.QueueControl(None, None)
+    code, _, err = await run("limit", queue, "0")
+    assert code == 2 and err == "echomq: limit takes a number of jobs (>= 1) or none, got 0\n"
+    code, _, err = await run("pause", "t.never-used")
+    assert code == 1 and "unknown queue 't.never-used'" in err
