@@ -10,10 +10,12 @@ import re
 from collections.abc import Awaitable, Callable
 from functools import partial
 
+import httpx
 import pytest
 import trio
 
-from echomq_trio import Bus, Consumer, Job, ids, jobs, lanes, queues
+from echomq_trio import Bus, Consumer, Job, ids, jobs, lanes, open_bus, queues
+from echomq_trio.dashboard import Dashboard
 from echomq_trio.jobs import Outcome
 from echomq_trio.keys import queue_keys
 from echomq_trio.testing import FaultyTransport
@@ -285,3 +287,58 @@ async def test_the_cli_pauses_resumes_and_caps_and_stats_shows_them(
     assert code == 2 and err == "echomq: limit takes a number of jobs (>= 1) or none, got 0\n"
     code, _, err = await run("pause", "t.never-used")
     assert code == 1 and "unknown queue 't.never-used'" in err
+
+
+@pytest.mark.slow
+@pytest.mark.timeout_s(120)
+async def test_the_dashboard_shows_and_switches_the_pause_and_the_cap_and_deletes(
+    standalone_only: str, queue: str
+) -> None:
+    """In a real headless Chromium: the queue's pause and cap are shown, the page pauses and
+    resumes the queue and deletes a scheduled job with its token; without the token the server
+    refuses and nothing changes."""
+    from tools.browser import open_page
+
+    token = "queue-control-token"
+    doomed = jid()
+    async with open_bus(standalone_only) as bus, httpx.AsyncClient() as client:
+        await jobs.enqueue_in(bus, queue, "later", 3_600_000, job_id=doomed)
+        dashboard = Dashboard(bus, token, sample_s=0.2, names_every_s=0.2)
+        async with trio.open_nursery() as nursery:
+            url = await nursery.start(dashboard.serve, "127.0.0.1", 0)
+            for path in ("pause_queue", "resume_queue", f"delete?job={doomed}&x=1"):
+                sep = "&" if "?" in path else "?"
+                refused = await client.post(f"{url}/{path}{sep}queue={queue}")
+                assert refused.status_code == 403, refused.text
+            assert not (await queues.control(bus, queue)).paused
+            async with open_page() as page:
+                await page.goto(f"{url}/?queue={queue}#token={token}")
+
+                async def text(selector: str) -> str:
+                    return str(
+                        await page.evaluate(
+                            f"(document.querySelector('{selector}') || {{}}).textContent || ''"
+                        )
+                    )
+
+                async def shows(selector: str, part: str) -> bool:
+                    return part in await text(selector)
+
+                await wait_for(partial(shows, "#queue-state", "claiming"), timeout=30, step=0.1)
+                assert await text("#queue-cap") == "no cap on jobs in flight"
+                await page.evaluate("document.querySelector('#pause-queue').click()")
+                await wait_for(partial(shows, "#queue-state", "paused since"), timeout=30)
+                assert (await queues.control(bus, queue)).paused
+                await queues.set_limit(bus, queue, 4)
+                await wait_for(partial(shows, "#queue-cap", "at most 4 jobs in flight"), 30)
+                await page.evaluate("document.querySelector('#resume-queue').click()")
+                await wait_for(partial(shows, "#queue-state", "claiming"), timeout=30)
+                assert not (await queues.control(bus, queue)).paused
+                await page.evaluate("window.confirm = () => true")
+                await wait_for(partial(shows, "#scheduled", doomed), timeout=30)
+                await page.evaluate(
+                    f"document.querySelector('tr[data-job=\"{doomed}\"] .delete').click()"
+                )
+                await wait_for(partial(shows, "#flash", f"{doomed}: deleted"), timeout=30)
+                assert await jobs.get_job(bus, queue, doomed) is None
+            nursery.cancel_scope.cancel()
