@@ -4,10 +4,13 @@ the schedule; a lane's scheduled jobs; jobs older than an age by the time in the
 keeps its order, and the counters and the lane index stay what a walk of every lane finds."""
 
 import json
+from functools import partial
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from echomq_trio import Bus, events, ids, jobs, lanes
+from echomq_trio import Bus, events, ids, jobs, lanes, open_bus
 from echomq_trio.jobs import Outcome
 from tests.echomq_trio.test_counters import check_exact
 from tests.support import echomq
@@ -163,6 +166,60 @@ async def test_delete_pages_only_jobs_older_than_an_age(bus: Bus, queue: str) ->
     left = {j.id for j in await jobs.list_jobs(bus, queue, "scheduled")}
     assert len(left) == 4 and not left & set(olds)
     await check_exact(bus, queue)
+
+
+# A scheduled job: its run-at (minutes ahead; few values, so many share one), its lane (or
+# none) and whether it was minted long ago.
+scheduled_jobs = st.lists(
+    st.tuples(st.integers(1, 3), st.sampled_from([None, "A", "B"]), st.booleans()),
+    min_size=0, max_size=25,
+)  # fmt: skip
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    plan=scheduled_jobs,
+    group=st.sampled_from([None, "A"]),
+    old_only=st.booleans(),
+    limit=st.integers(1, 6),
+    lost=st.booleans(),
+)
+async def test_pages_delete_exactly_the_scheduled_jobs_that_match(
+    server_url: str, plan: list[tuple[int, str | None, bool]], group: str | None,
+    old_only: bool, limit: int, lost: bool,
+) -> None:  # fmt: skip
+    """Whatever the run-ats (ties among them), the filter and the page size: paging to the end
+    deletes every job that matches and no other, each page deletes at most ``limit`` jobs, and
+    a page asked again with the same cursor (its answer lost) counts no job twice and misses
+    none."""
+    async with open_bus(server_url) as bus:  # one per example (see test_lanes)
+        queue = "del." + ids.generate("JOB")
+        now = await bus.transport.server_time_ms()
+        matching, others = set(), set()
+        for minutes, g, old in plan:
+            job_id = old_jid(2 * HOUR_MS, now) if old else jid()
+            await jobs.enqueue_at(bus, queue, "s", now + minutes * 60_000, job_id=job_id, group=g)
+            fits = (group is None or g == group) and (old or not old_only)
+            (matching if fits else others).add(job_id)
+        older = HOUR_MS if old_only else None
+        page_of = partial(jobs.delete_page, bus, queue, "scheduled", group=group,
+                          older_than_ms=older, limit=limit)  # fmt: skip
+        deleted, cursor = 0, None
+        for step in range(2 * len(plan) + 2):
+            page = await page_of(cursor=cursor)
+            assert page.deleted <= limit
+            deleted += page.deleted
+            if lost and step % 2 == 0:  # its answer lost: the same page asked again
+                page = await page_of(cursor=cursor)
+                deleted += page.deleted
+            cursor = page.next
+            if cursor is None:
+                break
+        assert cursor is None
+        left = {j.id for j in await jobs.list_jobs(bus, queue, "scheduled", 0, 100)}
+        assert (deleted, left) == (len(matching), others)
+        if plan:
+            await check_exact(bus, queue)
 
 
 async def test_bad_input_is_one_line_before_any_io(bus: Bus, queue: str) -> None:
