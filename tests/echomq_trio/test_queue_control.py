@@ -13,14 +13,16 @@ from functools import partial
 import httpx
 import pytest
 import trio
+from prometheus_client import CollectorRegistry
 
 from echomq_trio import Bus, Consumer, Job, ids, jobs, lanes, open_bus, queues
 from echomq_trio.dashboard import Dashboard
 from echomq_trio.jobs import Outcome
 from echomq_trio.keys import queue_keys
+from echomq_trio.metrics import QueueReadings, render
 from echomq_trio.testing import FaultyTransport
 from tests.echomq_trio.cap_proc import hwm_key
-from tests.support import echomq, read_line, spawn, wait_for
+from tests.support import echomq, parse, read_line, spawn, value, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -342,3 +344,20 @@ async def test_the_dashboard_shows_and_switches_the_pause_and_the_cap_and_delete
                 await wait_for(partial(shows, "#flash", f"{doomed}: deleted"), timeout=30)
                 assert await jobs.get_job(bus, queue, doomed) is None
             nursery.cancel_scope.cancel()
+
+
+async def test_metrics_show_the_pause_and_the_cap(bus: Bus, queue: str) -> None:
+    other = queue + ".other"
+    await jobs.enqueue(bus, other, "x", job_id=jid())
+    await queues.pause(bus, queue)
+    await queues.set_limit(bus, queue, 7)
+    registry = CollectorRegistry()
+    readings = QueueReadings(bus, [queue, other], registry)
+    got = parse((await render(registry, [readings])).decode())
+    assert value(got, "echomq_queue_paused", queue=queue) == 1
+    assert value(got, "echomq_queue_max_active", queue=queue) == 7
+    assert value(got, "echomq_queue_paused", queue=other) == 0
+    assert ("echomq_queue_max_active", (("queue", other),)) not in got  # no cap: no sample
+    await queues.resume(bus, queue)
+    got = parse((await render(registry, [readings])).decode())
+    assert value(got, "echomq_queue_paused", queue=queue) == 0
