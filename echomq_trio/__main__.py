@@ -331,15 +331,18 @@ async def _tail(bus: Bus, args: argparse.Namespace) -> Any:
 
 async def _queues(bus: Bus, args: argparse.Namespace) -> Any:
     names = await queues.queue_names(bus)
-    counted = [(name, await jobs.counts(bus, name)) for name in names]
+    counted = [(name, await jobs.counts(bus, name), await queues.control(bus, name))
+               for name in names]  # fmt: skip
     if args.json:
-        return [{"queue": name} | _jsonable(c) for name, c in counted]
+        return [{"queue": name} | _jsonable(c) | {"control": _jsonable(ctl)}
+                for name, c, ctl in counted]  # fmt: skip
     if not counted:
         return f"no queues on {bus.url}"
     return _table(
-        ["queue", "pending", "scheduled", "active", "dead", "lanes", "repeats", "completed"],
-        [(name, c.pending, c.scheduled, c.active, c.dead, c.lanes, c.repeats, c.completed_total)
-         for name, c in counted],
+        ["queue", "pending", "scheduled", "active", "dead", "lanes", "repeats", "completed",
+         "paused", "max_active"],
+        [(name, c.pending, c.scheduled, c.active, c.dead, c.lanes, c.repeats, c.completed_total,
+          "yes" if ctl.paused else "-", ctl.max_active or "-") for name, c, ctl in counted],
     )  # fmt: skip
 
 

@@ -285,6 +285,11 @@ async def test_the_cli_pauses_resumes_and_caps_and_stats_shows_them(
         "queue": queue, "max_active": None, "active": 0
     }  # fmt: skip
     assert await queues.control(bus, queue) == queues.QueueControl(None, None)
+    await run("pause", queue)
+    (line,) = [x for x in (await run("queues"))[1].splitlines() if x.startswith(queue + " ")]
+    assert line.split()[-2:] == ["yes", "-"]  # paused, no cap
+    (mine,) = [q for q in json.loads((await run("--json", "queues"))[1]) if q["queue"] == queue]
+    assert mine["control"]["paused_since_ms"] > 0 and mine["control"]["max_active"] is None
     code, _, err = await run("limit", queue, "0")
     assert code == 2 and err == "echomq: limit takes a number of jobs (>= 1) or none, got 0\n"
     code, _, err = await run("pause", "t.never-used")
