@@ -3,7 +3,8 @@
 How the parts fit: ``open_bus`` gives a ``Bus`` (a connection, plus an embedded server when no
 URL is given). ``jobs`` holds one function per job transition, each one atomic Lua script timed by
 the server clock; ``lanes`` and ``repeat`` the same for fair lanes and recurring schedules,
-``events`` and ``audit`` read what the scripts record. Under them, all pure: ``keys`` declares
+``queues`` for a whole queue (list them; pause, resume, a cap on jobs in flight); ``events`` and
+``audit`` read what the scripts record. Under them, all pure: ``keys`` declares
 every key of a queue once (``Bus.keys(q)``), ``checks`` checks input before any I/O,
 ``protocol`` builds each script's KEYS and ARGV and parses its reply into ``results``. A
 ``Consumer`` claims jobs in batches and runs a handler on N tasks; a ``Metronome`` promotes
@@ -30,6 +31,7 @@ from echomq_trio import (
     lanes,
     memory,
     metrics,
+    queues,
     repeat,
     retention,
     sequence,
@@ -119,6 +121,7 @@ __all__ = [
     "metrics",
     "open_bus",
     "open_worker",
+    "queues",
     "repeat",
     "retention",
     "sequence",

@@ -6,6 +6,10 @@ repair or restore a stopped embedded server's append-only file.
     echomq show QUEUE JOB_ID
     echomq replay QUEUE JOB_ID | --all [--reason TEXT]
     echomq cancel-repeat QUEUE NAME
+    echomq pause QUEUE | resume QUEUE
+    echomq limit QUEUE N|none
+    echomq delete QUEUE JOB_ID
+    echomq delete QUEUE --state pending|scheduled [--group G] [--older-than S] [--limit N]
     echomq tail QUEUE
     echomq queues
     echomq dashboard [--host 127.0.0.1] [--port 8090]
@@ -44,6 +48,7 @@ from echomq_trio import (
     ids,
     jobs,
     lanes,
+    protocol,
     queues,
     repair,
     repeat,
@@ -62,6 +67,7 @@ DEFAULT_URL = "redis://127.0.0.1:6379"
 FOUND_DATA_DIR = Path("codemojex-data")
 REPLAY_PAGE = 100  # dead jobs read per round trip by `replay --all`
 REPLAYED = jobs.Outcome.REPLAYED
+DELETE_PAGE = 1000  # jobs looked at per round trip by `delete --state`
 
 
 def _short(data: bytes | str, width: int = 40) -> str:
@@ -112,12 +118,16 @@ async def _lanes(bus: Bus, queue: str, limit: int) -> list[lanes.LaneStatus]:
 async def _stats(bus: Bus, args: argparse.Namespace) -> Any:
     c = await _known(bus, args.queue)
     kept = await retention.get(bus, args.queue)
-    if args.json:  # the counts' fields, and the retention under its own name
-        return _jsonable(c) | {"retention": kept}
+    control = await queues.control(bus, args.queue)
+    if args.json:  # the counts' fields, the retention and the controls under their own names
+        return _jsonable(c) | {"retention": kept, "control": _jsonable(control)}
     rows = [(f.name, getattr(c, f.name)) for f in attrs.fields(jobs.Counts) if f.name != "exists"]
     rows += [
         (f"retention.{f.name}", _bound(getattr(kept, f.name))) for f in attrs.fields(Retention)
     ]
+    now = await bus.transport.server_time_ms()
+    paused = "no" if control.paused_since_ms is None else humane.at(control.paused_since_ms, now)
+    rows += [("paused", paused), ("max_active", _bound(control.max_active))]
     return _table(["", args.queue], rows)
 
 
@@ -226,6 +236,87 @@ async def _cancel_repeat(bus: Bus, args: argparse.Namespace) -> Any:
     return {"cancelled": args.name} if args.json else f"cancelled {args.name}"
 
 
+async def _pause(bus: Bus, args: argparse.Namespace) -> Any:
+    await _known(bus, args.queue)
+    now = await queues.pause(bus, args.queue)
+    if args.json:
+        return {"queue": args.queue, "paused": True, "already": not now}
+    return f"paused {args.queue}" if now else f"{args.queue} was paused already"
+
+
+async def _resume(bus: Bus, args: argparse.Namespace) -> Any:
+    await _known(bus, args.queue)
+    was = await queues.resume(bus, args.queue)
+    if args.json:
+        return {"queue": args.queue, "paused": False, "was_paused": was}
+    return f"resumed {args.queue}" if was else f"{args.queue} was not paused"
+
+
+def _cap(text: str) -> int | None:
+    """``limit``'s argument: a number of jobs (>= 1), or ``none``."""
+    if text.lower() == "none":
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        raise CliError(f"limit takes a number of jobs (>= 1) or none, got {text!r}", 2) from None
+    if n < 1:
+        raise CliError(f"limit takes a number of jobs (>= 1) or none, got {n}", status=2)
+    return n
+
+
+async def _limit(bus: Bus, args: argparse.Namespace) -> Any:
+    cap = _cap(args.max_active)
+    await _known(bus, args.queue)
+    now, active = await queues.set_limit(bus, args.queue, cap)
+    if args.json:
+        return {"queue": args.queue, "max_active": now, "active": active}
+    if now is None:
+        return f"{args.queue}: no cap on jobs in flight ({active} in flight now)"
+    return f"{args.queue}: at most {now} jobs in flight ({active} in flight now)"
+
+
+async def _delete(bus: Bus, args: argparse.Namespace) -> Any:
+    if (args.job_id is None) == (args.state is None):
+        raise CliError("delete needs a JOB_ID or --state (not both)", status=2)
+    if args.job_id is not None and (args.group, args.older_than, args.limit) != (None,) * 3:
+        raise CliError("--group, --older-than and --limit go with --state", status=2)
+    await _known(bus, args.queue)
+    if args.job_id is not None:
+        return await _delete_one(bus, args, _job_id(args.job_id))
+    older = None if args.older_than is None else round(args.older_than * 1000)
+    most = args.limit
+    if most is not None and most < 1:
+        raise CliError(f"--limit must be >= 1, got {most}", status=2)
+    deleted, cursor = 0, None
+    while most is None or deleted < most:
+        size = DELETE_PAGE if most is None else min(DELETE_PAGE, most - deleted)
+        page = await jobs.delete_page(
+            bus, args.queue, args.state, group=args.group, older_than_ms=older, limit=size,
+            cursor=cursor,
+        )  # fmt: skip
+        deleted, cursor = deleted + page.deleted, page.next
+        if cursor is None:
+            break
+    if args.json:
+        return {"deleted": deleted}
+    return f"deleted {deleted} {args.state} jobs"
+
+
+async def _delete_one(bus: Bus, args: argparse.Namespace, job_id: str) -> Any:
+    outcome = await jobs.delete(bus, args.queue, job_id)
+    if outcome is jobs.Outcome.GONE:
+        raise CliError(f"no job {job_id} in {args.queue!r} (never enqueued, or finished)")
+    if outcome is jobs.Outcome.RUNNING:
+        raise CliError(f"job {job_id} is running: it is not deleted (cancel it instead)")
+    if outcome is jobs.Outcome.NOT_WAITING:
+        raise CliError(
+            f"job {job_id} is not waiting (dead: discard it from the dashboard); only pending "
+            "and scheduled jobs are deleted"
+        )
+    return {"deleted": job_id} if args.json else f"deleted {job_id}"
+
+
 async def _tail(bus: Bus, args: argparse.Namespace) -> Any:
     await _known(bus, args.queue)
     async for event in events.follow(bus, args.queue):
@@ -240,15 +331,18 @@ async def _tail(bus: Bus, args: argparse.Namespace) -> Any:
 
 async def _queues(bus: Bus, args: argparse.Namespace) -> Any:
     names = await queues.queue_names(bus)
-    counted = [(name, await jobs.counts(bus, name)) for name in names]
+    counted = [(name, await jobs.counts(bus, name), await queues.control(bus, name))
+               for name in names]  # fmt: skip
     if args.json:
-        return [{"queue": name} | _jsonable(c) for name, c in counted]
+        return [{"queue": name} | _jsonable(c) | {"control": _jsonable(ctl)}
+                for name, c, ctl in counted]  # fmt: skip
     if not counted:
         return f"no queues on {bus.url}"
     return _table(
-        ["queue", "pending", "scheduled", "active", "dead", "lanes", "repeats", "completed"],
-        [(name, c.pending, c.scheduled, c.active, c.dead, c.lanes, c.repeats, c.completed_total)
-         for name, c in counted],
+        ["queue", "pending", "scheduled", "active", "dead", "lanes", "repeats", "completed",
+         "paused", "max_active"],
+        [(name, c.pending, c.scheduled, c.active, c.dead, c.lanes, c.repeats, c.completed_total,
+          "yes" if ctl.paused else "-", ctl.max_active or "-") for name, c, ctl in counted],
     )  # fmt: skip
 
 
@@ -298,6 +392,10 @@ COMMANDS = {
     "show": _show,
     "replay": _replay,
     "cancel-repeat": _cancel_repeat,
+    "pause": _pause,
+    "resume": _resume,
+    "limit": _limit,
+    "delete": _delete,
     "tail": _tail,
     "queues": _queues,
     "dashboard": _dashboard,
@@ -354,6 +452,29 @@ def _parser() -> argparse.ArgumentParser:
     s = command("cancel-repeat", "remove a recurring schedule")
     s.add_argument("queue")
     s.add_argument("name")
+    s = command("pause", "pause the whole queue: nothing is claimed until resume")
+    s.add_argument("queue")
+    s = command("resume", "end the queue's pause")
+    s.add_argument("queue")
+    s = command("limit", "cap the queue's jobs in flight across every worker (none: no cap)")
+    s.add_argument("queue")
+    s.add_argument("max_active", metavar="N|none")
+    s = command("delete", "delete a waiting or scheduled job, or (--state) those of a filter")
+    s.add_argument("queue")
+    s.add_argument("job_id", nargs="?")
+    s.add_argument(
+        "--state",
+        choices=protocol.DELETE_STATES,
+        help="delete the jobs in this state (pending: the flat set, or --group's lane)",
+    )
+    s.add_argument("--group", help="with --state: only the jobs of this lane")
+    s.add_argument(
+        "--older-than",
+        type=float,
+        metavar="S",
+        help="with --state: only jobs enqueued at least S seconds ago",
+    )
+    s.add_argument("--limit", type=int, help="with --state: delete at most N jobs")
     s = command("tail", "follow the queue's events (Ctrl-C to stop)")
     s.add_argument("queue")
     command("queues", "every queue on the server, with its counts")

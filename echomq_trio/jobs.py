@@ -28,6 +28,7 @@ from echomq_trio.results import (
     Admitted,
     ClockCarried,
     Counts,
+    DeletedPage,
     Extended,
     Job,
     JobInfo,
@@ -43,6 +44,7 @@ __all__ = [
     "Admitted",
     "ClockCarried",
     "Counts",
+    "DeletedPage",
     "Extended",
     "Job",
     "JobInfo",
@@ -58,6 +60,8 @@ __all__ = [
     "counts",
     "dead_jobs",
     "defer",
+    "delete",
+    "delete_page",
     "discard",
     "enqueue",
     "enqueue_at",
@@ -384,6 +388,54 @@ async def discard(bus: Bus, queue: str, job_id: str) -> Outcome:
     A cancelled call may or may not have deleted the job; call again: ``GONE`` then means the
     first call went through."""
     return await bus.run(protocol.discard_call(bus.keys(queue), job_id))
+
+
+async def delete(bus: Bus, queue: str, job_id: str) -> Outcome:
+    """Delete a waiting job (pending, in a lane or not, or scheduled) for good: ``DELETED``; the
+    job never runs. A lane job leaves its lane with the lane's order and counts exact. Not
+    deleted: ``RUNNING`` (the job is leased to a worker: cancel it instead), ``NOT_WAITING`` (it
+    is dead: ``discard`` deletes a dead job) or ``GONE`` (no such job). One ``deleted`` event.
+
+    A cancelled call may or may not have deleted the job; call again: ``GONE`` then means the
+    first call went through."""
+    return await bus.run(protocol.delete_call(bus.keys(queue), job_id))
+
+
+async def delete_page(
+    bus: Bus,
+    queue: str,
+    state: JobState | str = "pending",
+    *,
+    group: str | None = None,
+    older_than_ms: int | None = None,
+    limit: int = 100,
+    cursor: str | None = None,
+) -> DeletedPage:
+    """Delete a page of waiting jobs: look at up to ``limit`` (1 to 1,000) jobs of ``state``
+    (``"pending"`` or ``"scheduled"``) from ``cursor`` (``None``: the start; else the ``next`` of
+    the page before) and delete those that match. ``"pending"`` is the flat pending set, or with
+    ``group`` that lane's jobs; ``"scheduled"`` with ``group`` only that lane's scheduled jobs.
+    ``older_than_ms``: only jobs minted at least that long before the server's now (the time in
+    their id: when they were first enqueued). Returns how many it deleted and the next page's
+    cursor (``None`` after the last); bounded work per call, so loop::
+
+        cursor = None
+        while True:
+            page = await jobs.delete_page(bus, q, "scheduled", group="g", cursor=cursor)
+            cursor = page.next
+            if cursor is None:
+                break
+
+    Lanes keep their order and counts exact; one ``deleted_many`` event per page names the ids.
+    Running and dead jobs are never in these sets.
+
+    A cancelled call may or may not have deleted its page; call again with the same cursor
+    (the jobs it deleted are gone, so they are not counted twice)."""
+    call = protocol.delete_page_call(
+        bus.keys(queue), str(state), group=group, older_than_ms=older_than_ms, limit=limit,
+        cursor=cursor,
+    )  # fmt: skip
+    return await bus.run(call)
 
 
 async def counts(bus: Bus, queue: str) -> Counts:

@@ -71,7 +71,7 @@ SCHEMA: tuple[KeySpec, ...] = (
     KeySpec("tick", "tick", "list", "one token that wakes a sleeping metronome"),
     KeySpec("events", "events", "stream", "every transition, capped at about 10,000 entries"),
     KeySpec("audit", "audit", "stream", "settled jobs' records (meta.audit = 1); trimmed by its reader"),  # noqa: E501
-    KeySpec("meta", "meta", "hash", "created_ms; audit = 1 when the queue keeps an audit; layout: the layout of its bookkeeping (3; _layouts.UPGRADES); retention: dead_max, dead_max_age_ms, events (0: none), events_maxlen; the server clock's steps: clock_step_ms, clock_step_at (the last), clock_total (their sum), clock_fix while its waits are carried, clock_reap_after; lease_max: the longest lease granted; syncs: OnDisk's own writes"),  # noqa: E501
+    KeySpec("meta", "meta", "hash", "created_ms; audit = 1 when the queue keeps an audit; layout: the layout of its bookkeeping (3; _layouts.UPGRADES); retention: dead_max, dead_max_age_ms, events (0: none), events_maxlen; the server clock's steps: clock_step_ms, clock_step_at (the last), clock_total (their sum), clock_fix while its waits are carried, clock_reap_after; lease_max: the longest lease granted; syncs: OnDisk's own writes; paused: since when (ms) the queue is paused (queue_pause); max_active: its cap on jobs in flight (queue_limit)"),  # noqa: E501
     KeySpec("metrics", "metrics", "hash", "running totals: completed, retried, dead, deferred; lane_pending: jobs waiting in lanes; lanes_with_jobs: lanes with waiting jobs"),  # noqa: E501
     # the application's own
     KeySpec("app", "app:<name>", "any", "an application's keys in the queue's slot"),

@@ -26,6 +26,9 @@ Two kinds of numbers, named so that they never clash:
     ``active``, ``dead`` now.
   - ``echomq_lanes{queue,state}`` (gauge): lanes ``with_jobs``, ``paused``, ``waiting``.
   - ``echomq_repeats{queue}`` (gauge): recurring schedules registered.
+  - ``echomq_queue_paused{queue}`` (gauge): 1 while the queue is paused (``queues.pause``: it
+    claims nothing), else 0; ``echomq_queue_max_active{queue}`` (gauge): its cap on jobs in
+    flight, for a queue that has one (``queues.set_limit``). One ``HMGET`` per queue.
   - ``echomq_queue_jobs_total{queue,outcome}`` (counter): the queue's running totals kept by its
     scripts since it was made, by every process: ``completed``, ``retried``, ``dead``,
     ``deferred``.
@@ -57,9 +60,9 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from echomq_trio import jobs, memory
+from echomq_trio import jobs, memory, queues
 from echomq_trio.bus import Bus
-from echomq_trio.results import Counts
+from echomq_trio.results import Counts, QueueControl
 from echomq_trio.storage import Storage, read_storage
 
 __all__ = [
@@ -136,6 +139,7 @@ class QueueReadings(Collector):
         self.bus = bus
         self.queues = tuple(queues)
         self._last: dict[str, Counts] = {}
+        self._controls: dict[str, QueueControl] = {}
         self._memory: memory.MemoryUse | None = None
         self._storage: Storage | None = None
         if registry is not None:
@@ -143,9 +147,10 @@ class QueueReadings(Collector):
 
     async def read(self) -> None:
         fresh = {queue: await jobs.counts(self.bus, queue) for queue in self.queues}
+        controls = {queue: await queues.control(self.bus, queue) for queue in self.queues}
         self._memory = await memory.memory_use(self.bus)
         self._storage = await read_storage(self.bus)
-        self._last = fresh
+        self._last, self._controls = fresh, controls
 
     def last(self) -> dict[str, Counts]:
         """The last reading, per queue (empty before the first)."""
@@ -178,6 +183,19 @@ class QueueReadings(Collector):
             for outcome, field in _TOTALS:
                 totals.add_metric([queue, outcome], getattr(c, field))
         yield from (depth, lanes, repeats, totals)
+        paused = GaugeMetricFamily(
+            "echomq_queue_paused", "1 while the queue is paused (it claims nothing), else 0.",
+            labels=["queue"],
+        )  # fmt: skip
+        cap = GaugeMetricFamily(
+            "echomq_queue_max_active", "The queue's cap on jobs in flight across every worker.",
+            labels=["queue"],
+        )  # fmt: skip
+        for queue, control in self._controls.items():
+            paused.add_metric([queue], 1 if control.paused else 0)
+            if control.max_active is not None:
+                cap.add_metric([queue], control.max_active)
+        yield from (paused, cap)
         if self._memory is not None:
             yield GaugeMetricFamily(
                 "echomq_server_memory_used_bytes",

@@ -1,17 +1,66 @@
-"""Which queues a server holds: every queue that was ever used has its ``meta`` hash (written by
-the first script that touches the queue), so the queues are the keys that match
-``keys.META_GLOB``, found with SCAN a cursor step at a time (no one call walks every key; on a
-cluster, every primary in turn). Read only."""
+"""Which queues a server holds, and a queue's own controls.
+
+Which queues: every queue that was ever used has its ``meta`` hash (written by the first script
+that touches the queue), so the queues are the keys that match ``keys.META_GLOB``, found with
+SCAN a cursor step at a time (no one call walks every key; on a cluster, every primary in turn).
+Read only.
+
+Controls (one script each, atomic; the settings live in the queue's ``meta`` hash, which the
+claim reads anyway, so a queue that uses neither pays nothing for them):
+
+* ``pause``/``resume``: while a queue is paused its claims answer nothing, for flat and lane
+  jobs alike; enqueues, schedules, the metronome's promotions and the settlement of jobs already
+  running go on. A consumer parks on a paused queue as on an empty one; ``resume`` wakes it.
+* ``set_limit``: a cap on the queue's jobs in flight (leased: in ``active``) across every consumer
+  and process, enforced in the claim script beside each lane's own limit. Settling a job under
+  the cap wakes a parked consumer, so the cap is used to the full.
+"""
 
 from __future__ import annotations
 
+from echomq_trio import protocol
 from echomq_trio.bus import Bus
 from echomq_trio.keys import META_GLOB, queue_of_meta
+from echomq_trio.results import QueueControl
 
-__all__ = ["queue_names"]
+__all__ = ["QueueControl", "control", "pause", "queue_names", "resume", "set_limit"]
 
 
 async def queue_names(bus: Bus, *, count: int = 1000) -> list[str]:
     """Every queue on the server, sorted by name; ``count`` keys looked at per SCAN step."""
     found = (queue_of_meta(key) for key in await bus.transport.scan(META_GLOB, count=count))
     return sorted(name for name in found if name is not None)
+
+
+async def pause(bus: Bus, queue: str) -> bool:
+    """Pause the whole queue: from now on no consumer claims anything from it (jobs already
+    claimed run and settle). ``True`` if this call paused it, ``False`` if it was paused.
+
+    Idempotent: a cancelled call may or may not have paused the queue; call again."""
+    return await bus.run(protocol.queue_pause_call(bus.keys(queue)))
+
+
+async def resume(bus: Bus, queue: str) -> bool:
+    """End the queue's pause and wake its parked consumers; ``True`` if it was paused.
+
+    A cancelled call may or may not have resumed the queue; call again (``False`` then means
+    the first call resumed it)."""
+    return await bus.run(protocol.queue_resume_call(bus.keys(queue)))
+
+
+async def set_limit(bus: Bus, queue: str, max_active: int | None) -> tuple[int | None, int]:
+    """Cap the queue's jobs in flight at ``max_active`` (>= 1) across every consumer and process,
+    or clear the cap (``None``). A claim then leases at most the cap less the jobs leased now; a
+    cap lowered below them takes nothing back (they finish, and claims wait until fewer run).
+    Jobs claimed ahead of their handlers (a consumer's prefetch) count as in flight. Returns the
+    cap in effect and the jobs in flight now.
+
+    Idempotent: a cancelled call may or may not have set the cap; call again."""
+    return await bus.run(protocol.queue_limit_call(bus.keys(queue), max_active))
+
+
+async def control(bus: Bus, queue: str) -> QueueControl:
+    """Whether the queue is paused (since when) and its cap on jobs in flight. Read only (one
+    ``HMGET``)."""
+    paused, cap = await bus.transport.command("HMGET", bus.keys(queue).meta, "paused", "max_active")
+    return QueueControl(None if paused is None else int(paused), None if cap is None else int(cap))

@@ -20,6 +20,7 @@ __all__ = [
     "AuditRecord",
     "ClockCarried",
     "Counts",
+    "DeletedPage",
     "Extended",
     "Fired",
     "Job",
@@ -28,6 +29,7 @@ __all__ = [
     "LaneStatus",
     "Outcome",
     "Promoted",
+    "QueueControl",
     "Reaped",
     "Registered",
     "Registration",
@@ -50,6 +52,9 @@ class Outcome(enum.StrEnum):
     REPLAYED = "replayed"
     NOT_DEAD = "not_dead"
     DISCARDED = "discarded"
+    DELETED = "deleted"  # a waiting or scheduled job deleted (jobs.delete)
+    RUNNING = "running"  # not deleted: the job is leased (running); cancel it instead
+    NOT_WAITING = "not_waiting"  # not deleted: the job is dead (discard it), or not waiting
 
 
 class Registered(enum.StrEnum):
@@ -253,3 +258,27 @@ class Retention:
     dead_max_age_ms: int | None
     events: bool
     events_max_len: int
+
+
+@attrs.frozen
+class QueueControl:
+    """A queue's own switches (``queues.control``): whether it is paused (``paused_since_ms``,
+    server clock, ``None`` when not), and its cap on jobs in flight across every consumer
+    (``max_active``, ``None`` for none)."""
+
+    paused_since_ms: int | None
+    max_active: int | None
+
+    @property
+    def paused(self) -> bool:
+        """Claims answer nothing while the queue is paused."""
+        return self.paused_since_ms is not None
+
+
+@attrs.frozen
+class DeletedPage:
+    """What ``jobs.delete_page`` did: how many jobs it deleted, and the cursor of the next page
+    (``None`` after the last)."""
+
+    deleted: int
+    next: str | None

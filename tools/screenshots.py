@@ -23,7 +23,19 @@ import trio
 from codemojex import game
 from codemojex.game import Feed, PageServer, board
 from codemojex.game.page import EMOJI_FONT
-from echomq_trio import Bus, Consumer, Job, Metronome, RetryIn, ids, jobs, lanes, open_bus, repeat
+from echomq_trio import (
+    Bus,
+    Consumer,
+    Job,
+    Metronome,
+    RetryIn,
+    ids,
+    jobs,
+    lanes,
+    open_bus,
+    queues,
+    repeat,
+)
 from echomq_trio.dashboard import Dashboard, new_token
 from tools.browser import Page, open_page
 
@@ -64,6 +76,7 @@ async def fill_bus(bus: Bus, nursery: trio.Nursery) -> None:
     await repeat.register(bus, q, "standings", 3_600_000, b'{"kind": "standings"}',
                           first_in_ms=20 * 60_000)  # fmt: skip
     await jobs.enqueue(bus, "cm.game", "start round", job_id=ids.generate("JOB"))
+    await queues.set_limit(bus, q, 8)  # a queue-wide cap on jobs in flight, shown over the lists
 
     async def slow(job: Job) -> RetryIn | None:
         await trio.sleep(rng.uniform(0.05, 0.3))
@@ -94,6 +107,7 @@ async def shoot_dashboard(bus: Bus, out: Path) -> None:
             await trio.sleep(10)  # let the charts fill: the point is to show them
             await until_shown(page, "#lanes", "paused")
             await until_shown(page, "#dead", "blocked")
+            await until_shown(page, "#control", "at most 8 jobs in flight")
             await capture(page, out / "dashboard.png", 1280, 1000)
         nursery.cancel_scope.cancel()
 

@@ -12,11 +12,13 @@ viewers. The app answers:
 * ``GET /events?<query>``: the same view as server-sent events, one after every sample (the
   sampler renders each view asked for once, for every stream that asks it);
 * ``POST /replay?queue=Q&job=ID`` and ``POST /discard?queue=Q&job=ID``: replay or delete a dead job;
-  ``POST /resume?queue=Q&lane=G``: end a lane's pause or wait. Every request that changes state must
-  carry the dashboard's token in the header ``x-echomq-token`` (compared in constant time); without
-  it the answer is 403 and nothing changes. The token comes from the operator
-  (``ECHOMQ_DASHBOARD_TOKEN``) or is made at start-up and printed once; the page takes it from its
-  URL's fragment (``#token=...``), which browsers never send to a server.
+  ``POST /delete?queue=Q&job=ID``: delete a waiting or scheduled job (``jobs.delete``);
+  ``POST /resume?queue=Q&lane=G``: end a lane's pause or wait; ``POST /pause_queue?queue=Q`` and
+  ``POST /resume_queue?queue=Q``: pause or resume the whole queue (``queues``). Every request
+  that changes state must carry the dashboard's token in the header ``x-echomq-token``
+  (compared in constant time); without it the answer is 403 and nothing changes. The token comes
+  from the operator (``ECHOMQ_DASHBOARD_TOKEN``) or is made at start-up and printed once; the
+  page takes it from its URL's fragment (``#token=...``), which browsers never send to a server.
 
 Memory: ``_streams`` counts the connected event streams by the view they ask for, and
 ``_views`` holds that view as of the last sample, one per distinct view asked for: both are
@@ -66,11 +68,27 @@ async def _resume(bus: Bus, queue: str, group: str) -> str:
     return "resumed" if await lanes.resume(bus, queue, group) else "not_held"
 
 
-# The state-changing requests: path -> (the parameter naming what to change, its check, the call)
+async def _pause_queue(bus: Bus, queue: str) -> str:
+    return "paused" if await queues.pause(bus, queue) else "already"
+
+
+async def _resume_queue(bus: Bus, queue: str) -> str:
+    return "resumed" if await queues.resume(bus, queue) else "not_paused"
+
+
+def _nothing(_: object) -> str:
+    return ""
+
+
+# The state-changing requests: path -> (the parameter naming what to change, its check, the call);
+# a request about the whole queue names nothing more ('').
 _ACTIONS: dict[str, tuple[str, Callable[[object], str], Callable[..., Awaitable[object]]]] = {
     "/replay": ("job", check_job_id, jobs.replay),
     "/discard": ("job", check_job_id, jobs.discard),
+    "/delete": ("job", check_job_id, jobs.delete),
     "/resume": ("lane", check_group, _resume),
+    "/pause_queue": ("", _nothing, _pause_queue),
+    "/resume_queue": ("", _nothing, _resume_queue),
 }
 
 
@@ -175,8 +193,14 @@ class Dashboard:
         )
         dead = await jobs.dead_jobs(self.bus, queue, query.dead, n + 1)
         regs = await repeat.list_repeats(self.bus, queue, n + 1, query.repeats)
+        control = await queues.control(self.bus, queue)
         return {
             "name": queue,
+            "control": {
+                "paused": control.paused,
+                "paused_since": humane.at(control.paused_since_ms, now) if control.paused else None,
+                "max_active": control.max_active,
+            },
             "lanes": {"rows": [view.lane_row(x, now) for x in page.lanes], "next": page.next},
             "scheduled": _offset_page(
                 [view.job_row(j, now) for j in scheduled], query.scheduled, n
@@ -236,7 +260,7 @@ class Dashboard:
         except (ValueError, UnicodeDecodeError) as exc:
             return _json(400, {"error": str(exc)})
         try:
-            outcome = await call(self.bus, queue, subject)
+            outcome = await (call(self.bus, queue, subject) if parameter else call(self.bus, queue))
         except BusError:
             return _json(503, {"error": "the server is unavailable"})
         self._wake.set()  # sample now: the change shows at once

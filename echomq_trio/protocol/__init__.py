@@ -14,8 +14,9 @@ are thin wrappers around this package: build, run.
 
 By area, each module private and re-exported here: ``_base`` (``Call``, argument checks and
 builders, the reply shapes ``REPLY_FIELDS`` and the decoding helpers), ``_jobs`` (a job's life:
-enqueue to counts and inspect), ``_lanes``, ``_repeat`` (recurring schedules) and ``_streams``
-(events and the audit). Bytes and text of a reply are ``echomq_trio._replies``'s, beneath the
+enqueue to counts and inspect), ``_lanes``, ``_queues`` (a queue's pause, its cap on jobs in
+flight, deleting waiting jobs), ``_repeat`` (recurring schedules) and ``_streams`` (events and the
+audit). Bytes and text of a reply are ``echomq_trio._replies``'s, beneath the
 transports and this package.
 
 Nothing here does I/O, so all of it is tested without a server (tests/echomq_trio/
@@ -95,6 +96,19 @@ from echomq_trio.protocol._lanes import (
     lane_status_page_call,
     lane_status_reply,
 )
+from echomq_trio.protocol._queues import (
+    DELETE_PAGE_MAX,
+    DELETE_STATES,
+    delete_call,
+    delete_page_call,
+    delete_page_reply,
+    queue_limit_call,
+    queue_limit_reply,
+    queue_pause_call,
+    queue_pause_reply,
+    queue_resume_call,
+    queue_resume_reply,
+)
 from echomq_trio.protocol._repeat import (
     advance_call,
     advance_reply,
@@ -127,6 +141,8 @@ from echomq_trio.protocol._streams import (
 __all__ = [
     "AUDIT_ACK_MAX",
     "DEFAULT_KEY_TTL_MS",
+    "DELETE_PAGE_MAX",
+    "DELETE_STATES",
     "ENQUEUE_CHUNK",
     "LANE_PAGE_MAX",
     "REPLY_FIELDS",
@@ -161,6 +177,9 @@ __all__ = [
     "counts_reply",
     "create_group_command",
     "defer_call",
+    "delete_call",
+    "delete_page_call",
+    "delete_page_reply",
     "discard_call",
     "enqueue_calls",
     "enqueue_checked_calls",
@@ -189,6 +208,12 @@ __all__ = [
     "outdated",
     "promote_call",
     "promote_reply",
+    "queue_limit_call",
+    "queue_limit_reply",
+    "queue_pause_call",
+    "queue_pause_reply",
+    "queue_resume_call",
+    "queue_resume_reply",
     "range_command",
     "read_group_command",
     "read_group_entries",

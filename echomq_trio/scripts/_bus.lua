@@ -7,6 +7,8 @@
 --                              is cut back to WAKE_KEEP tokens once it holds over twice that:
 --                              one LTRIM per WAKE_KEEP pushes while no consumer drains it)
 --   tick(qp)                   nudge a sleeping metronome (an earlier due time exists)
+--   cap_freed(qp, freed)       freed jobs left active: wake consumers a queue's cap on jobs in
+--                              flight held back (meta.max_active; no command without one)
 --   emit(qp, event, id, ...)   append to the queue's events stream, capped at its events_maxlen,
 --                              unless the queue keeps no events (meta, see retention.lua)
 --   trim_dead(qp, now)         drop at most 16 of the oldest dead jobs over the queue's dead_max
@@ -84,18 +86,30 @@ local function tick(qp)
   redis.call('LTRIM', qp .. KEY.tick, 0, 0)
 end
 
--- The queue's retention (meta: events, events_maxlen, dead_max, dead_max_age_ms), its creation
--- and its audit flag, read once per script run: nil until the first helper that needs it.
+-- The queue's retention (meta: events, events_maxlen, dead_max, dead_max_age_ms), its creation,
+-- its audit flag and its cap on jobs in flight (max_active), read once per script run: nil
+-- until the first helper that needs it.
 local kept = nil
 
 local function retention(qp)
   if kept == nil then
     local m = redis.call('HMGET', qp .. KEY.meta, 'events', 'events_maxlen', 'dead_max',
-      'dead_max_age_ms', 'created_ms', 'audit')
+      'dead_max_age_ms', 'created_ms', 'audit', 'max_active')
     kept = {events = m[1] ~= '0', maxlen = tonumber(m[2]) or EVENTS_MAXLEN,
-      dead_max = tonumber(m[3]), dead_age = tonumber(m[4]), created = m[5], audit = m[6] == '1'}
+      dead_max = tonumber(m[3]), dead_age = tonumber(m[4]), created = m[5], audit = m[6] == '1',
+      cap = tonumber(m[7])}
   end
   return kept
+end
+
+-- `freed` jobs just left active. In a queue with a cap on jobs in flight (meta.max_active) a
+-- claim the cap cut short left its consumer parked: when this brought active below the cap
+-- from at or above it, wake as many consumers as there is room. Without a cap, no command.
+local function cap_freed(qp, freed)
+  local cap = retention(qp).cap
+  if not cap or freed < 1 then return end
+  local after = redis.call('ZCARD', qp .. KEY.active)
+  if after < cap and after + freed >= cap then wake(qp, math.min(freed, cap - after)) end
 end
 
 local function emit(qp, event, id, ...)

@@ -44,6 +44,7 @@ for i = 2, #ARGV, 3 do
   end
 end
 in_runs('ZREM', KEYS[1], leased)
+cap_freed(qp, #leased)
 in_runs('DEL', nil, rows)
 if #rows > 0 then redis.call('HINCRBY', qp .. KEY.metrics, 'completed', #rows) end
 return out

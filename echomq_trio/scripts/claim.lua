@@ -14,22 +14,32 @@
 -- meets it. A claim takes at most SKIP_MAX such lanes off per call (then it takes what it can
 -- from the flat set and leaves a wake token, so the next claim goes on where it stopped).
 -- Returns {lease deadline, then per job: id, payload, attempts, token, group or ''}.
--- meta.lease_max keeps the longest lease ms granted (one HGET per call).
+-- meta.lease_max keeps the longest lease ms granted; meta.paused (the queue is paused) and
+-- meta.max_active (a cap on its jobs in flight) are read with it (one HMGET per call).
 -- fields: lease_deadline, jobs...
 -- fields of each job: id, payload, attempts, token, group
--- cost: O(batch + SKIP_MAX) (each step O(log n)); per job 3 commands (its row read and
--- written, its event), per lane turn 3 (in a queue with lanes paused, waiting, limited or
--- weighted, up to 5 more); per call one ZADD, one LPUSH, RPUSH and SREM of the ring's lanes for
--- each RUN (1000) of them, and one LPOP for each run of lanes read (another when the lanes read
--- gave too few jobs)
+-- cost: O(batch + SKIP_MAX) (each step O(log n)); one HMGET of meta (with a cap, one ZCARD);
+-- per job 3 commands (its row read and written, its event), per lane turn 3 (in a queue with
+-- lanes paused, waiting, limited or weighted, up to 5 more); per call one ZADD, one LPUSH, RPUSH
+-- and SREM of the ring's lanes for each RUN (1000) of them, and one LPOP for each run of lanes
+-- read (another when the lanes read gave too few jobs)
 local qp = ARGV[1]
 local SKIP_MAX = 100
 local want = tonumber(ARGV[2])
 local now = now_ms()
 local deadline = now + tonumber(ARGV[3])
--- The longest lease granted (meta.lease_max): what no lease of a live holder can pass, for
--- carrying leases across a step of the clock (clock.lua). One HGET a call.
-if tonumber(redis.call('HGET', qp .. KEY.meta, 'lease_max') or '0') < tonumber(ARGV[3]) then
+-- meta, one HMGET a call: the longest lease granted (lease_max: what no lease of a live holder
+-- can pass, for carrying leases across a step of the clock, clock.lua); the queue's pause
+-- (paused: nothing is claimed) and its cap on jobs in flight (max_active: at most that many in
+-- active, so at most the cap less active's size is claimed). See queue_pause, queue_limit.
+local m = redis.call('HMGET', qp .. KEY.meta, 'lease_max', 'paused', 'max_active')
+if m[2] then return {deadline} end
+if m[3] then
+  local room = tonumber(m[3]) - redis.call('ZCARD', qp .. KEY.active)
+  if room < want then want = room end
+  if want <= 0 then return {deadline} end
+end
+if tonumber(m[1] or '0') < tonumber(ARGV[3]) then
   redis.call('HSET', qp .. KEY.meta, 'lease_max', ARGV[3])
 end
 local holder = ARGV[4] or ''

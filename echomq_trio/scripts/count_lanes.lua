@@ -3,8 +3,8 @@
 -- lanes with jobs (metrics.lanes_with_jobs), list its lanes in the lane index (a hash: each
 -- lane's jobs in flight, plus WAITING while jobs wait in it), drop the structures earlier
 -- versions kept instead (the set of lane groups, the lane index by name), and mark its layout
--- (meta.layout = 3; the mark before layouts, meta.counted, goes). A lane with jobs that can go on is put back on the ring if it is not
--- on it.
+-- (meta.layout = 3; the mark before layouts, meta.counted, goes). A lane with jobs that can go
+-- on is put back on the ring if it is not on it.
 -- Queues created since are counted from their first job and never need it. A queue an earlier
 -- version marked counted = 3 (this layout, under the old mark) is only re-marked.
 -- upgrade: layout 3

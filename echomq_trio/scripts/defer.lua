@@ -14,6 +14,7 @@ if not job then return why end
 local now = now_ms()
 local at = now + tonumber(ARGV[4])
 redis.call('ZREM', KEYS[1], id)
+cap_freed(qp, 1)
 redis.call('HINCRBY', qp .. KEY.job .. id, 'attempts', -1)
 redis.call('HINCRBY', qp .. KEY.metrics, 'deferred', 1)
 emit(qp, 'deferred', id, 'at', at, 'reason', ARGV[5])

@@ -19,6 +19,7 @@ if not job then return why end
 local now = now_ms()
 local g = job.group
 redis.call('ZREM', KEYS[1], id)
+cap_freed(qp, 1)
 redis.call('HSET', qp .. KEY.job .. id, 'last_error', ARGV[6], 'failed_ms', now)
 if ARGV[7] == '1' or tonumber(job.attempts) >= tonumber(ARGV[5]) then
   redis.call('HSET', qp .. KEY.job .. id, 'state', 'dead')

@@ -137,6 +137,7 @@ STRICT = ("s1", "s2")  # lanes of limit 1
 OPEN = ("o",)  # a lane without a limit
 LANES = STRICT + OPEN
 REPEATS = ("r1", "r2")
+DELETABLE = (Place.PENDING, Place.LANE, Place.LANE_WAITING, Place.SCHEDULED)
 
 
 @attrs.define
@@ -481,6 +482,22 @@ class Lifecycle(RuleBasedStateMachine):
             assert self.run(jobs.discard, other) is Outcome.NOT_DEAD
             break
 
+    # --- deleting waiting jobs --------------------------------------------------------------------
+
+    @precondition(lambda self: self.where(*DELETABLE, Place.ACTIVE, Place.DEAD))
+    @rule(data=st.data())
+    def delete(self, data: st.DataObject | None) -> None:
+        job_id = self.pick(data, self.where(*DELETABLE, Place.ACTIVE, Place.DEAD))
+        m = self.jobs[job_id]
+        got = self.run(jobs.delete, job_id)
+        if m.place is Place.ACTIVE:
+            assert got is Outcome.RUNNING  # nothing moves: cancel a running job
+        elif m.place is Place.DEAD:
+            assert got is Outcome.NOT_WAITING  # nothing moves: discard a dead job
+        else:
+            assert got is Outcome.DELETED
+            self.move(job_id, "delete")  # a waiting lane keeps its wait
+
     # --- what the server says after every step ----------------------------------------------------
 
     @invariant()
@@ -598,6 +615,17 @@ WALK: list[tuple[str, dict[str, Any]]] = [
     ("unregister", {"name": "r1"}),
     ("unregister", {"name": "r1"}),  # absent
     ("ack_a_stale_token", {"data": None}),
+    ("take_in", {"lane": None, "when": "now"}),
+    ("delete", {"data": None}),
+    ("take_in", {"lane": "o", "when": "now"}),
+    ("delete", {"data": None}),
+    ("take_in", {"lane": None, "when": "later"}),
+    ("delete", {"data": None}),
+    ("take_in", {"lane": "s2", "when": "now"}),
+    ("claim", {"batch": 3, "short": False}),
+    ("delete", {"data": None}),  # running: refused
+    ("defer", {"data": None, "delay": "later"}),
+    ("delete", {"data": None}),  # from its waiting lane
 ]
 
 
