@@ -17,9 +17,10 @@ table (``JobState``, the transitions every script keeps). ``ids`` mints the bran
 in state bounded per stream), ``memory`` reads how full the server is, ``metrics`` exposes
 Prometheus metrics (what a consumer and a metronome observe, and the queues' state read per
 scrape). Everything talks to
-the server through a ``Transport``: only ``wire`` (the one ``open_bus`` gives) talks to the
-client library, and ``testing.FaultyTransport`` wraps one to fail or cancel chosen calls in
-tests.
+the server through a ``Transport``: ``resp``, the bus's own on trio streams (the one ``open_bus``
+gives by default), or ``wire`` on valkey-glide (``transport="glide"``, the only module that
+imports the client library); ``testing.FaultyTransport`` wraps one to fail or cancel chosen
+calls in tests.
 """
 
 from echomq_trio import (

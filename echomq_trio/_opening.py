@@ -36,7 +36,7 @@ async def open_bus(
     data_dir: str | os.PathLike[str] | DataDir | None = None,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     durability: Durability = InMemory(),
-    transport: str = "glide",
+    transport: str = "trio",
 ) -> AsyncIterator[Bus]:
     """Connect to ``url``, or with no URL start an embedded server and stop it on exit.
 
@@ -50,9 +50,9 @@ async def open_bus(
     payload the bus admits; a larger one raises ``ValueError`` before any I/O. ``durability``
     says when admissions and settlements return (``durability.InMemory``, the default, or
     ``OnDisk``: once the server's append-only file holds them; see ``echomq_trio.durability``).
-    ``transport`` says what carries the calls: ``"glide"`` (``wire.Wire`` on valkey-glide, the
-    default) or ``"trio"`` (``echomq_trio.resp``: trio streams, one pipelined connection per
-    server, or per primary of a cluster).
+    ``transport`` says what carries the calls: ``"trio"`` (``echomq_trio.resp``, the default:
+    trio streams, one pipelined connection per server, or per primary of a cluster) or
+    ``"glide"`` (``wire.Wire`` on valkey-glide).
     """
     connect = _TRANSPORTS.get(transport) if isinstance(transport, str) else None
     if connect is None:

@@ -57,8 +57,8 @@ def _command_arg(arg: CommandArg) -> str | bytes:
 class Bus:
     """A connection to one server (or cluster). Cheap to share between tasks.
 
-    ``transport`` is any ``Transport``: ``open_bus`` gives the client library's ``wire.Wire`` (or
-    with ``transport="trio"`` the bus's own, ``echomq_trio.resp``); a test may wrap it
+    ``transport`` is any ``Transport``: ``open_bus`` gives the bus's own, ``echomq_trio.resp`` (or
+    with ``transport="glide"`` valkey-glide's ``wire.Wire``); a test may wrap it
     (``Bus(testing.FaultyTransport(bus.transport))``) to fail or cancel chosen calls."""
 
     transport: Transport

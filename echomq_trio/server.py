@@ -104,7 +104,7 @@ from echomq_trio.errors import (
     ServerDied,
     ServerNotFound,
 )
-from echomq_trio.wire import open_wire
+from echomq_trio.resp import open_resp
 from servicekit.datadir import PRIVATE_FILE_MODE, DataDir, write_private
 from servicekit.groups import first_error
 
@@ -628,11 +628,10 @@ class EmbeddedServer:
                     f"{self.port}:\n" + self.log_tail()
                 )
             try:
-                # Connect only once the port accepts: the client library's connect blocks the
-                # thread (and so the event loop) while it retries a port that is not open yet.
+                # Connect only once the port accepts (a refused connect is cheap to see).
                 stream = await trio.open_tcp_stream(LOOPBACK, self.port)
                 await stream.aclose()
-                async with open_wire(self.url + "?timeout_ms=1000") as wire:
+                async with open_resp(self.url + "?timeout_ms=1000") as wire:
                     if await wire.command("PING") in (b"PONG", "PONG"):
                         return  # LOADING is answered until the append-only file is loaded
             except (BusError, OSError):
@@ -892,13 +891,13 @@ async def form_cluster(urls: Sequence[str], ports: Sequence[int]) -> None:
     for i, url in enumerate(urls):
         lo = i * share
         hi = 16383 if i == len(urls) - 1 else lo + share - 1
-        async with open_wire(url) as wire:
+        async with open_resp(url) as wire:
             await wire.command("CLUSTER", "ADDSLOTS", *[str(s) for s in range(lo, hi + 1)])
             if i > 0:
                 await wire.command("CLUSTER", "MEET", "127.0.0.1", str(ports[0]))
     deadline = trio.current_time() + READY_TIMEOUT_S * 2
     for url in urls:
-        async with open_wire(url) as wire:
+        async with open_resp(url) as wire:
             while True:
                 info = await wire.command("CLUSTER", "INFO")
                 text = as_text(info)

@@ -1,9 +1,9 @@
 """``Transport``: what the bus needs from a connection to its server, as a protocol, and the
 ``ConnectionSpec`` that says where a transport connects.
 
-``wire.Wire`` (valkey-glide) is the transport ``open_bus`` gives by default, ``echomq_trio.resp``
-(trio streams) the one it gives with ``transport="trio"``; ``testing.FaultyTransport``
-wraps any transport to fail or cancel chosen calls. ``Bus.transport`` is a ``Transport``: the
+``echomq_trio.resp`` (the bus's own, on trio streams) is the transport ``open_bus`` gives by
+default, ``wire.Wire`` (valkey-glide) the one it gives with ``transport="glide"``;
+``testing.FaultyTransport`` wraps any transport to fail or cancel chosen calls. ``Bus.transport`` is a ``Transport``: the
 transitions (``jobs``, ``lanes``, ``repeat``, ``events``), the ``Consumer``, the ``Metronome``
 and the application talk to one, never to the client library.
 

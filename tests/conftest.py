@@ -19,7 +19,7 @@ is marked ``server`` automatically; a module that starts servers or processes of
 so with ``server`` or ``slow`` (several processes, or tens of seconds in one). The fast tier,
 ``pytest -m "not server and not slow"`` (``just test-fast``), needs no server at all and runs
 in seconds. ``ECHOMQ_TEST_TOPOLOGY`` (``standalone,cluster`` by default) narrows the topologies;
-``ECHOMQ_TEST_TRANSPORT`` (``glide`` by default, or ``trio``) is the transport of the ``bus``
+``ECHOMQ_TEST_TRANSPORT`` (``trio`` by default, or ``glide``) is the transport of the ``bus``
 fixture."""
 
 from __future__ import annotations
@@ -163,9 +163,9 @@ def standalone_only(standalone_url: str) -> str:
 
 
 def test_transport() -> str:
-    """The transport the ``bus`` fixture opens (``ECHOMQ_TEST_TRANSPORT``, ``glide`` by
-    default)."""
-    return os.environ.get("ECHOMQ_TEST_TRANSPORT", "glide")
+    """The transport the ``bus`` fixture opens (``ECHOMQ_TEST_TRANSPORT``, ``trio`` by
+    default, as ``open_bus``'s)."""
+    return os.environ.get("ECHOMQ_TEST_TRANSPORT", "trio")
 
 
 test_transport.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test

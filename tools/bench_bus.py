@@ -255,7 +255,7 @@ async def bench_lateness(
 # --- the benchmark -------------------------------------------------------------------------
 
 
-async def bench(url: str | None, quick: bool, transport: str = "glide") -> dict[str, Any]:
+async def bench(url: str | None, quick: bool, transport: str = "trio") -> dict[str, Any]:
     duration_s = 1.0 if quick else 2.0
     noop_jobs = 10_000 if quick else 50_000
     run_id = uuid.uuid4().hex[:8]
@@ -398,7 +398,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--url", help="server URL; default: start an embedded server")
     parser.add_argument("--quick", action="store_true", help="shorter runs, 10,000 no-op jobs")
     parser.add_argument(
-        "--transport", choices=("glide", "trio"), default="glide", help="open_bus's transport"
+        "--transport", choices=("glide", "trio"), default="trio", help="open_bus's transport"
     )
     parser.add_argument(
         "--worker",
