@@ -11,6 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from echomq_trio import cron
+from echomq_trio.dashboard import view
+from echomq_trio.results import Registration
 
 UTC = dt.UTC
 
@@ -178,3 +180,21 @@ def test_next_is_after_an_occurrence_and_monotonic(expr: str, tz: str, t1: int, 
     # Successive runs are each the next after the one before.
     seq = cron.upcoming(c, t1, 4)
     assert seq[0] == n1 and all(cron.next_after(c, a) == b for a, b in itertools.pairwise(seq))
+
+
+def test_the_dashboard_row_shows_the_schedule_zone_and_next_runs() -> None:
+    first = ms("2026-10-24T07:00Z")  # 09:00 CEST, a Saturday
+    reg = Registration("standup", first, None, b"s", None, None, "0 9 * * SAT,MON", "Europe/Berlin")
+    row = view.repeat_row(reg, first - 60_000)
+    assert (row["schedule"], row["zone"], row["every"]) == ("0 9 * * SAT,MON", "Europe/Berlin", "-")
+    assert row["next_runs"] == [  # Berlin leaves summer time on Sunday 25 October
+        {"local": "2026-10-24 09:00:00 CEST", "utc": "2026-10-24T07:00:00Z"},
+        {"local": "2026-10-26 09:00:00 CET", "utc": "2026-10-26T08:00:00Z"},
+        {"local": "2026-10-31 09:00:00 CET", "utc": "2026-10-31T08:00:00Z"},
+    ]
+    every = Registration("hourly", first, 3_600_000, b"h", None, None)
+    row = view.repeat_row(every, first)
+    assert (row["schedule"], row["zone"]) == ("every 1 h", "-")
+    assert [r["utc"] for r in row["next_runs"]] == [
+        "2026-10-24T07:00:00Z", "2026-10-24T08:00:00Z", "2026-10-24T09:00:00Z",
+    ]  # fmt: skip

@@ -4,6 +4,9 @@ Europe/Berlin and America/New_York, walked through occurrence by occurrence), mi
 collapsed into one, anchored to the schedule, and bad input refused before any I/O."""
 
 import datetime as dt
+import json
+import os
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -22,7 +25,7 @@ from echomq_trio import (
     repeat,
 )
 from echomq_trio.repeat import Registered
-from tests.support import wait_for
+from tests.support import ROOT, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -217,3 +220,29 @@ async def test_bad_input_is_refused_before_any_io(
         await repeat.register(closed_bus, "q", "n", **args)  # type: ignore[arg-type]
     with pytest.raises(ConnectionLost):  # the same call with good input reaches for the server
         await repeat.register(closed_bus, "q", "n", template="t", cron="0 9 * * *")
+
+
+async def test_echomq_ls_repeat_shows_the_expression_zone_and_next_runs(
+    bus: Bus, queue: str, server_url: str
+) -> None:
+    c = cron.parse("0 9 * * MON-FRI", "Europe/Berlin")
+    _, first = await repeat.register(bus, queue, "standup", template="s", cron=c.expr, tz=c.tz)
+    await repeat.register(bus, queue, "hourly", 3_600_000, "h", first_in_ms=86_400_000 * 30)
+    runs = [first, *cron.upcoming(c, first, 2)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), ECHOMQ_URL=server_url)
+    command = [sys.executable, "-m", "echomq_trio", "ls", queue, "repeat"]
+    out = await trio.run_process(command, capture_stdout=True, env=env, cwd=ROOT)
+    header, standup, hourly = out.stdout.decode().splitlines()
+    assert header.split()[:4] == ["name", "schedule", "zone", "next_run"]
+    assert "0 9 * * MON-FRI" in standup and "Europe/Berlin" in standup
+    for t in runs:  # in Berlin's time (09:00 CET or CEST) and in UTC
+        assert cron.local_text(t, "Europe/Berlin") in standup
+        assert dt.datetime.fromtimestamp(t / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ") in standup
+    assert standup.count(" 09:00:00 CE") == 3
+    assert hourly.startswith("hourly") and "every 1 h" in hourly
+    out = await trio.run_process([*command[:3], "--json", *command[3:]], capture_stdout=True,
+                                 env=env, cwd=ROOT)  # fmt: skip
+    listed = {r["name"]: r for r in json.loads(out.stdout)}
+    assert listed["standup"]["next_runs"] == runs
+    assert (listed["standup"]["cron"], listed["standup"]["tz"]) == (c.expr, c.tz)
+    assert listed["hourly"]["every_ms"] == 3_600_000 and listed["hourly"]["cron"] is None
