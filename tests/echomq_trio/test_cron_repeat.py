@@ -1,7 +1,8 @@
 """Cron schedules on real servers: registered idempotently by name, each occurrence fired once by
 three metronomes (per second, live; and across the 2026 spring-forward and fall-back in
 Europe/Berlin and America/New_York, walked through occurrence by occurrence), missed runs
-collapsed into one, anchored to the schedule, and bad input refused before any I/O."""
+collapsed into one, anchored to the schedule, left at their times by a step of the server
+clock, shown by ``echomq ls``, and bad input refused before any I/O."""
 
 import datetime as dt
 import json
@@ -24,8 +25,9 @@ from echomq_trio import (
     protocol,
     repeat,
 )
+from echomq_trio.clock import Witness
 from echomq_trio.repeat import Registered
-from tests.support import ROOT, wait_for
+from tests.support import ROOT, SteppingServer, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -246,3 +248,26 @@ async def test_echomq_ls_repeat_shows_the_expression_zone_and_next_runs(
     assert listed["standup"]["next_runs"] == runs
     assert (listed["standup"]["cron"], listed["standup"]["tz"]) == (c.expr, c.tz)
     assert listed["hourly"]["every_ms"] == 3_600_000 and listed["hourly"]["cron"] is None
+
+
+@pytest.mark.timeout_s(60)
+async def test_a_step_of_the_server_clock_leaves_cron_runs_at_their_times(
+    stepping_server: SteppingServer, queue: str
+) -> None:
+    """Cron runs are times of day: after the server clock steps back an hour, a cron schedule's
+    next run is the same instant, while an every-ms one is brought within a period."""
+    async with open_bus(stepping_server.url) as bus:
+        _, at = await repeat.register(bus, queue, "nine", template="n", cron="0 9 * * *")
+        await repeat.register(bus, queue, "hourly", 3_600_000, "h", first_in_ms=3_000_000)
+        sent = trio.current_time()
+        witness = Witness()
+        witness.observe(await bus.transport.server_time_ms(), sent, trio.current_time())
+        stepping_server.step(-3600)
+        c = await jobs.carry_clock(bus, queue, witness.args(trio.current_time()))
+        assert c.recorded_ms < 0
+        while c.more:
+            c = await jobs.carry_clock(bus, queue)
+        now = await bus.transport.server_time_ms()
+        regs = {r.name: r.next_run_ms for r in await repeat.list_repeats(bus, queue)}
+        assert regs["nine"] == at
+        assert 0 < regs["hourly"] - now <= 3_600_000
