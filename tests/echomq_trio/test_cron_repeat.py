@@ -271,3 +271,22 @@ async def test_a_step_of_the_server_clock_leaves_cron_runs_at_their_times(
         regs = {r.name: r.next_run_ms for r in await repeat.list_repeats(bus, queue)}
         assert regs["nine"] == at
         assert 0 < regs["hourly"] - now <= 3_600_000
+
+
+async def test_a_zone_unknown_here_is_logged_and_waits_a_beat(
+    bus: Bus, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A registration whose zone this machine's database lacks (made by a machine with a newer
+    one) cannot be computed here: fire leaves it due for the metronomes that can, logs it, and
+    the metronome waits its beat rather than spinning on it."""
+    await repeat.register(bus, queue, "far", template="f", cron="0 9 * * *", tz="Asia/Tokyo")
+    k = bus.keys(queue)
+    await bus.transport.command("HSET", k.registration("far"), "tz", "Mars/Olympus")
+    await bus.transport.command("ZADD", k.repeats, "1000", "far")  # due long ago
+    fired = await repeat.fire(bus, queue)
+    assert fired.fired == 0 and [w.name for w in fired.wanted] == ["far"]
+    assert "repeat 'far' cannot be fired here: unknown time zone 'Mars/Olympus'" in caplog.text
+    wait = await Metronome(bus, queue, beat_ms=700).beat()
+    assert wait == 0.7
+    reg = await repeat.get(bus, queue, "far")
+    assert reg is not None and reg.next_run_ms == 1000  # left for another metronome
