@@ -283,7 +283,9 @@ async def run(
         worker = NotificationWorker(bus, bot, limiter, metrics=metrics.notify, ledger=ledger,
                                     hang_after_s=settings.telegram_hang_after_s)  # fmt: skip
         metrics.watch(worker=worker)
-        answer, next_run = await game.register_digest(bus)
+        answer, next_run = await game.register_digest(
+            bus, at=settings.digest_at, tz=settings.digest_tz
+        )
         moved = await game.migrate_room_index(bus)  # rooms kept before the index (see rooms)
         linked = await upgrade_chat_links(bus)  # chat links kept before (see chat.directory)
         async with trio.open_nursery() as nursery:
@@ -342,7 +344,8 @@ async def run(
             say(f"  telegram: {telegram_endpoint(api_url, local=stand_in is not None)}")
             say(f"  durability: {durability_text}")
             now = await server_time_ms(bus)
-            say(f"  daily digest: {answer.value}, next run {humane.at(next_run, now)}")
+            say(f"  daily digest: {answer.value}, next run {humane.at(next_run, now)}, "
+                f"daily at {settings.digest_at} {settings.digest_tz}")  # fmt: skip
             say(f"  updates: {updates}, as @{username}")
             if moved:
                 say(f"  rooms: moved {moved} room(s) of the old set {LEGACY_ROOMS} into the index")

@@ -11,9 +11,11 @@ from pathlib import Path
 import attrs
 
 from codemojex.audit.compaction import DEFAULT_COMPACT_SEGMENTS
+from codemojex.game.digest import DEFAULT_DIGEST_AT, DEFAULT_DIGEST_TZ, digest_cron
 from codemojex.game.rounds import ENDED_ROUND_KEEP_MS, MIN_KEEP_MS
 from codemojex.notify.outage import DEFAULT_HANG_AFTER_S
 from codemojex.telegram import DEFAULT_API_URL, Limits, Window
+from echomq_trio import cron
 
 __all__ = ["Settings", "SettingsError", "parse_settings"]
 
@@ -56,6 +58,8 @@ class Settings:
     updates: str = "poll"  # how Telegram's updates come in: "poll" or "webhook"
     webhook_url: str | None = None  # the public HTTPS URL Telegram posts to (webhook mode)
     round_s: float = 60.0  # how long a round started with /round lasts
+    digest_at: str = DEFAULT_DIGEST_AT  # the daily digest's local time, HH:MM
+    digest_tz: str = DEFAULT_DIGEST_TZ  # ... in this IANA zone
 
     @property
     def archive_db_path(self) -> Path:
@@ -108,6 +112,10 @@ _HELP = {
                     "/telegram/webhook on the page port; default with the stand-in: the page URL"),
     "round_s": ("--round-length", "CODEMOJEX_ROUND_LENGTH",
                 "seconds a round started in a chat with /round lasts"),
+    "digest_at": ("--digest-at", "CODEMOJEX_DIGEST_AT",
+                  "local time (HH:MM) the daily standings digest is sent, in --digest-tz"),
+    "digest_tz": ("--digest-tz", "CODEMOJEX_DIGEST_TZ",
+                  "IANA time zone of --digest-at (e.g. Europe/Berlin); kept across DST changes"),
 }  # fmt: skip
 
 
@@ -124,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
         "archive": _on_off(d.archive), "archive_db": None, "replica": None,
         "compact_segments": str(d.compact_segments), "round_keep_s": f"{d.round_keep_s:g}",
         "updates": d.updates, "webhook_url": None, "round_s": f"{d.round_s:g}",
+        "digest_at": d.digest_at, "digest_tz": d.digest_tz,
     }  # fmt: skip
     parser = argparse.ArgumentParser(
         prog="python -m codemojex.run",
@@ -152,6 +161,7 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
     round_s = _number("--round-length", ns.round_s, float, 5)
     hang_after = _number("--telegram-hang-after", ns.telegram_hang_after_s, float, 0.1)
     token = ns.telegram_token or None
+    digest_at, digest_tz = _digest(ns.digest_at, ns.digest_tz)
     updates, webhook_url = _updates(ns.updates, ns.webhook_url or None, token)
     if token is not None and ("/" in token or any(c.isspace() for c in token)):
         raise SettingsError("--telegram-token must not contain '/' or spaces")
@@ -186,6 +196,8 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
         updates=updates,
         webhook_url=webhook_url,
         round_s=float(round_s),
+        digest_at=digest_at,
+        digest_tz=digest_tz,
     )
 
 
@@ -198,6 +210,18 @@ def _number(name: str, text: str, kind: type[int] | type[float], least: float) -
     if not value >= least:  # also refuses nan
         raise SettingsError(f"{name} must be >= {least:g}, got {text!r}")
     return value
+
+
+def _digest(at: str, tz: str) -> tuple[str, str]:
+    try:
+        digest_cron(at)
+    except ValueError as exc:
+        raise SettingsError(f"--digest-at: {exc}") from None
+    try:
+        cron.parse(digest_cron(at), tz)
+    except ValueError as exc:
+        raise SettingsError(f"--digest-tz: {exc}") from None
+    return at, tz
 
 
 def _on_off(value: bool) -> str:

@@ -13,7 +13,8 @@ cancelling the nursery shuts them down cleanly. A ``Worker`` (``open_worker``) r
 one or more queues (``Serve`` entries) with a grace period at shutdown. What a handler's result
 does to its job is decided by ``settlement``, pure; ``states`` is the job state machine as a
 table (``JobState``, the transitions every script keeps). ``ids`` mints the branded job ids,
-``backoff`` computes retry delays, ``sequence`` numbered streams (``Seq``: once per number,
+``backoff`` computes retry delays, ``cron`` the next run of a cron expression in a time zone
+(a ``repeat`` schedule's), ``sequence`` numbered streams (``Seq``: once per number,
 in state bounded per stream), ``memory`` reads how full the server is, ``metrics`` exposes
 Prometheus metrics (what a consumer and a metronome observe, and the queues' state read per
 scrape). Everything talks to
@@ -26,6 +27,7 @@ calls in tests.
 from echomq_trio import (
     audit,
     backoff,
+    cron,
     events,
     ids,
     jobs,
@@ -114,6 +116,7 @@ __all__ = [
     "WritesRefused",
     "audit",
     "backoff",
+    "cron",
     "events",
     "ids",
     "jobs",

@@ -44,6 +44,7 @@ import trio
 
 from echomq_trio import (
     _address,
+    cron,
     events,
     ids,
     jobs,
@@ -131,6 +132,21 @@ async def _stats(bus: Bus, args: argparse.Namespace) -> Any:
     return _table(["", args.queue], rows)
 
 
+def _schedule(reg: repeat.Registration) -> str:
+    """``every 1 h`` or the cron expression."""
+    return reg.cron if reg.cron is not None else f"every {humane.span(reg.every_ms or 0)}"
+
+
+def _next_runs(reg: repeat.Registration) -> tuple[str, str]:
+    """The next 3 runs in the schedule's zone and in UTC, ``", "``-joined."""
+    try:
+        runs = repeat.next_runs(reg, 3)
+    except ValueError:  # a zone this machine's database lacks
+        return "?", "?"
+    tz = reg.tz or "UTC"
+    return ", ".join(cron.local_text(t, tz) for t in runs), ", ".join(humane.iso(t) for t in runs)
+
+
 def _bound(value: object) -> object:
     return "none" if value is None else value
 
@@ -141,11 +157,13 @@ async def _ls(bus: Bus, args: argparse.Namespace) -> Any:
     if args.what == "repeat":
         regs = await repeat.list_repeats(bus, args.queue, args.limit)
         if args.json:
-            return regs
+            return [{**attrs.asdict(r), "next_runs": repeat.next_runs(r)} for r in regs]
         return _table(
-            ["name", "every", "next_run", "group", "last_fired", "template"],
-            [(r.name, humane.span(r.every_ms), humane.at(r.next_run_ms, now), r.group or "-",
-              humane.at(r.last_fired_ms, now), _short(r.template)) for r in regs],
+            ["name", "schedule", "zone", "next_run", "then (local)", "then (UTC)", "group",
+             "last_fired", "template"],
+            [(r.name, _schedule(r), r.tz or "-", humane.at(r.next_run_ms, now),
+              *_next_runs(r), r.group or "-", humane.at(r.last_fired_ms, now),
+              _short(r.template)) for r in regs],
         )  # fmt: skip
     if args.what == "lanes":
         status = await _lanes(bus, args.queue, args.limit)

@@ -65,7 +65,7 @@ SCHEMA: tuple[KeySpec, ...] = (
     KeySpec("lane_weights", "gweight", "hash", "group -> jobs per round-robin turn"),
     # recurring schedules
     KeySpec("repeats", "repeat", "zset", "registrations by name; score: next run ms"),
-    KeySpec("registration", "repeat:<name>", "hash", "a registration: every_ms, template, group, registered_ms, last_fired_ms, last_job"),  # noqa: E501
+    KeySpec("registration", "repeat:<name>", "hash", "a registration: every_ms (or cron and tz), template, group, registered_ms, last_fired_ms, last_job"),  # noqa: E501
     # signals, streams, bookkeeping
     KeySpec("wake", "wake", "list", "wake tokens that parked consumers block on (at most 128)"),
     KeySpec("tick", "tick", "list", "one token that wakes a sleeping metronome"),

@@ -20,6 +20,7 @@ __all__ = [
     "AuditRecord",
     "ClockCarried",
     "Counts",
+    "CronDue",
     "DeletedPage",
     "Extended",
     "Fired",
@@ -62,6 +63,7 @@ class Registered(enum.StrEnum):
 
     REGISTERED = "registered"
     EXISTS = "exists"
+    REPLACED = "replaced"  # with ``replace=True``: a live name whose schedule differed
 
 
 class AuditOutcome(enum.StrEnum):
@@ -209,19 +211,41 @@ class LanePage:
 
 @attrs.frozen
 class Registration:
+    """A recurring schedule: every ``every_ms``, or (``every_ms`` ``None``) at the occurrences of
+    the cron expression ``cron`` in the zone ``tz`` (an IANA name). Times are server ms."""
+
     name: str
     next_run_ms: int
-    every_ms: int
+    every_ms: int | None
     template: bytes
     group: str | None
     last_fired_ms: int | None
+    cron: str | None = None
+    tz: str | None = None
+
+
+@attrs.frozen
+class CronDue:
+    """A due cron registration that ``fire`` did not fire for want of its next run (Lua cannot
+    compute cron): its name, the run it waits for (server ms), its expression and zone."""
+
+    name: str
+    at_ms: int
+    cron: str
+    tz: str
 
 
 @attrs.frozen
 class Fired:
+    """What ``repeat.fire`` did: occurrences fired, the soonest next run of any registration
+    (``None``: none), the server's now, and the due cron registrations it could not move
+    (``wanted``; ``repeat.fire`` moves them in a second call, so it answers them only when that
+    could not be done: another metronome's race, or a zone unknown here)."""
+
     fired: int
     next_due_ms: int | None
     server_now_ms: int
+    wanted: tuple[CronDue, ...] = ()
 
 
 @attrs.frozen

@@ -3,9 +3,10 @@
 
 ``echomq_trio.resp`` (the bus's own, on trio streams) is the transport ``open_bus`` gives by
 default, ``wire.Wire`` (valkey-glide) the one it gives with ``transport="glide"``;
-``testing.FaultyTransport`` wraps any transport to fail or cancel chosen calls. ``Bus.transport`` is a ``Transport``: the
-transitions (``jobs``, ``lanes``, ``repeat``, ``events``), the ``Consumer``, the ``Metronome``
-and the application talk to one, never to the client library.
+``testing.FaultyTransport`` wraps any transport to fail or cancel chosen calls.
+``Bus.transport`` is a ``Transport``: the transitions (``jobs``, ``lanes``, ``repeat``,
+``events``), the ``Consumer``, the ``Metronome`` and the application talk to one, never to the
+client library.
 
 Contract of every implementation:
 

@@ -20,6 +20,7 @@ BUS_SURFACE = {
     "echomq_trio.bus": "Bus, and the raw command seam (Bus.command)",
     "echomq_trio.clock": "steps of the server clock, read by operators and the app",
     "echomq_trio.consumer": "Consumer and its settings",
+    "echomq_trio.cron": "cron expressions in a time zone, for recurring schedules",
     "echomq_trio.dashboard": "the bus dashboard, to serve or mount",
     "echomq_trio.dashboard.app": "the dashboard's ASGI app",
     "echomq_trio.dashboard.view": "the dashboard's pure view model",

@@ -16,10 +16,13 @@ who play.
 from codemojex.game.board import DAY_BOARD_KEEP_MS, Board, Recorded, Standing
 from codemojex.game.demo import play
 from codemojex.game.digest import (
+    DEFAULT_DIGEST_AT,
+    DEFAULT_DIGEST_TZ,
     DIGEST_NAME,
     GAME_QUEUE,
     DigestIncomplete,
     Notify,
+    digest_cron,
     digest_text,
     game_handler,
     register_digest,
@@ -68,6 +71,8 @@ from codemojex.game.scoring import Score, score
 __all__ = [
     "DAY_BOARD_KEEP_MS",
     "DAY_MS",
+    "DEFAULT_DIGEST_AT",
+    "DEFAULT_DIGEST_TZ",
     "DIGEST_NAME",
     "ENDED_ROUND_KEEP_MS",
     "GAME_QUEUE",
@@ -96,6 +101,7 @@ __all__ = [
     "create_player",
     "create_room",
     "current_round",
+    "digest_cron",
     "digest_text",
     "end_round",
     "game_handler",

@@ -2,10 +2,17 @@
 occurrences ``send_digest`` turns into one top-10 notice per room; ``game_handler`` is the
 handler of ``cm.game`` jobs.
 
+It runs once a day at a local time in a time zone (``register_digest(bus, at="09:00",
+tz="Europe/Berlin")``; the service's ``--digest-at`` and ``--digest-tz``): a cron schedule
+(``echomq_trio.cron``), so it keeps its local time across daylight saving changes. By default
+at 00:10 UTC, ``days.DIGEST_AFTER_MIDNIGHT_MS`` after a UTC midnight. A changed time or zone
+replaces the registration at the next boot (one whose schedule is the same is left as it is).
+
 A digest reports one day's board (``board.day_board``): the UTC day before the one its
 occurrence fired in (the occurrence job id's mint time, so a retried occurrence reports the same
-day), the last complete day. A new registration first fires ``days.DIGEST_AFTER_MIDNIGHT_MS``
-after the next UTC midnight (server clock), so each day is reported once, just after it ends.
+day), the last complete day, whatever the zone: boards are kept per UTC day. (A digest time in
+the first minutes after a UTC midnight reports a day early if the firing host's clock is behind
+the server's; the default keeps 10 minutes from it.)
 
 The fan-out is idempotent: each room's notice carries the idempotency key
 ``digest:<occurrence job id>:<room>``, so when the occurrence is retried the rooms already
@@ -16,28 +23,31 @@ logged and the others still go.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import trio
 
 from codemojex.game import board
-from codemojex.game.days import day_label, digest_day, next_digest_in_ms
+from codemojex.game.days import day_label, digest_day
 from codemojex.game.rooms import Room, get_room, list_room_ids, player_names
 from codemojex.game.rounds import standings_text
-from codemojex.game.rules import DAY_MS, TOP_N
+from codemojex.game.rules import TOP_N
 from codemojex.game.texts import Text
 from codemojex.keys import QUEUES
 from codemojex.notify import notifier
-from codemojex.store import server_time_ms
 from echomq_trio import Bury, Bus, BusError, Job, ids, repeat
 from echomq_trio.repeat import Registered
 
 __all__ = [
+    "DEFAULT_DIGEST_AT",
+    "DEFAULT_DIGEST_TZ",
     "DIGEST_NAME",
     "GAME_QUEUE",
     "DigestIncomplete",
     "Notify",
+    "digest_cron",
     "digest_text",
     "game_handler",
     "register_digest",
@@ -47,6 +57,8 @@ __all__ = [
 GAME_QUEUE = QUEUES["game"]
 ROOMS_AT_ONCE = 32  # the digest's notices admitted at once
 DIGEST_NAME = "daily-standings"
+DEFAULT_DIGEST_AT = "00:10"  # local time (HH:MM), days.DIGEST_AFTER_MIDNIGHT_MS past midnight
+DEFAULT_DIGEST_TZ = "UTC"
 
 log = logging.getLogger(__name__)
 
@@ -126,14 +138,31 @@ async def send_digest(bus: Bus, occurrence: str, *, notify: Notify = notifier.no
     return admitted
 
 
+def digest_cron(at: str) -> str:
+    """The cron expression of a daily time ``HH:MM`` (``"09:30"`` -> ``"30 9 * * *"``);
+    ``ValueError`` for anything else."""
+    m = re.fullmatch(r"([01]?\d|2[0-3]):([0-5]\d)", at) if isinstance(at, str) else None
+    if m is None:
+        raise ValueError(f"a digest time is HH:MM, 00:00 to 23:59, got {at!r}")
+    return f"{int(m[2])} {int(m[1])} * * *"
+
+
 async def register_digest(
-    bus: Bus, *, every_ms: int = DAY_MS, first_in_ms: int | None = None
+    bus: Bus,
+    *,
+    at: str = DEFAULT_DIGEST_AT,
+    tz: str = DEFAULT_DIGEST_TZ,
+    clock: repeat.Clock | None = None,
 ) -> tuple[Registered, int]:
-    """Register the daily digest on ``cm.game`` (idempotent: a live registration is kept). With
-    no ``first_in_ms`` it first fires ``DIGEST_AFTER_MIDNIGHT_MS`` after the next UTC midnight
-    of the server's clock."""
-    first = next_digest_in_ms(await server_time_ms(bus)) if first_in_ms is None else first_in_ms
-    return await repeat.register(bus, GAME_QUEUE, DIGEST_NAME, every_ms, "digest", first)
+    """Register the daily digest on ``cm.game`` at the local time ``at`` (``HH:MM``) in the zone
+    ``tz``: idempotent (a live registration with this schedule is kept: ``EXISTS``), and one
+    with another schedule (another time, zone, or the ``every_ms`` one of earlier versions) is
+    replaced (``REPLACED``). ``clock`` is ``repeat.register``'s (for tests). ``ValueError`` for a
+    bad time or zone, before any I/O."""
+    return await repeat.register(
+        bus, GAME_QUEUE, DIGEST_NAME, template="digest", cron=digest_cron(at), tz=tz,
+        replace=True, clock=clock,
+    )  # fmt: skip
 
 
 def game_handler(

@@ -18,7 +18,9 @@ from urllib.parse import parse_qsl
 
 import attrs
 
+from echomq_trio import cron
 from echomq_trio._checks import check_lane_cursor, check_queue
+from echomq_trio.repeat import next_runs
 from echomq_trio.results import Counts, JobInfo, LaneStatus, Registration
 from servicekit import humane
 
@@ -141,9 +143,19 @@ def job_row(info: JobInfo, now_ms: int) -> dict[str, Any]:
 
 
 def repeat_row(reg: Registration, now_ms: int) -> dict[str, Any]:
+    """A registration: its schedule (``every 1 h``, or the cron expression and its zone), and its
+    next 3 runs in the schedule's zone and in UTC."""
+    tz = reg.tz or "UTC"
+    try:
+        runs = [{"local": cron.local_text(t, tz), "utc": humane.iso(t)} for t in next_runs(reg)]
+    except ValueError:  # a zone this machine's database lacks
+        runs = []
     return {
         "name": reg.name,
-        "every": humane.span(reg.every_ms),
+        "every": "-" if reg.every_ms is None else humane.span(reg.every_ms),
+        "schedule": reg.cron if reg.cron is not None else f"every {humane.span(reg.every_ms or 0)}",
+        "zone": reg.tz or "-",
+        "next_runs": runs,
         "next": humane.iso(reg.next_run_ms),
         "next_relative": humane.relative(reg.next_run_ms, now_ms),
         "last_fired": humane.relative(reg.last_fired_ms, now_ms),

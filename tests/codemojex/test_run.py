@@ -193,6 +193,8 @@ async def test_a_start_moves_the_rooms_of_the_old_set_into_the_index(tmp_path: P
         (["--updates", "webhook", "--telegram-token", "1:A"], "needs --webhook-url"),
         (["--round-length", "1"], "--round-length must be >= 5"),
         (["--telegram-hang-after", "0"], "--telegram-hang-after must be >= 0.1"),
+        (["--digest-at", "9am"], "--digest-at: a digest time is HH:MM"),
+        (["--digest-tz", "CEST"], "--digest-tz: unknown time zone 'CEST'"),
     ],
 )
 def test_bad_settings_are_one_clear_line(
@@ -250,7 +252,8 @@ async def test_help_documents_every_setting() -> None:
                  "--group-limit", "--host", "--page-port", "--feed-port", "--demo",
                  "--archive", "--archive-db", "--replica", "--summary-every",
                  "--compact-segments", "--round-keep", "--updates", "--webhook-url",
-                 "--round-length", "--telegram-hang-after"):  # fmt: skip
+                 "--round-length", "--telegram-hang-after", "--digest-at",
+                 "--digest-tz"):  # fmt: skip
         assert flag in text
     assert "CODEMOJEX_TELEGRAM_TOKEN" in text
 
@@ -282,3 +285,13 @@ async def test_the_first_screen_says_when_notices_wait_for_the_disk_and_when_the
         out = await start_and_stop(tmp_path / "url", r"durability: ", "--summary-every", "0",
                                    "--demo", "off", "--url", server.url)  # fmt: skip
     assert "keeps no append-only file, so a notice is in its memory only" in out.text()
+
+
+def test_the_digest_time_and_zone_are_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from codemojex.settings import parse_settings
+
+    default = parse_settings([])
+    assert (default.digest_at, default.digest_tz) == ("00:10", "UTC")
+    monkeypatch.setenv("CODEMOJEX_DIGEST_TZ", "Europe/Berlin")
+    s = parse_settings(["--digest-at", "09:30"])
+    assert (s.digest_at, s.digest_tz) == ("09:30", "Europe/Berlin")

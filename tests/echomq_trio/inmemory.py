@@ -192,7 +192,7 @@ class InMemoryQueue:
                       carrying=0, lateness=late)  # fmt: skip
 
     def _fire(self, args: list[str]) -> list[Any]:
-        return _reply("fire", fired=0, next_due=-1, now=self.now_ms())
+        return _reply("fire", fired=0, next_due=-1, now=self.now_ms(), wanted=[])
 
     def _reap(self, args: list[str]) -> list[Any]:
         batch, now = int(args[0]), self.now_ms()

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from echomq_trio import ids, protocol, sequence
+from echomq_trio import cron, ids, protocol, sequence
 from echomq_trio._checks import MAX_DELAY_MS, MAX_TIME_MS
 from echomq_trio.keys import QueueKeys, queue_keys
 from echomq_trio.protocol import Call
@@ -25,6 +25,8 @@ from echomq_trio.results import (
     AuditRecord,
     ClockCarried,
     Counts,
+    CronDue,
+    Fired,
     Job,
     JobInfo,
     LanePage,
@@ -537,7 +539,9 @@ registrations = st.builds(
 def test_repeat_round_trips(k: QueueKeys, reg: Registration, answer: Registered, at: int) -> None:
     call = protocol.register_call(k, reg.name, reg.every_ms, reg.template, MAX, group=reg.group)
     _check_call(call, k)
-    assert call.args[1:] == (reg.name, str(reg.every_ms), reg.template, "0", reg.group or "")
+    assert call.args[1:] == (
+        reg.name, str(reg.every_ms), reg.template, "0", reg.group or "", "", "", "0", "0",
+    )  # fmt: skip
     assert protocol.register_reply([answer.value.encode(), at]) == (answer, at)
     for call in (
         protocol.unregister_call(k, reg.name),
@@ -548,8 +552,30 @@ def test_repeat_round_trips(k: QueueKeys, reg: Registration, answer: Registered,
         _check_call(call, k)
     last = "" if reg.last_fired_ms is None else str(reg.last_fired_ms)
     raw = [[reg.name.encode(), f"{reg.next_run_ms}", str(reg.every_ms).encode(), reg.template,
-            (reg.group or "").encode(), last]]  # fmt: skip
+            (reg.group or "").encode(), last, b"", b""]]  # fmt: skip
     assert protocol.repeats_reply(raw) == [reg]
+    cron_reg = attrs.evolve(reg, every_ms=None, cron="0 9 * * MON-FRI", tz="Europe/Berlin")
+    raw = [[reg.name.encode(), f"{reg.next_run_ms}", b"", reg.template, (reg.group or "").encode(),
+            last, b"0 9 * * MON-FRI", b"Europe/Berlin"]]  # fmt: skip
+    assert protocol.repeats_reply(raw) == [cron_reg]
+    schedule = cron.parse("0 9 * * MON-FRI", "Europe/Berlin")
+    call = protocol.register_call(k, reg.name, None, reg.template, MAX, group=reg.group,
+                                  cron=schedule, first_at_ms=at, replace=True)  # fmt: skip
+    _check_call(call, k)
+    assert call.args[1:] == (
+        reg.name, "", reg.template, "0", reg.group or "", "0 9 * * MON-FRI", "Europe/Berlin",
+        str(at), "1",
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="exactly one of every_ms and cron"):
+        protocol.register_call(k, reg.name, 1000, reg.template, MAX, cron=schedule)
+    moves = [(reg.name, at - 1, at)] if at else [(reg.name, at, at + 1)]
+    call = protocol.fire_call(k, [ids.generate("JOB")], moves)
+    _check_call(call, k)
+    assert call.args[1:5] == ("1", *(str(x) for x in moves[0]))
+    with pytest.raises(ValueError, match="must come after"):
+        protocol.fire_call(k, [ids.generate("JOB")], [(reg.name, at, at)])
+    fired = protocol.fire_reply([2, at, at, reg.name.encode(), at, b"* * * * *", b"UTC"])
+    assert fired == Fired(2, at, at, (CronDue(reg.name, at, "* * * * *", "UTC"),))
     assert protocol.unregister_reply(b"cancelled") is True
     assert protocol.unregister_reply(b"absent") is False
     with pytest.raises(ValueError):

@@ -200,7 +200,7 @@ def test_scripts_answer_the_words_python_parses(name: str) -> None:
     }
     if name in parsers:
         assert {str(parsers[name](w.encode())) for w in words} == (
-            {"registered", "exists"} if name == "register" else {"True", "False"}
+            {"registered", "exists", "replaced"} if name == "register" else {"True", "False"}
         )
 
 
@@ -355,8 +355,10 @@ def test_each_reply_is_decoded_by_the_names_its_header_lists() -> None:
     assert headers == protocol.REPLY_FIELDS
     with pytest.raises(ValueError, match="inspect/job answered 6 fields, expected 7"):
         protocol.inspect_reply([[b"JOB0000000000x", b"dead", b"1", b"", b"", b""]])
-    with pytest.raises(ValueError, match="fire answered 4 fields, expected 3"):
+    with pytest.raises(ValueError, match="fire/wanted answered 1 fields, not items of 4"):
         protocol.fire_reply([1, -1, 5, 6])
+    with pytest.raises(ValueError, match="register answered 3 fields, expected 2"):
+        protocol.register_reply([b"exists", 5, 6])
     with pytest.raises(ValueError, match="claim/job answered 4 fields, not items of 5"):
         protocol.claim_reply([9, b"JOB0000000000x", b"p", 1, 1], "q")
     assert protocol.reap_reply([1, 2, 0]).next_from is None  # the optional last field

@@ -125,7 +125,7 @@ def test_arrows_render_lanes_schedules_and_settings() -> None:
     assert states.arrow("lane_resume") == "lane paused | waiting -> ready | idle"
     assert states.arrow("fire") == "registered -> registered (+ pending | pending (lane))"
     assert states.arrow("counts") == "none (read only)"
-    assert states.arrow("register") == "(none) -> registered"
+    assert states.arrow("register") == "(none) | registered -> registered"
 
 
 # --- the real scripts against the table ---------------------------------------------------------
@@ -415,11 +415,18 @@ class Lifecycle(RuleBasedStateMachine):
         for job_id in expired:
             self.move(job_id, "reap", self.lane_case(job_id))  # attempts and token unchanged
 
-    @rule(name=st.sampled_from(REPEATS), lane=st.sampled_from((None, "o")))
-    def register(self, name: str, lane: str | None) -> None:
+    @rule(name=st.sampled_from(REPEATS), lane=st.sampled_from((None, "o")), replace=st.booleans())
+    def register(self, name: str, lane: str | None, replace: bool = False) -> None:
         r = self.repeats[name]
-        word, _ = self.run(repeat.register, name, LATER_MS, b"tick", 0, lane)
+        word, _ = self.run(
+            partial(repeat.register, replace=replace), name, LATER_MS, b"tick", 0, lane
+        )
         if r.state is RepeatState.REGISTERED:
+            if replace and lane != r.group:  # another lane: replaced, due at once
+                assert word is Registered.REPLACED
+                self.walked.add((r.state, "register", "replace"))
+                r.group, r.due = lane, True
+                return
             assert word is Registered.EXISTS  # left as it is
             return
         assert word is Registered.REGISTERED
@@ -609,6 +616,9 @@ WALK: list[tuple[str, dict[str, Any]]] = [
     ("register", {"name": "r1", "lane": None}),
     ("register", {"name": "r2", "lane": "o"}),
     ("register", {"name": "r2", "lane": "o"}),  # exists: left as it is
+    ("register", {"name": "r2", "lane": "o", "replace": True}),  # the same: left as it is
+    ("fire", {}),
+    ("register", {"name": "r2", "lane": None, "replace": True}),  # replaced, due at once
     ("fire", {}),
     ("fire", {}),  # nothing due: a period ahead
     ("advance", {"name": "r1"}),
