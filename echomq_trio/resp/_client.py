@@ -16,8 +16,11 @@ Theory of operation:
   with ``ConnectionLost`` and is closed. The next call connects again; when a connection attempt
   fails, the calls of the next ``backoff`` seconds (50 ms doubling to 2 s) fail at once with
   ``ConnectionLost`` instead of hammering a server that is down.
-* Every task runs in the nursery of ``open_resp``'s block: none outlives the transport.
-  ``blocking()`` and ``subscribe()`` open connections of their own, closed when their block ends.
+* Every task runs in the nursery of ``open_resp``'s block: none outlives the transport. A
+  link's tasks are shielded from a cancellation that passes through the block (a shutdown), so
+  cleanup that calls the server under a shield with a deadline (a consumer handing back the jobs
+  it holds) still has its connection; the block's end closes them. ``blocking()`` and
+  ``subscribe()`` open connections of their own, closed when their block ends.
 
 Connecting: TCP (``trio.SSLStream`` over it for ``rediss://``), then ``HELLO 3`` with the URL's
 credentials (RESP3; a server without ``HELLO`` gets ``AUTH`` and RESP2), then ``SELECT`` of a
@@ -63,6 +66,7 @@ log = logging.getLogger("echomq_trio.resp")
 RECEIVE_BYTES = 65536
 BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 2.0
+SUBSCRIPTION_BUFFER = 1024  # messages a subscription holds for a reader that is behind
 _LOST = (
     "lost the connection to the server at {} (it stopped, restarted or closed the connection); "
     "reconnecting"
@@ -185,7 +189,11 @@ class _Link:
         self.codec: Codec[_Waiter] = Codec()
         self.alive = True
         self.error: BaseException | None = None  # why it ended, if it failed
-        self.scope = trio.CancelScope()
+        # Shielded: a cancellation passing through the transport's block (a shutdown) must not
+        # take the connection from the calls its cleanup makes under shields of their own (a
+        # consumer's release of what it holds); the link ends when it fails or is closed, and
+        # ``open_resp`` closes it when its block ends, so it never outlives the block.
+        self.scope = trio.CancelScope(shield=True)
         self._writing = False  # the writer task holds bytes to send: new ones queue behind
         self._wake_writer = trio.Event()
 
@@ -538,57 +546,160 @@ class RespTransport:
     async def subscribe(
         self, *, channels: Sequence[str] = (), patterns: Sequence[str] = ()
     ) -> AsyncIterator[RespSubscription]:
-        """A connection of its own subscribed to ``channels`` and ``patterns``."""
-        if not channels and not patterns:
-            raise ValueError("subscribe to at least one channel or pattern")
-        stream = await _connect(self.spec)
-        try:
-            sub = RespSubscription(stream, self._where)
-            await sub._start(channels, patterns)
+        """A connection of its own subscribed to ``channels`` and ``patterns``, subscribed when
+        this returns; it connects and subscribes again by itself when the connection is lost
+        (see ``RespSubscription``)."""
+        async with RespSubscription.open(self.spec, channels, patterns, self._connect) as sub:
             yield sub
-        finally:
-            await trio.aclose_forcefully(stream)
+
+
+class _Lost(Exception):
+    """The subscriber's connection is gone (the reader connects again)."""
 
 
 class RespSubscription:
-    """Messages of a subscription, in order (a ``transport.Subscription``). Receive them from one
-    long-lived task, and cancel it only to stop for good (over TLS a cancelled read may lose
-    what was on its way)."""
+    """Messages of a subscription, in order (a ``transport.Subscription``), on a connection of
+    its own that a reader task of the ``subscribe`` block serves: it hands each message over a
+    memory channel of ``SUBSCRIPTION_BUFFER`` (a reader that falls that far behind holds the
+    connection back, and the server's output buffer takes the rest), so a cancelled ``receive``
+    loses nothing.
 
-    def __init__(self, stream: trio.abc.Stream, where: str) -> None:
-        self._stream = stream
-        self._where = where
+    A lost connection (the server restarted, a failover, a reset) is connected and subscribed
+    again by the reader itself, at once and then after ``BACKOFF_FIRST_S`` doubling to
+    ``BACKOFF_MAX_S`` while the server is away, as glide's subscriptions do: what was
+    published meanwhile is lost (pub/sub keeps nothing), so a reader that must not miss a change
+    reads the state again after a gap (``reconnects`` counts them). Refused credentials end the
+    block with ``AuthenticationFailed``."""
+
+    def __init__(
+        self,
+        spec: ConnectionSpec,
+        channels: Sequence[str],
+        patterns: Sequence[str],
+        connect: Callable[[ConnectionSpec], Awaitable[trio.abc.Stream]] = _connect,
+    ) -> None:
+        if not channels and not patterns:
+            raise ValueError("subscribe to at least one channel or pattern")
+        self._spec = spec
+        self._where = spec.redacted()
+        self._channels = tuple(channels)
+        self._patterns = tuple(patterns)
+        self._connect = connect
+        self._stream: trio.abc.Stream | None = None
         self._codec: Codec[None] = Codec(subscriber=True)
+        self._send, self._messages = trio.open_memory_channel[Message](SUBSCRIPTION_BUFFER)
+        self.reconnects = 0
 
-    async def _start(self, channels: Sequence[str], patterns: Sequence[str]) -> None:
-        if channels:
-            self._codec.send(("SUBSCRIBE", *channels), None)
-        if patterns:
-            self._codec.send(("PSUBSCRIBE", *patterns), None)
-        data = self._codec.data_to_send()
-        self._codec.take_waiting()  # no reply pairs with them: every frame is a push
-        await self._stream.send_all(data)
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        spec: ConnectionSpec,
+        channels: Sequence[str],
+        patterns: Sequence[str],
+        connect: Callable[[ConnectionSpec], Awaitable[trio.abc.Stream]] = _connect,
+    ) -> AsyncIterator[RespSubscription]:
+        """Subscribe (``ConnectionLost`` if the server cannot be reached), serve it for the
+        block, close it at the end."""
+        sub = cls(spec, channels, patterns, connect)
+        await sub._open()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(sub._serve)
+                try:
+                    yield sub
+                finally:
+                    nursery.cancel_scope.cancel()
+        finally:
+            await sub._close()
 
-    async def receive(self) -> Message:
+    async def _open(self) -> None:
+        """Connect and subscribe, and wait until the server confirms every subscription."""
+        stream = await self._connect(self._spec)
+        codec: Codec[None] = Codec(subscriber=True)
+        if self._channels:
+            codec.send(("SUBSCRIBE", *self._channels), None)
+        if self._patterns:
+            codec.send(("PSUBSCRIBE", *self._patterns), None)
+        data = codec.data_to_send()
+        codec.take_waiting()  # no reply pairs with them: every frame is a push
+        confirmed, wanted, early = 0, len(self._channels) + len(self._patterns), []
+        try:
+            with trio.fail_after(DEFAULT_CONNECT_TIMEOUT_MS / 1000):
+                await stream.send_all(data)
+                while confirmed < wanted:
+                    chunk = await stream.receive_some(RECEIVE_BYTES)
+                    if not chunk:
+                        raise trio.BrokenResourceError("closed while subscribing")
+                    codec.receive_data(chunk)
+                    while codec.pushes:
+                        frame = codec.pushes.popleft()
+                        if frame and as_text(frame[0]) in ("subscribe", "psubscribe"):
+                            confirmed += 1
+                        else:
+                            early.append(frame)  # a message right behind its confirmation
+        except (trio.BrokenResourceError, trio.TooSlowError, OSError, ProtocolError) as exc:
+            await trio.aclose_forcefully(stream)
+            raise ConnectionLost(f"cannot subscribe at {self._where}: {exc!r}") from exc
+        except BaseException:
+            await trio.aclose_forcefully(stream)
+            raise
+        codec.pushes.extend(early)
+        self._stream, self._codec = stream, codec
+
+    async def _serve(self) -> None:
+        """Read messages and hand them over; connect and subscribe again when lost."""
+        delay = BACKOFF_FIRST_S
+        while True:
+            try:
+                await self._pump()
+            except _Lost as lost:
+                log.warning("subscription to %s: %s; subscribing again", self._where, lost)
+            await self._close()
+            while True:
+                try:
+                    await self._open()
+                except ConnectionLost:
+                    await trio.sleep(delay)
+                    delay = min(BACKOFF_MAX_S, delay * 2)
+                    continue
+                break
+            delay = BACKOFF_FIRST_S
+            self.reconnects += 1
+            log.info("subscription to %s: subscribed again", self._where)
+
+    async def _pump(self) -> None:
+        stream = self._stream
+        assert stream is not None
         pushes = self._codec.pushes
         while True:
             while pushes:
                 frame = pushes.popleft()
                 kind = as_text(frame[0]) if frame else ""
                 if kind == "message":
-                    return Message(as_text(frame[1]), as_bytes(frame[2]))
-                if kind == "pmessage":
-                    return Message(as_text(frame[2]), as_bytes(frame[3]), as_text(frame[1]))
+                    await self._send.send(Message(as_text(frame[1]), as_bytes(frame[2])))
+                elif kind == "pmessage":
+                    await self._send.send(
+                        Message(as_text(frame[2]), as_bytes(frame[3]), as_text(frame[1]))
+                    )
             try:
-                data = await self._stream.receive_some(RECEIVE_BYTES)
-            except (trio.BrokenResourceError, OSError) as exc:
-                raise ConnectionLost(_LOST.format(self._where)) from exc
+                data = await stream.receive_some(RECEIVE_BYTES)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                raise _Lost(f"lost the connection ({exc!r})") from exc
             if not data:
-                raise ConnectionLost(_LOST.format(self._where))
+                raise _Lost("the server closed the connection")
             try:
                 self._codec.receive_data(data)
             except ProtocolError as exc:
-                raise ConnectionLost(f"{_LOST.format(self._where)}: {exc}") from exc
+                raise _Lost(f"not RESP: {exc}") from exc
+
+    async def _close(self) -> None:
+        if self._stream is not None:
+            await trio.aclose_forcefully(self._stream)
+            self._stream = None
+
+    async def receive(self) -> Message:
+        return await self._messages.receive()
 
     def __aiter__(self) -> RespSubscription:
         return self

@@ -36,6 +36,7 @@ import trio
 from echomq_trio._replies import as_text
 from echomq_trio.errors import AuthenticationFailed, ConnectionLost, ServerError
 from echomq_trio.resp._client import RespSubscription, RespTransport
+from echomq_trio.resp._client import _connect as connect_node
 from echomq_trio.wire import ConnectionSpec, parse_url, probe
 
 __all__ = ["ClusterTransport", "command_key", "key_slot", "open_cluster"]
@@ -313,9 +314,24 @@ class ClusterTransport:
     async def subscribe(
         self, *, channels: Sequence[str] = (), patterns: Sequence[str] = ()
     ) -> AsyncIterator[RespSubscription]:
-        """A connection of its own to one node, subscribed (every node sees every PUBLISH)."""
-        node = await self._owner(None)
-        async with node.subscribe(channels=channels, patterns=patterns) as sub:
+        """A connection of its own to one node, subscribed (every node sees every PUBLISH).
+        When that node is lost, it subscribes again on the first node that answers (a known
+        primary, then the URL's nodes), as a failover asks."""
+        if not channels and not patterns:
+            raise ValueError("subscribe to at least one channel or pattern")
+        await self._owner(None)  # the map, so the primaries are known
+
+        async def any_node(spec: ConnectionSpec) -> trio.abc.Stream:
+            problems = []
+            for address in dict.fromkeys([*self._primaries(), *self.spec.hosts]):
+                node = attrs.evolve(spec, hosts=(address,), cluster=False)
+                try:
+                    return await (self._connect or connect_node)(node)
+                except ConnectionLost as exc:
+                    problems.append(str(exc))
+            raise ConnectionLost(f"no node of {self._where} answers: {'; '.join(problems)}")
+
+        async with RespSubscription.open(self.spec, channels, patterns, any_node) as sub:
             yield sub
 
     async def aclose(self) -> None:

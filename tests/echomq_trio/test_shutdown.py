@@ -1,9 +1,10 @@
 """Cancelling a consumer: unfinished jobs go back to pending at once, attempts unchanged, within
 the grace period."""
 
+import pytest
 import trio
 
-from echomq_trio import Bus, Consumer, Job, ids, jobs
+from echomq_trio import Bus, Consumer, Job, ids, jobs, open_bus
 from tests.support import wait_for
 
 
@@ -73,3 +74,29 @@ async def test_cancel_of_an_idle_consumer_is_prompt(bus: Bus, queue: str) -> Non
         t0 = trio.current_time()
         nursery.cancel_scope.cancel()
     assert trio.current_time() - t0 < 2
+
+
+@pytest.mark.parametrize("transport", ["trio", "glide"])
+async def test_a_shutdown_that_cancels_the_bus_too_still_hands_the_jobs_back(
+    server_url: str, queue: str, transport: str
+) -> None:
+    """A shutdown that cancels everything at once (a SIGTERM cancels the whole program, the bus's
+    own block with it): the consumer's release, under its shield, still reaches the server, on
+    either transport, so the held jobs are pending at once and not after their leases."""
+    held = trio.Event()
+
+    async def handler(job: Job) -> None:
+        held.set()
+        await trio.sleep_forever()
+
+    with trio.CancelScope() as everything:
+        async with open_bus(server_url, transport=transport) as bus, trio.open_nursery() as n:
+            await jobs.enqueue_many(bus, queue, [(ids.generate("JOB"), "x") for _ in range(5)])
+            consumer = Consumer(bus, queue, handler, concurrency=2, prefetch=3, lease_ms=600_000)
+            await n.start(consumer.run)
+            await held.wait()
+            everything.cancel()
+    assert consumer.statistics().released == consumer.statistics().claimed == 5
+    async with open_bus(server_url, transport=transport) as bus:
+        c = await jobs.counts(bus, queue)
+    assert (c.active, c.pending) == (0, 5)

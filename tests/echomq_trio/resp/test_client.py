@@ -430,3 +430,31 @@ async def test_a_request_larger_than_the_kernels_buffer_goes_out_whole_amid_othe
         assert await t.command("STRLEN", "resp:big") == len(big)
         assert await t.command("GET", "resp:big") == big  # a reply over many reads, too
         await t.command("DEL", "resp:big")
+
+
+@pytest.mark.parametrize("transport", ["trio", "glide"])
+async def test_a_subscription_outlives_a_restart_of_its_server(
+    tmp_path: Path, transport: str
+) -> None:
+    """A subscriber's connection is lost when its server is killed and started again (the
+    embedded server's supervisor restarts it): the subscription connects and subscribes again
+    by itself, and a message published after the restart arrives, on either transport (glide's
+    client does this itself; the trio transport's ``RespSubscription`` likewise). What was
+    published while it was away is lost, as pub/sub keeps nothing."""
+    async with (
+        start_server(tmp_path) as server,
+        open_bus(server.url, transport=transport) as bus,
+        bus.transport.subscribe(channels=["news"]) as sub,
+    ):
+        await wait_for(lambda: _publish(bus, "news", b"before"))
+        assert await sub.receive() == Message("news", b"before")
+        server.kill()
+        await wait_for(lambda: server.restarts == 1, timeout=30)
+
+        async def heard_after() -> bool:  # published until the subscriber is back
+            return await _publish(bus, "news", b"after")
+
+        await wait_for(heard_after, timeout=30, step=0.05)
+        with trio.fail_after(10):
+            got = await sub.receive()
+        assert got == Message("news", b"after")
