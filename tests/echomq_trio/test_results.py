@@ -5,6 +5,9 @@ runs the plain ack."""
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 import trio
 
@@ -257,3 +260,35 @@ async def test_ack_with_results_answers_stale_for_a_second_try(bus: Bus, queue: 
     assert await jobs.ack_with_results(bus, queue, []) == []
     with pytest.raises(TypeError, match="result must be bytes"):
         await jobs.ack_with_results(bus, queue, [(job.id, job.token, "", "s")])  # type: ignore[list-item]
+
+
+@pytest.mark.slow
+async def test_the_cli_prints_a_result_and_show_prints_result_and_progress(
+    bus: Bus, server_url: str, queue: str
+) -> None:
+    from tests.echomq_trio.test_cli import echomq
+
+    await jobs.keep_results(bus, queue, TTL_MS)
+    await jobs.enqueue(bus, queue, "x")
+    (job,) = await jobs.claim(bus, queue)
+    assert await jobs.write_progress(bus, queue, [(job.id, job.token, {"done": 7})]) == [
+        Outcome.NOTED
+    ]
+    out = await echomq("show", queue, job.id, url=server_url)
+    assert re.search(r'^progress\s+\{"done": 7\}$', out.stdout.decode(), re.M), out
+    await jobs.ack_with_results(bus, queue, [(job.id, job.token, "", b"forty-two")])
+    out = await echomq("result", queue, job.id, url=server_url)
+    assert (out.returncode, out.stdout.decode()) == (0, "forty-two\n"), out
+    out = await echomq("--json", "result", queue, job.id, url=server_url)
+    assert json.loads(out.stdout) == {"id": job.id, "result": "forty-two"}
+    out = await echomq("show", queue, job.id, url=server_url)
+    text = out.stdout.decode()
+    assert re.search(r"^state\s+completed$", text, re.M), text
+    assert re.search(r"^result\s+forty-two$", text, re.M), text
+    assert re.search(r"^finished\s+", text, re.M), text
+    unknown = ids.generate("JOB")
+    out = await echomq("result", queue, unknown, "--timeout", "5", url=server_url)
+    assert out.returncode == 1 and f"no job {unknown}" in out.stderr.decode(), out
+    waiting = (await jobs.enqueue(bus, queue, "y")).id
+    out = await echomq("result", queue, waiting, "--timeout", "0.3", url=server_url)
+    assert out.returncode == 124 and "did not finish within 0.3 s" in out.stderr.decode(), out
