@@ -65,9 +65,12 @@ async def fill_bus(bus: Bus, nursery: trio.Nursery) -> None:
                           first_in_ms=20 * 60_000)  # fmt: skip
     await jobs.enqueue(bus, "cm.game", "start round", job_id=ids.generate("JOB"))
 
-    async def slow(job: Job) -> RetryIn | None:
-        await trio.sleep(rng.uniform(0.05, 0.3))
-        return RetryIn(200, "flaky") if rng.random() < 0.2 and job.attempts < 2 else None
+    async def slow(job: Job) -> RetryIn | str | None:
+        steps = rng.randint(2, 6)
+        for step in range(steps):  # progress bars in the Running list
+            await job.progress({"step": step, "of": steps})
+            await trio.sleep(rng.uniform(0.1, 0.5))
+        return RetryIn(200, "flaky") if rng.random() < 0.2 and job.attempts < 2 else "sent"
 
     async def produce(queue: str) -> None:
         while True:

@@ -174,6 +174,8 @@ class Dashboard:
         )
         dead = await jobs.dead_jobs(self.bus, queue, query.dead, n + 1)
         regs = await repeat.list_repeats(self.bus, queue, n + 1, query.repeats)
+        running = await jobs.list_jobs(self.bus, queue, jobs.JobState.ACTIVE, query.running, n + 1)
+        one = await jobs.get_job(self.bus, queue, query.job) if query.job else None
         return {
             "name": queue,
             "lanes": {"rows": [view.lane_row(x, now) for x in page.lanes], "next": page.next},
@@ -182,6 +184,11 @@ class Dashboard:
             ),
             "repeats": _offset_page([view.repeat_row(r, now) for r in regs], query.repeats, n),
             "dead": _offset_page([view.job_row(j, now) for j in dead], query.dead, n),
+            "running": _offset_page([view.running_row(j, now) for j in running], query.running, n),
+            # the job asked for by id: None when it has no row (or none was asked for)
+            "job": {"id": query.job, "found": None if one is None else view.job_view(one, now)}
+            if query.job
+            else None,
         }
 
     # --- HTTP ----------------------------------------------------------------------------

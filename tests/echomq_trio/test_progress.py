@@ -176,3 +176,79 @@ def test_progress_values_are_checked() -> None:
     ]:
         with pytest.raises(error, match=match):
             protocol.encode_progress(bad)
+
+
+# --- the dashboard: progress bars of running jobs, and a job's view with its result ---------------
+
+
+def test_a_bar_shows_progress_that_says_a_share_of_the_work() -> None:
+    from echomq_trio.dashboard import view
+
+    assert view.percent(42) == 42.0
+    assert view.percent(0.5) == 0.5
+    assert view.percent({"step": 3, "of": 12}) == 25.0
+    assert view.percent({"done": 1, "total": 3}) == 33.3
+    assert view.percent({"percent": 80, "eta_s": 5}) == 80.0
+    for none in (None, "half", True, 150, -1, {"step": 1, "of": 0}, [1, 2], math.inf):
+        assert view.percent(none) is None, none
+    q = view.parse_query(b"queue=q&running=20&job=JOB0000000000x")
+    assert (q.running, q.job) == (20, "JOB0000000000x")
+    with pytest.raises(ValueError, match="job id"):
+        view.parse_query(b"queue=q&job=nope")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout_s(120)
+async def test_the_dashboard_shows_progress_bars_and_a_job_s_result(bus: Bus, queue: str) -> None:
+    from echomq_trio.dashboard import Dashboard, view
+    from tools.browser import open_page
+
+    queue = "!" + queue  # first by name, so on the first page among the other tests' queues
+    await jobs.keep_results(bus, queue, 60_000)
+    job_id = (await jobs.enqueue(bus, queue, "resize")).id
+    go = trio.Event()
+
+    async def handler(job: Job) -> str:
+        await job.progress({"step": 3, "of": 4})
+        await go.wait()
+        return "resized to 64x64"
+
+    dashboard = Dashboard(bus, "token", sample_s=0.2, names_every_s=0.2)
+    consumer = Consumer(bus, queue, handler, progress_interval_s=0.05)
+    async with trio.open_nursery() as nursery, open_page() as page:
+        await nursery.start(consumer.run)
+        url = await nursery.start(dashboard.serve, "127.0.0.1", 0)
+
+        async def running() -> bool:
+            state = await dashboard.state(view.Query(queue=queue))
+            rows = state["queue"]["running"]["rows"]
+            return bool(rows) and rows[0]["percent"] == 75.0
+
+        await wait_for(running)
+        await page.goto(f"{url}/?queue={queue}#token=token")
+        bar = f"document.querySelector('#running tr[data-job=\"{job_id}\"] .bar span')"
+        await wait_for(lambda: _evaluates(page, f"({bar} || {{}}).style?.width", "75%"),
+                       timeout=30, step=0.1)  # fmt: skip
+        await page.evaluate(f"document.querySelector('#job-id').value = '{job_id}'")
+        await page.evaluate("document.querySelector('#job-find button').click()")
+        job_view = "(document.querySelector('#job-view') || {}).innerText || ''"
+        await wait_for(lambda: _evaluates(page, job_view, "active", contains=True),
+                       timeout=30, step=0.1)  # fmt: skip
+        go.set()
+        await wait_for(lambda: _evaluates(page, job_view, "resized to 64x64", contains=True),
+                       timeout=30, step=0.1)  # fmt: skip
+        text = await page.evaluate(job_view)
+        assert "completed" in text and '"step": 3' in text, text
+        state = await dashboard.state(view.Query(queue=queue, job=job_id))
+        found = state["queue"]["job"]["found"]
+        assert (found["state"], found["result"], found["percent"]) == (
+            "completed",
+            "resized to 64x64",
+            75.0,
+        )
+        nursery.cancel_scope.cancel()
+
+
+async def _evaluates(page: object, expression: str, want: str, *, contains: bool = False) -> bool:
+    got = str(await page.evaluate(expression))  # type: ignore[attr-defined]
+    return want in got if contains else got == want
