@@ -19,6 +19,10 @@ scrape). Everything talks to
 the server through a ``Transport``: only ``wire`` (the one ``open_bus`` gives) talks to the
 client library, and ``testing.FaultyTransport`` wraps one to fail or cancel chosen calls in
 tests.
+
+A handler's result can be kept with its finished job and waited for from any process
+(``jobs.keep_results``, ``jobs.result``, ``JobHandle``), and a handler reports progress with
+``await job.progress(value)``.
 """
 
 from echomq_trio import (
@@ -53,16 +57,22 @@ from echomq_trio.errors import (
     BusError,
     ConnectionLost,
     DamagedAppendOnlyFile,
+    JobCancelled,
+    JobError,
+    JobFailed,
+    JobNotFound,
     OutOfMemory,
     PersistenceFailed,
     RequestTimedOut,
+    ResultsNotKept,
+    ResultTimedOut,
     ServerDied,
     ServerError,
     ServerNotFound,
     ServerNotRunning,
     WritesRefused,
 )
-from echomq_trio.jobs import Admitted, Job, JobState, Outcome
+from echomq_trio.jobs import Admitted, Job, JobHandle, JobState, Outcome
 from echomq_trio.metronome import Metronome, MetronomeStats
 from echomq_trio.opening import open_bus
 from echomq_trio.sequence import Seq
@@ -87,6 +97,11 @@ __all__ = [
     "Fixed",
     "Jitter",
     "Job",
+    "JobCancelled",
+    "JobError",
+    "JobFailed",
+    "JobHandle",
+    "JobNotFound",
     "JobState",
     "Metronome",
     "MetronomeStats",
@@ -96,6 +111,8 @@ __all__ = [
     "QueueStats",
     "Reply",
     "RequestTimedOut",
+    "ResultTimedOut",
+    "ResultsNotKept",
     "RetryIn",
     "Seq",
     "Serve",

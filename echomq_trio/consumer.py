@@ -286,6 +286,7 @@ class Consumer:
         ``StopConsumer`` when a handler raised it (after the jobs held went back)."""
         self._stopping = False
         self._stopped_by = None
+        self._progress = ProgressBook(self.bus, self.queue, self.progress_interval_s)  # this run's
         slots = trio.Semaphore(self._max_held)
         work_send, work_recv = trio.open_memory_channel[Job](self._max_held)
         done_send, done_recv = trio.open_memory_channel[_Settle](self._max_held)
