@@ -12,7 +12,9 @@ Theory of operation:
   the token no longer holds), then sleeps ``interval_s`` before it looks for news again.
 * The consumer flushes the news of jobs it is about to settle first (``flush``), so a job's last
   report before it finished is in its row; a report that races the settlement is refused by the
-  lease (a settled job's lease no longer holds).
+  lease (a settled job's lease no longer holds). Writes go one at a time (a lock), in the order
+  of the values they carry, and a settlement waits for a write in flight too: a job's value
+  written last is its latest, whichever task writes it.
 * Progress is best effort: a write the server does not take (connection trouble) is dropped and
   logged, not retried; the next report is written as usual.
 """
@@ -50,6 +52,7 @@ class ProgressBook:
     _latest: dict[str, tuple[str, int, object]] = attrs.field(factory=dict)
     _news: trio.Event = attrs.field(factory=trio.Event)
     _scope: trio.CancelScope | None = None
+    _writing: trio.Lock = attrs.field(factory=trio.Lock)  # one write at a time, in order
 
     def report(self, job: Job, value: object) -> None:
         """Keep ``value`` as ``job``'s latest progress (checked now), to be written soon."""
@@ -63,22 +66,27 @@ class ProgressBook:
         self._news.set()
 
     def has_news(self, job_ids: Iterable[str]) -> bool:
-        """Whether any of ``job_ids`` has progress not yet written."""
+        """Whether any of ``job_ids`` has progress not yet written, or a write is in flight (its
+        jobs' values are not in their rows yet)."""
+        if self._writing.locked():
+            return True
         latest = self._latest
         return bool(latest) and any(i in latest for i in job_ids)
 
     async def flush(self) -> None:
-        """Write every job's news now, in one round trip (nothing when there is none)."""
-        if not self._latest:
-            return
-        items = list(self._latest.values())
-        self._latest.clear()
-        self.writes += 1
-        try:
-            await jobs.write_progress(self.bus, self.queue, items)
-        except BusError as exc:
-            log.log(level_of(exc), "progress of %d jobs on %s not written: %s",
-                    len(items), self.queue, exc)  # fmt: skip
+        """Write every job's news now, in one round trip (nothing when there is none), after the
+        write in flight, if any."""
+        async with self._writing:
+            if not self._latest:
+                return
+            items = list(self._latest.values())
+            self._latest.clear()
+            self.writes += 1
+            try:
+                await jobs.write_progress(self.bus, self.queue, items)
+            except BusError as exc:
+                log.log(level_of(exc), "progress of %d jobs on %s not written: %s",
+                        len(items), self.queue, exc)  # fmt: skip
 
     def close(self) -> None:
         """End the flusher (what it has not written is dropped)."""
