@@ -31,11 +31,13 @@ from echomq_trio._upgrade import run_counted
 from echomq_trio.bus import Bus
 from echomq_trio.clock import REAP_GRACE_MS
 from echomq_trio.errors import (
+    BusError,
     JobCancelled,
     JobFailed,
     JobNotFound,
     ResultsNotKept,
     ResultTimedOut,
+    raising_first,
 )
 from echomq_trio.protocol import DEFAULT_KEY_TTL_MS, ENQUEUE_CHUNK, Item, When
 from echomq_trio.results import (
@@ -515,14 +517,32 @@ def _ended(state: ResultState, queue: str, job_id: str) -> bool:
     return False
 
 
+_LIVE_FIRST_S, _LIVE_MOST_S = 0.01, 1.0  # a waiter's own message again after, doubling to
+
+
 async def _live(bus: Bus, sub: Subscription, channel: str) -> None:
     """Return once ``sub`` (just subscribed to ``channel``) hears what is published on it: a
-    message of the waiter's own, published after it subscribed, must come back to it (a
-    transport may return from subscribing before the server has taken the subscription)."""
+    message of the waiter's own, published after it subscribed, must come back to it. A
+    transport may return from subscribing before the server has taken the subscription (the
+    bus's own sends ``SUBSCRIBE`` and goes on), and a message published before then is heard by
+    nobody: so a task publishes it again after 10 ms, 20 ms, ... at most a second apart, until
+    it is heard. The receive itself is never cancelled but to stop for good (glide's would lose
+    the next message)."""
     mine = _READY + secrets.token_hex(8).encode()
-    await bus.command("PUBLISH", channel, mine)
-    while (await sub.receive()).data != mine:
-        pass
+
+    async def publish() -> None:
+        wait_s = _LIVE_FIRST_S
+        while True:
+            await bus.command("PUBLISH", channel, mine)
+            await trio.sleep(wait_s)
+            wait_s = min(2 * wait_s, _LIVE_MOST_S)
+
+    with raising_first(BusError):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(publish)
+            while (await sub.receive()).data != mine:
+                pass
+            nursery.cancel_scope.cancel()
 
 
 async def result(bus: Bus, queue: str, job_id: str, *, timeout_s: float) -> bytes | None:
@@ -530,9 +550,10 @@ async def result(bus: Bus, queue: str, job_id: str, *, timeout_s: float) -> byte
     when its handler returned none), waiting at most ``timeout_s``. The queue must keep results
     (``keep_results``) from before the job finishes.
 
-    No polling: it subscribes to the job's channel (on a client of its own), then reads the
-    job's state (so a job that finished before the wait is found at once), then waits for the
-    message its ack (or burial) publishes. Raises ``JobFailed`` (the job is dead; its
+    No polling: it subscribes to the job's channel (on a client of its own), makes sure the
+    subscription is live (a message of its own comes back), then reads the job's state (so a job
+    that finished before the wait is found at once), then waits for the message its ack (or
+    burial) publishes. Raises ``JobFailed`` (the job is dead; its
     ``error``), ``JobCancelled``, ``JobNotFound`` (no such job, or its result expired),
     ``ResultsNotKept`` and ``ResultTimedOut`` (``errors``; all ``JobError``), and ``BusError``
     for trouble with the server. ``ValueError``/``TypeError`` for a bad id or timeout, before

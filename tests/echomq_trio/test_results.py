@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 import trio
@@ -23,6 +26,7 @@ from echomq_trio.errors import (
 from echomq_trio.jobs import JobHandle, JobState, Outcome
 from echomq_trio.settlement import HandlerResult
 from echomq_trio.testing import FaultyTransport, scripts
+from echomq_trio.transport import Message
 from tests.support import read_line, spawn, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -109,6 +113,44 @@ async def test_a_waiter_is_told_when_the_job_finishes_without_polling(bus: Bus, 
     # one read before the end, one after the message: no polling in between
     assert sum(map(reads, faulty.calls)) == 2
     assert [c.name for c in faulty.calls if c.op == "subscribe"] == ["SUBSCRIBE"]
+
+
+class _LateSubscriptions:
+    """A transport whose subscriptions miss the first message published on them, as one does
+    whose ``SUBSCRIBE`` the server takes only after the waiter's first message went out."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.dropped: list[bytes] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    @asynccontextmanager
+    async def subscribe(self, **kw: Any) -> AsyncIterator[Any]:
+        async with self.inner.subscribe(**kw) as sub:
+            first = True
+            outer = self
+
+            class Late:
+                async def receive(self) -> Message:
+                    nonlocal first
+                    message = await sub.receive()
+                    if first:
+                        first = False
+                        outer.dropped.append(message.data)
+                        return await sub.receive()
+                    return message
+
+            yield Late()
+
+
+async def test_a_waiter_whose_first_message_is_missed_publishes_again(bus: Bus, queue: str) -> None:
+    await jobs.keep_results(bus, queue, TTL_MS)
+    job_id = await _finished_by(bus, queue, "late but there")
+    late = _LateSubscriptions(bus.transport)
+    assert await jobs.result(Bus(late), queue, job_id, timeout_s=10) == b"late but there"
+    assert len(late.dropped) == 1 and late.dropped[0].startswith(b"ready:")
 
 
 @pytest.mark.timeout_s(90)
