@@ -16,6 +16,7 @@ import trio
 
 from echomq_trio import Ack, Bury, Bus, Consumer, Job, ids, jobs
 from echomq_trio.errors import (
+    ConnectionLost,
     JobCancelled,
     JobError,
     JobFailed,
@@ -345,3 +346,29 @@ def test_the_readme_example_runs() -> None:
         "thumb of cat.png",
         "completed {'step': 3, 'of': 3} b'thumb of cat.png'",
     ], out
+
+
+async def test_an_ack_with_a_result_whose_answer_is_lost_is_tried_again_and_kept_once(
+    bus: Bus, queue: str
+) -> None:
+    """The server ran the ack, the answer was lost: the consumer tries again, the lease refuses
+    the second ack (``stale``), and the job is completed once, with its result, and its waiter
+    told."""
+    await jobs.keep_results(bus, queue, TTL_MS)
+    job_id = (await jobs.enqueue(bus, queue, "once")).id
+    faulty = FaultyTransport(bus.transport)
+    lost = faulty.fail(scripts("ack"), ConnectionLost("injected"), after=True)
+
+    async def handler(job: Job) -> str:
+        return "kept once"
+
+    consumer = Consumer(Bus(faulty), queue, handler)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        got = await jobs.result(bus, queue, job_id, timeout_s=30)
+        await wait_for(lambda: consumer.statistics().stale == 1)
+        nursery.cancel_scope.cancel()
+    assert lost.fired and got == b"kept once"
+    assert [c.args[1] for c in faulty.calls if c.name == "ack"] == ["results", "results"]
+    c = await jobs.counts(bus, queue)
+    assert (c.completed_total, c.pending, c.active) == (1, 0, 0)
