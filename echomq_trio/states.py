@@ -371,6 +371,7 @@ def mermaid() -> list[str]:
                 names.append(e.script)
     for (a, b), names in pairs.items():
         lines.append(f"    {ids[a]} --> {ids[b]}: {', '.join(names)}")
+    lines += [f"    {ids[p]} --> [*]: expires (a key TTL)" for p in EXPIRES]
     return [*lines, "```"]
 
 
