@@ -22,6 +22,10 @@ the server through a ``Transport``: ``resp``, the bus's own on trio streams (the
 gives by default), or ``wire`` on valkey-glide (``transport="glide"``, the only module that
 imports the client library); ``testing.FaultyTransport`` wraps one to fail or cancel chosen
 calls in tests.
+
+A handler's result can be kept with its finished job and waited for from any process
+(``jobs.keep_results``, ``jobs.result``, ``JobHandle``), and a handler reports progress with
+``await job.progress(value)``.
 """
 
 from echomq_trio import (
@@ -59,16 +63,22 @@ from echomq_trio.errors import (
     BusError,
     ConnectionLost,
     DamagedAppendOnlyFile,
+    JobCancelled,
+    JobError,
+    JobFailed,
+    JobNotFound,
     OutOfMemory,
     PersistenceFailed,
     RequestTimedOut,
+    ResultsNotKept,
+    ResultTimedOut,
     ServerDied,
     ServerError,
     ServerNotFound,
     ServerNotRunning,
     WritesRefused,
 )
-from echomq_trio.jobs import Admitted, Job, JobState, Outcome
+from echomq_trio.jobs import Admitted, Job, JobHandle, JobState, Outcome
 from echomq_trio.metronome import Metronome, MetronomeStats
 from echomq_trio.sequence import Seq
 from echomq_trio.transport import Transport
@@ -92,6 +102,11 @@ __all__ = [
     "Fixed",
     "Jitter",
     "Job",
+    "JobCancelled",
+    "JobError",
+    "JobFailed",
+    "JobHandle",
+    "JobNotFound",
     "JobState",
     "Metronome",
     "MetronomeStats",
@@ -101,6 +116,8 @@ __all__ = [
     "QueueStats",
     "Reply",
     "RequestTimedOut",
+    "ResultTimedOut",
+    "ResultsNotKept",
     "RetryIn",
     "Seq",
     "Serve",

@@ -4,6 +4,7 @@ repair or restore a stopped embedded server's append-only file.
     echomq [--url URL | --data-dir DIR] [--json] stats QUEUE
     echomq ls QUEUE pending|scheduled|active|dead|repeat|lanes [--limit N]
     echomq show QUEUE JOB_ID
+    echomq result QUEUE JOB_ID [--timeout S]
     echomq replay QUEUE JOB_ID | --all [--reason TEXT]
     echomq cancel-repeat QUEUE NAME
     echomq pause QUEUE | resume QUEUE
@@ -27,6 +28,9 @@ and exit status 1 (2 for bad usage); a record whose server does not answer is on
 directory. A reader that stops early (``echomq tail q | head``) ends the command quietly with
 exit status 141, as for a command killed by SIGPIPE: no traceback, and no error message. SIGINT
 (Ctrl-C) or SIGTERM stops a command cleanly with exit status 128 + N (130 for Ctrl-C).
+``result`` waits for a job of a queue that keeps results (``jobs.result``) and prints its result
+(nothing for none); a dead, cancelled or unknown job is an error line and exit status 1, a job
+not finished within ``--timeout`` exit status 124 (as ``timeout(1)``).
 """
 
 from __future__ import annotations
@@ -57,7 +61,13 @@ from echomq_trio import (
 )
 from echomq_trio._opening import open_bus
 from echomq_trio.bus import Bus
-from echomq_trio.errors import AuthenticationFailed, BusError, ConnectionLost
+from echomq_trio.errors import (
+    AuthenticationFailed,
+    BusError,
+    ConnectionLost,
+    JobError,
+    ResultTimedOut,
+)
 from echomq_trio.results import Retention
 from servicekit import humane
 from servicekit.cli import CliError, Stopped, cancel_on_signal, silence_stdout
@@ -205,12 +215,35 @@ async def _show(bus: Bus, args: argparse.Namespace) -> Any:
     if args.json:
         return info
     now = await bus.transport.server_time_ms()
-    return _table(
-        ["field", "value"],
-        [("id", info.id), ("state", info.state), ("attempts", info.attempts),
-         ("group", info.group or "-"), ("time", humane.at(info.score_ms, now)),
-         ("last_error", info.last_error or "-"), ("payload", _short(info.payload, 200))],
-    )  # fmt: skip
+    rows: list[tuple[str, object]] = [
+        ("id", info.id), ("state", info.state), ("attempts", info.attempts),
+        ("group", info.group or "-"), ("time", humane.at(info.score_ms, now)),
+        ("last_error", info.last_error or "-"), ("payload", _short(info.payload, 200)),
+    ]  # fmt: skip
+    if info.progress is not None:
+        rows.append(("progress", json.dumps(info.progress)))
+    if info.finished_ms is not None:
+        rows.append(("finished", humane.at(info.finished_ms, now)))
+    if info.result is not None:
+        rows.append(("result", _short(info.result, 200)))
+    return _table(["field", "value"], rows)
+
+
+RESULT_TIMED_OUT = 124  # the exit status of `echomq result` past its --timeout, as timeout(1)
+
+
+async def _result(bus: Bus, args: argparse.Namespace) -> Any:
+    await _known(bus, args.queue)
+    job_id = _job_id(args.job_id)
+    try:
+        got = await jobs.result(bus, args.queue, job_id, timeout_s=args.timeout)
+    except ResultTimedOut as exc:
+        raise CliError(str(exc), RESULT_TIMED_OUT) from None
+    except JobError as exc:
+        raise CliError(str(exc)) from None
+    if args.json:
+        return {"id": job_id, "result": got}
+    return None if got is None else got.decode(errors="replace")
 
 
 async def _replay(bus: Bus, args: argparse.Namespace) -> Any:
@@ -408,6 +441,7 @@ COMMANDS = {
     "stats": _stats,
     "ls": _ls,
     "show": _show,
+    "result": _result,
     "replay": _replay,
     "cancel-repeat": _cancel_repeat,
     "pause": _pause,
@@ -462,6 +496,11 @@ def _parser() -> argparse.ArgumentParser:
     s = command("show", "one job's row")
     s.add_argument("queue")
     s.add_argument("job_id")
+    s = command("result", "wait for a job's result and print it (its queue keeps results)")
+    s.add_argument("queue")
+    s.add_argument("job_id")
+    s.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                   help="seconds to wait (%(default)s); past it, exit status 124")  # fmt: skip
     s = command("replay", "move a dead job (or every one: --all) back to pending")
     s.add_argument("queue")
     s.add_argument("job_id", nargs="?")

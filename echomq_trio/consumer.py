@@ -31,6 +31,13 @@ Theory of operation:
   lane has one job in flight across every process, so its task is the lane's one place of work.
 * A claim gate (``claim_gate``, an async callable) is awaited before every claim: while it
   waits, the consumer claims nothing (an outage of what the handlers talk to holds every claim).
+* A handler's result (``Ack(result=...)``, or a returned ``str``/``bytes``) goes with its ack:
+  the acks of a burst with results are one more round trip beside those without (which run the
+  plain ack, as before results existed); the queue keeps them if it keeps results
+  (``jobs.keep_results``). A handler reports progress with ``await job.progress(value)``: the
+  consumer keeps each job's latest value and writes every job's news in one round trip at most
+  every ``progress_interval_s``, from a task started at the first report (``_progress``); the
+  news of jobs about to be settled is written first.
 * A settler folds finished jobs into one ack round trip per burst, at most ``SETTLE_BATCH`` a
   round trip (retries, deferrals and burials one round trip each); a renewer extends the leases
   of every held job each third of a lease, so a long handler is not reaped from under itself.
@@ -67,6 +74,7 @@ import trio
 
 from echomq_trio import _leases, jobs
 from echomq_trio._claim_window import ClaimWindow, HoldAhead
+from echomq_trio._progress import PROGRESS_INTERVAL_S, ProgressBook
 from echomq_trio.backoff import Exponential, Jitter, Policy
 from echomq_trio.bus import Bus
 from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut
@@ -166,8 +174,9 @@ class Consumer:
     nursery to stop it cleanly. With ``metrics`` (``echomq_trio.metrics.BusMetrics``) it observes
     its claim batch sizes and the jobs it settles; without, nothing. ``per_lane`` runs one task
     per lane instead of a pool of handlers (see the module's notes), ``lane_idle_s`` is how long
-    such a task waits for more work before it ends, and ``claim_gate`` is awaited before every
-    claim."""
+    such a task waits for more work before it ends, ``claim_gate`` is awaited before every
+    claim, and ``progress_interval_s`` is the least time between two writes of its handlers'
+    progress (``Job.progress``)."""
 
     def __init__(
         self,
@@ -188,6 +197,7 @@ class Consumer:
         per_lane: bool = False,
         lane_idle_s: float = LANE_IDLE_S,
         claim_gate: ClaimGate | None = None,
+        progress_interval_s: float = PROGRESS_INTERVAL_S,
     ) -> None:
         bus.keys(queue)  # validates the name
         for name, value in [
@@ -202,6 +212,7 @@ class Consumer:
         if grace_s < 0:
             raise ValueError(f"grace_s must be >= 0, got {grace_s}")
         _check_positive("lane_idle_s", lane_idle_s)
+        _check_positive("progress_interval_s", progress_interval_s)
         self.bus = bus
         self.queue = queue
         self.handler = handler
@@ -241,6 +252,8 @@ class Consumer:
         self.claim_gate = claim_gate
         self._lanes: dict[str, _Lane] = {}  # per-lane dispatch: at most one per held job
         self._stopped_by: StopConsumer | None = None
+        self.progress_interval_s = progress_interval_s
+        self._progress = ProgressBook(bus, queue, progress_interval_s)
 
     @property
     def max_attempts(self) -> int:
@@ -273,6 +286,7 @@ class Consumer:
         ``StopConsumer`` when a handler raised it (after the jobs held went back)."""
         self._stopping = False
         self._stopped_by = None
+        self._progress = ProgressBook(self.bus, self.queue, self.progress_interval_s)  # this run's
         slots = trio.Semaphore(self._max_held)
         work_send, work_recv = trio.open_memory_channel[Job](self._max_held)
         done_send, done_recv = trio.open_memory_channel[_Settle](self._max_held)
@@ -298,6 +312,7 @@ class Consumer:
                 task_status.started()
                 with shield:
                     async with trio.open_nursery() as core:
+                        self._progress.nursery = core  # its flusher, at the first report
                         core.start_soon(self._settle_loop, done_recv, slots)
                         renew_scope = trio.CancelScope()
                         core.start_soon(self._renew_loop, renew_scope)
@@ -323,6 +338,7 @@ class Consumer:
                         # period): settling what they finished has this long from now.
                         shield.deadline = trio.current_time() + SETTLE_TIME_S
                         renew_scope.cancel()
+                        self._progress.close()
                 outer.cancel_scope.cancel()
         finally:
             await self._release_held()
@@ -353,8 +369,10 @@ class Consumer:
                 self._count(claimed=len(claimed))
                 if self._claim_sizes is not None and claimed:
                     self._claim_sizes.observe(len(claimed))
+                reporter = self._progress
                 for job in claimed:
                     self._held[job.id] = job
+                    object.__setattr__(job, "_reporter", reporter)  # for ``job.progress``
                 if self._stopping:
                     return  # the handlers may be gone; what we hold is released at the end
                 for job in claimed:
@@ -548,14 +566,23 @@ class Consumer:
     async def _settle(self, batch: list[_Settle]) -> None:
         """Run a batch's transitions: every ack in one round trip, then the rest in order (their
         scripts take one job each)."""
-        acks = [
-            (d.job.id, d.job.token, d.transition.note)
-            for d in batch
-            if isinstance(d.transition, AckJob)
-        ]
+        acks = []
+        kept = []  # acks with a result
+        for d in batch:
+            t = d.transition
+            if isinstance(t, AckJob):
+                if t.result is None:
+                    acks.append((d.job.id, d.job.token, t.note))
+                else:
+                    kept.append((d.job.id, d.job.token, t.note, t.result))
+        if self._progress.has_news(d.job.id for d in batch):
+            await self._progress.flush()  # a job's last report before it is settled
         if acks:
             outcomes = await self._persist(partial(jobs.ack_many, self.bus, self.queue, acks))
             self._count_settled(Counter(_leases.COUNTER[o] for o in outcomes))
+        if kept:
+            ack = partial(jobs.ack_with_results, self.bus, self.queue, kept)
+            self._count_settled(Counter(_leases.COUNTER[o] for o in await self._persist(ack)))
         for d in batch:
             job = d.job
             match d.transition:

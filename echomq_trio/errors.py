@@ -13,9 +13,15 @@ __all__ = [
     "BusError",
     "ConnectionLost",
     "DamagedAppendOnlyFile",
+    "JobCancelled",
+    "JobError",
+    "JobFailed",
+    "JobNotFound",
     "OutOfMemory",
     "PersistenceFailed",
     "RequestTimedOut",
+    "ResultTimedOut",
+    "ResultsNotKept",
     "ServerDied",
     "ServerError",
     "ServerNotFound",
@@ -91,6 +97,62 @@ class DamagedAppendOnlyFile(ServerDied):
     load it). Restarting cannot help; the message names the repair command for the data
     directory (``echomq repair --data-dir DIR``, ``echomq_trio.repair``), which keeps a copy of
     the damaged files and cuts the file at the damage."""
+
+
+class JobError(Exception):
+    """Base of what ``jobs.result`` raises about the job it waits on (not about the server:
+    those are ``BusError``). ``job_id`` names the job."""
+
+    def __init__(self, message: str, job_id: str) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+
+
+class JobFailed(JobError):
+    """The job is dead (out of attempts, or buried): ``error`` is its last error. Replay it
+    (``jobs.replay``) to run it again."""
+
+    def __init__(self, job_id: str, error: str) -> None:
+        super().__init__(f"job {job_id} is dead: {error}", job_id)
+        self.error = error
+
+
+class JobCancelled(JobError):
+    """The job was cancelled: it never finishes. ``reason`` is what the canceller gave."""
+
+    def __init__(self, job_id: str, reason: str = "") -> None:
+        super().__init__(f"job {job_id} was cancelled" + (f": {reason}" if reason else ""), job_id)
+        self.reason = reason
+
+
+class JobNotFound(JobError):
+    """No such job: never enqueued on this queue, or finished and its result expired (or
+    discarded). Check the id and the queue."""
+
+    def __init__(self, job_id: str, queue: str) -> None:
+        super().__init__(
+            f"no job {job_id} in {queue!r} (never enqueued, or its result expired)", job_id
+        )
+
+
+class ResultsNotKept(JobError):
+    """The queue keeps no results, so no result can be waited for: turn them on with
+    ``jobs.keep_results(bus, queue, ttl_ms)`` before the jobs finish."""
+
+    def __init__(self, job_id: str, queue: str) -> None:
+        super().__init__(
+            f"queue {queue!r} keeps no results (jobs.keep_results(bus, queue, ttl_ms) keeps "
+            f"them), so job {job_id}'s cannot be waited for",
+            job_id,
+        )
+
+
+class ResultTimedOut(JobError, TimeoutError):
+    """The job did not finish within the wait's ``timeout_s``; it may still finish (wait
+    again)."""
+
+    def __init__(self, job_id: str, timeout_s: float) -> None:
+        super().__init__(f"job {job_id} did not finish within {timeout_s:g} s", job_id)
 
 
 def level_of(exc: BaseException) -> int:

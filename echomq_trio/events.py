@@ -1,8 +1,9 @@
 """The queue's events stream: a capped Redis stream (``QueueKeys.events``) that the transition
 scripts append to (enqueued, scheduled, claimed, acked, retried, deferred, dead, released,
 reaped, replayed, discarded, fired, paused, resumed, registered, cancelled, deleted,
-deleted_many; a whole queue's queue_paused, queue_resumed, queue_limit), in the same atomic step
-as the transition. Read it from a point, follow it, or share it out with a consumer group.
+deleted_many; a whole queue's queue_paused, queue_resumed, queue_limit; and progress: a job's
+latest progress, at most one per job per consumer's ``progress_interval_s``), in the same atomic
+step as the transition. Read it from a point, follow it, or share it out with a consumer group.
 It is capped at about 10,000 entries; a reader that falls further behind misses the oldest.
 
 Every function takes ``stream`` (default ``"events"``): the queue's other stream, ``"audit"``,

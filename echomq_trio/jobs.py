@@ -1,12 +1,14 @@
 """Job transitions: one function per Lua script, each one round trip, each returning typed values.
 
 States: ``pending`` (ready), ``scheduled`` (waiting for a time), ``active`` (leased to a worker),
-``dead`` (out of attempts); the transitions between them are the table in
-``echomq_trio/scripts/README.md``. An acked job's row is deleted, so a finished id may be used
-again. Each function builds its script's call with ``protocol`` (which checks names, ids,
-payloads of at most the bus's ``max_payload_bytes``, and times and delays of at most what a
-sorted-set score holds exactly, raising ``ValueError`` or ``TypeError`` before any I/O, so
-nothing is written), runs it, and parses the reply.
+``dead`` (out of attempts), ``completed`` (finished, kept with its result while the queue keeps
+results: ``keep_results``); the transitions between them are the table in
+``echomq_trio/scripts/README.md``. An acked job's row is deleted (or, where results are kept,
+expires after the queue's results TTL), so a finished id may be used again then. Each function
+builds its script's call with ``protocol`` (which checks names, ids, payloads of at most the
+bus's ``max_payload_bytes``, and times and delays of at most what a sorted-set score holds
+exactly, raising ``ValueError`` or ``TypeError`` before any I/O, so nothing is written), runs
+it, and parses the reply.
 
 Cancellation: a script is atomic, so a cancelled call has either happened in full or not at all
 on the server, and the caller cannot tell which; each function says how to find out or why
@@ -15,14 +17,28 @@ calling again is safe.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 
+import attrs
+import trio
+
 from echomq_trio import audit, protocol
+from echomq_trio._checks import check_job_id
 from echomq_trio._layouts import run_current
 from echomq_trio.bus import Bus
 from echomq_trio.clock import REAP_GRACE_MS
+from echomq_trio.errors import (
+    BusError,
+    JobCancelled,
+    JobFailed,
+    JobNotFound,
+    ResultsNotKept,
+    ResultTimedOut,
+    raising_first,
+)
 from echomq_trio.protocol import DEFAULT_KEY_TTL_MS, ENQUEUE_CHUNK, Item, When
 from echomq_trio.results import (
     Admitted,
@@ -35,8 +51,10 @@ from echomq_trio.results import (
     Outcome,
     Promoted,
     Reaped,
+    ResultState,
 )
 from echomq_trio.states import JobState
+from echomq_trio.transport import Subscription
 
 __all__ = [
     "DEFAULT_KEY_TTL_MS",
@@ -47,6 +65,7 @@ __all__ = [
     "DeletedPage",
     "Extended",
     "Job",
+    "JobHandle",
     "JobInfo",
     "JobState",
     "Outcome",
@@ -54,6 +73,7 @@ __all__ = [
     "Reaped",
     "ack",
     "ack_many",
+    "ack_with_results",
     "carry_clock",
     "claim",
     "clock_total",
@@ -69,14 +89,18 @@ __all__ = [
     "enqueue_many",
     "extend",
     "get_job",
+    "keep_results",
     "list_jobs",
     "promote",
     "reap",
     "release",
     "replay",
+    "result",
+    "results_kept",
     "retry",
     "set_audit",
     "take_back",
+    "write_progress",
 ]
 
 
@@ -282,6 +306,21 @@ async def ack_many(
     return await bus.run(call)
 
 
+async def ack_with_results(
+    bus: Bus, queue: str, items: Sequence[tuple[str, int, str, bytes]]
+) -> list[Outcome]:
+    """Ack several jobs in one round trip, each with a result: ``(id, token, note, result)``
+    each; answers as ``ack_many``. Where the queue keeps results (``keep_results``) each job is
+    kept ``completed`` with its result for the queue's TTL and its waiters (``result``) are told;
+    where it keeps none the results are dropped and this is ``ack_many``.
+
+    A cancelled call acked all of them or none; call again: ``STALE`` (a kept job) or ``GONE``
+    then means acked."""
+    if not items:
+        return []
+    return await bus.run(protocol.ack_results_call(bus.keys(queue), items))
+
+
 async def retry(
     bus: Bus,
     queue: str,
@@ -335,6 +374,22 @@ async def extend(bus: Bus, queue: str, items: Sequence[tuple[str, int]], lease_m
 
     A cancelled call renewed all of them or none; calling again is always safe."""
     return await bus.run(protocol.extend_call(bus.keys(queue), items, lease_ms))
+
+
+async def write_progress(
+    bus: Bus, queue: str, items: Sequence[tuple[str, int, object]]
+) -> list[Outcome]:
+    """Write the progress of held jobs in one round trip: ``(id, token, value)`` each, the value
+    a number or a small JSON-able value (``protocol.encode_progress``: ``ValueError`` or
+    ``TypeError`` before any I/O). Answers ``NOTED``, or ``STALE``/``GONE`` for a job whose
+    lease the token does not hold (nothing written). A handler run by a ``Consumer`` calls
+    ``await job.progress(value)`` instead, which coalesces.
+
+    A cancelled call wrote all of them or none; calling again is always safe."""
+    encoded = [(i, t, protocol.encode_progress(v)) for i, t, v in items]
+    if not encoded:
+        return []
+    return await bus.run(protocol.progress_call(bus.keys(queue), encoded))
 
 
 async def reap(bus: Bus, queue: str, batch: int = 1000) -> Reaped:
@@ -469,3 +524,126 @@ async def get_job(bus: Bus, queue: str, job_id: str) -> JobInfo | None:
     cancelled call changed nothing."""
     (info,) = await bus.run(protocol.inspect_ids_call(bus.keys(queue), [job_id]))
     return info
+
+
+# --- results --------------------------------------------------------------------------------------
+
+
+async def keep_results(bus: Bus, queue: str, ttl_ms: int) -> int:
+    """Keep each job that finishes on ``queue`` from now on, with its handler's result
+    (``Ack(result=...)``, or a returned ``str``/``bytes``), its finish time and attempts, for
+    ``ttl_ms`` after it finishes (state ``completed``; the row expires by a key TTL), so that
+    ``result`` and ``get_job`` can read it; ``0`` keeps none (the default: a finished job's row
+    is deleted at once, and an ack costs what it always did). While results are kept, the end
+    of each job (completed or dead) is published for ``result``'s waiters. Returns the TTL now
+    in effect. A finished id cannot be enqueued again while its row is kept (``DUPLICATE``).
+
+    A cancelled call may or may not have set it; calling again is always safe."""
+    return await bus.run(protocol.keep_results_call(bus.keys(queue), ttl_ms))
+
+
+async def results_kept(bus: Bus, queue: str) -> int:
+    """How long ``queue`` keeps finished jobs with their results, ms (0: none). Read only."""
+    return await bus.run(protocol.keep_results_call(bus.keys(queue)))
+
+
+_READY = b"ready:"  # a waiter's own message: its subscription is live
+
+
+def _ended(state: ResultState, queue: str, job_id: str) -> bool:
+    """Whether the job ``state`` reads has ended with a result (``True``); ``False`` while it may
+    still finish; raises the ``JobError`` of any other end."""
+    match state.state:
+        case "completed":
+            return True
+        case "dead":
+            raise JobFailed(job_id, state.error or "")
+        case "cancelled":  # a state another part of the bus writes; recognised by its word
+            raise JobCancelled(job_id, state.error or "")
+        case "":
+            if not state.keeps_ms:
+                raise ResultsNotKept(job_id, queue)
+            raise JobNotFound(job_id, queue)
+    if not state.keeps_ms:  # waiting, or running: nobody would be told when it finishes
+        raise ResultsNotKept(job_id, queue)
+    return False
+
+
+_LIVE_FIRST_S, _LIVE_MOST_S = 0.01, 1.0  # a waiter's own message again after, doubling to
+
+
+async def _live(bus: Bus, sub: Subscription, channel: str) -> None:
+    """Return once ``sub`` (just subscribed to ``channel``) hears what is published on it: a
+    message of the waiter's own, published after it subscribed, must come back to it. A
+    transport may return from subscribing before the server has taken the subscription (the
+    bus's own sends ``SUBSCRIBE`` and goes on), and a message published before then is heard by
+    nobody: so a task publishes it again after 10 ms, 20 ms, ... at most a second apart, until
+    it is heard. The receive itself is never cancelled but to stop for good (glide's would lose
+    the next message)."""
+    mine = _READY + secrets.token_hex(8).encode()
+
+    async def publish() -> None:
+        wait_s = _LIVE_FIRST_S
+        while True:
+            await bus.command("PUBLISH", channel, mine)
+            await trio.sleep(wait_s)
+            wait_s = min(2 * wait_s, _LIVE_MOST_S)
+
+    with raising_first(BusError):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(publish)
+            while (await sub.receive()).data != mine:
+                pass
+            nursery.cancel_scope.cancel()
+
+
+async def result(bus: Bus, queue: str, job_id: str, *, timeout_s: float) -> bytes | None:
+    """Wait until job ``job_id`` of ``queue`` has finished and return its result (bytes; ``None``
+    when its handler returned none), waiting at most ``timeout_s``. The queue must keep results
+    (``keep_results``) from before the job finishes.
+
+    No polling: it subscribes to the job's channel (on a client of its own), makes sure the
+    subscription is live (a message of its own comes back), then reads the job's state (so a job
+    that finished before the wait is found at once), then waits for the message its ack (or
+    burial) publishes. Raises ``JobFailed`` (the job is dead; its
+    ``error``), ``JobCancelled``, ``JobNotFound`` (no such job, or its result expired),
+    ``ResultsNotKept`` and ``ResultTimedOut`` (``errors``; all ``JobError``), and ``BusError``
+    for trouble with the server. ``ValueError``/``TypeError`` for a bad id or timeout, before
+    any I/O.
+
+    Read only: a cancelled wait changed nothing; wait again."""
+    k = bus.keys(queue)
+    channel = k.job(check_job_id(job_id))
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float):
+        raise TypeError(f"timeout_s must be a number of seconds, got {timeout_s!r}")
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
+    call = protocol.result_call(k, job_id)
+    with trio.move_on_after(timeout_s):
+        async with bus.subscribe(channels=[channel]) as sub:
+            await _live(bus, sub, channel)
+            while True:
+                state = await bus.run(call)
+                if _ended(state, queue, job_id):
+                    return state.result
+                while (await sub.receive()).data.startswith(_READY):
+                    pass  # another waiter's; an end is any other word
+    raise ResultTimedOut(job_id, timeout_s)
+
+
+@attrs.frozen
+class JobHandle:
+    """A job to wait on or look at: ``JobHandle(bus, queue, (await enqueue(bus, queue,
+    payload)).id)``. Holds no connection; plain ``enqueue`` costs nothing more for it."""
+
+    bus: Bus = attrs.field(eq=False, repr=False)
+    queue: str
+    id: str
+
+    async def result(self, timeout_s: float) -> bytes | None:
+        """``jobs.result`` of this job."""
+        return await result(self.bus, self.queue, self.id, timeout_s=timeout_s)
+
+    async def info(self) -> JobInfo | None:
+        """``jobs.get_job`` of this job."""
+        return await get_job(self.bus, self.queue, self.id)

@@ -8,8 +8,10 @@ Scripts answer outcomes as words, and each enum's values are those words (``Outc
 from __future__ import annotations
 
 import enum
+from typing import Protocol
 
 import attrs
+import trio
 
 from echomq_trio.states import JobState
 
@@ -34,6 +36,7 @@ __all__ = [
     "Reaped",
     "Registered",
     "Registration",
+    "ResultState",
     "Retention",
 ]
 
@@ -56,6 +59,7 @@ class Outcome(enum.StrEnum):
     DELETED = "deleted"  # a waiting or scheduled job deleted (jobs.delete)
     RUNNING = "running"  # not deleted: the job is leased (running); cancel it instead
     NOT_WAITING = "not_waiting"  # not deleted: the job is dead (discard it), or not waiting
+    NOTED = "noted"  # a job's progress was written (script ``progress``)
 
 
 class Registered(enum.StrEnum):
@@ -94,10 +98,19 @@ class Admitted:
         return self.outcome is not Outcome.DUPLICATE
 
 
+class ProgressReporter(Protocol):
+    """What a ``Job`` hands its handler's progress to (the consumer that claimed it)."""
+
+    def report(self, job: Job, value: object) -> None: ...
+
+
 @attrs.frozen
 class Job:
     """A claimed job. ``token`` (the lease number) is the fencing token: present it to settle
-    the job. ``attempts`` counts the attempts spent, this one included."""
+    the job. ``attempts`` counts the attempts spent, this one included.
+
+    A job a ``Consumer`` hands its handler carries the consumer's progress reporter (private,
+    set by the consumer, no part of equality or repr): ``await job.progress(value)``."""
 
     queue: str
     id: str
@@ -106,11 +119,31 @@ class Job:
     token: int
     lease_deadline_ms: int
     group: str | None = None
+    _reporter: ProgressReporter | None = attrs.field(
+        default=None, eq=False, repr=False, kw_only=True
+    )
 
     @property
     def text(self) -> str:
         """The payload decoded as UTF-8."""
         return self.payload.decode()
+
+    async def progress(self, value: object) -> None:
+        """Report how far the handler has come: a number, or a small JSON-able value (at most
+        ``progress.MAX_PROGRESS_BYTES`` as JSON; else ``ValueError``/``TypeError``, before any
+        I/O). Coalesced: the consumer keeps the latest value per job and writes every job's news
+        in one round trip at most every ``progress_interval_s`` (a tight loop of reports costs
+        no more); a job whose lease was lost is not written. Seen by ``jobs.get_job``
+        (``JobInfo.progress``), the events stream (``progress``), ``echomq show`` and the
+        dashboard. A checkpoint; a ``Job`` not handed out by a ``Consumer`` raises
+        ``RuntimeError``."""
+        if self._reporter is None:
+            raise RuntimeError(
+                f"job {self.id} has no consumer to report progress to (only a job a Consumer "
+                "hands its handler reports progress)"
+            )
+        self._reporter.report(self, value)
+        await trio.lowlevel.checkpoint()
 
 
 @attrs.frozen
@@ -177,7 +210,9 @@ class Counts:
 @attrs.frozen
 class JobInfo:
     """A job row as stored. ``score_ms`` is the run-at (scheduled), lease deadline (active) or
-    time of death (dead)."""
+    time of death (dead). ``progress`` is what its handler last reported (``Job.progress``, the
+    JSON value decoded; ``None`` for none); a ``completed`` job (its queue keeps results) has
+    its handler's ``result`` (``None`` for none) and ``finished_ms`` (server clock)."""
 
     id: str
     state: JobState
@@ -186,6 +221,22 @@ class JobInfo:
     last_error: str | None
     score_ms: int | None
     group: str | None = None
+    progress: object = None
+    result: bytes | None = None
+    finished_ms: int | None = None
+
+
+@attrs.frozen
+class ResultState:
+    """What ``jobs.result`` reads of a job (script ``result``): its ``state`` as the server
+    words it (``''``: no row; a word this version does not know, such as another's
+    ``cancelled``, is kept as it is), the queue's results TTL (``keeps_ms``, 0: none kept), its
+    last ``error`` and its ``result`` (``None`` for none)."""
+
+    state: str
+    keeps_ms: int
+    error: str | None
+    result: bytes | None
 
 
 @attrs.frozen

@@ -1,13 +1,16 @@
 """The consumer's settlement decision: what a handler's result means for its job. Pure.
 
-A handler returns ``None``, ``Ack``, ``RetryIn``, ``DeferIn`` or ``Bury``, or raises. ``decide``
-turns that, the job and the consumer's ``SettlePolicy`` into the one transition to run:
+A handler returns ``None``, ``Ack``, ``RetryIn``, ``DeferIn`` or ``Bury``, a result (``str`` or
+``bytes``), or raises. ``decide`` turns that, the job and the consumer's ``SettlePolicy`` into
+the one transition to run:
 
 =====================  =========================================================  ===========
 handler                transition                                                 script
 =====================  =========================================================  ===========
 ``None``               ``AckJob("")``                                             ack
 ``Ack(note)``          ``AckJob(note)``                                           ack
+``Ack(note, result=r)`` ``AckJob(note, r as bytes)``                              ack, results
+a ``str``/``bytes`` r  ``AckJob("", r as bytes)``                                 ack, results
 ``RetryIn(ms, why)``   ``RetryJob(ms, why, max_attempts)``                        retry
 raises ``exc``         ``RetryJob(backoff delay, "Type: message", max_attempts)``  retry
 ``DeferIn(ms, why)``   ``DeferJob(ms, why)``                                      defer
@@ -15,6 +18,12 @@ raises ``exc``         ``RetryJob(backoff delay, "Type: message", max_attempts)`
 raises refused writes  ``DeferJob(backoff delay, "the bus failed: ...")``         defer
 anything else          as if the handler raised a ``TypeError`` saying so         retry
 =====================  =========================================================  ===========
+
+A result is kept with the finished job when its queue keeps results (``jobs.keep_results``), for
+``jobs.result`` and ``get_job`` to read; a queue that keeps none drops it. A result over the
+policy's ``max_result_bytes`` is the handler's error (a ``ValueError`` saying so), retried as
+any other. An ack with no result runs the plain ack (the same script and arguments as before
+results existed).
 
 Refused writes are ``WritesRefused`` (a full disk, the memory ceiling, a failover), raised by a
 call the handler made to the bus (an enqueue, say): the server takes writes again by itself,
@@ -34,7 +43,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from echomq_trio._checks import MAX_DELAY_MS
+from echomq_trio._checks import DEFAULT_MAX_PAYLOAD_BYTES, MAX_DELAY_MS
 from echomq_trio.backoff import Policy, delay_ms
 from echomq_trio.errors import WritesRefused
 
@@ -70,12 +79,27 @@ def _delay_ms(value: object) -> int:
 # --- what a handler returns ------------------------------------------------------------------
 
 
+def _result(value: object) -> bytes | None:
+    """A handler's result as bytes (``str`` as UTF-8); ``None`` for none. Anything else is a
+    ``TypeError`` where the handler builds it, so it counts as the handler's own error."""
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    raise TypeError(f"result must be str or bytes, got {type(value).__name__}")
+
+
 @attrs.frozen
 class Ack:
     """Returned by a handler: done, like returning ``None``, with a ``note`` for the queue's
-    audit record (for example what the far side answered)."""
+    audit record (for example what the far side answered) and a ``result`` (``str`` or
+    ``bytes``) kept with the finished job when its queue keeps results (``jobs.keep_results``;
+    returning a ``str`` or ``bytes`` is ``Ack(result=...)``)."""
 
-    note: str
+    note: str = ""
+    result: bytes | None = attrs.field(default=None, converter=_result, kw_only=True)
 
 
 @attrs.frozen
@@ -103,7 +127,7 @@ class Bury:
     reason: str
 
 
-HandlerResult = Ack | RetryIn | DeferIn | Bury | None
+HandlerResult = Ack | RetryIn | DeferIn | Bury | str | bytes | None
 
 
 # --- what the consumer runs --------------------------------------------------------------------
@@ -111,9 +135,11 @@ HandlerResult = Ack | RetryIn | DeferIn | Bury | None
 
 @attrs.frozen
 class AckJob:
-    """Finish the job (script ``ack``); ``note`` goes into the audit record."""
+    """Finish the job (script ``ack``); ``note`` goes into the audit record, ``result`` (``None``:
+    none) is kept with the finished job when the queue keeps results."""
 
     note: str = ""
+    result: bytes | None = None
 
 
 @attrs.frozen
@@ -152,6 +178,7 @@ class SettlePolicy:
     max_attempts: int
     backoff: Policy
     rng: random.Random | None = attrs.field(default=None, eq=False)
+    max_result_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES  # a larger result is the handler's error
 
 
 def error_text(exc: BaseException) -> str:
@@ -163,8 +190,15 @@ def decide(result: HandlerResult | Exception, job: Job, policy: SettlePolicy) ->
     """The transition for ``job`` after its handler returned (or raised) ``result``."""
     if result is None:
         return AckJob()
+    if isinstance(result, str | bytes):
+        result = Ack(result=result)
     if isinstance(result, Ack):
-        return AckJob(result.note)
+        kept = result.result
+        if kept is None or len(kept) <= policy.max_result_bytes:
+            return AckJob(result.note, kept)
+        result = ValueError(
+            f"result of {len(kept)} bytes is over max_result_bytes ({policy.max_result_bytes})"
+        )
     if isinstance(result, RetryIn):
         return RetryJob(result.delay_ms, result.reason, policy.max_attempts)
     if isinstance(result, DeferIn):
@@ -173,7 +207,7 @@ def decide(result: HandlerResult | Exception, job: Job, policy: SettlePolicy) ->
         return BuryJob(result.reason)
     if not isinstance(result, Exception):
         result = TypeError(
-            f"handler returned {result!r}; expected None, Ack, RetryIn, DeferIn or Bury"
+            f"handler returned {result!r}; expected None, str, bytes, Ack, RetryIn, DeferIn or Bury"
         )
     wait = delay_ms(policy.backoff, max(job.attempts, 1), policy.rng)
     if isinstance(result, WritesRefused):

@@ -2,15 +2,16 @@
 schedule pass through, and of which script moves them (pure, no I/O; h11's ``_state.py`` is the
 model).
 
-Theory of operation. A job's row names its *stored* state, ``JobState`` (``pending``,
-``scheduled``, ``active``, ``dead``: what ``inspect`` answers and ``JobInfo.state`` holds); a
-missing row is no job (never admitted, or acked). The table is finer: a ``Place`` is where a job
-is, its stored state and, for a pending job, whether it waits in the flat set, in a lane, or in a
-lane that waits until a time. Lanes (``LaneState``) and recurring schedules (``RepeatState``) are
-machines of their own. ``EDGES`` lists every move: (from, script, to) and the case that picks the
-target when a script has several (a retry with attempts left, or spent). A script moves only
-along its edges; ``SCRIPTS`` lists every bus script with the words it answers, and the scripts
-that move nothing (settings, bookkeeping, reads) say so.
+Theory of operation. A job's row names its *stored* state, ``JobState`` (``pending``, ``scheduled``,
+``active``, ``dead``, and ``completed`` for a finished job kept with its result while its queue
+keeps results: what ``inspect`` answers and ``JobInfo.state`` holds); a missing row is no job (never
+admitted, or acked where no results are kept, or its result expired). The table is finer: a
+``Place`` is where a job is, its stored state and, for a pending job, whether it waits in the flat
+set, in a lane, or in a lane that waits until a time. Lanes (``LaneState``) and recurring schedules
+(``RepeatState``) are machines of their own. ``EDGES`` lists every move: (from, script, to) and the
+case that picks the target when a script has several (a retry with attempts left, or spent). A
+script moves only along its edges; ``SCRIPTS`` lists every bus script with the words it answers, and
+the scripts that move nothing (settings, bookkeeping, reads) say so.
 
 Everything else is generated or checked from here: the tables and the diagram in
 ``scripts/README.md`` (``python -m tools.states`` writes them, a test fails when they differ),
@@ -20,7 +21,8 @@ real scripts on a real server against ``next_place``.
 
 Rules the table keeps (``tests/echomq_trio/test_states.py``): every place is reachable from
 ``pending`` or ``scheduled``; a job's life ends only in ``(none)`` (every other place has an
-exit), and ``(none)`` is left only by admitting a job; each (place, script, case) has one target.
+exit, or expires into ``(none)`` by a key TTL: ``EXPIRES``), and ``(none)`` is left only by
+admitting a job; each (place, script, case) has one target.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import attrs
 
 __all__ = [
     "EDGES",
+    "EXPIRES",
     "SCRIPTS",
     "Edge",
     "JobState",
@@ -56,14 +59,14 @@ class JobState(enum.StrEnum):
     SCHEDULED = "scheduled"
     ACTIVE = "active"
     DEAD = "dead"
+    COMPLETED = "completed"  # finished, its row kept with its result until its key TTL
 
     @property
     def waits_in(self) -> str:
         """The ``keys.SCHEMA`` name of the sorted set the job waits in (a pending lane job waits
-        in its lane instead)."""
-        return {"pending": "pending", "scheduled": "schedule", "active": "active", "dead": "dead"}[
-            self.value
-        ]
+        in its lane instead); ``''`` for a completed job (its row alone, no set)."""
+        return {"pending": "pending", "scheduled": "schedule", "active": "active", "dead": "dead",
+                "completed": ""}[self.value]  # fmt: skip
 
 
 class Place(enum.Enum):
@@ -76,6 +79,7 @@ class Place(enum.Enum):
     SCHEDULED = "scheduled"
     ACTIVE = "active"
     DEAD = "dead"
+    COMPLETED = "completed"
 
     @property
     def state(self) -> JobState | None:
@@ -94,7 +98,11 @@ _WHERE = {
     Place.SCHEDULED: ("`schedule`", "run-at, ms"),
     Place.ACTIVE: ("`active`", "lease deadline, ms"),
     Place.DEAD: ("`dead`", "time of death, ms"),
+    Place.COMPLETED: ("nowhere: its row (`job:<id>`) alone, with a key TTL (keep_results)", ""),
 }
+
+# Places a job leaves by no script: its row expires (a key TTL), and the job is no row.
+EXPIRES: dict[Place, str] = {Place.COMPLETED: "its queue's results TTL (keep_results)"}
 
 
 class LaneState(enum.Enum):
@@ -159,6 +167,9 @@ EDGES: tuple[Edge, ...] = (
     Edge(P.ACTIVE, "ack", P.NONE),
     Edge(P.PENDING, "ack", P.NONE, "reaped, not claimed again (its token holds)"),
     Edge(P.LANE, "ack", P.NONE, "reaped, not claimed again (its token holds)"),
+    Edge(P.ACTIVE, "ack", P.COMPLETED, "results kept"),
+    Edge(P.PENDING, "ack", P.COMPLETED, "reaped, not claimed again; results kept"),
+    Edge(P.LANE, "ack", P.COMPLETED, "reaped, not claimed again; results kept"),
     Edge(P.ACTIVE, "retry", P.SCHEDULED, "attempts left"),
     Edge(P.ACTIVE, "retry", P.LANE_WAITING, "attempts left, a lane of limit 1, a delay"),
     Edge(P.ACTIVE, "retry", P.LANE, "attempts left, a lane of limit 1, no delay"),
@@ -167,6 +178,7 @@ EDGES: tuple[Edge, ...] = (
     Edge(P.ACTIVE, "defer", P.LANE, "a lane, no delay"),
     Edge(P.ACTIVE, "defer", P.SCHEDULED, "flat"),
     Edge(P.ACTIVE, "extend", P.ACTIVE),
+    Edge(P.ACTIVE, "progress", P.ACTIVE),
     Edge(P.ACTIVE, "reap", P.PENDING, "flat"),
     Edge(P.ACTIVE, "reap", P.LANE, "lane"),
     Edge(P.ACTIVE, "release", P.PENDING, "flat"),
@@ -205,6 +217,7 @@ SCRIPTS: dict[str, Script] = {
         Script("retry", ("scheduled", "dead", "stale", "gone")),
         Script("defer", ("deferred", "stale", "gone")),
         Script("extend", returns="a deadline and the ids lost"),
+        Script("progress", ("noted", "stale", "gone")),
         Script("reap", returns="counts"),
         Script("release", returns="a count"),
         Script("replay", ("replayed", "not_dead", "gone")),
@@ -223,12 +236,14 @@ SCRIPTS: dict[str, Script] = {
         Script("queue_resume", ("resumed", "not_paused"), moves="a queue setting"),
         Script("queue_limit", returns="the cap in effect", moves="a queue setting"),
         Script("retention", returns="the settings in effect", moves="a queue setting"),
+        Script("keep_results", returns="the TTL in effect", moves="a queue setting"),
         Script("audit_ack", returns="counts", moves="the audit stream"),
         Script("audit_forget", returns="names", moves="the audit stream"),
         Script("count_lanes", returns="counts", moves="a queue's bookkeeping"),
         Script("sync_mark", returns="a server's id", moves="a queue's bookkeeping"),
         Script("counts", returns="counts", moves="read only"),
         Script("inspect", returns="rows", moves="read only"),
+        Script("result", returns="a job's state and result", moves="read only"),
         Script("lane_status", returns="rows", moves="read only"),
         Script("repeats", returns="rows", moves="read only"),
     )
@@ -362,6 +377,7 @@ def mermaid() -> list[str]:
                 names.append(e.script)
     for (a, b), names in pairs.items():
         lines.append(f"    {ids[a]} --> {ids[b]}: {', '.join(names)}")
+    lines += [f"    {ids[p]} --> [*]: expires (a key TTL)" for p in EXPIRES]
     return [*lines, "```"]
 
 

@@ -78,9 +78,12 @@ async def fill_bus(bus: Bus, nursery: trio.Nursery) -> None:
     await jobs.enqueue(bus, "cm.game", "start round", job_id=ids.generate("JOB"))
     await queues.set_limit(bus, q, 8)  # a queue-wide cap on jobs in flight, shown over the lists
 
-    async def slow(job: Job) -> RetryIn | None:
-        await trio.sleep(rng.uniform(0.05, 0.3))
-        return RetryIn(200, "flaky") if rng.random() < 0.2 and job.attempts < 2 else None
+    async def slow(job: Job) -> RetryIn | str | None:
+        steps = rng.randint(2, 6)
+        for step in range(steps):  # progress bars in the Running list
+            await job.progress({"step": step, "of": steps})
+            await trio.sleep(rng.uniform(0.1, 0.5))
+        return RetryIn(200, "flaky") if rng.random() < 0.2 and job.attempts < 2 else "sent"
 
     async def produce(queue: str) -> None:
         while True:

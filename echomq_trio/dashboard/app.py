@@ -194,6 +194,15 @@ class Dashboard:
         dead = await jobs.dead_jobs(self.bus, queue, query.dead, n + 1)
         regs = await repeat.list_repeats(self.bus, queue, n + 1, query.repeats)
         control = await queues.control(self.bus, queue)
+        # Running jobs are read only when the last sample saw some: a view of an idle queue
+        # costs no more than before (the list follows the samples, as the counts do).
+        latest = self.history.latest(queue)
+        running = (
+            await jobs.list_jobs(self.bus, queue, jobs.JobState.ACTIVE, query.running, n + 1)
+            if latest is not None and latest.active
+            else []
+        )
+        one = await jobs.get_job(self.bus, queue, query.job) if query.job else None
         return {
             "name": queue,
             "control": {
@@ -207,6 +216,11 @@ class Dashboard:
             ),
             "repeats": _offset_page([view.repeat_row(r, now) for r in regs], query.repeats, n),
             "dead": _offset_page([view.job_row(j, now) for j in dead], query.dead, n),
+            "running": _offset_page([view.running_row(j, now) for j in running], query.running, n),
+            # the job asked for by id: None when it has no row (or none was asked for)
+            "job": {"id": query.job, "found": None if one is None else view.job_view(one, now)}
+            if query.job
+            else None,
         }
 
     # --- HTTP ----------------------------------------------------------------------------

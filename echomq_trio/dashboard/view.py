@@ -6,11 +6,14 @@ the differences of the running totals between samples. ``Query`` is what a brows
 which queue to detail and which page of each list. The ``*_row`` functions turn the bus's read
 results into the JSON the page renders, with times as ISO and "in 3 min"; ``sparkline`` draws a
 series as a small inline SVG of numbers only (nothing from the data is spelled into it).
+``percent`` reads a job's progress as a share of its work for a bar, when it says one.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
+import math
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -19,7 +22,7 @@ from urllib.parse import parse_qsl
 import attrs
 
 from echomq_trio import cron
-from echomq_trio._checks import check_lane_cursor, check_queue
+from echomq_trio._checks import check_job_id, check_lane_cursor, check_queue
 from echomq_trio.repeat import next_runs
 from echomq_trio.results import Counts, JobInfo, LaneStatus, Registration
 from servicekit import humane
@@ -30,16 +33,19 @@ __all__ = [
     "Query",
     "deltas",
     "job_row",
+    "job_view",
     "lane_row",
     "name_page",
     "parse_query",
+    "percent",
     "queue_row",
     "repeat_row",
+    "running_row",
     "sparkline",
 ]
 
 DEFAULT_PAGE = 20  # rows per list, and queues per page
-_OFFSETS = ("scheduled", "repeats", "dead")
+_OFFSETS = ("scheduled", "repeats", "dead", "running")
 _TEXT_SHOWN = 120  # payload characters shown
 
 
@@ -142,6 +148,62 @@ def job_row(info: JobInfo, now_ms: int) -> dict[str, Any]:
     }
 
 
+def percent(progress: object) -> float | None:
+    """A job's progress as a percentage for a bar (0-100), when it says one: a number from 0 to
+    100, or a mapping with ``percent``, or with ``step``/``done`` of ``of``/``total``; else
+    ``None`` (the value is shown as text)."""
+
+    def number(x: object) -> float | None:
+        ok = isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+        return float(x) if ok else None  # type: ignore[arg-type]
+
+    share = number(progress)
+    if isinstance(progress, Mapping):
+        share = number(progress.get("percent"))
+        for done, whole in (("step", "of"), ("done", "total")):
+            d, w = number(progress.get(done)), number(progress.get(whole))
+            if share is None and d is not None and w:
+                share = 100 * d / w
+    if share is None or not 0 <= share <= 100:
+        return None
+    return round(share, 1)
+
+
+def _progress_text(progress: object) -> str:
+    return "" if progress is None else humane.payload_text(json.dumps(progress), _TEXT_SHOWN)
+
+
+def running_row(info: JobInfo, now_ms: int) -> dict[str, Any]:
+    """A running job: its lease's end, and its progress (a bar's ``percent`` when it says one,
+    and as text)."""
+    return {
+        "id": info.id,
+        "attempts": info.attempts,
+        "group": info.group,
+        "lease": humane.relative(info.score_ms, now_ms),
+        "percent": percent(info.progress),
+        "progress": _progress_text(info.progress),
+        "payload": humane.payload_text(info.payload, _TEXT_SHOWN),
+    }
+
+
+def job_view(info: JobInfo, now_ms: int) -> dict[str, Any]:
+    """One job looked up by id: its state, progress, and a finished job's result or a dead
+    one's error."""
+    return {
+        "id": info.id,
+        "state": str(info.state),
+        "attempts": info.attempts,
+        "group": info.group,
+        "percent": percent(info.progress),
+        "progress": _progress_text(info.progress),
+        "result": None if info.result is None else humane.payload_text(info.result, _TEXT_SHOWN),
+        "finished": "" if info.finished_ms is None else humane.at(info.finished_ms, now_ms),
+        "error": info.last_error or "",
+        "payload": humane.payload_text(info.payload, _TEXT_SHOWN),
+    }
+
+
 def repeat_row(reg: Registration, now_ms: int) -> dict[str, Any]:
     """A registration: its schedule (``every 1 h``, or the cron expression and its zone), and its
     next 3 runs in the schedule's zone and in UTC."""
@@ -211,6 +273,8 @@ class Query:
     repeats: int = 0
     dead: int = 0
     count: int = DEFAULT_PAGE
+    running: int = 0
+    job: str = ""  # a job of the queue to show on its own (its progress, result or error)
 
 
 def parse_query(query: bytes) -> Query:
@@ -252,4 +316,6 @@ def _query(given: Mapping[str, str]) -> Query:
         repeats=numbers.get("repeats", 0),
         dead=numbers.get("dead", 0),
         count=numbers.get("count", DEFAULT_PAGE),
+        running=numbers.get("running", 0),
+        job=check_job_id(given["job"]) if given.get("job") else "",
     )

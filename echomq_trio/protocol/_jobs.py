@@ -1,8 +1,10 @@
 """The calls of a job's life (pure): enqueue, lane_enqueue, schedule, promote, claim, reap, clock,
-ack, retry, defer, extend, release, replay, retention, discard, counts, inspect."""
+ack, retry, defer, extend, progress, release, replay, retention, keep_results, discard, counts,
+inspect, result."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from functools import partial
 from typing import Any
@@ -49,6 +51,7 @@ from echomq_trio.results import (
     Outcome,
     Promoted,
     Reaped,
+    ResultState,
     Retention,
 )
 from echomq_trio.sequence import Seq
@@ -291,6 +294,19 @@ def ack_call(
     return _call("ack", k.active, flat, ack_reply)
 
 
+def ack_results_call(
+    k: QueueKeys, items: Sequence[tuple[str, int, str, bytes]]
+) -> Call[list[Outcome]]:
+    """``ack`` with results: ``(id, token, note, result)`` each (the result kept with the
+    finished job where the queue keeps results)."""
+    flat: list[Arg] = [k.prefix, "results"]
+    for job_id, token, note, result in items:
+        if not isinstance(result, bytes):
+            raise TypeError(f"result must be bytes, got {type(result).__name__}")
+        flat += [check_job_id(job_id), str(check_int("token", token, 0)), str(note), result]
+    return _call("ack", k.active, flat, ack_reply)
+
+
 def ack_reply(raw: Iterable[object]) -> list[Outcome]:
     """``ACKED``, ``STALE`` or ``GONE`` per job, in order."""
     return _outcomes(raw)
@@ -339,6 +355,44 @@ def extend_call(k: QueueKeys, items: Sequence[tuple[str, int]], lease_ms: int) -
 def extend_reply(raw: Sequence[Any]) -> Extended:
     r = _named("extend", raw)
     return Extended(int(r["deadline"]), tuple(as_text(x) for x in r["lost"]))
+
+
+MAX_PROGRESS_BYTES = 4096  # a job's progress, as JSON: a number or a small value, not a payload
+
+
+def encode_progress(value: object) -> str:
+    """A handler's progress as the JSON text kept in the job's row: a number (not NaN or
+    infinite) or a JSON-able value of at most ``MAX_PROGRESS_BYTES``; ``TypeError`` or
+    ``ValueError`` (one line) for anything else."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        try:
+            text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"progress must be a number or a JSON-able value: {exc}") from None
+        if len(text.encode()) > MAX_PROGRESS_BYTES:
+            raise ValueError(
+                f"progress must be at most {MAX_PROGRESS_BYTES} bytes as JSON, got "
+                f"{len(text.encode())}"
+            )
+        return text
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        raise ValueError(f"progress must be a finite number, got {value!r}")
+    return json.dumps(value)
+
+
+def decode_progress(text: object) -> object:
+    """The value of a job's progress as kept (JSON text), ``None`` for none."""
+    if text is None or text is False:
+        return None
+    return json.loads(as_text(text))
+
+
+def progress_call(k: QueueKeys, items: Sequence[tuple[str, int, str]]) -> Call[list[Outcome]]:
+    """``progress``: ``(id, token, progress as JSON text)`` each (``encode_progress``)."""
+    flat: list[Arg] = [k.prefix]
+    for job_id, token, text in items:
+        flat += [check_job_id(job_id), str(check_int("token", token, 0)), text]
+    return _call("progress", k.active, flat, ack_reply)
 
 
 def release_call(k: QueueKeys, items: Sequence[tuple[str, int]]) -> Call[int]:
@@ -394,6 +448,26 @@ def retention_reply(raw: Sequence[Any]) -> Retention:
     )
 
 
+def keep_results_call(k: QueueKeys, ttl_ms: int | None = None) -> Call[int]:
+    """``keep_results``: keep finished jobs with their results for ``ttl_ms`` (0: keep none), or
+    with ``None`` only read the TTL in effect."""
+    if ttl_ms is None:
+        return _call("keep_results", k.meta, [k.prefix, "0", ""], int)
+    return _call("keep_results", k.meta, [k.prefix, "1", str(check_ms("ttl_ms", ttl_ms))], int)
+
+
+def result_call(k: QueueKeys, job_id: str) -> Call[ResultState]:
+    """``result``: what ``jobs.result`` needs of a job (its state, result, error)."""
+    return _call("result", k.meta, [k.prefix, check_job_id(job_id)], result_reply)
+
+
+def result_reply(raw: Sequence[Any]) -> ResultState:
+    r = _named("result", raw)
+    result = r["result"]
+    return ResultState(as_text(r["state"]), int(r["keeps_ms"]), as_text(r["error"]) or None,
+                       None if result is None else as_bytes(result))  # fmt: skip
+
+
 def discard_call(k: QueueKeys, job_id: str) -> Call[Outcome]:
     return _call("discard", k.dead, [k.prefix, check_job_id(job_id)], outcome_reply)
 
@@ -427,8 +501,9 @@ def _upgrade_reply(script: str, raw: Sequence[Any]) -> dict[str, int]:
 
 
 # Where a job in each state waits, by ``SCHEMA`` name (a pending lane job waits in its lane
-# instead): ``states.JobState.waits_in``, the table scripts/README.md is written from.
-STATE_SETS = {str(s): s.waits_in for s in JobState}
+# instead; a completed job in no set, so it is not listed): ``states.JobState.waits_in``, the
+# table scripts/README.md is written from.
+STATE_SETS = {str(s): s.waits_in for s in JobState if s.waits_in}
 
 
 def state_set(k: QueueKeys, state: str) -> str:
@@ -467,8 +542,8 @@ def inspect_reply(raw: Iterable[Sequence[object]]) -> list[JobInfo]:
 
 
 def inspect_ids_reply(raw: Iterable[Sequence[object]]) -> list[JobInfo | None]:
-    """Per job named ``{id, state, attempts, payload, last_error, score, group}``: its row, or
-    ``None`` for a missing row (state ``''``)."""
+    """Per job named ``{id, state, attempts, payload, last_error, score, group, progress,
+    result, finished}``: its row, or ``None`` for a missing row (state ``''``)."""
     out: list[JobInfo | None] = []
     for row in raw:
         r = _named("inspect/job", row)
@@ -485,6 +560,9 @@ def inspect_ids_reply(raw: Iterable[Sequence[object]]) -> list[JobInfo | None]:
                 last_error=as_text(r["last_error"]) or None,
                 score_ms=int(float(sc)) if sc else None,
                 group=as_text(r["group"]) or None,
+                progress=decode_progress(r["progress"]),
+                result=None if r["result"] is None else as_bytes(r["result"]),
+                finished_ms=None if r["finished"] is None else int(r["finished"]),
             )
         )
     return out

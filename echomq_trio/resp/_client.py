@@ -610,6 +610,12 @@ class RespSubscription:
                     yield sub
                 finally:
                     nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # The reader ends only by this cancellation (or refused credentials): the error is
+            # the block's own, and the caller gets it as the block raised it.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
         finally:
             await sub._close()
 

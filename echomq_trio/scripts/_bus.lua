@@ -11,6 +11,8 @@
 --                              flight held back (meta.max_active; no command without one)
 --   emit(qp, event, id, ...)   append to the queue's events stream, capped at its events_maxlen,
 --                              unless the queue keeps no events (meta, see retention.lua)
+--   finished(qp, id, state)    publish a job's end ('completed', 'dead') on its channel (named
+--                              as its row) for jobs.result, when the queue keeps results
 --   trim_dead(qp, now)         drop at most 16 of the oldest dead jobs over the queue's dead_max
 --                              or older than its dead_max_age_ms
 --   held(qp, id, token, or_pending)
@@ -86,18 +88,19 @@ local function tick(qp)
   redis.call('LTRIM', qp .. KEY.tick, 0, 0)
 end
 
--- The queue's retention (meta: events, events_maxlen, dead_max, dead_max_age_ms), its creation,
--- its audit flag and its cap on jobs in flight (max_active), read once per script run: nil
--- until the first helper that needs it.
+-- The queue's retention (meta: events, events_maxlen, dead_max, dead_max_age_ms, results_ttl_ms),
+-- its creation, its audit flag and its cap on jobs in flight (max_active), read once per script
+-- run: nil until the first helper that needs it. results: how long a finished job's row is kept
+-- with its result (ms), nil for not.
 local kept = nil
 
 local function retention(qp)
   if kept == nil then
     local m = redis.call('HMGET', qp .. KEY.meta, 'events', 'events_maxlen', 'dead_max',
-      'dead_max_age_ms', 'created_ms', 'audit', 'max_active')
+      'dead_max_age_ms', 'created_ms', 'audit', 'max_active', 'results_ttl_ms')
     kept = {events = m[1] ~= '0', maxlen = tonumber(m[2]) or EVENTS_MAXLEN,
       dead_max = tonumber(m[3]), dead_age = tonumber(m[4]), created = m[5], audit = m[6] == '1',
-      cap = tonumber(m[7])}
+      cap = tonumber(m[7]), results = tonumber(m[8])}
   end
   return kept
 end
@@ -110,6 +113,13 @@ local function cap_freed(qp, freed)
   if not cap or freed < 1 then return end
   local after = redis.call('ZCARD', qp .. KEY.active)
   if after < cap and after + freed >= cap then wake(qp, math.min(freed, cap - after)) end
+end
+
+-- A job finished (completed, dead): tell whoever waits on it (jobs.result). Its channel is
+-- named as its row (channels and keys do not share names); only while the queue keeps
+-- results, so a queue that keeps none publishes nothing.
+local function finished(qp, id, state)
+  if retention(qp).results then redis.call('PUBLISH', qp .. KEY.job .. id, state) end
 end
 
 local function emit(qp, event, id, ...)

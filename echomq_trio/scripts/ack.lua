@@ -1,8 +1,12 @@
--- ack: the handler finished; the job is done and its row deleted.
--- transition: active | pending | pending (lane) -> (none)
+-- ack: the handler finished; the job is done and its row deleted, or, while the queue keeps
+-- results (meta.results_ttl_ms, keep_results.lua), kept as 'completed' with its result for that
+-- long (a key TTL) and its end published on its channel (finished).
+-- transition: active | pending | pending (lane) -> (none) | completed
 -- KEYS[1] emq:{q}:active (the other keys are ARGV[1]'s, same slot)
 -- ARGV[1] queue prefix emq:{q}:, then triples: job id, fencing token (lease number), note (free
--- text the handler leaves for the audit record; '' for none)
+-- text the handler leaves for the audit record; '' for none); or ARGV[2] 'results', then
+-- quads: job id, token, note, result (kept with the finished job; dropped where no results are
+-- kept)
 -- A job reaped back to pending but not yet claimed again still carries the same token and is
 -- acked (the work is done). A lane job frees its lane's slot, which may put the lane back on
 -- the ring.
@@ -11,13 +15,17 @@
 -- cost: O(jobs acked), each O(log n) in the size of the sets touched; per job 2 commands (its
 -- row read, its event), a lane job 1 more (1 more when it was its lane's last in flight and
 -- nothing waits in the lane; in a queue with lane limits 1 more, and up to 6 more to put its
--- lane back on the ring), one ZREM and one DEL per call
+-- lane back on the ring), one ZREM and one DEL per call; a job kept with its result 3 or 4
+-- more (its row's fields, its TTL, its publish)
 local qp = ARGV[1]
+local from, step = 2, 3
+if ARGV[2] == 'results' then from, step = 3, 4 end
 local now = now_ms()
 local out = {}
 local done = {}  -- id -> true: acked by this call (a repeated id answers 'gone', as it would after)
 local leased, rows = {}, {}  -- ids to take out of active, rows to delete: once each, at the end
-for i = 2, #ARGV, 3 do
+local acked = 0
+for i = from, #ARGV, step do
   local id = ARGV[i]
   local job, why = nil, 'gone'
   if not done[id] then job, why = held(qp, id, ARGV[i + 1], true) end
@@ -38,13 +46,26 @@ for i = 2, #ARGV, 3 do
       redis.call('ZREM', qp .. KEY.pending, id)
     end
     audit(qp, id, 'acked', job.attempts, now, ARGV[i + 2], '')
-    rows[#rows + 1] = qp .. KEY.job .. id
+    local row = qp .. KEY.job .. id
+    local keep = retention(qp).results
+    if keep then
+      if step == 4 then
+        redis.call('HSET', row, 'state', 'completed', 'finished_ms', now, 'result', ARGV[i + 3])
+      else
+        redis.call('HSET', row, 'state', 'completed', 'finished_ms', now)
+      end
+      redis.call('PEXPIRE', row, keep)
+      finished(qp, id, 'completed')
+    else
+      rows[#rows + 1] = row
+    end
     emit(qp, 'acked', id)
     out[#out + 1] = 'acked'
+    acked = acked + 1
   end
 end
 in_runs('ZREM', KEYS[1], leased)
 cap_freed(qp, #leased)
 in_runs('DEL', nil, rows)
-if #rows > 0 then redis.call('HINCRBY', qp .. KEY.metrics, 'completed', #rows) end
+if acked > 0 then redis.call('HINCRBY', qp .. KEY.metrics, 'completed', acked) end
 return out

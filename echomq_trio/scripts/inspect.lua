@@ -5,10 +5,12 @@
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] 'set' or 'ids'.
 --   'set': ARGV[3] offset, ARGV[4] limit
 --   'ids': ARGV[3..] job ids
--- Returns per job {id, state, attempts, payload, last_error, score, group}; state is '' for a
--- missing row; score is the run-at (scheduled), lease deadline (active) or time of death
--- (dead), else ''.
--- fields of each job: id, state, attempts, payload, last_error, score, group
+-- Returns per job {id, state, attempts, payload, last_error, score, group, progress, result,
+-- finished}; state is '' for a missing row; score is the run-at (scheduled), lease deadline
+-- (active) or time of death (dead), else ''; progress (JSON text), result and finished (ms, a
+-- completed job's) are nil when the row has none.
+-- fields of each job: id, state, attempts, payload, last_error, score, group, progress, result,
+--          finished
 -- cost: O(log n + limit) or O(ids named)
 local qp = ARGV[1]
 local list = {}
@@ -21,11 +23,12 @@ end
 local score_set = {scheduled = qp .. KEY.schedule, active = qp .. KEY.active, dead = qp .. KEY.dead}
 local out = {}
 for _, id in ipairs(list) do
-  local job = fields(qp .. KEY.job .. id, 'state', 'attempts', 'payload', 'last_error', 'group')
+  local job = fields(qp .. KEY.job .. id, 'state', 'attempts', 'payload', 'last_error', 'group',
+    'progress', 'result', 'finished_ms')
   local state = job_state(qp, id, job.state) or ''
   local score = ''
   if score_set[state] then score = redis.call('ZSCORE', score_set[state], id) or '' end
   out[#out + 1] = {id, state, job.attempts or '0', job.payload or '', job.last_error or '', score,
-    job.group or ''}
+    job.group or '', job.progress or false, job.result or false, job.finished_ms or false}
 end
 return out

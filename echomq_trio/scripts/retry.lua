@@ -8,7 +8,8 @@
 -- A job of a lane with concurrency limit 1 (a strictly ordered lane) goes back to the head of
 -- its lane and the lane waits out the delay, so nothing behind it overtakes it; other lane jobs
 -- wait on the schedule and return to their lane when due.
--- A job that dies makes room in the dead set when the queue bounds it (trim_dead).
+-- A job that dies makes room in the dead set when the queue bounds it (trim_dead), and its end
+-- is published on its channel when the queue keeps results (finished: for jobs.result).
 -- Returns 'scheduled' (to run again), 'dead', 'stale' (the token does not hold the job's lease)
 -- or 'gone' (no row).
 -- cost: O(log n)
@@ -30,6 +31,7 @@ if ARGV[7] == '1' or tonumber(job.attempts) >= tonumber(ARGV[5]) then
   local outcome = 'dead'
   if ARGV[7] == '1' then outcome = 'dropped' end
   audit(qp, id, outcome, job.attempts, now, '', ARGV[6])
+  finished(qp, id, 'dead')
   if g then lane_done(qp, g, now) end
   return 'dead'
 end

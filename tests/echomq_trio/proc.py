@@ -4,10 +4,12 @@
     python -m tests.echomq_trio.proc produce URL QUEUE COUNT
     python -m tests.echomq_trio.proc metronome URL QUEUE
     python -m tests.echomq_trio.proc register URL QUEUE NAME EVERY_MS TEMPLATE
+    python -m tests.echomq_trio.proc wait-result URL QUEUE JOB_ID TIMEOUT_S
 
 A worker's handler waits ``handle-ms``, then appends the job id to ``test:{QUEUE}:done`` before
 acking, so a job killed between the two may be recorded twice but never lost. Workers print
-``ready`` once claiming.
+``ready`` once claiming. ``wait-result`` waits on a job's result (``jobs.result``) and prints
+``result <text>``, or the error's class and message.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import sys
 import trio
 
 from echomq_trio import Consumer, Job, Metronome, jobs, open_bus, repeat
+from echomq_trio.errors import JobError
 
 
 def done_key(queue: str) -> str:
@@ -61,6 +64,16 @@ async def produce(args: argparse.Namespace) -> None:
     print("produced", flush=True)
 
 
+async def wait_result(args: argparse.Namespace) -> None:
+    async with open_bus(args.url) as bus:
+        try:
+            got = await jobs.result(bus, args.queue, args.job_id, timeout_s=args.timeout_s)
+        except JobError as exc:
+            print(f"{type(exc).__name__} {exc}", flush=True)
+            return
+    print(f"result {got.decode() if got is not None else '-'}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="mode", required=True)
@@ -84,8 +97,14 @@ def main() -> None:
     r.add_argument("name")
     r.add_argument("every_ms", type=int)
     r.add_argument("template")
+    w = sub.add_parser("wait-result")
+    w.add_argument("url")
+    w.add_argument("queue")
+    w.add_argument("job_id")
+    w.add_argument("timeout_s", type=float)
     args = parser.parse_args()
-    modes = {"worker": worker, "produce": produce, "metronome": metronome, "register": register}
+    modes = {"worker": worker, "produce": produce, "metronome": metronome, "register": register,
+             "wait-result": wait_result}  # fmt: skip
     trio.run(modes[args.mode], args)
 
 

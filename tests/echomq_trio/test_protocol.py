@@ -434,6 +434,8 @@ infos = st.builds(
     JobInfo, job_ids, st.sampled_from(list(JobState)),
     st.integers(0, 100), st.binary(max_size=30), st.none() | st.text(min_size=1, max_size=20),
     st.none() | times, st.none() | names,
+    progress=st.none() | st.integers(0, 100) | st.dictionaries(names, st.integers(0, 9)),
+    result=st.none() | st.binary(max_size=20), finished_ms=st.none() | times,
 )  # fmt: skip
 
 
@@ -451,10 +453,13 @@ def test_inspect_round_trip(
     _check_call(protocol.inspect_ids_call(k, [r.id for r in rows]), k)
     raw = [[r.id.encode(), r.state.encode(), str(r.attempts).encode(), r.payload,
             (r.last_error or "").encode(), "" if r.score_ms is None else f"{r.score_ms}",
-            (r.group or "").encode()] for r in rows]  # fmt: skip
+            (r.group or "").encode(),
+            None if r.progress is None else protocol.encode_progress(r.progress).encode(),
+            r.result, None if r.finished_ms is None else r.finished_ms,
+            ] for r in rows]  # fmt: skip
     assert protocol.inspect_reply(raw) == rows
     assert all(type(r.state) is JobState for r in protocol.inspect_reply(raw))
-    missing = [b"JOB0000000000x", b"", b"0", b"", b"", "", b""]  # no row: state ''
+    missing = [b"JOB0000000000x", b"", b"0", b"", b"", "", b"", None, None, None]  # no row
     assert protocol.inspect_ids_reply([*raw, missing]) == [*rows, None]
     assert protocol.inspect_reply([missing]) == []
     with pytest.raises(ValueError, match="state must be one of"):

@@ -53,6 +53,29 @@ def test_returning_none_or_ack_acks() -> None:
     assert decide(Ack("sent as 42"), job(), POLICY) == AckJob("sent as 42")
 
 
+@given(result=st.binary(max_size=64) | st.text(max_size=64), note=texts)
+def test_a_result_goes_with_the_ack_as_bytes(result: str | bytes, note: str) -> None:
+    as_bytes = result.encode() if isinstance(result, str) else result
+    assert decide(result, job(), POLICY) == AckJob("", as_bytes)
+    assert decide(Ack(note, result=result), job(), POLICY) == AckJob(note, as_bytes)
+    assert Ack(result=bytearray(as_bytes)).result == as_bytes
+    assert decide(Ack(note), job(), POLICY) == AckJob(note, None)  # no result: the plain ack
+
+
+def test_a_result_must_be_text_or_bytes_and_within_its_bound() -> None:
+    with pytest.raises(TypeError, match="result must be str or bytes, got int"):
+        Ack(result=42)  # type: ignore[arg-type]
+    small = SettlePolicy(max_attempts=3, backoff=Fixed(250), max_result_bytes=4)
+    assert decide("four", job(), small) == AckJob("", b"four")
+    assert decide("fives", job(), small) == RetryJob(
+        250, "ValueError: result of 5 bytes is over max_result_bytes (4)", 3
+    )
+    t = decide(42, job(), POLICY)  # type: ignore[arg-type]
+    assert isinstance(t, RetryJob) and t.error == (
+        "TypeError: handler returned 42; expected None, str, bytes, Ack, RetryIn, DeferIn or Bury"
+    )
+
+
 @given(ms=delays, reason=texts, attempts=st.integers(0, 100), most=st.integers(1, 100))
 def test_retry_in_retries_after_its_own_delay(
     ms: float, reason: str, attempts: int, most: int
@@ -130,12 +153,13 @@ def test_the_backoff_counts_the_attempt_that_failed() -> None:
     assert [w.delay_ms for w in waits if isinstance(w, RetryJob)] == [100, 200, 400, 800]
 
 
-@pytest.mark.parametrize("odd", ["done", 0, Ack, [None]])
+@pytest.mark.parametrize("odd", [0, Ack, [None], bytearray(b"x")])
 def test_an_unexpected_return_counts_as_the_handler_s_error(odd: object) -> None:
     t = decide(odd, job(2), POLICY)  # type: ignore[arg-type]
     assert t == RetryJob(
         250,
-        f"TypeError: handler returned {odd!r}; expected None, Ack, RetryIn, DeferIn or Bury",
+        f"TypeError: handler returned {odd!r}; expected None, str, bytes, Ack, RetryIn, DeferIn "
+        "or Bury",
         3,
     )
 

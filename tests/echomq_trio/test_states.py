@@ -62,7 +62,7 @@ def test_a_job_s_life_ends_only_in_none_and_none_is_left_only_by_admitting() -> 
     the only moves out of no row are the scripts that admit a job."""
     for place in Place:
         exits = {e.target for e in EDGES if e.source is place and e.target is not place}
-        assert exits, f"{place.value} has no exit"
+        assert exits or place in states.EXPIRES, f"{place.value} has no exit"
     admit = {e.script for e in EDGES if e.source is Place.NONE}
     assert admit == {"enqueue", "lane_enqueue", "schedule", "fire"}
     assert all(
@@ -90,9 +90,10 @@ def test_next_place_follows_the_table_and_refuses_what_it_lacks() -> None:
 
 
 def test_stored_states_are_the_server_s_words_and_where_they_wait() -> None:
-    assert [str(s) for s in JobState] == ["pending", "scheduled", "active", "dead"]
+    assert [str(s) for s in JobState] == ["pending", "scheduled", "active", "dead", "completed"]
     assert {p.state for p in Place} == {None, *JobState}
     assert Place.LANE_WAITING.state is JobState.PENDING
+    assert set(states.EXPIRES) == {Place.COMPLETED}  # its row's key TTL, no script
     assert protocol.STATE_SETS == {
         "pending": "pending", "scheduled": "schedule", "active": "active", "dead": "dead",
     }  # fmt: skip
@@ -114,7 +115,8 @@ def test_the_tool_finds_a_readme_or_header_that_differs() -> None:
         tool.readme_text(text.replace("<!-- end states: diagram -->", ""))
     header = "-- ack: x\n-- transition: dead -> active\nreturn 1\n"
     assert tool.header_text("ack", header) == (
-        "-- ack: x\n-- transition: active | pending | pending (lane) -> (none)\nreturn 1\n"
+        "-- ack: x\n-- transition: active | pending | pending (lane) -> (none) | completed\n"
+        "return 1\n"
     )
     with pytest.raises(ValueError, match="exactly one"):
         tool.header_text("ack", "return 1\n")
@@ -172,6 +174,7 @@ class Lifecycle(RuleBasedStateMachine):
         self.waiting: dict[str, int] = {}  # lane -> the server ms its wait ends
         self.later: set[str] = set()  # the waiting lanes held for LATER_MS: they stay held
         self.deadline = 0  # the latest short lease given
+        self.keeping = False  # the queue keeps results: an ack keeps the job, completed
         self.walked: set[tuple[Any, str, str]] = set()  # the table's moves made
         for g in STRICT:  # strict from the start, whichever script first puts a job there
             assert self.run(lanes.configure, g, limit=1) == (1, 1)
@@ -198,7 +201,8 @@ class Lifecycle(RuleBasedStateMachine):
         """The job is the only one of its lane anywhere, and no recurring schedule feeds the
         lane (so a hold of the lane holds it alone)."""
         g = self.jobs[job_id].group
-        others = (m for i, m in self.jobs.items() if i != job_id and m.place is not Place.NONE)
+        gone = (Place.NONE, Place.COMPLETED)  # in no lane
+        others = (m for i, m in self.jobs.items() if i != job_id and m.place not in gone)
         fed = any(r.group == g and r.state is RepeatState.REGISTERED for r in self.repeats.values())
         return not fed and not any(m.group == g for m in others)
 
@@ -295,8 +299,27 @@ class Lifecycle(RuleBasedStateMachine):
         m = self.jobs[job_id]
         assert m.token is not None
         assert self.run(jobs.ack, job_id, m.token) is Outcome.ACKED
-        case = "" if m.place is Place.ACTIVE else "reaped, not claimed again (its token holds)"
+        if self.keeping:
+            case = "results kept" if m.place is Place.ACTIVE else (
+                "reaped, not claimed again; results kept")  # fmt: skip
+        else:
+            case = "" if m.place is Place.ACTIVE else "reaped, not claimed again (its token holds)"
         self.move(job_id, "ack", case)
+
+    @rule(on=st.booleans())
+    def keep_results(self, on: bool) -> None:
+        assert self.run(jobs.keep_results, LATER_MS if on else 0) == (LATER_MS if on else 0)
+        self.keeping = on  # a queue setting: no job moves
+
+    @precondition(lambda self: self.where(Place.ACTIVE))
+    @rule(data=st.data())
+    def progress(self, data: st.DataObject | None) -> None:
+        job_id = self.pick(data, self.where(Place.ACTIVE))
+        m = self.jobs[job_id]
+        assert m.token is not None
+        assert self.run(jobs.write_progress, [(job_id, m.token, 50)]) == [Outcome.NOTED]
+        assert self.run(jobs.write_progress, [(job_id, m.token + 1, 60)]) == [Outcome.STALE]
+        self.move(job_id, "progress")
 
     @precondition(lambda self: any(m.token is not None for m in self.jobs.values()))
     @rule(data=st.data())
@@ -566,6 +589,20 @@ async def test_the_scripts_move_jobs_as_the_table_says(standalone_only: str) -> 
 # A walk along every move of the table a job or a recurring schedule can make without a step of
 # the clock (``clock``), each step checked as in the stateful test; ``pick`` takes the newest job.
 WALK: list[tuple[str, dict[str, Any]]] = [
+    ("keep_results", {"on": True}),
+    ("take_in", {"lane": None, "when": "now"}),
+    ("claim", {"batch": 1, "short": True}),
+    ("reap", {}),
+    ("ack", {"data": None}),  # reaped, not claimed again: completed
+    ("take_in", {"lane": "o", "when": "now"}),
+    ("claim", {"batch": 1, "short": True}),
+    ("reap", {}),
+    ("ack", {"data": None}),  # from its lane: completed
+    ("take_in", {"lane": None, "when": "now"}),
+    ("claim", {"batch": 1, "short": False}),
+    ("progress", {"data": None}),
+    ("ack", {"data": None}),  # completed
+    ("keep_results", {"on": False}),
     ("take_in", {"lane": None, "when": "now"}),
     ("claim", {"batch": 1, "short": True}),
     ("reap", {}),
