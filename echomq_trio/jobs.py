@@ -26,6 +26,7 @@ from echomq_trio.clock import REAP_GRACE_MS
 from echomq_trio.protocol import DEFAULT_KEY_TTL_MS, ENQUEUE_CHUNK, Item, When
 from echomq_trio.results import (
     Admitted,
+    Cancelled,
     ClockCarried,
     Counts,
     Extended,
@@ -41,6 +42,7 @@ __all__ = [
     "DEFAULT_KEY_TTL_MS",
     "ENQUEUE_CHUNK",
     "Admitted",
+    "Cancelled",
     "ClockCarried",
     "Counts",
     "Extended",
@@ -52,6 +54,7 @@ __all__ = [
     "Reaped",
     "ack",
     "ack_many",
+    "cancel",
     "carry_clock",
     "claim",
     "clock_total",
@@ -379,11 +382,30 @@ async def replay(bus: Bus, queue: str, job_id: str) -> Outcome:
 
 
 async def discard(bus: Bus, queue: str, job_id: str) -> Outcome:
-    """Delete a dead job for good: ``DISCARDED``, ``NOT_DEAD`` or ``GONE``.
+    """Delete a dead (or cancelled) job for good: ``DISCARDED``, ``NOT_DEAD`` or ``GONE``.
 
     A cancelled call may or may not have deleted the job; call again: ``GONE`` then means the
     first call went through."""
     return await bus.run(protocol.discard_call(bus.keys(queue), job_id))
+
+
+async def cancel(bus: Bus, queue: str, job_id: str, reason: str = "", by: str = "") -> Cancelled:
+    """Cancel a job, from any process: ``CANCELLED``, ``ALREADY_DONE`` (it is dead or cancelled
+    already) or ``NOT_FOUND`` (no such job: never admitted, or acked, whose row is deleted).
+
+    A waiting job (pending, in a lane, scheduled, a retry waiting out its backoff) is taken out
+    and never runs; a lane keeps its order. An active job's lease is taken from its holder at
+    once: its ack, retry or defer answers ``STALE`` and the reaper never runs it again, even if
+    its holder dies; the holder's consumer sees the cancel within its ``cancel_poll_s`` and
+    cancels that handler (the handler sees ``trio.Cancelled``), and the lane's slot is free at
+    once. Either way the job is kept as ``cancelled`` (``get_job``, ``list_jobs(...,
+    "cancelled")``, ``counts``; ``discard`` deletes it) with ``reason`` and ``by`` (who) in its
+    ``last_error``, its event and, when the queue keeps an audit, its audit record. A cancel
+    that races an ack has one winner: ``CANCELLED`` means the job's work was not acked.
+
+    A cancelled call may or may not have cancelled the job; call again: ``ALREADY_DONE`` then
+    means the first call went through (or that it died meanwhile: ``get_job`` tells)."""
+    return await bus.run(protocol.cancel_call(bus.keys(queue), job_id, reason, by))
 
 
 async def counts(bus: Bus, queue: str) -> Counts:

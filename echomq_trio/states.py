@@ -56,14 +56,14 @@ class JobState(enum.StrEnum):
     SCHEDULED = "scheduled"
     ACTIVE = "active"
     DEAD = "dead"
+    CANCELLED = "cancelled"
 
     @property
     def waits_in(self) -> str:
         """The ``keys.SCHEMA`` name of the sorted set the job waits in (a pending lane job waits
         in its lane instead)."""
-        return {"pending": "pending", "scheduled": "schedule", "active": "active", "dead": "dead"}[
-            self.value
-        ]
+        return {"pending": "pending", "scheduled": "schedule", "active": "active", "dead": "dead",
+                "cancelled": "cancelled"}[self.value]  # fmt: skip
 
 
 class Place(enum.Enum):
@@ -76,6 +76,7 @@ class Place(enum.Enum):
     SCHEDULED = "scheduled"
     ACTIVE = "active"
     DEAD = "dead"
+    CANCELLED = "cancelled"
 
     @property
     def state(self) -> JobState | None:
@@ -94,6 +95,7 @@ _WHERE = {
     Place.SCHEDULED: ("`schedule`", "run-at, ms"),
     Place.ACTIVE: ("`active`", "lease deadline, ms"),
     Place.DEAD: ("`dead`", "time of death, ms"),
+    Place.CANCELLED: ("`cancelled`", "time of the cancel, ms"),
 }
 
 
@@ -174,6 +176,9 @@ EDGES: tuple[Edge, ...] = (
     Edge(P.DEAD, "replay", P.PENDING, "flat"),
     Edge(P.DEAD, "replay", P.LANE, "lane"),
     Edge(P.DEAD, "discard", P.NONE),
+    Edge(P.CANCELLED, "discard", P.NONE),
+    # cancel: a waiting job never runs; an active job's lease is taken from its holder
+    *_each((P.PENDING, P.LANE, P.LANE_WAITING, P.SCHEDULED, P.ACTIVE), "cancel", P.CANCELLED),
     Edge(R.NONE, "register", R.REGISTERED),
     Edge(R.REGISTERED, "unregister", R.NONE),
     Edge(R.REGISTERED, "fire", R.REGISTERED),
@@ -207,6 +212,7 @@ SCRIPTS: dict[str, Script] = {
         Script("release", returns="a count"),
         Script("replay", ("replayed", "not_dead", "gone")),
         Script("discard", ("discarded", "not_dead", "gone")),
+        Script("cancel", ("cancelled", "already_done", "not_found")),
         Script("register", ("registered", "exists")),
         Script("unregister", ("cancelled", "absent")),
         Script("fire", returns="counts"),

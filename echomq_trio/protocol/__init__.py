@@ -43,11 +43,17 @@ from echomq_trio.protocol._base import (
     with_ids,
 )
 from echomq_trio.protocol._jobs import (
+    CANCEL_TEXT_MAX,
     STATE_SETS,
     ack_call,
     ack_reply,
     admitted_reply,
     audit_enable_call,
+    cancel_call,
+    cancel_mark,
+    cancel_marks_command,
+    cancel_reply,
+    cancelled_among,
     claim_call,
     claim_reply,
     clock_call,
@@ -127,6 +133,7 @@ from echomq_trio.protocol._streams import (
 
 __all__ = [
     "AUDIT_ACK_MAX",
+    "CANCEL_TEXT_MAX",
     "DEFAULT_KEY_TTL_MS",
     "ENQUEUE_CHUNK",
     "LANE_PAGE_MAX",
@@ -152,6 +159,11 @@ __all__ = [
     "audit_records",
     "autoclaim_command",
     "autoclaim_entries",
+    "cancel_call",
+    "cancel_mark",
+    "cancel_marks_command",
+    "cancel_reply",
+    "cancelled_among",
     "checked_job",
     "checked_pairs",
     "claim_call",

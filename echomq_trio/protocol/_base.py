@@ -114,7 +114,7 @@ REPLY_FIELDS: dict[str, tuple[str, ...]] = {
     "count_lanes": ("lanes", "waiting"),
     "counts": ("exists", "pending", "scheduled", "active", "dead", "lanes", "paused_lanes",
                "waiting_lanes", "completed_total", "retried_total", "dead_total",
-               "deferred_total", "repeats"),
+               "deferred_total", "repeats", "cancelled", "cancelled_total"),
     "extend": ("deadline", "lost..."),
     "fire": ("fired", "next_due", "now"),
     "inspect/job": ("id", "state", "attempts", "payload", "last_error", "score", "group"),

@@ -1,5 +1,6 @@
 """The calls of a job's life (pure): enqueue, lane_enqueue, schedule, promote, claim, reap, clock,
-ack, retry, defer, extend, release, replay, retention, discard, counts, inspect."""
+ack, retry, defer, extend, release, replay, retention, discard, cancel, counts, inspect; and the
+read of cancel marks (``cancel_marks_command``)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ from echomq_trio.protocol._base import (
 )
 from echomq_trio.results import (
     Admitted,
+    Cancelled,
     ClockCarried,
     Counts,
     Extended,
@@ -396,6 +398,53 @@ def retention_reply(raw: Sequence[Any]) -> Retention:
 
 def discard_call(k: QueueKeys, job_id: str) -> Call[Outcome]:
     return _call("discard", k.dead, [k.prefix, check_job_id(job_id)], outcome_reply)
+
+
+def cancel_call(k: QueueKeys, job_id: str, reason: str = "", by: str = "") -> Call[Cancelled]:
+    """``cancel``: ``reason`` and ``by`` (who) are kept with the job, its event and its audit
+    record (text, at most ``CANCEL_TEXT_MAX`` characters each)."""
+    args = [k.prefix, check_job_id(job_id), _text("reason", reason), _text("by", by)]
+    return _call("cancel", k.cancelled, args, cancel_reply)
+
+
+CANCEL_TEXT_MAX = 1000  # the longest reason or name a cancel keeps
+
+
+def _text(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    if len(value) > CANCEL_TEXT_MAX:
+        raise ValueError(f"{name} must be at most {CANCEL_TEXT_MAX} characters, got {len(value)}")
+    return value
+
+
+def cancel_reply(raw: object) -> Cancelled:
+    """``CANCELLED``, ``ALREADY_DONE`` or ``NOT_FOUND``."""
+    try:
+        return Cancelled(as_text(raw) if isinstance(raw, bytes | str) else repr(raw))
+    except ValueError:
+        raise ValueError(f"{raw!r} is not an answer of cancel") from None
+
+
+def cancel_mark(job_id: str, token: int) -> str:
+    """The member of ``cancel_marks`` that tells the holder of ``job_id`` under lease ``token``
+    that the job was cancelled (``scripts/cancel.lua``)."""
+    return f"{job_id}:{token}"
+
+
+def cancel_marks_command(k: QueueKeys, held: Sequence[tuple[str, int]]) -> list[str]:
+    """``ZMSCORE`` of the marks of ``held`` jobs (``(id, token)`` each, at least one): one round
+    trip for all of them; ``cancelled_among`` reads its answer."""
+    if not held:
+        raise ValueError("cancel_marks_command needs at least one job")
+    return ["ZMSCORE", k.cancel_marks, *(cancel_mark(i, t) for i, t in held)]
+
+
+def cancelled_among(held: Sequence[tuple[str, int]], raw: Sequence[object]) -> list[int]:
+    """The indexes into ``held`` of the jobs whose mark ``cancel_marks_command`` found."""
+    if len(raw) != len(held):
+        raise ValueError(f"ZMSCORE answered {len(raw)} scores for {len(held)} marks")
+    return [i for i, score in enumerate(raw) if score is not None]
 
 
 def audit_enable_call(k: QueueKeys, on: bool) -> Call[None]:

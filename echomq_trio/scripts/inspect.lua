@@ -1,13 +1,15 @@
 -- inspect: read job rows (read only).
 -- transition: none (read only)
--- KEYS[1] the set to read ('set': emq:{q}:pending, schedule, active, dead or g:<group>), or
+-- KEYS[1] the set to read ('set': emq:{q}:pending, schedule, active, dead, cancelled or
+-- g:<group>), or
 -- emq:{q}:pending ('ids': it only routes the call); the other keys are ARGV[1]'s, same slot
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] 'set' or 'ids'.
 --   'set': ARGV[3] offset, ARGV[4] limit
 --   'ids': ARGV[3..] job ids
 -- Returns per job {id, state, attempts, payload, last_error, score, group}; state is '' for a
--- missing row; score is the run-at (scheduled), lease deadline (active) or time of death
--- (dead), else ''.
+-- missing row; score is the run-at (scheduled), lease deadline (active), time of death
+-- (dead) or of the cancel (cancelled), else ''; a cancelled job's last_error says who
+-- cancelled it and why.
 -- fields of each job: id, state, attempts, payload, last_error, score, group
 -- cost: O(log n + limit) or O(ids named)
 local qp = ARGV[1]
@@ -18,7 +20,8 @@ if ARGV[2] == 'set' then
 else
   for i = 3, #ARGV do list[#list + 1] = ARGV[i] end
 end
-local score_set = {scheduled = qp .. KEY.schedule, active = qp .. KEY.active, dead = qp .. KEY.dead}
+local score_set = {scheduled = qp .. KEY.schedule, active = qp .. KEY.active, dead = qp .. KEY.dead,
+  cancelled = qp .. KEY.cancelled}
 local out = {}
 for _, id in ipairs(list) do
   local job = fields(qp .. KEY.job .. id, 'state', 'attempts', 'payload', 'last_error', 'group')
