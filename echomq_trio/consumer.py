@@ -47,6 +47,18 @@ Theory of operation:
   (kill -9), or a release the server never answers, returns held jobs through lease expiry and
   the metronome's reaper instead. ``tests/echomq_trio/test_cancellations.py`` cancels and fails
   every call to the server in turn and checks that no job is lost or settled twice.
+* Cancel and timeouts: each handler runs in a cancel scope of its own (one per job, no task).
+  While handlers run, a watcher asks the server every ``cancel_poll_s`` in one round trip
+  (``ZMSCORE`` of the queue's cancel marks) whether any of their jobs was cancelled
+  (``jobs.cancel``, from any process; it asks nothing while no handler runs), and cancels
+  those handlers' scopes: the handler sees ``trio.Cancelled`` (cleanup under a shield with a
+  deadline works), and the consumer settles nothing for the job (the cancel took its lease),
+  counting it ``cancelled``. A renewal that finds a lease gone (cancelled, or reaped and claimed
+  elsewhere) cancels that handler the same way (counted in ``lost_leases``), and a held job not
+  yet started whose lease is gone is never started. A job's deadline (its ``timeout_ms`` from
+  enqueue, else the consumer's ``timeout_s``) is its scope's: a handler past it is cancelled
+  and the attempt fails with ``settlement.TimedOut`` ("timed out after N ms"), so
+  ``max_attempts`` and the backoff apply; the lease is renewed meanwhile as for any handler.
 * Scheduled jobs, retries and recurring schedules become claimable only when a metronome moves
   them. A consumer that idles looks, at most once per ``OVERDUE_BEATS`` beats, whether a
   scheduled job or a repeat is overdue by more than that many beats (``ZCOUNT`` on the two
@@ -57,19 +69,20 @@ Theory of operation:
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from typing import TypeVar
 
 import attrs
 import trio
 
-from echomq_trio import _leases, jobs
+from echomq_trio import _leases, jobs, protocol
 from echomq_trio._claim_window import ClaimWindow, HoldAhead
 from echomq_trio.backoff import Exponential, Jitter, Policy
 from echomq_trio.bus import Bus
-from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut
+from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut, level_of
 from echomq_trio.jobs import Job, Outcome
 from echomq_trio.metrics import BusMetrics
 from echomq_trio.settlement import (
@@ -83,6 +96,7 @@ from echomq_trio.settlement import (
     RetryIn,
     RetryJob,
     SettlePolicy,
+    TimedOut,
     Transition,
     decide,
 )
@@ -112,6 +126,7 @@ AHEAD_S = 0.05  # untuned, the handlers' work held ahead of them (at their recen
 PACE_SPAN_S = 0.05  # the shortest span over which their pace is measured
 OVERDUE_BEATS = 5  # a due job this many beats late means no metronome runs; checked as often
 LANE_IDLE_S = 1.0  # per-lane dispatch: a lane's task with nothing to do for this long ends
+CANCEL_POLL_S = 0.5  # while handlers run, how often the consumer asks which were cancelled
 
 
 class StopConsumer(Exception):
@@ -135,14 +150,27 @@ class ConsumerStats:
     stale: int = 0  # settlements the server refused: the lease was no longer this consumer's
     released: int = 0
     lost_leases: int = 0
+    cancelled: int = 0  # handlers stopped because their job was cancelled (``jobs.cancel``)
     held: int = 0
     lane_tasks: int = 0  # per-lane dispatch: lane tasks started
 
 
 @attrs.frozen
+class _Forget:
+    """Nothing to settle: the job's lease is gone (cancelled, or lost); ``counter`` is the
+    ``ConsumerStats`` counter it adds to ('' for none)."""
+
+    counter: str
+
+
+@attrs.frozen
 class _Settle:
     job: Job
-    transition: Transition
+    transition: Transition | _Forget
+
+
+_CANCELLED = _Forget("cancelled")  # the watcher saw the job's cancel mark
+_LOST = _Forget("")  # a renewal found its lease gone (counted there, in lost_leases)
 
 
 @attrs.define(eq=False)
@@ -167,7 +195,9 @@ class Consumer:
     its claim batch sizes and the jobs it settles; without, nothing. ``per_lane`` runs one task
     per lane instead of a pool of handlers (see the module's notes), ``lane_idle_s`` is how long
     such a task waits for more work before it ends, and ``claim_gate`` is awaited before every
-    claim."""
+    claim. ``timeout_s`` is the deadline of a handler whose job has no ``timeout_ms`` of its own
+    (``None``: none), and ``cancel_poll_s`` how often, while handlers run, the consumer asks the
+    server whether any of their jobs was cancelled (see the module's notes)."""
 
     def __init__(
         self,
@@ -188,6 +218,8 @@ class Consumer:
         per_lane: bool = False,
         lane_idle_s: float = LANE_IDLE_S,
         claim_gate: ClaimGate | None = None,
+        timeout_s: float | None = None,
+        cancel_poll_s: float = CANCEL_POLL_S,
     ) -> None:
         bus.keys(queue)  # validates the name
         for name, value in [
@@ -202,6 +234,9 @@ class Consumer:
         if grace_s < 0:
             raise ValueError(f"grace_s must be >= 0, got {grace_s}")
         _check_positive("lane_idle_s", lane_idle_s)
+        _check_positive("cancel_poll_s", cancel_poll_s)
+        if timeout_s is not None:
+            _check_positive("timeout_s", timeout_s)
         self.bus = bus
         self.queue = queue
         self.handler = handler
@@ -240,6 +275,13 @@ class Consumer:
         self.lane_idle_s = lane_idle_s
         self.claim_gate = claim_gate
         self._lanes: dict[str, _Lane] = {}  # per-lane dispatch: at most one per held job
+        self.timeout_s = timeout_s
+        self._timeout_ms = None if timeout_s is None else max(1, math.ceil(timeout_s * 1000))
+        self.cancel_poll_s = cancel_poll_s
+        # The cancel scope of each running handler, by job id (at most one per held job), and
+        # the held jobs whose lease is gone: the watcher's cancels and the renewal's losses.
+        self._scopes: dict[str, trio.CancelScope] = {}
+        self._gone: dict[str, _Forget] = {}
         self._stopped_by: StopConsumer | None = None
 
     @property
@@ -301,6 +343,8 @@ class Consumer:
                         core.start_soon(self._settle_loop, done_recv, slots)
                         renew_scope = trio.CancelScope()
                         core.start_soon(self._renew_loop, renew_scope)
+                        watch_scope = trio.CancelScope()
+                        core.start_soon(self._cancel_watch, watch_scope)
                         with handler_scope:
                             async with trio.open_nursery() as handlers, done_send, work_recv:
                                 if self.per_lane:
@@ -323,8 +367,10 @@ class Consumer:
                         # period): settling what they finished has this long from now.
                         shield.deadline = trio.current_time() + SETTLE_TIME_S
                         renew_scope.cancel()
+                        watch_scope.cancel()
                 outer.cancel_scope.cancel()
         finally:
+            self._gone.clear()
             await self._release_held()
         if self._stopped_by is not None:
             raise self._stopped_by
@@ -419,18 +465,35 @@ class Consumer:
         stop_by: Callable[[StopConsumer], None],
     ) -> None:
         # ``_handle``, written out: the pool's hot path, one coroutine fewer per job.
+        scopes, gone = self._scopes, self._gone
         async with work, done:
             async for job in work:
                 if self._stopping:
                     continue  # never start a job while stopping; it is released at the end
-                result: HandlerResult | Exception
+                if gone and job.id in gone:
+                    done.send_nowait(_Settle(job, gone.pop(job.id)))  # its lease is gone
+                    continue
+                result: HandlerResult | Exception | TimedOut
+                scope = scopes[job.id] = trio.CancelScope()
+                timeout_ms = job.timeout_ms or self._timeout_ms
+                if timeout_ms:
+                    scope.deadline = trio.current_time() + timeout_ms / 1000
                 try:
-                    result = await self.handler(job)
+                    with scope:
+                        result = await self.handler(job)
                 except StopConsumer as exc:
                     stop_by(exc)
                     continue
                 except Exception as exc:
                     result = exc
+                finally:
+                    del scopes[job.id]
+                if scope.cancel_called:
+                    if job.id in gone:  # cancelled, or its lease lost: the server's now
+                        done.send_nowait(_Settle(job, gone.pop(job.id)))
+                        continue
+                    if scope.cancelled_caught and timeout_ms:
+                        result = TimedOut(timeout_ms)
                 done.send_nowait(_Settle(job, decide(result, job, self.policy)))
 
     async def _handle(
@@ -443,14 +506,31 @@ class Consumer:
         the job was not handled (stopping, or the handler raised ``StopConsumer``)."""
         if self._stopping:
             return None  # never start a job while stopping; it is released at the end
-        result: HandlerResult | Exception
+        gone = self._gone
+        if gone and job.id in gone:
+            done.send_nowait(_Settle(job, gone.pop(job.id)))  # its lease is gone
+            return None
+        result: HandlerResult | Exception | TimedOut
+        scope = self._scopes[job.id] = trio.CancelScope()
+        timeout_ms = job.timeout_ms or self._timeout_ms
+        if timeout_ms:
+            scope.deadline = trio.current_time() + timeout_ms / 1000
         try:
-            result = await self.handler(job)
+            with scope:
+                result = await self.handler(job)
         except StopConsumer as exc:
             stop_by(exc)
             return None
         except Exception as exc:
             result = exc
+        finally:
+            del self._scopes[job.id]
+        if scope.cancel_called:
+            if job.id in gone:  # cancelled, or its lease lost: the server's now
+                done.send_nowait(_Settle(job, gone.pop(job.id)))
+                return None
+            if scope.cancelled_caught and timeout_ms:
+                result = TimedOut(timeout_ms)
         transition = decide(result, job, self.policy)
         # Never blocks (room for every held job), so no cancellation can come between a
         # finished handler and its settlement.
@@ -544,6 +624,8 @@ class Consumer:
                 for d in batch:
                     if self._held.pop(d.job.id, None) is not None:
                         slots.release()
+                    if self._gone:  # a loss heard after the handler finished: forgotten here
+                        self._gone.pop(d.job.id, None)
 
     async def _settle(self, batch: list[_Settle]) -> None:
         """Run a batch's transitions: every ack in one round trip, then the rest in order (their
@@ -560,6 +642,10 @@ class Consumer:
             job = d.job
             match d.transition:
                 case AckJob():
+                    continue
+                case _Forget(counter=counter):
+                    if counter:
+                        self._count_settled({counter: 1})
                     continue
                 case RetryJob(delay_ms=wait, error=error, max_attempts=most):
                     call = partial(
@@ -592,8 +678,51 @@ class Consumer:
 
     async def _renew_loop(self, scope: trio.CancelScope) -> None:
         with scope:
-            await _leases.renew(self.bus, self.queue, self._held, self.lease_ms,
-                               lambda n: self._count(lost_leases=n))  # fmt: skip
+            await _leases.renew(self.bus, self.queue, self._held, self.lease_ms, self._lost)
+
+    def _lost(self, job_ids: Sequence[str]) -> None:
+        """A renewal found these leases gone: stop their handlers (or never start them)."""
+        self._count(lost_leases=len(job_ids))
+        for job_id in job_ids:
+            if job_id in self._held:
+                self._stop_handler(job_id, _LOST)
+
+    def _stop_handler(self, job_id: str, why: _Forget) -> None:
+        if job_id in self._gone:
+            return  # stopped already
+        self._gone[job_id] = why
+        scope = self._scopes.get(job_id)
+        if scope is not None:
+            scope.cancel()
+
+    async def _cancel_watch(self, scope: trio.CancelScope) -> None:
+        """While handlers run, ask every ``cancel_poll_s`` whether any of their jobs was
+        cancelled (one ``ZMSCORE``), and stop those handlers; the marks seen are removed."""
+        k = self.bus.keys(self.queue)
+        with scope:
+            while True:
+                await trio.sleep(self.cancel_poll_s)
+                running = [
+                    (job_id, self._held[job_id].token)
+                    for job_id in self._scopes
+                    if job_id in self._held and job_id not in self._gone
+                ]
+                if not running:
+                    continue
+                try:
+                    raw = await self.bus.transport.command(
+                        *protocol.cancel_marks_command(k, running)
+                    )
+                    seen = [running[i] for i in protocol.cancelled_among(running, raw)]
+                    for job_id, _ in seen:
+                        if job_id in self._scopes:  # still running (else its ack is stale)
+                            self._stop_handler(job_id, _CANCELLED)
+                    if seen:
+                        marks = [protocol.cancel_mark(i, t) for i, t in seen]
+                        await self.bus.transport.command("ZREM", k.cancel_marks, *marks)
+                except BusError as exc:
+                    # the next poll asks again (a mark lasts past its lease's deadline)
+                    log.log(level_of(exc), "cancel watch on %s failed: %s", self.queue, exc)
 
     async def _release_held(self) -> None:
         self._count(released=await _leases.release(self.bus, self.queue, self._held))

@@ -87,6 +87,7 @@ async def enqueue(
     job_id: str | None = None,
     key: str | None = None,
     key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
+    timeout_ms: int | None = None,
 ) -> Admitted:
     """Admit one job to pending: ``Admitted(id, ENQUEUED)``, or ``DUPLICATE`` (a live job has
     this id). The bus mints a fresh ``JOB`` id unless ``job_id`` gives one (a branded ``JOB``
@@ -97,6 +98,11 @@ async def enqueue(
     is admitted and the key remembered, in the same step. A retried fan-out uses it to admit
     each of its jobs once.
 
+    ``timeout_ms`` is the job's deadline per attempt: a consumer cancels a handler that runs
+    longer and the attempt fails with "timed out after N ms" (``max_attempts`` and the backoff
+    apply); ``None`` leaves it to the consumer's ``timeout_s``. Kept with the job, also for
+    ``enqueue_many``, ``enqueue_at``, ``enqueue_in`` and ``lanes.enqueue``.
+
     Concurrent calls for one queue coalesce into shared script calls (``echomq_trio._gather``):
     each caller still gets its own answer or its own error.
 
@@ -105,11 +111,12 @@ async def enqueue(
     answer); call again with the same ``job_id`` (or key): enqueue is idempotent, and
     ``DUPLICATE`` then means the first call went through (without a ``job_id`` or key, a second
     call admits a second job)."""
-    if key is not None:  # a key guards exactly one job: its own script call
+    if key is not None or timeout_ms is not None:  # its own script call
         items = protocol.with_ids([payload], job_id)
         (call,) = protocol.enqueue_calls(
-            bus.keys(queue), items, bus.max_payload_bytes, key=key, key_ttl_ms=key_ttl_ms
-        )
+            bus.keys(queue), items, bus.max_payload_bytes, key=key, key_ttl_ms=key_ttl_ms,
+            timeout_ms=timeout_ms,
+        )  # fmt: skip
         (out,) = await bus.run(call)
         return out
     item = protocol.checked_job(payload, job_id, bus.max_payload_bytes)  # a bad job fails here
@@ -121,23 +128,27 @@ async def enqueue(
 
 
 async def _enqueue_batch(
-    bus: Bus, queue: str, pairs: Sequence[tuple[str, bytes]]
+    bus: Bus, queue: str, pairs: Sequence[tuple[str, bytes]], timeout_ms: int | None = None
 ) -> list[Admitted]:
     out: list[Admitted] = []
-    for call in protocol.enqueue_checked_calls(bus.keys(queue), pairs):
+    for call in protocol.enqueue_checked_calls(bus.keys(queue), pairs, timeout_ms):
         admitted = await bus.run(call)
         out += admitted
     return out
 
 
-async def enqueue_many(bus: Bus, queue: str, items: Iterable[Item]) -> list[Admitted]:
+async def enqueue_many(
+    bus: Bus, queue: str, items: Iterable[Item], *, timeout_ms: int | None = None
+) -> list[Admitted]:
     """Admit many jobs in one round trip (per ``ENQUEUE_CHUNK`` jobs); answers in input order.
-    Each item is a payload (the bus mints its id) or a ``(job_id, payload)`` pair.
+    Each item is a payload (the bus mints its id) or a ``(job_id, payload)`` pair;
+    ``timeout_ms`` (as for ``enqueue``) applies to all of them.
 
     A cancelled call may have admitted some chunks of ``ENQUEUE_CHUNK`` jobs (each chunk all or
     nothing); call again with the same ids: those admitted answer ``DUPLICATE``."""
+    protocol.timeout_arg(timeout_ms)  # checked before any I/O
     pairs = protocol.checked_pairs(protocol.with_ids(items), bus.max_payload_bytes)
-    return await _enqueue_batch(bus, queue, pairs)
+    return await _enqueue_batch(bus, queue, pairs, timeout_ms)
 
 
 async def _schedule(
@@ -148,11 +159,13 @@ async def _schedule(
     job_id: str | None,
     relative: bool,
     group: str | None,
+    timeout_ms: int | None,
 ) -> Admitted:
     ((job, body),) = protocol.with_ids([payload], job_id)
     call = protocol.schedule_call(
-        bus.keys(queue), [(job, body, when)], bus.max_payload_bytes, relative=relative, group=group
-    )
+        bus.keys(queue), [(job, body, when)], bus.max_payload_bytes, relative=relative,
+        group=group, timeout_ms=timeout_ms,
+    )  # fmt: skip
     (out,) = await bus.run(call)
     return out
 
@@ -165,6 +178,7 @@ async def enqueue_at(
     *,
     job_id: str | None = None,
     group: str | None = None,
+    timeout_ms: int | None = None,
 ) -> Admitted:
     """Schedule a job for an absolute time: ``Admitted(id, SCHEDULED, run_at_ms)``, or
     ``DUPLICATE``. The time is Unix ms (an int, or a float rounded UP to the next ms) or an
@@ -176,7 +190,7 @@ async def enqueue_at(
     A cancelled call may or may not have scheduled the job; call again with the same
     ``job_id``: ``DUPLICATE`` then means the first call went through (``get_job`` shows its
     run-at)."""
-    return await _schedule(bus, queue, payload, run_at_ms, job_id, False, group)
+    return await _schedule(bus, queue, payload, run_at_ms, job_id, False, group, timeout_ms)
 
 
 async def enqueue_in(
@@ -187,6 +201,7 @@ async def enqueue_in(
     *,
     job_id: str | None = None,
     group: str | None = None,
+    timeout_ms: int | None = None,
 ) -> Admitted:
     """Schedule a job ``delay_ms`` from now, where now is the server's clock, not this host's:
     ms (an int, or a float rounded UP to the next ms) or a ``timedelta`` (rounded up). Answers
@@ -195,7 +210,7 @@ async def enqueue_in(
     A cancelled call may or may not have scheduled the job; call again with the same
     ``job_id``: ``DUPLICATE`` then means the first call went through (``get_job`` shows its
     run-at)."""
-    return await _schedule(bus, queue, payload, delay_ms, job_id, True, group)
+    return await _schedule(bus, queue, payload, delay_ms, job_id, True, group, timeout_ms)
 
 
 async def promote(

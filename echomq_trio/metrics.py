@@ -13,6 +13,7 @@ Two kinds of numbers, named so that they never clash:
     jobs claimed.
   - ``echomq_consumer_jobs_total{queue,outcome}`` (counter): jobs this process's consumers
     settled, by the server's answer: ``acked``, ``retried``, ``deferred``, ``dead``, ``stale``
+    (and ``cancelled``: handlers stopped by ``jobs.cancel``, whose jobs are settled by nobody)
     (the counters of ``Consumer.statistics()``, summed over this process's consumers).
   - ``echomq_scheduled_lateness_seconds{queue}`` (histogram): for each job a metronome moved
     from the schedule to pending, the server's time of the move minus the job's score there (its
@@ -76,7 +77,7 @@ __all__ = [
 CLAIM_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 LATENESS_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 # The outcome label of echomq_consumer_jobs_total: the settling counters of ConsumerStats.
-SETTLED_OUTCOMES = ("acked", "retried", "deferred", "dead", "stale")
+SETTLED_OUTCOMES = ("acked", "retried", "deferred", "dead", "stale", "cancelled")
 
 
 class BusMetrics:

@@ -88,6 +88,7 @@ from echomq_trio.protocol._jobs import (
     schedule_call,
     schedule_reply,
     state_set,
+    timeout_arg,
 )
 from echomq_trio.protocol._lanes import (
     LANE_PAGE_MAX,
@@ -224,6 +225,7 @@ __all__ = [
     "state_set",
     "stream_ack_command",
     "stream_entries",
+    "timeout_arg",
     "uncounted",
     "unregister_call",
     "unregister_reply",
