@@ -6,11 +6,32 @@ after; a cancel that races an ack has one winner. On a standalone server and a 3
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 import trio
+import trio.lowlevel
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
-from echomq_trio import Bus, audit, events, ids, jobs, lanes, protocol
+from echomq_trio import (
+    Bus,
+    Consumer,
+    Job,
+    Metronome,
+    audit,
+    events,
+    ids,
+    jobs,
+    lanes,
+    open_bus,
+    protocol,
+)
+from echomq_trio.errors import ConnectionLost
 from echomq_trio.jobs import Cancelled, JobState, Outcome
+from echomq_trio.testing import FaultyTransport, scripts
+from tests.echomq_trio.proc import ledger_key
+from tests.support import read_line, spawn, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -144,3 +165,221 @@ async def test_bad_input_is_refused_before_any_io(bus: Bus, queue: str, kwargs, 
         await jobs.cancel(bus, queue, **args)
     assert "\n" not in str(caught.value)
     assert not (await jobs.counts(bus, queue)).exists
+
+
+# --- a cancel racing an ack ---------------------------------------------------------------------
+
+
+@pytest.mark.timeout_s(120)
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(ack_wait=st.integers(0, 3), cancel_wait=st.integers(0, 3), lose=st.booleans())
+@example(ack_wait=0, cancel_wait=3, lose=False)  # the ack first
+@example(ack_wait=3, cancel_wait=0, lose=True)  # the cancel first, the holder's answer lost
+async def test_a_cancel_racing_an_ack_has_one_winner(
+    server_url: str, ack_wait: int, cancel_wait: int, lose: bool
+) -> None:
+    # A bus per example (see test_lanes: async fixtures and hypothesis examples).
+    async with open_bus(server_url) as bus:
+        await _race(bus, "race." + jid(), ack_wait, cancel_wait, lose)
+
+
+async def _race(bus: Bus, queue: str, ack_wait: int, cancel_wait: int, lose: bool) -> None:
+    a, follower = jid(), jid()
+    await lanes.enqueue_many(bus, queue, "L", [(a, "a"), (follower, "f")], limit=1)
+    (job,) = await jobs.claim(bus, queue, 5)
+    faulty = FaultyTransport(bus.transport)
+    # The holder's ack may run on the server and its answer be lost: it asks again, as a
+    # consumer's settlement does (the lease token makes the second try harmless).
+    lost = (
+        faulty.fail(scripts("ack"), ConnectionLost("injected"), nth=1, after=True) if lose else None
+    )
+    holder = Bus(faulty)
+    answers: dict[str, object] = {}
+
+    async def ack() -> None:
+        for _ in range(ack_wait):
+            await trio.lowlevel.checkpoint()
+        try:
+            answers["ack"] = await jobs.ack(holder, queue, a, job.token)
+        except ConnectionLost:
+            answers["ack"] = await jobs.ack(holder, queue, a, job.token)
+
+    async def cancel() -> None:
+        for _ in range(cancel_wait):
+            await trio.lowlevel.checkpoint()
+        answers["cancel"] = await jobs.cancel(bus, queue, a)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ack)
+        nursery.start_soon(cancel)
+    assert lost is None or lost.fired
+    info = await jobs.get_job(bus, queue, a)
+    if answers["cancel"] is Cancelled.CANCELLED:  # the cancel won: the ack was refused
+        assert answers["ack"] is Outcome.STALE
+        assert info is not None and info.state is JobState.CANCELLED
+    else:  # the ack won (its first try, when its answer was lost): the cancel found no job
+        assert answers["cancel"] is Cancelled.NOT_FOUND
+        assert answers["ack"] is (Outcome.GONE if lose else Outcome.ACKED)
+        assert info is None
+    # Either way the lane's one slot was freed once: its next job, and only it, is claimable.
+    (nxt,) = await jobs.claim(bus, queue, 5)
+    assert nxt.id == follower
+    (lane,) = await lanes.status(bus, queue, ["L"])
+    assert lane.in_flight == 1 and lane.depth == 0
+
+
+# --- the holder: a consumer in this process -----------------------------------------------------
+
+
+async def _ledger(bus: Bus, queue: str, name: str) -> list[str]:
+    return [
+        x.decode()
+        for x in await bus.transport.command("LRANGE", ledger_key(queue, name), "0", "-1")
+    ]
+
+
+@pytest.mark.parametrize("per_lane", [False, True])
+async def test_a_running_handler_is_cancelled_and_its_job_settled_by_nobody(
+    bus: Bus, queue: str, per_lane: bool
+) -> None:
+    stopped: list[str] = []
+    finished: list[str] = []
+
+    async def handler(job: Job) -> None:
+        if job.text == "slow":
+            try:
+                await trio.sleep_forever()
+            except trio.Cancelled:
+                with trio.CancelScope(shield=True, deadline=trio.current_time() + 5):
+                    await trio.sleep(0.01)  # a cleanup step that must finish
+                    stopped.append(job.id)
+                raise
+        finished.append(job.id)
+
+    slow = await lanes.enqueue(bus, queue, "A", "slow", limit=1)
+    behind = await lanes.enqueue(bus, queue, "A", "next")  # waits for the lane's one slot
+    consumer = Consumer(bus, queue, handler, per_lane=per_lane, cancel_poll_s=0.05)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await wait_for(lambda: consumer.statistics().claimed >= 1)
+        assert await jobs.cancel(bus, queue, slow.id, reason="r", by="t") is Cancelled.CANCELLED
+        await wait_for(lambda: stopped == [slow.id] and finished == [behind.id])
+        await wait_for(lambda: consumer.statistics().acked == 1)
+        nursery.cancel_scope.cancel()
+    stats = consumer.statistics()
+    assert (stats.cancelled, stats.stale, stats.acked, stats.retried, stats.held) == (1, 0, 1, 0, 0)
+    info = await jobs.get_job(bus, queue, slow.id)
+    assert info is not None and info.state is JobState.CANCELLED
+    assert await bus.transport.command("ZCARD", bus.keys(queue).cancel_marks) == 0  # seen: gone
+
+
+async def test_a_renewal_that_finds_the_lease_gone_stops_the_handler(bus: Bus, queue: str) -> None:
+    cancelled = trio.Event()
+
+    async def handler(job: Job) -> None:
+        try:
+            await trio.sleep_forever()
+        except trio.Cancelled:
+            cancelled.set()
+            raise
+
+    a = await jobs.enqueue(bus, queue, "a")
+    # The watcher asks once an hour: the renewal (every 100 ms) is what finds the lease gone.
+    consumer = Consumer(bus, queue, handler, lease_ms=300, cancel_poll_s=3600)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await wait_for(lambda: consumer.statistics().claimed == 1)
+        assert await jobs.cancel(bus, queue, a.id) is Cancelled.CANCELLED
+        await cancelled.wait()
+        await wait_for(lambda: consumer.statistics().held == 0)
+        nursery.cancel_scope.cancel()
+    stats = consumer.statistics()
+    assert (stats.lost_leases, stats.cancelled, stats.stale, stats.released) == (1, 0, 0, 0)
+
+
+async def test_nothing_is_asked_while_no_handler_runs(bus: Bus, queue: str) -> None:
+    from echomq_trio.testing import FaultyTransport
+
+    faulty = FaultyTransport(bus.transport)
+    consumer = Consumer(Bus(faulty), queue, _noop, cancel_poll_s=0.01)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await jobs.enqueue(bus, queue, "a")
+        await wait_for(lambda: consumer.statistics().acked == 1)
+        idle_from = len(faulty.calls)
+        await wait_for(lambda: len([c for c in faulty.calls if c.name == "BLPOP"]) >= 3)
+        nursery.cancel_scope.cancel()
+    assert not [c for c in faulty.calls[idle_from:] if c.name == "ZMSCORE"]
+
+
+# --- the holder in another process ---------------------------------------------------------------
+
+
+async def test_a_handler_in_another_process_is_cancelled_and_never_runs_again(
+    bus: Bus, server_url: str, queue: str
+) -> None:
+    a = await jobs.enqueue(bus, queue, "a")
+    async with spawn("sleeper", server_url, queue) as worker:
+        assert await read_line(worker) == "ready"
+        await wait_for(lambda: _started(bus, queue, a.id), timeout=20)
+        assert await jobs.cancel(bus, queue, a.id, by="test") is Cancelled.CANCELLED
+        # the handler saw trio.Cancelled and ran its shielded cleanup (within cancel_poll_s)
+        await wait_for(lambda: _in_ledger(bus, queue, "cancelled", a.id), timeout=20)
+        b = await jobs.enqueue(bus, queue, "b")  # the worker goes on with other jobs
+        await wait_for(lambda: _started(bus, queue, b.id), timeout=20)
+    assert await _ledger(bus, queue, "started") == [a.id, b.id]  # a ran once
+    info = await jobs.get_job(bus, queue, a.id)
+    assert info is not None and info.state is JobState.CANCELLED
+    assert info.last_error == "cancelled by test"
+
+
+async def test_a_holder_killed_right_after_the_cancel_never_gets_its_job_back(
+    bus: Bus, server_url: str, queue: str
+) -> None:
+    a = await jobs.enqueue(bus, queue, "a")
+    async with spawn("sleeper", server_url, queue, "--lease-ms", "500") as worker:
+        assert await read_line(worker) == "ready"
+        await wait_for(lambda: _started(bus, queue, a.id), timeout=20)
+        (held,) = await jobs.list_jobs(bus, queue, "active")
+        assert await jobs.cancel(bus, queue, a.id) is Cancelled.CANCELLED
+        worker.send_signal(signal.SIGKILL)
+        await worker.wait()
+    # A metronome reaps past the dead holder's lease deadline; a second worker serves the queue.
+    metronome = Metronome(bus, queue, beat_ms=50)
+    async with spawn("sleeper", server_url, queue) as second, trio.open_nursery() as nursery:
+        await nursery.start(metronome.run)
+        assert await read_line(second) == "ready"
+        assert held.score_ms is not None
+        await wait_for(lambda: _server_past(bus, held.score_ms or 0))
+        beats = metronome.statistics().beats
+        await wait_for(lambda: metronome.statistics().beats >= beats + 3)
+        b = await jobs.enqueue(bus, queue, "b")
+        await wait_for(lambda: _started(bus, queue, b.id), timeout=20)
+        nursery.cancel_scope.cancel()
+    # What must hold: the job stayed cancelled, nothing reaped it, and it never ran again.
+    assert metronome.statistics().reaped == 0
+    assert await _ledger(bus, queue, "started") == [a.id, b.id]
+    info = await jobs.get_job(bus, queue, a.id)
+    assert info is not None and info.state is JobState.CANCELLED
+    c = await jobs.counts(bus, queue)
+    assert (c.pending, c.scheduled, c.dead, c.cancelled) == (0, 0, 0, 1)
+
+
+async def _in_ledger(bus: Bus, queue: str, name: str, job_id: str) -> bool:
+    return job_id in await _ledger(bus, queue, name)
+
+
+async def _started(bus: Bus, queue: str, job_id: str) -> bool:
+    return await _in_ledger(bus, queue, "started", job_id)
+
+
+async def _server_past(bus: Bus, ms: int) -> bool:
+    return await bus.transport.server_time_ms() > ms
+
+
+async def _noop(job: Job) -> None:
+    pass
