@@ -47,17 +47,19 @@ Theory of operation:
   (kill -9), or a release the server never answers, returns held jobs through lease expiry and
   the metronome's reaper instead. ``tests/echomq_trio/test_cancellations.py`` cancels and fails
   every call to the server in turn and checks that no job is lost or settled twice.
-* Cancel and timeouts: each handler runs in a cancel scope of its own (one per job, no task).
-  While handlers run, a watcher asks the server every ``cancel_poll_s`` in one round trip
-  (``ZMSCORE`` of the queue's cancel marks) whether any of their jobs was cancelled
-  (``jobs.cancel``, from any process; it asks nothing while no handler runs), and cancels
-  those handlers' scopes: the handler sees ``trio.Cancelled`` (cleanup under a shield with a
-  deadline works), and the consumer settles nothing for the job (the cancel took its lease),
-  counting it ``cancelled``. A renewal that finds a lease gone (cancelled, or reaped and claimed
-  elsewhere) cancels that handler the same way (counted in ``lost_leases``), and a held job not
-  yet started whose lease is gone is never started. A job's deadline (its ``timeout_ms`` from
-  enqueue, else the consumer's ``timeout_s``) is its scope's: a handler past it is cancelled
-  and the attempt fails with ``settlement.TimedOut`` ("timed out after N ms"), so
+* Cancel and timeouts: each handler task runs its jobs in a cancel scope that serves job after
+  job and is made anew only once it was cancelled (a scope per job cost the hot path more than
+  the rest of a no-op job's turn in the handler). While handlers run, a watcher asks the server
+  every ``cancel_poll_s`` in one round trip (``ZMSCORE`` of the queue's cancel marks) whether
+  any of their jobs was cancelled (``jobs.cancel``, from any process; it asks nothing while no
+  handler runs), and cancels those handlers: the handler sees ``trio.Cancelled`` (cleanup
+  under a shield with a deadline works), and the consumer settles nothing for the job (the
+  cancel took its lease), counting it ``cancelled``; the task goes on with a new scope. A
+  renewal that finds a lease gone (cancelled, or reaped and claimed elsewhere) stops that
+  handler the same way (counted in ``lost_leases``), and a held job not yet started whose
+  lease is gone is never started. A job's deadline (its ``timeout_ms`` from enqueue, else the
+  consumer's ``timeout_s``) is its scope's while it runs: a handler past it is cancelled and
+  the attempt fails with ``settlement.TimedOut`` ("timed out after N ms"), so
   ``max_attempts`` and the backoff apply; the lease is renewed meanwhile as for any handler.
 * Scheduled jobs, retries and recurring schedules become claimable only when a metronome moves
   them. A consumer that idles looks, at most once per ``OVERDUE_BEATS`` beats, whether a
@@ -464,60 +466,78 @@ class Consumer:
         done: trio.MemorySendChannel[_Settle],
         stop_by: Callable[[StopConsumer], None],
     ) -> None:
-        # ``_handle``, written out: the pool's hot path, one coroutine fewer per job.
+        # ``_handle``, written out: the pool's hot path, one coroutine fewer per job. One cancel
+        # scope serves job after job (a scope per job costs the hot path more than the rest of
+        # the handler's turn), and is made anew once it was cancelled: by the watcher, a
+        # renewal (the job is in ``_gone``) or the job's deadline.
         scopes, gone = self._scopes, self._gone
         async with work, done:
-            async for job in work:
-                if self._stopping:
-                    continue  # never start a job while stopping; it is released at the end
-                if gone and job.id in gone:
-                    done.send_nowait(_Settle(job, gone.pop(job.id)))  # its lease is gone
-                    continue
-                result: HandlerResult | Exception | TimedOut
-                scope = scopes[job.id] = trio.CancelScope()
-                timeout_ms = job.timeout_ms or self._timeout_ms
-                if timeout_ms:
-                    scope.deadline = trio.current_time() + timeout_ms / 1000
-                try:
-                    with scope:
-                        result = await self.handler(job)
-                except StopConsumer as exc:
-                    stop_by(exc)
-                    continue
-                except Exception as exc:
-                    result = exc
-                finally:
-                    del scopes[job.id]
-                if scope.cancel_called:
-                    if job.id in gone:  # cancelled, or its lease lost: the server's now
-                        done.send_nowait(_Settle(job, gone.pop(job.id)))
-                        continue
-                    if scope.cancelled_caught and timeout_ms:
-                        result = TimedOut(timeout_ms)
-                done.send_nowait(_Settle(job, decide(result, job, self.policy)))
+            while True:
+                scope = trio.CancelScope()
+                running: Job | None = None  # the job whose handler the scope's cancel stopped
+                with scope:
+                    async for job in work:
+                        if self._stopping:
+                            continue  # never start a job while stopping; released at the end
+                        if gone and job.id in gone:
+                            done.send_nowait(_Settle(job, gone.pop(job.id)))  # its lease is gone
+                            continue
+                        result: HandlerResult | Exception | TimedOut
+                        timeout_ms = job.timeout_ms or self._timeout_ms
+                        if timeout_ms:
+                            scope.deadline = trio.current_time() + timeout_ms / 1000
+                        scopes[job.id] = scope
+                        running = job
+                        try:
+                            result = await self.handler(job)
+                        except StopConsumer as exc:
+                            stop_by(exc)
+                            running = None
+                            continue
+                        except Exception as exc:
+                            result = exc
+                        finally:
+                            del scopes[job.id]
+                        running = None
+                        if gone and job.id in gone:  # stopped as it finished: the server's now
+                            done.send_nowait(_Settle(job, gone.pop(job.id)))
+                            break  # its scope is cancelled: a new one
+                        if timeout_ms:
+                            if scope.cancel_called:  # its deadline came as it finished
+                                done.send_nowait(_Settle(job, decide(result, job, self.policy)))
+                                break
+                            scope.deadline = math.inf
+                        done.send_nowait(_Settle(job, decide(result, job, self.policy)))
+                    else:
+                        return  # no more work
+                if running is not None:  # its handler was stopped by this scope's cancel
+                    self._settle_stopped(running, done)
 
     async def _handle(
         self,
         job: Job,
         done: trio.MemorySendChannel[_Settle],
         stop_by: Callable[[StopConsumer], None],
+        scope: trio.CancelScope,
     ) -> Transition | None:
-        """Run the handler on ``job`` and queue its settlement; the transition, or ``None`` when
-        the job was not handled (stopping, or the handler raised ``StopConsumer``)."""
+        """Run the handler on ``job`` under ``scope`` (entered by the caller, which makes a new
+        one once it was cancelled: ``scope.cancel_called``) and queue its settlement; the
+        transition, or ``None`` when the job was not handled (stopping, the handler raised
+        ``StopConsumer``, or its lease is gone). A handler the scope's cancel stops raises
+        ``trio.Cancelled`` out of here: the caller settles the job (``_settle_stopped``)."""
         if self._stopping:
             return None  # never start a job while stopping; it is released at the end
         gone = self._gone
         if gone and job.id in gone:
             done.send_nowait(_Settle(job, gone.pop(job.id)))  # its lease is gone
             return None
-        result: HandlerResult | Exception | TimedOut
-        scope = self._scopes[job.id] = trio.CancelScope()
+        result: HandlerResult | Exception
         timeout_ms = job.timeout_ms or self._timeout_ms
         if timeout_ms:
             scope.deadline = trio.current_time() + timeout_ms / 1000
+        self._scopes[job.id] = scope
         try:
-            with scope:
-                result = await self.handler(job)
+            result = await self.handler(job)
         except StopConsumer as exc:
             stop_by(exc)
             return None
@@ -525,17 +545,26 @@ class Consumer:
             result = exc
         finally:
             del self._scopes[job.id]
-        if scope.cancel_called:
-            if job.id in gone:  # cancelled, or its lease lost: the server's now
-                done.send_nowait(_Settle(job, gone.pop(job.id)))
-                return None
-            if scope.cancelled_caught and timeout_ms:
-                result = TimedOut(timeout_ms)
+        if gone and job.id in gone:  # stopped as it finished: the server's now
+            done.send_nowait(_Settle(job, gone.pop(job.id)))
+            return None
+        if timeout_ms and not scope.cancel_called:
+            scope.deadline = math.inf
         transition = decide(result, job, self.policy)
         # Never blocks (room for every held job), so no cancellation can come between a
         # finished handler and its settlement.
         done.send_nowait(_Settle(job, transition))
         return transition
+
+    def _settle_stopped(self, job: Job, done: trio.MemorySendChannel[_Settle]) -> None:
+        """Settle ``job``, whose handler its scope's cancel stopped: nothing to settle when it
+        was cancelled or its lease lost (``_gone``), else it ran past its deadline."""
+        if job.id in self._gone:
+            done.send_nowait(_Settle(job, self._gone.pop(job.id)))
+            return
+        timeout_ms = job.timeout_ms or self._timeout_ms
+        if timeout_ms:
+            done.send_nowait(_Settle(job, decide(TimedOut(timeout_ms), job, self.policy)))
 
     # --- per-lane dispatch ----------------------------------------------------------------------
 
@@ -579,24 +608,37 @@ class Consumer:
             try:
                 with lane.scope:
                     while True:
-                        job: Job | None = None
-                        with trio.move_on_after(self.lane_idle_s):
-                            try:
-                                job = await lane.inbox.receive()
-                            except trio.EndOfChannel:
-                                return
-                        if job is None:
-                            try:
-                                job = lane.inbox.receive_nowait()
-                            except (trio.WouldBlock, trio.EndOfChannel):
-                                return  # idle: `finally` takes the lane out before a checkpoint
-                        async with running:
-                            transition = await self._handle(job, done, stop_by)
-                        if (
-                            isinstance(transition, DeferJob | BuryJob)
-                            and lane.inbox.statistics().current_buffer_used == 0
-                        ):
-                            return  # its lane waits (or is stuck): no task until it has work
+                        # The jobs' cancel scope (as the pool's): made anew once cancelled.
+                        scope = trio.CancelScope()
+                        current: Job | None = None
+                        with scope:
+                            while True:
+                                job: Job | None = None
+                                with trio.move_on_after(self.lane_idle_s):
+                                    try:
+                                        job = await lane.inbox.receive()
+                                    except trio.EndOfChannel:
+                                        return
+                                if job is None:
+                                    try:
+                                        job = lane.inbox.receive_nowait()
+                                    except (trio.WouldBlock, trio.EndOfChannel):
+                                        return  # idle: `finally` takes the lane out first
+                                async with running:
+                                    current = job
+                                    transition = await self._handle(job, done, stop_by, scope)
+                                    current = None
+                                if (self._gone or scope.deadline != math.inf) and (
+                                    scope.cancel_called
+                                ):
+                                    break  # cancelled as its handler finished: a new scope
+                                if (
+                                    isinstance(transition, DeferJob | BuryJob)
+                                    and lane.inbox.statistics().current_buffer_used == 0
+                                ):
+                                    return  # its lane waits (or is stuck): no task until work
+                        if current is not None:  # its handler was stopped by the scope's cancel
+                            self._settle_stopped(current, done)
             finally:
                 # Out of ``_lanes`` with no checkpoint since the inbox was last seen empty (or
                 # since a cancellation): the dispatcher starts a new task for the next job.

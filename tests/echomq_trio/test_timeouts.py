@@ -143,3 +143,35 @@ async def test_serve_passes_the_timeout_to_its_consumers(bus: Bus, queue: str) -
 
 async def _noop(job: Job) -> None:
     pass
+
+
+@pytest.mark.parametrize("per_lane", [False, True])
+async def test_one_handler_task_goes_on_after_a_timeout_and_a_cancel(
+    bus: Bus, queue: str, per_lane: bool
+) -> None:
+    """One handler task (the pool's one, or one lane's) meets a timeout, a cancel, and jobs that
+    finish, in turn: each stop is its job's alone."""
+    from echomq_trio.jobs import Cancelled
+
+    ran: list[str] = []
+
+    async def handler(job: Job) -> None:
+        ran.append(job.text)
+        if job.text != "quick":
+            await trio.sleep_forever()
+
+    items = ["slow", "quick", "cancel me", "quick", "slow", "quick"]
+    await lanes.enqueue_many(bus, queue, "one", items[:2], limit=1, timeout_ms=300)
+    target = await lanes.enqueue(bus, queue, "one", items[2])  # no deadline: only the cancel
+    await lanes.enqueue_many(bus, queue, "one", items[3:], timeout_ms=300)
+    consumer = Consumer(bus, queue, handler, concurrency=1, max_attempts=1, per_lane=per_lane,
+                        cancel_poll_s=0.05)  # fmt: skip
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await wait_for(lambda: ran[:3] == ["slow", "quick", "cancel me"])
+        assert await jobs.cancel(bus, queue, target.id) is Cancelled.CANCELLED
+        await wait_for(lambda: consumer.statistics().acked == 3)
+        nursery.cancel_scope.cancel()
+    stats = consumer.statistics()
+    assert (stats.dead, stats.cancelled, stats.acked, stats.stale) == (2, 1, 3, 0)
+    assert ran == items
