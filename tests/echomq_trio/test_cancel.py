@@ -383,3 +383,31 @@ async def _server_past(bus: Bus, ms: int) -> bool:
 
 async def _noop(job: Job) -> None:
     pass
+
+
+# --- the command line ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_the_cli_cancels_a_job_in_one_line(standalone_only: str, queue: str) -> None:
+    from tests.echomq_trio.test_cli import echomq
+
+    async with open_bus(standalone_only) as bus:
+        a = await jobs.enqueue(bus, queue, "a")
+        done = await echomq("cancel", queue, a.id, "--reason", "not needed", url=standalone_only)
+        assert (done.returncode, done.stdout.decode()) == (0, f"cancelled {a.id}\n")
+        info = await jobs.get_job(bus, queue, a.id)
+        assert info is not None and info.state is JobState.CANCELLED
+        assert info.last_error is not None and info.last_error.endswith(": not needed")
+        assert info.last_error.startswith("cancelled by cli")
+        again = await echomq("cancel", queue, a.id, "--by", "ops", url=standalone_only)
+        assert again.returncode == 1 and again.stdout == b""
+        assert (
+            again.stderr.decode()
+            == f"echomq: job {a.id} is dead or cancelled already; nothing changed\n"
+        )
+        unknown = await echomq("--json", "cancel", queue, jid(), url=standalone_only)
+        assert unknown.returncode == 1 and len(unknown.stderr.decode().splitlines()) == 1
+        assert b"never enqueued, or finished" in unknown.stderr
+        listed = await echomq("ls", queue, "cancelled", url=standalone_only)
+        assert listed.returncode == 0 and a.id in listed.stdout.decode()
