@@ -24,12 +24,12 @@ Two kinds of numbers, named so that they never clash:
   in every process that reads it.
 
   - ``echomq_jobs{queue,state}`` (gauge): jobs ``pending`` (lanes included), ``scheduled``,
-    ``active``, ``dead`` now.
+    ``active``, ``dead``, ``cancelled`` now.
   - ``echomq_lanes{queue,state}`` (gauge): lanes ``with_jobs``, ``paused``, ``waiting``.
   - ``echomq_repeats{queue}`` (gauge): recurring schedules registered.
   - ``echomq_queue_jobs_total{queue,outcome}`` (counter): the queue's running totals kept by its
     scripts since it was made, by every process: ``completed``, ``retried``, ``dead``,
-    ``deferred``.
+    ``deferred``, ``cancelled``.
   - ``echomq_server_memory_used_bytes`` and ``echomq_server_memory_max_bytes`` (gauges): the
     server's memory and its ``maxmemory`` (0: none), so an alert can fire before a
     ``noeviction`` server refuses writes.
@@ -118,10 +118,11 @@ class Readings(Protocol):
     async def read(self) -> None: ...
 
 
-_DEPTH = ("pending", "scheduled", "active", "dead")
+_DEPTH = ("pending", "scheduled", "active", "dead", "cancelled")
 _LANES = (("with_jobs", "lanes"), ("paused", "paused_lanes"), ("waiting", "waiting_lanes"))
 _TOTALS = (("completed", "completed_total"), ("retried", "retried_total"),
-           ("dead", "dead_total"), ("deferred", "deferred_total"))  # fmt: skip
+           ("dead", "dead_total"), ("deferred", "deferred_total"),
+           ("cancelled", "cancelled_total"))  # fmt: skip
 
 
 class QueueReadings(Collector):
