@@ -11,6 +11,7 @@
 -- so the lane's next job can be claimed. The mark (cancel_marks, `<id>:<token>`) lasts until
 -- MARK_KEEP_MS past the lease's deadline: by then the holder has seen it, or found its lease
 -- gone when it renewed, or is dead; each cancel drops the marks past their time.
+-- The cancelled set keeps the dead set's bounds (meta dead_max, dead_max_age_ms: trim_dead).
 -- Returns 'cancelled', 'already_done' (the job is dead or cancelled: nothing changes) or
 -- 'not_found' (no row: never admitted, or acked and deleted).
 -- cost: O(log n); 6 commands for a waiting job (its row read and written, its place, its set of
@@ -55,6 +56,7 @@ if reason ~= '' then why = why .. ': ' .. reason end
 redis.call('HSET', row, 'state', 'cancelled', 'cancelled_ms', now, 'cancel_reason', reason,
   'cancelled_by', by, 'last_error', why)
 redis.call('ZADD', KEYS[1], now, id)
+trim_dead(qp, now, KEYS[1])
 redis.call('HINCRBY', qp .. KEY.metrics, 'cancelled', 1)
 emit(qp, 'cancelled', id, 'from', state, 'reason', reason, 'by', by)
 audit(qp, id, 'cancelled', f[3] or '0', now, by, reason)

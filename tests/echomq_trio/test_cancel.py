@@ -411,3 +411,26 @@ async def test_the_cli_cancels_a_job_in_one_line(standalone_only: str, queue: st
         assert b"never enqueued, or finished" in unknown.stderr
         listed = await echomq("ls", queue, "cancelled", url=standalone_only)
         assert listed.returncode == 0 and a.id in listed.stdout.decode()
+
+
+async def test_the_cancelled_jobs_kept_have_the_dead_set_s_bounds(bus: Bus, queue: str) -> None:
+    from echomq_trio import retention
+
+    await retention.configure(bus, queue, dead_max=2)
+    admitted = await jobs.enqueue_many(bus, queue, ["a", "b", "c", "d"])
+    for a in admitted:
+        assert await jobs.cancel(bus, queue, a.id) is Cancelled.CANCELLED
+    kept = [i.id for i in await jobs.list_jobs(bus, queue, "cancelled")]
+    assert kept == [a.id for a in admitted[2:]]  # the newest two, their rows with them
+    assert await jobs.get_job(bus, queue, admitted[0].id) is None
+    c = await jobs.counts(bus, queue)
+    assert (c.cancelled, c.cancelled_total) == (2, 4)
+
+
+def test_the_reply_and_the_audit_archive_know_every_word() -> None:
+    from codemojex.audit import OUTCOMES
+
+    assert {protocol.cancel_reply(w.value.encode()) for w in Cancelled} == set(Cancelled)
+    with pytest.raises(ValueError, match="not an answer of cancel"):
+        protocol.cancel_reply(b"acked")
+    assert set(OUTCOMES) == set(audit.AuditOutcome)  # a cancelled notice's record folds too
