@@ -12,6 +12,7 @@ viewers. The app answers:
 * ``GET /events?<query>``: the same view as server-sent events, one after every sample (the
   sampler renders each view asked for once, for every stream that asks it);
 * ``POST /replay?queue=Q&job=ID`` and ``POST /discard?queue=Q&job=ID``: replay or delete a dead job;
+  ``POST /cancel?queue=Q&job=ID``: cancel a job (``jobs.cancel``, by ``dashboard``);
   ``POST /resume?queue=Q&lane=G``: end a lane's pause or wait. Every request that changes state must
   carry the dashboard's token in the header ``x-echomq-token`` (compared in constant time); without
   it the answer is 403 and nothing changes. The token comes from the operator
@@ -65,10 +66,15 @@ async def _resume(bus: Bus, queue: str, group: str) -> str:
     return "resumed" if await lanes.resume(bus, queue, group) else "not_held"
 
 
+async def _cancel(bus: Bus, queue: str, job_id: str) -> str:
+    return str(await jobs.cancel(bus, queue, job_id, by="dashboard"))
+
+
 # The state-changing requests: path -> (the parameter naming what to change, its check, the call)
 _ACTIONS: dict[str, tuple[str, Callable[[object], str], Callable[..., Awaitable[object]]]] = {
     "/replay": ("job", check_job_id, jobs.replay),
     "/discard": ("job", check_job_id, jobs.discard),
+    "/cancel": ("job", check_job_id, _cancel),
     "/resume": ("lane", check_group, _resume),
 }
 
