@@ -301,6 +301,34 @@ async def test_a_renewal_that_finds_the_lease_gone_stops_the_handler(bus: Bus, q
     assert (stats.lost_leases, stats.cancelled, stats.stale, stats.released) == (1, 0, 0, 0)
 
 
+async def test_a_held_job_cancelled_before_it_started_never_starts(bus: Bus, queue: str) -> None:
+    first_may_end = trio.Event()
+    ran: list[str] = []
+
+    async def handler(job: Job) -> None:
+        ran.append(job.text)
+        if job.text == "first":
+            await first_may_end.wait()
+
+    first = await jobs.enqueue(bus, queue, "first")
+    second = await jobs.enqueue(bus, queue, "second")
+    # One handler, one job held ahead of it: the second waits in the consumer's channel.
+    consumer = Consumer(bus, queue, handler, concurrency=1, prefetch=1, claim_batch=2,
+                        lease_ms=300)  # fmt: skip
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await wait_for(lambda: consumer.statistics().held == 2 and ran == ["first"])
+        assert await jobs.cancel(bus, queue, second.id) is Cancelled.CANCELLED
+        await wait_for(lambda: consumer.statistics().lost_leases == 1)  # a renewal saw it
+        first_may_end.set()
+        await wait_for(lambda: consumer.statistics().held == 0)
+        nursery.cancel_scope.cancel()
+    assert ran == ["first"]
+    assert await jobs.get_job(bus, queue, first.id) is None  # acked
+    stats = consumer.statistics()
+    assert (stats.acked, stats.stale, stats.cancelled) == (1, 0, 0)
+
+
 async def test_nothing_is_asked_while_no_handler_runs(bus: Bus, queue: str) -> None:
     from echomq_trio.testing import FaultyTransport
 
