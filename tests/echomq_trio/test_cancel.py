@@ -457,6 +457,20 @@ async def test_the_cancelled_jobs_kept_have_the_dead_set_s_bounds(bus: Bus, queu
 
 def test_the_reply_and_the_audit_archive_know_every_word() -> None:
     from codemojex.audit import OUTCOMES
+    from echomq_trio.keys import queue_keys
+
+    k, a = queue_keys("q"), jid()
+    call = protocol.cancel_call(k, a, "why", "who")
+    assert (call.script, call.keys, call.args) == (
+        "cancel",
+        (k.cancelled,),
+        (k.prefix, a, "why", "who"),
+    )
+    assert protocol.cancel_marks_command(k, [(a, 7)]) == ["ZMSCORE", k.cancel_marks, f"{a}:7"]
+    with pytest.raises(ValueError, match="at least one job"):
+        protocol.cancel_marks_command(k, [])
+    with pytest.raises(ValueError, match="ZMSCORE answered 0 scores for 1 marks"):
+        protocol.cancelled_among([(a, 7)], [])
 
     assert {protocol.cancel_reply(w.value.encode()) for w in Cancelled} == set(Cancelled)
     with pytest.raises(ValueError, match="not an answer of cancel"):
