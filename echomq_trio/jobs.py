@@ -1,7 +1,8 @@
 """Job transitions: one function per Lua script, each one round trip, each returning typed values.
 
 States: ``pending`` (ready), ``scheduled`` (waiting for a time), ``active`` (leased to a worker),
-``dead`` (out of attempts); the transitions between them are the table in
+``dead`` (out of attempts), ``cancelled`` (``cancel``: never to run, or run on); the transitions
+between them are the table in
 ``echomq_trio/scripts/README.md``. An acked job's row is deleted, so a finished id may be used
 again. Each function builds its script's call with ``protocol`` (which checks names, ids,
 payloads of at most the bus's ``max_payload_bytes``, and times and delays of at most what a

@@ -3,7 +3,8 @@ schedule pass through, and of which script moves them (pure, no I/O; h11's ``_st
 model).
 
 Theory of operation. A job's row names its *stored* state, ``JobState`` (``pending``,
-``scheduled``, ``active``, ``dead``: what ``inspect`` answers and ``JobInfo.state`` holds); a
+``scheduled``, ``active``, ``dead``, ``cancelled``: what ``inspect`` answers and
+``JobInfo.state`` holds); a
 missing row is no job (never admitted, or acked). The table is finer: a ``Place`` is where a job
 is, its stored state and, for a pending job, whether it waits in the flat set, in a lane, or in a
 lane that waits until a time. Lanes (``LaneState``) and recurring schedules (``RepeatState``) are
