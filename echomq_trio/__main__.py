@@ -2,10 +2,11 @@
 repair or restore a stopped embedded server's append-only file.
 
     echomq [--url URL | --data-dir DIR] [--json] stats QUEUE
-    echomq ls QUEUE pending|scheduled|active|dead|repeat|lanes [--limit N]
+    echomq ls QUEUE pending|scheduled|active|dead|cancelled|repeat|lanes [--limit N]
     echomq show QUEUE JOB_ID
     echomq result QUEUE JOB_ID [--timeout S]
     echomq replay QUEUE JOB_ID | --all [--reason TEXT]
+    echomq cancel QUEUE JOB_ID [--reason TEXT] [--by NAME]
     echomq cancel-repeat QUEUE NAME
     echomq pause QUEUE | resume QUEUE
     echomq limit QUEUE N|none
@@ -36,6 +37,7 @@ not finished within ``--timeout`` exit status 124 (as ``timeout(1)``).
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import os
 import sys
@@ -280,6 +282,26 @@ async def _replay_all(bus: Bus, args: argparse.Namespace, dead: int) -> Any:
     return {"replayed": replayed} if args.json else f"replayed {replayed} dead jobs"
 
 
+def _who() -> str:
+    """Who cancels from the command line, when ``--by`` does not say: ``cli:<user>``."""
+    try:
+        return "cli:" + getpass.getuser()
+    except (KeyError, OSError):  # no user name for this uid
+        return "cli"
+
+
+async def _cancel(bus: Bus, args: argparse.Namespace) -> Any:
+    await _known(bus, args.queue)
+    args.job_id = _job_id(args.job_id)
+    by = args.by if args.by is not None else _who()
+    outcome = await jobs.cancel(bus, args.queue, args.job_id, args.reason, by)
+    if outcome is jobs.Cancelled.NOT_FOUND:
+        raise CliError(f"no job {args.job_id} in {args.queue!r} (never enqueued, or finished)")
+    if outcome is jobs.Cancelled.ALREADY_DONE:
+        raise CliError(f"job {args.job_id} is dead or cancelled already; nothing changed")
+    return {"cancelled": args.job_id} if args.json else f"cancelled {args.job_id}"
+
+
 async def _cancel_repeat(bus: Bus, args: argparse.Namespace) -> Any:
     await _known(bus, args.queue)
     if not await repeat.cancel(bus, args.queue, args.name):
@@ -443,6 +465,7 @@ COMMANDS = {
     "show": _show,
     "result": _result,
     "replay": _replay,
+    "cancel": _cancel,
     "cancel-repeat": _cancel_repeat,
     "pause": _pause,
     "resume": _resume,
@@ -506,6 +529,12 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("job_id", nargs="?")
     s.add_argument("--all", action="store_true", help="every dead job of the queue")
     s.add_argument("--reason", help="with --all: only those whose last error contains this")
+    s = command("cancel", "cancel a job: a waiting one never runs, a running one's handler is "
+                "stopped; exit status 0 only when this cancelled it")  # fmt: skip
+    s.add_argument("queue")
+    s.add_argument("job_id")
+    s.add_argument("--reason", default="", help="why (kept with the job, its event and audit)")
+    s.add_argument("--by", help="who cancels (default: cli:<your user name>)")
     s = command("cancel-repeat", "remove a recurring schedule")
     s.add_argument("queue")
     s.add_argument("name")

@@ -10,7 +10,7 @@ removes what it settles; these functions only read it (``release`` clears it onc
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from typing import NoReturn, TypeVar
 
@@ -93,11 +93,15 @@ async def persist(queue: str, call: Callable[[], Awaitable[T]]) -> T:
 
 
 async def renew(
-    bus: Bus, queue: str, held: Mapping[str, Job], lease_ms: int, lost: Callable[[int], None]
+    bus: Bus,
+    queue: str,
+    held: Mapping[str, Job],
+    lease_ms: int,
+    lost: Callable[[Sequence[str]], None],
 ) -> NoReturn:
-    """Each third of a lease, extend the lease of every held job; ``lost(n)`` hears how many
-    were no longer held (reaped and claimed elsewhere). A renewal that fails (the server
-    unreachable, or refusing writes) is tried again sooner, after
+    """Each third of a lease, extend the lease of every held job; ``lost(ids)`` hears the ids
+    that were no longer held (reaped and claimed elsewhere, or cancelled), when there are any.
+    A renewal that fails (the server unreachable, or refusing writes) is tried again sooner, after
     ``backoff.reconnect_delay_s``, so a lease is renewed soon after the server takes writes
     again. Runs until cancelled."""
     failures = 0
@@ -115,7 +119,8 @@ async def renew(
             log.log(level_of(exc), "lease renewal on %s failed: %s", queue, exc)
             continue
         failures = 0
-        lost(len(result.lost))
+        if result.lost:
+            lost(result.lost)
 
 
 async def release(bus: Bus, queue: str, held: dict[str, Job]) -> int:

@@ -54,6 +54,20 @@ Theory of operation:
   (kill -9), or a release the server never answers, returns held jobs through lease expiry and
   the metronome's reaper instead. ``tests/echomq_trio/test_cancellations.py`` cancels and fails
   every call to the server in turn and checks that no job is lost or settled twice.
+* Cancel and timeouts: each handler task runs its jobs in a cancel scope that serves job after
+  job and is made anew only once it was cancelled (a scope per job cost the hot path more than
+  the rest of a no-op job's turn in the handler). While handlers run, a watcher asks the server
+  every ``cancel_poll_s`` in one round trip (``ZMSCORE`` of the queue's cancel marks) whether
+  any of their jobs was cancelled (``jobs.cancel``, from any process; it asks nothing while no
+  handler runs), and cancels those handlers: the handler sees ``trio.Cancelled`` (cleanup
+  under a shield with a deadline works), and the consumer settles nothing for the job (the
+  cancel took its lease), counting it ``cancelled``; the task goes on with a new scope. A
+  renewal that finds a lease gone (cancelled, or reaped and claimed elsewhere) stops that
+  handler the same way (counted in ``lost_leases``), and a held job not yet started whose
+  lease is gone is never started. A job's deadline (its ``timeout_ms`` from enqueue, else the
+  consumer's ``timeout_s``) is its scope's while it runs: a handler past it is cancelled and
+  the attempt fails with ``settlement.TimedOut`` ("timed out after N ms"), so
+  ``max_attempts`` and the backoff apply; the lease is renewed meanwhile as for any handler.
 * Scheduled jobs, retries and recurring schedules become claimable only when a metronome moves
   them. A consumer that idles looks, at most once per ``OVERDUE_BEATS`` beats, whether a
   scheduled job or a repeat is overdue by more than that many beats (``ZCOUNT`` on the two
@@ -64,20 +78,21 @@ Theory of operation:
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from typing import TypeVar
 
 import attrs
 import trio
 
-from echomq_trio import _leases, jobs
+from echomq_trio import _leases, jobs, protocol
 from echomq_trio._claim_window import ClaimWindow, HoldAhead
 from echomq_trio._progress import PROGRESS_INTERVAL_S, ProgressBook
 from echomq_trio.backoff import Exponential, Jitter, Policy
 from echomq_trio.bus import Bus
-from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut
+from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut, level_of
 from echomq_trio.jobs import Job, Outcome
 from echomq_trio.metrics import BusMetrics
 from echomq_trio.settlement import (
@@ -91,6 +106,7 @@ from echomq_trio.settlement import (
     RetryIn,
     RetryJob,
     SettlePolicy,
+    TimedOut,
     Transition,
     decide,
 )
@@ -120,6 +136,7 @@ AHEAD_S = 0.05  # untuned, the handlers' work held ahead of them (at their recen
 PACE_SPAN_S = 0.05  # the shortest span over which their pace is measured
 OVERDUE_BEATS = 5  # a due job this many beats late means no metronome runs; checked as often
 LANE_IDLE_S = 1.0  # per-lane dispatch: a lane's task with nothing to do for this long ends
+CANCEL_POLL_S = 0.5  # while handlers run, how often the consumer asks which were cancelled
 
 
 class StopConsumer(Exception):
@@ -143,14 +160,27 @@ class ConsumerStats:
     stale: int = 0  # settlements the server refused: the lease was no longer this consumer's
     released: int = 0
     lost_leases: int = 0
+    cancelled: int = 0  # handlers stopped because their job was cancelled (``jobs.cancel``)
     held: int = 0
     lane_tasks: int = 0  # per-lane dispatch: lane tasks started
 
 
 @attrs.frozen
+class _Forget:
+    """Nothing to settle: the job's lease is gone (cancelled, or lost); ``counter`` is the
+    ``ConsumerStats`` counter it adds to ('' for none)."""
+
+    counter: str
+
+
+@attrs.frozen
 class _Settle:
     job: Job
-    transition: Transition
+    transition: Transition | _Forget
+
+
+_CANCELLED = _Forget("cancelled")  # the watcher saw the job's cancel mark
+_LOST = _Forget("")  # a renewal found its lease gone (counted there, in lost_leases)
 
 
 @attrs.define(eq=False)
@@ -176,7 +206,10 @@ class Consumer:
     per lane instead of a pool of handlers (see the module's notes), ``lane_idle_s`` is how long
     such a task waits for more work before it ends, ``claim_gate`` is awaited before every
     claim, and ``progress_interval_s`` is the least time between two writes of its handlers'
-    progress (``Job.progress``)."""
+    progress (``Job.progress``). ``timeout_s`` is the deadline of a handler whose job has no
+    ``timeout_ms`` of its own (``None``: none), and ``cancel_poll_s`` how often, while handlers
+    run, the consumer asks the server whether any of their jobs was cancelled (see the module's
+    notes)."""
 
     def __init__(
         self,
@@ -198,6 +231,8 @@ class Consumer:
         lane_idle_s: float = LANE_IDLE_S,
         claim_gate: ClaimGate | None = None,
         progress_interval_s: float = PROGRESS_INTERVAL_S,
+        timeout_s: float | None = None,
+        cancel_poll_s: float = CANCEL_POLL_S,
     ) -> None:
         bus.keys(queue)  # validates the name
         for name, value in [
@@ -213,6 +248,9 @@ class Consumer:
             raise ValueError(f"grace_s must be >= 0, got {grace_s}")
         _check_positive("lane_idle_s", lane_idle_s)
         _check_positive("progress_interval_s", progress_interval_s)
+        _check_positive("cancel_poll_s", cancel_poll_s)
+        if timeout_s is not None:
+            _check_positive("timeout_s", timeout_s)
         self.bus = bus
         self.queue = queue
         self.handler = handler
@@ -251,6 +289,13 @@ class Consumer:
         self.lane_idle_s = lane_idle_s
         self.claim_gate = claim_gate
         self._lanes: dict[str, _Lane] = {}  # per-lane dispatch: at most one per held job
+        self.timeout_s = timeout_s
+        self._timeout_ms = None if timeout_s is None else max(1, math.ceil(timeout_s * 1000))
+        self.cancel_poll_s = cancel_poll_s
+        # The cancel scope of each running handler, by job id (at most one per held job), and
+        # the held jobs whose lease is gone: the watcher's cancels and the renewal's losses.
+        self._scopes: dict[str, trio.CancelScope] = {}
+        self._gone: dict[str, _Forget] = {}
         self._stopped_by: StopConsumer | None = None
         self.progress_interval_s = progress_interval_s
         self._progress = ProgressBook(bus, queue, progress_interval_s)
@@ -316,6 +361,8 @@ class Consumer:
                         core.start_soon(self._settle_loop, done_recv, slots)
                         renew_scope = trio.CancelScope()
                         core.start_soon(self._renew_loop, renew_scope)
+                        watch_scope = trio.CancelScope()
+                        core.start_soon(self._cancel_watch, watch_scope)
                         with handler_scope:
                             async with trio.open_nursery() as handlers, done_send, work_recv:
                                 if self.per_lane:
@@ -339,8 +386,10 @@ class Consumer:
                         shield.deadline = trio.current_time() + SETTLE_TIME_S
                         renew_scope.cancel()
                         self._progress.close()
+                        watch_scope.cancel()
                 outer.cancel_scope.cancel()
         finally:
+            self._gone.clear()
             await self._release_held()
         if self._stopped_by is not None:
             raise self._stopped_by
@@ -436,32 +485,76 @@ class Consumer:
         done: trio.MemorySendChannel[_Settle],
         stop_by: Callable[[StopConsumer], None],
     ) -> None:
-        # ``_handle``, written out: the pool's hot path, one coroutine fewer per job.
+        # ``_handle``, written out: the pool's hot path, one coroutine fewer per job. One cancel
+        # scope serves job after job (a scope per job costs the hot path more than the rest of
+        # the handler's turn), and is made anew once it was cancelled: by the watcher, a
+        # renewal (the job is in ``_gone``) or the job's deadline.
+        scopes, gone = self._scopes, self._gone
         async with work, done:
-            async for job in work:
-                if self._stopping:
-                    continue  # never start a job while stopping; it is released at the end
-                result: HandlerResult | Exception
-                try:
-                    result = await self.handler(job)
-                except StopConsumer as exc:
-                    stop_by(exc)
-                    continue
-                except Exception as exc:
-                    result = exc
-                done.send_nowait(_Settle(job, decide(result, job, self.policy)))
+            while True:
+                scope = trio.CancelScope()
+                running: Job | None = None  # the job whose handler the scope's cancel stopped
+                with scope:
+                    async for job in work:
+                        if self._stopping:
+                            continue  # never start a job while stopping; released at the end
+                        if gone and job.id in gone:
+                            done.send_nowait(_Settle(job, gone.pop(job.id)))  # its lease is gone
+                            continue
+                        result: HandlerResult | Exception | TimedOut
+                        timeout_ms = job.timeout_ms or self._timeout_ms
+                        if timeout_ms:
+                            scope.deadline = trio.current_time() + timeout_ms / 1000
+                        scopes[job.id] = scope
+                        running = job
+                        try:
+                            result = await self.handler(job)
+                        except StopConsumer as exc:
+                            stop_by(exc)
+                            running = None
+                            continue
+                        except Exception as exc:
+                            result = exc
+                        finally:
+                            del scopes[job.id]
+                        running = None
+                        if gone and job.id in gone:  # stopped as it finished: the server's now
+                            done.send_nowait(_Settle(job, gone.pop(job.id)))
+                            break  # its scope is cancelled: a new one
+                        if timeout_ms:
+                            if scope.cancel_called:  # its deadline came as it finished
+                                done.send_nowait(_Settle(job, decide(result, job, self.policy)))
+                                break
+                            scope.deadline = math.inf
+                        done.send_nowait(_Settle(job, decide(result, job, self.policy)))
+                    else:
+                        return  # no more work
+                if running is not None:  # its handler was stopped by this scope's cancel
+                    self._settle_stopped(running, done)
 
     async def _handle(
         self,
         job: Job,
         done: trio.MemorySendChannel[_Settle],
         stop_by: Callable[[StopConsumer], None],
+        scope: trio.CancelScope,
     ) -> Transition | None:
-        """Run the handler on ``job`` and queue its settlement; the transition, or ``None`` when
-        the job was not handled (stopping, or the handler raised ``StopConsumer``)."""
+        """Run the handler on ``job`` under ``scope`` (entered by the caller, which makes a new
+        one once it was cancelled: ``scope.cancel_called``) and queue its settlement; the
+        transition, or ``None`` when the job was not handled (stopping, the handler raised
+        ``StopConsumer``, or its lease is gone). A handler the scope's cancel stops raises
+        ``trio.Cancelled`` out of here: the caller settles the job (``_settle_stopped``)."""
         if self._stopping:
             return None  # never start a job while stopping; it is released at the end
+        gone = self._gone
+        if gone and job.id in gone:
+            done.send_nowait(_Settle(job, gone.pop(job.id)))  # its lease is gone
+            return None
         result: HandlerResult | Exception
+        timeout_ms = job.timeout_ms or self._timeout_ms
+        if timeout_ms:
+            scope.deadline = trio.current_time() + timeout_ms / 1000
+        self._scopes[job.id] = scope
         try:
             result = await self.handler(job)
         except StopConsumer as exc:
@@ -469,11 +562,28 @@ class Consumer:
             return None
         except Exception as exc:
             result = exc
+        finally:
+            del self._scopes[job.id]
+        if gone and job.id in gone:  # stopped as it finished: the server's now
+            done.send_nowait(_Settle(job, gone.pop(job.id)))
+            return None
+        if timeout_ms and not scope.cancel_called:
+            scope.deadline = math.inf
         transition = decide(result, job, self.policy)
         # Never blocks (room for every held job), so no cancellation can come between a
         # finished handler and its settlement.
         done.send_nowait(_Settle(job, transition))
         return transition
+
+    def _settle_stopped(self, job: Job, done: trio.MemorySendChannel[_Settle]) -> None:
+        """Settle ``job``, whose handler its scope's cancel stopped: nothing to settle when it
+        was cancelled or its lease lost (``_gone``), else it ran past its deadline."""
+        if job.id in self._gone:
+            done.send_nowait(_Settle(job, self._gone.pop(job.id)))
+            return
+        timeout_ms = job.timeout_ms or self._timeout_ms
+        if timeout_ms:
+            done.send_nowait(_Settle(job, decide(TimedOut(timeout_ms), job, self.policy)))
 
     # --- per-lane dispatch ----------------------------------------------------------------------
 
@@ -517,24 +627,37 @@ class Consumer:
             try:
                 with lane.scope:
                     while True:
-                        job: Job | None = None
-                        with trio.move_on_after(self.lane_idle_s):
-                            try:
-                                job = await lane.inbox.receive()
-                            except trio.EndOfChannel:
-                                return
-                        if job is None:
-                            try:
-                                job = lane.inbox.receive_nowait()
-                            except (trio.WouldBlock, trio.EndOfChannel):
-                                return  # idle: `finally` takes the lane out before a checkpoint
-                        async with running:
-                            transition = await self._handle(job, done, stop_by)
-                        if (
-                            isinstance(transition, DeferJob | BuryJob)
-                            and lane.inbox.statistics().current_buffer_used == 0
-                        ):
-                            return  # its lane waits (or is stuck): no task until it has work
+                        # The jobs' cancel scope (as the pool's): made anew once cancelled.
+                        scope = trio.CancelScope()
+                        current: Job | None = None
+                        with scope:
+                            while True:
+                                job: Job | None = None
+                                with trio.move_on_after(self.lane_idle_s):
+                                    try:
+                                        job = await lane.inbox.receive()
+                                    except trio.EndOfChannel:
+                                        return
+                                if job is None:
+                                    try:
+                                        job = lane.inbox.receive_nowait()
+                                    except (trio.WouldBlock, trio.EndOfChannel):
+                                        return  # idle: `finally` takes the lane out first
+                                async with running:
+                                    current = job
+                                    transition = await self._handle(job, done, stop_by, scope)
+                                    current = None
+                                if (self._gone or scope.deadline != math.inf) and (
+                                    scope.cancel_called
+                                ):
+                                    break  # cancelled as its handler finished: a new scope
+                                if (
+                                    isinstance(transition, DeferJob | BuryJob)
+                                    and lane.inbox.statistics().current_buffer_used == 0
+                                ):
+                                    return  # its lane waits (or is stuck): no task until work
+                        if current is not None:  # its handler was stopped by the scope's cancel
+                            self._settle_stopped(current, done)
             finally:
                 # Out of ``_lanes`` with no checkpoint since the inbox was last seen empty (or
                 # since a cancellation): the dispatcher starts a new task for the next job.
@@ -562,6 +685,8 @@ class Consumer:
                 for d in batch:
                     if self._held.pop(d.job.id, None) is not None:
                         slots.release()
+                    if self._gone:  # a loss heard after the handler finished: forgotten here
+                        self._gone.pop(d.job.id, None)
 
     async def _settle(self, batch: list[_Settle]) -> None:
         """Run a batch's transitions: every ack in one round trip, then the rest in order (their
@@ -587,6 +712,10 @@ class Consumer:
             job = d.job
             match d.transition:
                 case AckJob():
+                    continue
+                case _Forget(counter=counter):
+                    if counter:
+                        self._count_settled({counter: 1})
                     continue
                 case RetryJob(delay_ms=wait, error=error, max_attempts=most):
                     call = partial(
@@ -619,8 +748,51 @@ class Consumer:
 
     async def _renew_loop(self, scope: trio.CancelScope) -> None:
         with scope:
-            await _leases.renew(self.bus, self.queue, self._held, self.lease_ms,
-                               lambda n: self._count(lost_leases=n))  # fmt: skip
+            await _leases.renew(self.bus, self.queue, self._held, self.lease_ms, self._lost)
+
+    def _lost(self, job_ids: Sequence[str]) -> None:
+        """A renewal found these leases gone: stop their handlers (or never start them)."""
+        self._count(lost_leases=len(job_ids))
+        for job_id in job_ids:
+            if job_id in self._held:
+                self._stop_handler(job_id, _LOST)
+
+    def _stop_handler(self, job_id: str, why: _Forget) -> None:
+        if job_id in self._gone:
+            return  # stopped already
+        self._gone[job_id] = why
+        scope = self._scopes.get(job_id)
+        if scope is not None:
+            scope.cancel()
+
+    async def _cancel_watch(self, scope: trio.CancelScope) -> None:
+        """While handlers run, ask every ``cancel_poll_s`` whether any of their jobs was
+        cancelled (one ``ZMSCORE``), and stop those handlers; the marks seen are removed."""
+        k = self.bus.keys(self.queue)
+        with scope:
+            while True:
+                await trio.sleep(self.cancel_poll_s)
+                running = [
+                    (job_id, self._held[job_id].token)
+                    for job_id in self._scopes
+                    if job_id in self._held and job_id not in self._gone
+                ]
+                if not running:
+                    continue
+                try:
+                    raw = await self.bus.transport.command(
+                        *protocol.cancel_marks_command(k, running)
+                    )
+                    seen = [running[i] for i in protocol.cancelled_among(running, raw)]
+                    for job_id, _ in seen:
+                        if job_id in self._scopes:  # still running (else its ack is stale)
+                            self._stop_handler(job_id, _CANCELLED)
+                    if seen:
+                        marks = [protocol.cancel_mark(i, t) for i, t in seen]
+                        await self.bus.transport.command("ZREM", k.cancel_marks, *marks)
+                except BusError as exc:
+                    # the next poll asks again (a mark lasts past its lease's deadline)
+                    log.log(level_of(exc), "cancel watch on %s failed: %s", self.queue, exc)
 
     async def _release_held(self) -> None:
         self._count(released=await _leases.release(self.bus, self.queue, self._held))

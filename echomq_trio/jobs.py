@@ -1,14 +1,14 @@
 """Job transitions: one function per Lua script, each one round trip, each returning typed values.
 
 States: ``pending`` (ready), ``scheduled`` (waiting for a time), ``active`` (leased to a worker),
-``dead`` (out of attempts), ``completed`` (finished, kept with its result while the queue keeps
-results: ``keep_results``); the transitions between them are the table in
-``echomq_trio/scripts/README.md``. An acked job's row is deleted (or, where results are kept,
-expires after the queue's results TTL), so a finished id may be used again then. Each function
-builds its script's call with ``protocol`` (which checks names, ids, payloads of at most the
-bus's ``max_payload_bytes``, and times and delays of at most what a sorted-set score holds
-exactly, raising ``ValueError`` or ``TypeError`` before any I/O, so nothing is written), runs
-it, and parses the reply.
+``dead`` (out of attempts), ``cancelled`` (``cancel``: never to run, or run on), ``completed``
+(finished, kept with its result while the queue keeps results: ``keep_results``); the
+transitions between them are the table in ``echomq_trio/scripts/README.md``. An acked job's row
+is deleted (or, where results are kept, expires after the queue's results TTL), so a finished id
+may be used again then. Each function builds its script's call with ``protocol`` (which checks
+names, ids, payloads of at most the bus's ``max_payload_bytes``, and times and delays of at most
+what a sorted-set score holds exactly, raising ``ValueError`` or ``TypeError`` before any I/O, so
+nothing is written), runs it, and parses the reply.
 
 Cancellation: a script is atomic, so a cancelled call has either happened in full or not at all
 on the server, and the caller cannot tell which; each function says how to find out or why
@@ -42,6 +42,7 @@ from echomq_trio.errors import (
 from echomq_trio.protocol import DEFAULT_KEY_TTL_MS, ENQUEUE_CHUNK, Item, When
 from echomq_trio.results import (
     Admitted,
+    Cancelled,
     ClockCarried,
     Counts,
     DeletedPage,
@@ -60,6 +61,7 @@ __all__ = [
     "DEFAULT_KEY_TTL_MS",
     "ENQUEUE_CHUNK",
     "Admitted",
+    "Cancelled",
     "ClockCarried",
     "Counts",
     "DeletedPage",
@@ -74,6 +76,7 @@ __all__ = [
     "ack",
     "ack_many",
     "ack_with_results",
+    "cancel",
     "carry_clock",
     "claim",
     "clock_total",
@@ -112,6 +115,7 @@ async def enqueue(
     job_id: str | None = None,
     key: str | None = None,
     key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
+    timeout_ms: int | None = None,
 ) -> Admitted:
     """Admit one job to pending: ``Admitted(id, ENQUEUED)``, or ``DUPLICATE`` (a live job has
     this id). The bus mints a fresh ``JOB`` id unless ``job_id`` gives one (a branded ``JOB``
@@ -122,6 +126,11 @@ async def enqueue(
     is admitted and the key remembered, in the same step. A retried fan-out uses it to admit
     each of its jobs once.
 
+    ``timeout_ms`` is the job's deadline per attempt: a consumer cancels a handler that runs
+    longer and the attempt fails with "timed out after N ms" (``max_attempts`` and the backoff
+    apply); ``None`` leaves it to the consumer's ``timeout_s``. Kept with the job, also for
+    ``enqueue_many``, ``enqueue_at``, ``enqueue_in`` and ``lanes.enqueue``.
+
     Concurrent calls for one queue coalesce into shared script calls (``echomq_trio._gather``):
     each caller still gets its own answer or its own error.
 
@@ -130,11 +139,12 @@ async def enqueue(
     answer); call again with the same ``job_id`` (or key): enqueue is idempotent, and
     ``DUPLICATE`` then means the first call went through (without a ``job_id`` or key, a second
     call admits a second job)."""
-    if key is not None:  # a key guards exactly one job: its own script call
+    if key is not None or timeout_ms is not None:  # its own script call
         items = protocol.with_ids([payload], job_id)
         (call,) = protocol.enqueue_calls(
-            bus.keys(queue), items, bus.max_payload_bytes, key=key, key_ttl_ms=key_ttl_ms
-        )
+            bus.keys(queue), items, bus.max_payload_bytes, key=key, key_ttl_ms=key_ttl_ms,
+            timeout_ms=timeout_ms,
+        )  # fmt: skip
         (out,) = await bus.run(call)
         return out
     item = protocol.checked_job(payload, job_id, bus.max_payload_bytes)  # a bad job fails here
@@ -146,23 +156,27 @@ async def enqueue(
 
 
 async def _enqueue_batch(
-    bus: Bus, queue: str, pairs: Sequence[tuple[str, bytes]]
+    bus: Bus, queue: str, pairs: Sequence[tuple[str, bytes]], timeout_ms: int | None = None
 ) -> list[Admitted]:
     out: list[Admitted] = []
-    for call in protocol.enqueue_checked_calls(bus.keys(queue), pairs):
+    for call in protocol.enqueue_checked_calls(bus.keys(queue), pairs, timeout_ms):
         admitted = await bus.run(call)
         out += admitted
     return out
 
 
-async def enqueue_many(bus: Bus, queue: str, items: Iterable[Item]) -> list[Admitted]:
+async def enqueue_many(
+    bus: Bus, queue: str, items: Iterable[Item], *, timeout_ms: int | None = None
+) -> list[Admitted]:
     """Admit many jobs in one round trip (per ``ENQUEUE_CHUNK`` jobs); answers in input order.
-    Each item is a payload (the bus mints its id) or a ``(job_id, payload)`` pair.
+    Each item is a payload (the bus mints its id) or a ``(job_id, payload)`` pair;
+    ``timeout_ms`` (as for ``enqueue``) applies to all of them.
 
     A cancelled call may have admitted some chunks of ``ENQUEUE_CHUNK`` jobs (each chunk all or
     nothing); call again with the same ids: those admitted answer ``DUPLICATE``."""
+    protocol.timeout_arg(timeout_ms)  # checked before any I/O
     pairs = protocol.checked_pairs(protocol.with_ids(items), bus.max_payload_bytes)
-    return await _enqueue_batch(bus, queue, pairs)
+    return await _enqueue_batch(bus, queue, pairs, timeout_ms)
 
 
 async def _schedule(
@@ -173,11 +187,13 @@ async def _schedule(
     job_id: str | None,
     relative: bool,
     group: str | None,
+    timeout_ms: int | None,
 ) -> Admitted:
     ((job, body),) = protocol.with_ids([payload], job_id)
     call = protocol.schedule_call(
-        bus.keys(queue), [(job, body, when)], bus.max_payload_bytes, relative=relative, group=group
-    )
+        bus.keys(queue), [(job, body, when)], bus.max_payload_bytes, relative=relative,
+        group=group, timeout_ms=timeout_ms,
+    )  # fmt: skip
     (out,) = await bus.run(call)
     return out
 
@@ -190,6 +206,7 @@ async def enqueue_at(
     *,
     job_id: str | None = None,
     group: str | None = None,
+    timeout_ms: int | None = None,
 ) -> Admitted:
     """Schedule a job for an absolute time: ``Admitted(id, SCHEDULED, run_at_ms)``, or
     ``DUPLICATE``. The time is Unix ms (an int, or a float rounded UP to the next ms) or an
@@ -201,7 +218,7 @@ async def enqueue_at(
     A cancelled call may or may not have scheduled the job; call again with the same
     ``job_id``: ``DUPLICATE`` then means the first call went through (``get_job`` shows its
     run-at)."""
-    return await _schedule(bus, queue, payload, run_at_ms, job_id, False, group)
+    return await _schedule(bus, queue, payload, run_at_ms, job_id, False, group, timeout_ms)
 
 
 async def enqueue_in(
@@ -212,6 +229,7 @@ async def enqueue_in(
     *,
     job_id: str | None = None,
     group: str | None = None,
+    timeout_ms: int | None = None,
 ) -> Admitted:
     """Schedule a job ``delay_ms`` from now, where now is the server's clock, not this host's:
     ms (an int, or a float rounded UP to the next ms) or a ``timedelta`` (rounded up). Answers
@@ -220,7 +238,7 @@ async def enqueue_in(
     A cancelled call may or may not have scheduled the job; call again with the same
     ``job_id``: ``DUPLICATE`` then means the first call went through (``get_job`` shows its
     run-at)."""
-    return await _schedule(bus, queue, payload, delay_ms, job_id, True, group)
+    return await _schedule(bus, queue, payload, delay_ms, job_id, True, group, timeout_ms)
 
 
 async def promote(
@@ -438,7 +456,7 @@ async def replay(bus: Bus, queue: str, job_id: str) -> Outcome:
 
 
 async def discard(bus: Bus, queue: str, job_id: str) -> Outcome:
-    """Delete a dead job for good: ``DISCARDED``, ``NOT_DEAD`` or ``GONE``.
+    """Delete a dead (or cancelled) job for good: ``DISCARDED``, ``NOT_DEAD`` or ``GONE``.
 
     A cancelled call may or may not have deleted the job; call again: ``GONE`` then means the
     first call went through."""
@@ -491,6 +509,25 @@ async def delete_page(
         cursor=cursor,
     )  # fmt: skip
     return await bus.run(call)
+
+
+async def cancel(bus: Bus, queue: str, job_id: str, reason: str = "", by: str = "") -> Cancelled:
+    """Cancel a job, from any process: ``CANCELLED``, ``ALREADY_DONE`` (it is dead or cancelled
+    already) or ``NOT_FOUND`` (no such job: never admitted, or acked, whose row is deleted).
+
+    A waiting job (pending, in a lane, scheduled, a retry waiting out its backoff) is taken out
+    and never runs; a lane keeps its order. An active job's lease is taken from its holder at
+    once: its ack, retry or defer answers ``STALE`` and the reaper never runs it again, even if
+    its holder dies; the holder's consumer sees the cancel within its ``cancel_poll_s`` and
+    cancels that handler (the handler sees ``trio.Cancelled``), and the lane's slot is free at
+    once. Either way the job is kept as ``cancelled`` (``get_job``, ``list_jobs(...,
+    "cancelled")``, ``counts``; ``discard`` deletes it) with ``reason`` and ``by`` (who) in its
+    ``last_error``, its event and, when the queue keeps an audit, its audit record. A cancel
+    that races an ack has one winner: ``CANCELLED`` means the job's work was not acked.
+
+    A cancelled call may or may not have cancelled the job; call again: ``ALREADY_DONE`` then
+    means the first call went through (or that it died meanwhile: ``get_job`` tells)."""
+    return await bus.run(protocol.cancel_call(bus.keys(queue), job_id, reason, by))
 
 
 async def counts(bus: Bus, queue: str) -> Counts:

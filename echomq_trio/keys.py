@@ -49,7 +49,8 @@ SCHEMA: tuple[KeySpec, ...] = (
     KeySpec("schedule", "schedule", "zset", "scheduled jobs (and retries, flat deferrals); score: run-at ms"),  # noqa: E501
     KeySpec("active", "active", "zset", "leased jobs; score: lease deadline ms"),
     KeySpec("dead", "dead", "zset", "dead jobs; score: time of death ms"),
-    KeySpec("job", "job:<id>", "hash", "a job's row: payload, group, state (none: pending), attempts (none: 0), lease, last_error, failed_ms, repeat, occurrence_ms, delay_ms (a wait of a length on the schedule), progress (JSON), and while results are kept: result, finished_ms, with a key TTL (its name is also the channel its end is published on)"),  # noqa: E501
+    KeySpec("cancelled", "cancelled", "zset", "cancelled jobs, kept for inspection like dead ones; score: time of the cancel ms"),  # noqa: E501
+    KeySpec("job", "job:<id>", "hash", "a job's row: payload, group, state (none: pending), attempts (none: 0), lease, last_error, failed_ms, repeat, occurrence_ms, delay_ms (a wait of a length on the schedule), timeout_ms, progress (JSON), and while results are kept: result, finished_ms, with a key TTL (its name is also the channel its end is published on)"),  # noqa: E501
     KeySpec("idempotency", "key:<key>", "string", "an idempotency key: the id of the job it admitted, with a TTL"),  # noqa: E501
     KeySpec("seq", "seq:<scope>", "set", "a numbered stream's highest admitted numbers (at most its window: sequence.Seq), with a TTL renewed by each admission"),  # noqa: E501
     # fair lanes
@@ -70,6 +71,7 @@ SCHEMA: tuple[KeySpec, ...] = (
     KeySpec("wake", "wake", "list", "wake tokens that parked consumers block on (at most 128)"),
     KeySpec("tick", "tick", "list", "one token that wakes a sleeping metronome"),
     KeySpec("events", "events", "stream", "every transition, capped at about 10,000 entries"),
+    KeySpec("cancel_marks", "cancels", "zset", "cancels of active jobs for their holders to see, `<id>:<token>`; score: when the mark can go, ms (a consumer reads its running jobs' marks in one ZMSCORE)"),  # noqa: E501
     KeySpec("audit", "audit", "stream", "settled jobs' records (meta.audit = 1); trimmed by its reader"),  # noqa: E501
     KeySpec("meta", "meta", "hash", "created_ms; audit = 1 when the queue keeps an audit; layout: the layout of its bookkeeping (3; _layouts.UPGRADES); retention: dead_max, dead_max_age_ms, events (0: none), events_maxlen; results_ttl_ms (keep_results); the server clock's steps: clock_step_ms, clock_step_at (the last), clock_total (their sum), clock_fix while its waits are carried, clock_reap_after; lease_max: the longest lease granted; syncs: OnDisk's own writes; paused: since when (ms) the queue is paused (queue_pause); max_active: its cap on jobs in flight (queue_limit)"),  # noqa: E501
     KeySpec("metrics", "metrics", "hash", "running totals: completed, retried, dead, deferred; lane_pending: jobs waiting in lanes; lanes_with_jobs: lanes with waiting jobs"),  # noqa: E501
@@ -91,6 +93,7 @@ class QueueKeys:
     schedule: str = attrs.field(repr=False)
     active: str = attrs.field(repr=False)
     dead: str = attrs.field(repr=False)
+    cancelled: str = attrs.field(repr=False)
     lane_groups: str = attrs.field(repr=False)
     old_lane_index: str = attrs.field(repr=False)
     lane_index: str = attrs.field(repr=False)
@@ -104,6 +107,7 @@ class QueueKeys:
     wake: str = attrs.field(repr=False)
     tick: str = attrs.field(repr=False)
     events: str = attrs.field(repr=False)
+    cancel_marks: str = attrs.field(repr=False)
     audit: str = attrs.field(repr=False)
     meta: str = attrs.field(repr=False)
     metrics: str = attrs.field(repr=False)

@@ -52,6 +52,7 @@ async def enqueue(
     key: str | None = None,
     key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
     seq: Seq | None = None,
+    timeout_ms: int | None = None,
 ) -> Admitted:
     """Admit a job to ``group``'s lane: ``Admitted(id, ENQUEUED)`` or ``DUPLICATE``. The bus
     mints its ``JOB`` id unless ``job_id`` gives one. ``limit`` also sets the lane's
@@ -60,6 +61,7 @@ async def enqueue(
     ``seq`` is a number in a numbered stream (``Seq(scope, number)``, see
     ``echomq_trio.sequence``): a number the scope admitted lately, or one below its window, →
     ``DUPLICATE``; what the bus keeps for it grows with the scopes, not with the jobs.
+    ``timeout_ms`` is the job's deadline per attempt, as for ``jobs.enqueue``.
 
     A cancelled call may or may not have admitted the job; call again with the same ``job_id``
     (or key, or seq): enqueue is idempotent, and ``DUPLICATE`` then means the first call went
@@ -67,7 +69,7 @@ async def enqueue(
     items = protocol.with_ids([payload], job_id)
     call = protocol.lane_enqueue_call(
         bus.keys(queue), group, items, bus.max_payload_bytes,
-        limit=limit, key=key, key_ttl_ms=key_ttl_ms, seq=seq,
+        limit=limit, key=key, key_ttl_ms=key_ttl_ms, seq=seq, timeout_ms=timeout_ms,
     )  # fmt: skip
     (out,) = await bus.run(call)
     return out
@@ -80,15 +82,17 @@ async def enqueue_many(
     items: Iterable[Item],
     *,
     limit: int | None = None,
+    timeout_ms: int | None = None,
 ) -> list[Admitted]:
     """Admit several jobs to one lane in one round trip, in order. Each item is a payload (the
-    bus mints its id) or a ``(job_id, payload)`` pair.
+    bus mints its id) or a ``(job_id, payload)`` pair; ``timeout_ms`` (each job's deadline per
+    attempt, as for ``jobs.enqueue``) applies to all of them.
 
     A cancelled call admitted all of them or none; call again with the same ids: they answer
     ``DUPLICATE`` if the first call went through."""
     pairs = protocol.with_ids(items)
     call = protocol.lane_enqueue_call(
-        bus.keys(queue), group, pairs, bus.max_payload_bytes, limit=limit
+        bus.keys(queue), group, pairs, bus.max_payload_bytes, limit=limit, timeout_ms=timeout_ms
     )
     return await bus.run(call)
 

@@ -13,6 +13,7 @@ Two kinds of numbers, named so that they never clash:
     jobs claimed.
   - ``echomq_consumer_jobs_total{queue,outcome}`` (counter): jobs this process's consumers
     settled, by the server's answer: ``acked``, ``retried``, ``deferred``, ``dead``, ``stale``
+    (and ``cancelled``: handlers stopped by ``jobs.cancel``, whose jobs are settled by nobody)
     (the counters of ``Consumer.statistics()``, summed over this process's consumers).
   - ``echomq_scheduled_lateness_seconds{queue}`` (histogram): for each job a metronome moved
     from the schedule to pending, the server's time of the move minus the job's score there (its
@@ -23,7 +24,7 @@ Two kinds of numbers, named so that they never clash:
   in every process that reads it.
 
   - ``echomq_jobs{queue,state}`` (gauge): jobs ``pending`` (lanes included), ``scheduled``,
-    ``active``, ``dead`` now.
+    ``active``, ``dead``, ``cancelled`` now.
   - ``echomq_lanes{queue,state}`` (gauge): lanes ``with_jobs``, ``paused``, ``waiting``.
   - ``echomq_repeats{queue}`` (gauge): recurring schedules registered.
   - ``echomq_queue_paused{queue}`` (gauge): 1 while the queue is paused (``queues.pause``: it
@@ -31,7 +32,7 @@ Two kinds of numbers, named so that they never clash:
     flight, for a queue that has one (``queues.set_limit``). One ``HMGET`` per queue.
   - ``echomq_queue_jobs_total{queue,outcome}`` (counter): the queue's running totals kept by its
     scripts since it was made, by every process: ``completed``, ``retried``, ``dead``,
-    ``deferred``.
+    ``deferred``, ``cancelled``.
   - ``echomq_server_memory_used_bytes`` and ``echomq_server_memory_max_bytes`` (gauges): the
     server's memory and its ``maxmemory`` (0: none), so an alert can fire before a
     ``noeviction`` server refuses writes.
@@ -79,7 +80,7 @@ __all__ = [
 CLAIM_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 LATENESS_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 # The outcome label of echomq_consumer_jobs_total: the settling counters of ConsumerStats.
-SETTLED_OUTCOMES = ("acked", "retried", "deferred", "dead", "stale")
+SETTLED_OUTCOMES = ("acked", "retried", "deferred", "dead", "stale", "cancelled")
 
 
 class BusMetrics:
@@ -120,10 +121,11 @@ class Readings(Protocol):
     async def read(self) -> None: ...
 
 
-_DEPTH = ("pending", "scheduled", "active", "dead")
+_DEPTH = ("pending", "scheduled", "active", "dead", "cancelled")
 _LANES = (("with_jobs", "lanes"), ("paused", "paused_lanes"), ("waiting", "waiting_lanes"))
 _TOTALS = (("completed", "completed_total"), ("retried", "retried_total"),
-           ("dead", "dead_total"), ("deferred", "deferred_total"))  # fmt: skip
+           ("dead", "dead_total"), ("deferred", "deferred_total"),
+           ("cancelled", "cancelled_total"))  # fmt: skip
 
 
 class QueueReadings(Collector):

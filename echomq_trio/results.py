@@ -20,6 +20,7 @@ __all__ = [
     "Admitted",
     "AuditOutcome",
     "AuditRecord",
+    "Cancelled",
     "ClockCarried",
     "Counts",
     "CronDue",
@@ -62,6 +63,17 @@ class Outcome(enum.StrEnum):
     NOTED = "noted"  # a job's progress was written (script ``progress``)
 
 
+class Cancelled(enum.StrEnum):
+    """What ``jobs.cancel`` did (the word its script answers): ``CANCELLED`` (the job will not
+    run, or its holder is told to stop it: the cancel won), ``ALREADY_DONE`` (the job is dead or
+    cancelled already: nothing changed) or ``NOT_FOUND`` (no such job: never admitted, or acked
+    and its row deleted)."""
+
+    CANCELLED = "cancelled"
+    ALREADY_DONE = "already_done"
+    NOT_FOUND = "not_found"
+
+
 class Registered(enum.StrEnum):
     """What ``register`` did."""
 
@@ -71,12 +83,14 @@ class Registered(enum.StrEnum):
 
 
 class AuditOutcome(enum.StrEnum):
-    """How an audited job was settled: acked, buried on purpose (``dropped``), or out of
-    attempts (``dead``)."""
+    """How an audited job was settled: acked, buried on purpose (``dropped``), out of
+    attempts (``dead``), or cancelled (``jobs.cancel``: the record's ``note`` names who, its
+    ``error`` is the reason)."""
 
     ACKED = "acked"
     DROPPED = "dropped"
     DEAD = "dead"
+    CANCELLED = "cancelled"
 
 
 @attrs.frozen
@@ -119,6 +133,7 @@ class Job:
     token: int
     lease_deadline_ms: int
     group: str | None = None
+    timeout_ms: int | None = None  # the job's own deadline per attempt (``timeout_ms`` at enqueue)
     _reporter: ProgressReporter | None = attrs.field(
         default=None, eq=False, repr=False, kw_only=True
     )
@@ -205,14 +220,18 @@ class Counts:
     dead_total: int
     deferred_total: int
     repeats: int
+    cancelled: int = 0  # cancelled jobs kept (``jobs.cancel``), like dead ones
+    cancelled_total: int = 0
 
 
 @attrs.frozen
 class JobInfo:
-    """A job row as stored. ``score_ms`` is the run-at (scheduled), lease deadline (active) or
-    time of death (dead). ``progress`` is what its handler last reported (``Job.progress``, the
-    JSON value decoded; ``None`` for none); a ``completed`` job (its queue keeps results) has
-    its handler's ``result`` (``None`` for none) and ``finished_ms`` (server clock)."""
+    """A job row as stored. ``score_ms`` is the run-at (scheduled), lease deadline (active),
+    time of death (dead) or of the cancel (cancelled); a cancelled job's ``last_error`` says
+    who cancelled it and why (``"cancelled by ops: duplicate order"``). ``progress`` is what its
+    handler last reported (``Job.progress``, the JSON value decoded; ``None`` for none); a
+    ``completed`` job (its queue keeps results) has its handler's ``result`` (``None`` for none)
+    and ``finished_ms`` (server clock)."""
 
     id: str
     state: JobState

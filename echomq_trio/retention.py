@@ -25,7 +25,8 @@ async def configure(
 ) -> Retention:
     """Set the queue's retention (every setting at once; ``None``: no bound, or for
     ``events_max_len`` the bus's default) and return it. Takes effect with the next script that
-    applies it: a dead set over a new bound shrinks as jobs die, at most 16 per death.
+    applies it: a dead set over a new bound shrinks as jobs die, at most 16 per death. The
+    cancelled jobs kept (``jobs.cancel``) have the same bounds, applied as jobs are cancelled.
 
     A cancelled call may or may not have set it; calling again is always safe."""
     call = protocol.retention_call(

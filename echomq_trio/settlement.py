@@ -15,6 +15,7 @@ a ``str``/``bytes`` r  ``AckJob("", r as bytes)``                               
 raises ``exc``         ``RetryJob(backoff delay, "Type: message", max_attempts)``  retry
 ``DeferIn(ms, why)``   ``DeferJob(ms, why)``                                      defer
 ``Bury(why)``          ``BuryJob(why)``                                           retry, buried
+timed out (``TimedOut``) ``RetryJob(backoff delay, "timed out after N ms", ...)``  retry
 raises refused writes  ``DeferJob(backoff delay, "the bus failed: ...")``         defer
 anything else          as if the handler raised a ``TypeError`` saying so         retry
 =====================  =========================================================  ===========
@@ -33,6 +34,10 @@ Any other failure of the bus (a dropped connection, a timeout) is the attempt's,
 failure that lasts (refused credentials, say) ends in the dead set, not in deferrals forever.
 A retry that has used ``max_attempts`` is buried by the server (the job is dead with the error).
 ``StopConsumer`` is not a result: the consumer stops and hands the job back, it never gets here.
+Nor is a cancel (``jobs.cancel``): the job is the server's already, the consumer settles nothing.
+A handler cancelled at its deadline (the job's ``timeout_ms``, or the consumer's ``timeout_s``)
+is ``TimedOut``, which the consumer passes here: a failed attempt like an exception, so
+``max_attempts`` and the backoff apply.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ __all__ = [
     "RetryIn",
     "RetryJob",
     "SettlePolicy",
+    "TimedOut",
     "Transition",
     "decide",
     "error_text",
@@ -130,6 +136,19 @@ class Bury:
 HandlerResult = Ack | RetryIn | DeferIn | Bury | str | bytes | None
 
 
+@attrs.frozen
+class TimedOut:
+    """Not returned by a handler: what the consumer passes to ``decide`` for a handler it
+    cancelled at its deadline of ``timeout_ms``."""
+
+    timeout_ms: int
+
+    @property
+    def error(self) -> str:
+        """The error the failed attempt keeps."""
+        return f"timed out after {self.timeout_ms} ms"
+
+
 # --- what the consumer runs --------------------------------------------------------------------
 
 
@@ -186,8 +205,11 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def decide(result: HandlerResult | Exception, job: Job, policy: SettlePolicy) -> Transition:
-    """The transition for ``job`` after its handler returned (or raised) ``result``."""
+def decide(
+    result: HandlerResult | Exception | TimedOut, job: Job, policy: SettlePolicy
+) -> Transition:
+    """The transition for ``job`` after its handler returned (or raised) ``result``, or was
+    cancelled at its deadline (``TimedOut``)."""
     if result is None:
         return AckJob()
     if isinstance(result, str | bytes):
@@ -205,6 +227,9 @@ def decide(result: HandlerResult | Exception, job: Job, policy: SettlePolicy) ->
         return DeferJob(result.delay_ms, result.reason)
     if isinstance(result, Bury):
         return BuryJob(result.reason)
+    if isinstance(result, TimedOut):
+        wait = delay_ms(policy.backoff, max(job.attempts, 1), policy.rng)
+        return RetryJob(wait, result.error, policy.max_attempts)
     if not isinstance(result, Exception):
         result = TypeError(
             f"handler returned {result!r}; expected None, str, bytes, Ack, RetryIn, DeferIn or Bury"

@@ -3,15 +3,15 @@ schedule pass through, and of which script moves them (pure, no I/O; h11's ``_st
 model).
 
 Theory of operation. A job's row names its *stored* state, ``JobState`` (``pending``, ``scheduled``,
-``active``, ``dead``, and ``completed`` for a finished job kept with its result while its queue
-keeps results: what ``inspect`` answers and ``JobInfo.state`` holds); a missing row is no job (never
-admitted, or acked where no results are kept, or its result expired). The table is finer: a
-``Place`` is where a job is, its stored state and, for a pending job, whether it waits in the flat
-set, in a lane, or in a lane that waits until a time. Lanes (``LaneState``) and recurring schedules
-(``RepeatState``) are machines of their own. ``EDGES`` lists every move: (from, script, to) and the
-case that picks the target when a script has several (a retry with attempts left, or spent). A
-script moves only along its edges; ``SCRIPTS`` lists every bus script with the words it answers, and
-the scripts that move nothing (settings, bookkeeping, reads) say so.
+``active``, ``dead``, ``cancelled``, and ``completed`` for a finished job kept with its result
+while its queue keeps results: what ``inspect`` answers and ``JobInfo.state`` holds); a missing
+row is no job (never admitted, or acked where no results are kept, or its result expired). The
+table is finer: a ``Place`` is where a job is, its stored state and, for a pending job, whether it
+waits in the flat set, in a lane, or in a lane that waits until a time. Lanes (``LaneState``) and
+recurring schedules (``RepeatState``) are machines of their own. ``EDGES`` lists every move:
+(from, script, to) and the case that picks the target when a script has several (a retry with
+attempts left, or spent). A script moves only along its edges; ``SCRIPTS`` lists every bus script
+with the words it answers, and the scripts that move nothing (settings, bookkeeping, reads) say so.
 
 Everything else is generated or checked from here: the tables and the diagram in
 ``scripts/README.md`` (``python -m tools.states`` writes them, a test fails when they differ),
@@ -59,6 +59,7 @@ class JobState(enum.StrEnum):
     SCHEDULED = "scheduled"
     ACTIVE = "active"
     DEAD = "dead"
+    CANCELLED = "cancelled"
     COMPLETED = "completed"  # finished, its row kept with its result until its key TTL
 
     @property
@@ -66,7 +67,7 @@ class JobState(enum.StrEnum):
         """The ``keys.SCHEMA`` name of the sorted set the job waits in (a pending lane job waits
         in its lane instead); ``''`` for a completed job (its row alone, no set)."""
         return {"pending": "pending", "scheduled": "schedule", "active": "active", "dead": "dead",
-                "completed": ""}[self.value]  # fmt: skip
+                "cancelled": "cancelled", "completed": ""}[self.value]  # fmt: skip
 
 
 class Place(enum.Enum):
@@ -79,6 +80,7 @@ class Place(enum.Enum):
     SCHEDULED = "scheduled"
     ACTIVE = "active"
     DEAD = "dead"
+    CANCELLED = "cancelled"
     COMPLETED = "completed"
 
     @property
@@ -98,6 +100,7 @@ _WHERE = {
     Place.SCHEDULED: ("`schedule`", "run-at, ms"),
     Place.ACTIVE: ("`active`", "lease deadline, ms"),
     Place.DEAD: ("`dead`", "time of death, ms"),
+    Place.CANCELLED: ("`cancelled`", "time of the cancel, ms"),
     Place.COMPLETED: ("nowhere: its row (`job:<id>`) alone, with a key TTL (keep_results)", ""),
 }
 
@@ -187,6 +190,9 @@ EDGES: tuple[Edge, ...] = (
     Edge(P.DEAD, "replay", P.LANE, "lane"),
     Edge(P.DEAD, "discard", P.NONE),
     *_each((P.PENDING, P.LANE, P.LANE_WAITING, P.SCHEDULED), "delete", P.NONE),
+    Edge(P.CANCELLED, "discard", P.NONE),
+    # cancel: a waiting job never runs; an active job's lease is taken from its holder
+    *_each((P.PENDING, P.LANE, P.LANE_WAITING, P.SCHEDULED, P.ACTIVE), "cancel", P.CANCELLED),
     Edge(R.NONE, "register", R.REGISTERED),
     Edge(R.REGISTERED, "register", R.REGISTERED, "replace"),
     Edge(R.REGISTERED, "unregister", R.NONE),
@@ -222,6 +228,7 @@ SCRIPTS: dict[str, Script] = {
         Script("release", returns="a count"),
         Script("replay", ("replayed", "not_dead", "gone")),
         Script("discard", ("discarded", "not_dead", "gone")),
+        Script("cancel", ("cancelled", "already_done", "not_found")),
         Script("delete", ("deleted", "running", "not_waiting", "gone")),
         Script("register", ("registered", "exists", "replaced")),
         Script("unregister", ("cancelled", "absent")),

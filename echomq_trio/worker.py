@@ -35,6 +35,7 @@ import trio
 from echomq_trio.backoff import Policy
 from echomq_trio.bus import Bus
 from echomq_trio.consumer import (
+    CANCEL_POLL_S,
     DEFAULT_BACKOFF,
     LANE_IDLE_S,
     ClaimGate,
@@ -71,6 +72,8 @@ class Serve:
     per_lane: bool = attrs.field(default=False, kw_only=True)
     lane_idle_s: float = attrs.field(default=LANE_IDLE_S, kw_only=True)
     claim_gate: ClaimGate | None = attrs.field(default=None, kw_only=True)
+    timeout_s: float | None = attrs.field(default=None, kw_only=True)
+    cancel_poll_s: float = attrs.field(default=CANCEL_POLL_S, kw_only=True)
 
 
 class WorkerState(Enum):
@@ -109,7 +112,7 @@ class WorkerStats:
 
 def _consumer_settings(s: Serve) -> dict[str, Any]:
     names = ("concurrency", "prefetch", "claim_batch", "lease_ms", "beat_ms", "max_attempts")
-    lanes = ("per_lane", "lane_idle_s", "claim_gate")
+    lanes = ("per_lane", "lane_idle_s", "claim_gate", "timeout_s", "cancel_poll_s")
     return {n: getattr(s, n) for n in (*names, "backoff", *lanes)}
 
 

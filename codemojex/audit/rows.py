@@ -17,7 +17,7 @@ __all__ = ["COLUMNS", "NOT_SENT_AGAIN", "OUTCOMES", "AuditRow", "fold"]
 
 NOT_SENT_AGAIN = "not sent again: the audit archive records it delivered"
 OUTCOMES = {AuditOutcome.ACKED: "delivered", AuditOutcome.DROPPED: "dropped",
-            AuditOutcome.DEAD: "dead"}  # fmt: skip
+            AuditOutcome.DEAD: "dead", AuditOutcome.CANCELLED: "cancelled"}  # fmt: skip
 
 
 def _delivered_once(row: AuditRow) -> int:
@@ -27,8 +27,8 @@ def _delivered_once(row: AuditRow) -> int:
 @attrs.frozen
 class AuditRow:
     """One settled notice: ``delivered`` (with Telegram's message id), ``dropped`` (a permanent
-    error: ``reason``) or ``dead`` (out of attempts: the last error in ``reason``), as its
-    latest settlement left it.
+    error: ``reason``), ``dead`` (out of attempts: the last error in ``reason``) or
+    ``cancelled`` (``jobs.cancel``: why in ``reason``), as its latest settlement left it.
 
     ``deliveries`` counts the times it was delivered, every settlement folded: more than 1 is a
     notice sent again (after a repair or restore of the server's data, say). A row folded from

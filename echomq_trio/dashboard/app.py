@@ -13,6 +13,7 @@ viewers. The app answers:
   sampler renders each view asked for once, for every stream that asks it);
 * ``POST /replay?queue=Q&job=ID`` and ``POST /discard?queue=Q&job=ID``: replay or delete a dead job;
   ``POST /delete?queue=Q&job=ID``: delete a waiting or scheduled job (``jobs.delete``);
+  ``POST /cancel?queue=Q&job=ID``: cancel a job (``jobs.cancel``, by ``dashboard``);
   ``POST /resume?queue=Q&lane=G``: end a lane's pause or wait; ``POST /pause_queue?queue=Q`` and
   ``POST /resume_queue?queue=Q``: pause or resume the whole queue (``queues``). Every request
   that changes state must carry the dashboard's token in the header ``x-echomq-token``
@@ -76,6 +77,10 @@ async def _resume_queue(bus: Bus, queue: str) -> str:
     return "resumed" if await queues.resume(bus, queue) else "not_paused"
 
 
+async def _cancel(bus: Bus, queue: str, job_id: str) -> str:
+    return str(await jobs.cancel(bus, queue, job_id, by="dashboard"))
+
+
 def _nothing(_: object) -> str:
     return ""
 
@@ -86,6 +91,7 @@ _ACTIONS: dict[str, tuple[str, Callable[[object], str], Callable[..., Awaitable[
     "/replay": ("job", check_job_id, jobs.replay),
     "/discard": ("job", check_job_id, jobs.discard),
     "/delete": ("job", check_job_id, jobs.delete),
+    "/cancel": ("job", check_job_id, _cancel),
     "/resume": ("lane", check_group, _resume),
     "/pause_queue": ("", _nothing, _pause_queue),
     "/resume_queue": ("", _nothing, _resume_queue),

@@ -44,6 +44,7 @@ from echomq_trio.protocol._base import (
     with_ids,
 )
 from echomq_trio.protocol._jobs import (
+    CANCEL_TEXT_MAX,
     MAX_PROGRESS_BYTES,
     STATE_SETS,
     ack_call,
@@ -51,6 +52,11 @@ from echomq_trio.protocol._jobs import (
     ack_results_call,
     admitted_reply,
     audit_enable_call,
+    cancel_call,
+    cancel_mark,
+    cancel_marks_command,
+    cancel_reply,
+    cancelled_among,
     claim_call,
     claim_reply,
     clock_call,
@@ -89,6 +95,7 @@ from echomq_trio.protocol._jobs import (
     schedule_call,
     schedule_reply,
     state_set,
+    timeout_arg,
     upgrade_call,
 )
 from echomq_trio.protocol._lanes import (
@@ -148,6 +155,7 @@ from echomq_trio.protocol._streams import (
 
 __all__ = [
     "AUDIT_ACK_MAX",
+    "CANCEL_TEXT_MAX",
     "DEFAULT_KEY_TTL_MS",
     "DELETE_PAGE_MAX",
     "DELETE_STATES",
@@ -177,6 +185,11 @@ __all__ = [
     "audit_records",
     "autoclaim_command",
     "autoclaim_entries",
+    "cancel_call",
+    "cancel_mark",
+    "cancel_marks_command",
+    "cancel_reply",
+    "cancelled_among",
     "checked_job",
     "checked_pairs",
     "claim_call",
@@ -251,6 +264,7 @@ __all__ = [
     "state_set",
     "stream_ack_command",
     "stream_entries",
+    "timeout_arg",
     "unregister_call",
     "unregister_reply",
     "upgrade_call",

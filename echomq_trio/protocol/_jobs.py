@@ -1,6 +1,6 @@
 """The calls of a job's life (pure): enqueue, lane_enqueue, schedule, promote, claim, reap, clock,
-ack, retry, defer, extend, progress, release, replay, retention, keep_results, discard, counts,
-inspect, result."""
+ack, retry, defer, extend, progress, release, replay, retention, keep_results, discard, cancel,
+counts, inspect, result; and the read of cancel marks (``cancel_marks_command``)."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ from echomq_trio.protocol._base import (
 )
 from echomq_trio.results import (
     Admitted,
+    Cancelled,
     ClockCarried,
     Counts,
     Extended,
@@ -67,21 +68,30 @@ def enqueue_calls(
     *,
     key: str | None = None,
     key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
+    timeout_ms: int | None = None,
 ) -> list[Call[list[Admitted]]]:
     """``enqueue``: admit jobs to the flat pending set, one call per ``ENQUEUE_CHUNK`` jobs (none
-    for no jobs). An idempotency ``key`` guards exactly one job."""
+    for no jobs). An idempotency ``key`` guards exactly one job; ``timeout_ms`` is each job's
+    handler deadline per attempt (``None``: none of its own)."""
     guard = _guard(key, key_ttl_ms)
+    timeout = timeout_arg(timeout_ms)
     flat = _pairs(items, max_bytes)
     if key is not None and len(flat) != 2:
         raise ValueError("an idempotency key guards exactly one job")
-    return _enqueue_chunks(k, guard, flat)
+    return _enqueue_chunks(k, [*guard, timeout], flat)
 
 
 def enqueue_checked_calls(
-    k: QueueKeys, pairs: Sequence[tuple[str, bytes]]
+    k: QueueKeys, pairs: Sequence[tuple[str, bytes]], timeout_ms: int | None = None
 ) -> list[Call[list[Admitted]]]:
     """``enqueue_calls`` for pairs already checked by ``checked_pairs`` (no key)."""
-    return _enqueue_chunks(k, ["", ""], [a for pair in pairs for a in pair])
+    flat: list[Arg] = [a for pair in pairs for a in pair]
+    return _enqueue_chunks(k, ["", "", timeout_arg(timeout_ms)], flat)
+
+
+def timeout_arg(timeout_ms: int | None) -> str:
+    """A job's ``timeout_ms`` as its scripts take it: ms, at least 1; ``''`` for ``None``."""
+    return "" if timeout_ms is None else str(check_ms("timeout_ms", timeout_ms, 1))
 
 
 def _enqueue_chunks(k: QueueKeys, guard: list[Arg], flat: list[Arg]) -> list[Call[list[Admitted]]]:
@@ -111,10 +121,13 @@ def lane_enqueue_call(
     key: str | None = None,
     key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
     seq: Seq | None = None,
+    timeout_ms: int | None = None,
 ) -> Call[list[Admitted]]:
     """``lane_enqueue``: admit jobs to ``group``'s lane, setting its ``limit`` when given. An
-    idempotency ``key`` or a ``seq`` (``sequence.Seq``) guards exactly one job."""
+    idempotency ``key`` or a ``seq`` (``sequence.Seq``) guards exactly one job; ``timeout_ms``
+    as for ``enqueue_calls``."""
     guard = _guard(key, key_ttl_ms)
+    timeout = timeout_arg(timeout_ms)
     lane = k.lane(group)
     flat = _pairs(items, max_bytes)
     if key is not None and len(flat) != 2:
@@ -123,7 +136,8 @@ def lane_enqueue_call(
         raise ValueError("a seq guards exactly one job")
     lim = "" if limit is None else str(check_int("limit", limit, 1))
     decode = partial(admitted_reply, job_ids=[str(job_id) for job_id in flat[::2]])
-    return _call("lane_enqueue", lane, [k.prefix, group, lim, *guard, *_seq(seq), *flat], decode)
+    args = [k.prefix, group, lim, *guard, *_seq(seq), timeout, *flat]
+    return _call("lane_enqueue", lane, args, decode)
 
 
 def admitted_reply(raw: Iterable[object], job_ids: Sequence[str]) -> list[Admitted]:
@@ -139,11 +153,13 @@ def schedule_call(
     *,
     relative: bool,
     group: str | None = None,
+    timeout_ms: int | None = None,
 ) -> Call[list[Admitted]]:
     """``schedule``: ``(job id, payload, time)`` each, the time a run-at (Unix ms, or an aware
     datetime; checked as ``run_at_ms``) or with ``relative`` a delay from the server's now
     (``delay_ms``, or a timedelta); a float or a datetime is rounded up to the next ms
-    (``checks.check_when``)."""
+    (``checks.check_when``). ``timeout_ms`` as for ``enqueue_calls``."""
+    timeout = timeout_arg(timeout_ms)
     flat: list[Arg] = []
     for job_id, payload, when in items:
         name = "delay_ms" if relative else "run_at_ms"
@@ -152,7 +168,7 @@ def schedule_call(
     lane = "" if group is None else check_group(group)
     mode = "in" if relative else "at"
     decode = partial(schedule_reply, job_ids=[job_id for job_id, _, _ in items])
-    return _call("schedule", k.schedule, [k.prefix, mode, lane, *flat], decode)
+    return _call("schedule", k.schedule, [k.prefix, mode, lane, timeout, *flat], decode)
 
 
 def schedule_reply(raw: Iterable[Sequence[Any]], job_ids: Sequence[str]) -> list[Admitted]:
@@ -202,13 +218,14 @@ def claim_call(k: QueueKeys, batch: int, lease_ms: int, holder: str = "") -> Cal
 _DEADLINE = REPLY_FIELDS["claim"].index("lease_deadline")
 _JOBS_FROM = REPLY_FIELDS["claim"].index("jobs...")
 _JOB = REPLY_FIELDS["claim/job"]
-_ID, _PAYLOAD, _ATTEMPTS, _TOKEN, _GROUP = (
-    _JOB.index(name) for name in ("id", "payload", "attempts", "token", "group")
+_ID, _PAYLOAD, _ATTEMPTS, _TOKEN, _GROUP, _TIMEOUT = (
+    _JOB.index(name) for name in ("id", "payload", "attempts", "token", "group", "timeout_ms")
 )
 
 
 def claim_reply(raw: Sequence[Any], queue: str) -> list[Job]:
-    """``{lease deadline, then per job: id, payload, attempts, token, group or ''}``."""
+    """``{lease deadline, then per job: id, payload, attempts, token, group or '', timeout ms
+    or ''}``."""
     if len(raw) < _JOBS_FROM:
         raise ValueError(f"claim answered {len(raw)} fields, expected a deadline and jobs")
     if (len(raw) - _JOBS_FROM) % len(_JOB):
@@ -221,9 +238,11 @@ def claim_reply(raw: Sequence[Any], queue: str) -> list[Job]:
         if not isinstance(payload, bytes):
             payload = str(payload).encode()
         group = raw[i + _GROUP]
+        timeout = raw[i + _TIMEOUT]
         jobs.append(
             Job(queue, as_text(raw[i + _ID]), payload, int(raw[i + _ATTEMPTS]),
-                int(raw[i + _TOKEN]), deadline, as_text(group) if group else None)
+                int(raw[i + _TOKEN]), deadline, as_text(group) if group else None,
+                int(timeout) if timeout else None)
         )  # fmt: skip
     return jobs
 
@@ -470,6 +489,53 @@ def result_reply(raw: Sequence[Any]) -> ResultState:
 
 def discard_call(k: QueueKeys, job_id: str) -> Call[Outcome]:
     return _call("discard", k.dead, [k.prefix, check_job_id(job_id)], outcome_reply)
+
+
+def cancel_call(k: QueueKeys, job_id: str, reason: str = "", by: str = "") -> Call[Cancelled]:
+    """``cancel``: ``reason`` and ``by`` (who) are kept with the job, its event and its audit
+    record (text, at most ``CANCEL_TEXT_MAX`` characters each)."""
+    args = [k.prefix, check_job_id(job_id), _text("reason", reason), _text("by", by)]
+    return _call("cancel", k.cancelled, args, cancel_reply)
+
+
+CANCEL_TEXT_MAX = 1000  # the longest reason or name a cancel keeps
+
+
+def _text(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    if len(value) > CANCEL_TEXT_MAX:
+        raise ValueError(f"{name} must be at most {CANCEL_TEXT_MAX} characters, got {len(value)}")
+    return value
+
+
+def cancel_reply(raw: object) -> Cancelled:
+    """``CANCELLED``, ``ALREADY_DONE`` or ``NOT_FOUND``."""
+    try:
+        return Cancelled(as_text(raw) if isinstance(raw, bytes | str) else repr(raw))
+    except ValueError:
+        raise ValueError(f"{raw!r} is not an answer of cancel") from None
+
+
+def cancel_mark(job_id: str, token: int) -> str:
+    """The member of ``cancel_marks`` that tells the holder of ``job_id`` under lease ``token``
+    that the job was cancelled (``scripts/cancel.lua``)."""
+    return f"{job_id}:{token}"
+
+
+def cancel_marks_command(k: QueueKeys, held: Sequence[tuple[str, int]]) -> list[str]:
+    """``ZMSCORE`` of the marks of ``held`` jobs (``(id, token)`` each, at least one): one round
+    trip for all of them; ``cancelled_among`` reads its answer."""
+    if not held:
+        raise ValueError("cancel_marks_command needs at least one job")
+    return ["ZMSCORE", k.cancel_marks, *(cancel_mark(i, t) for i, t in held)]
+
+
+def cancelled_among(held: Sequence[tuple[str, int]], raw: Sequence[object]) -> list[int]:
+    """The indexes into ``held`` of the jobs whose mark ``cancel_marks_command`` found."""
+    if len(raw) != len(held):
+        raise ValueError(f"ZMSCORE answered {len(raw)} scores for {len(held)} marks")
+    return [i for i, score in enumerate(raw) if score is not None]
 
 
 def audit_enable_call(k: QueueKeys, on: bool) -> Call[None]:

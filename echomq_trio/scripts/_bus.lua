@@ -11,10 +11,12 @@
 --                              flight held back (meta.max_active; no command without one)
 --   emit(qp, event, id, ...)   append to the queue's events stream, capped at its events_maxlen,
 --                              unless the queue keeps no events (meta, see retention.lua)
---   finished(qp, id, state)    publish a job's end ('completed', 'dead') on its channel (named
---                              as its row) for jobs.result, when the queue keeps results
---   trim_dead(qp, now)         drop at most 16 of the oldest dead jobs over the queue's dead_max
---                              or older than its dead_max_age_ms
+--   finished(qp, id, state)    publish a job's end ('completed', 'dead', 'cancelled') on its
+--                              channel (named as its row) for jobs.result, when the queue keeps
+--                              results
+--   trim_dead(qp, now, set)    drop at most 16 of the oldest dead jobs over the queue's dead_max
+--                              or older than its dead_max_age_ms (of `set`, a full key, when
+--                              given: the cancelled set keeps the same bounds)
 --   held(qp, id, token, or_pending)
 --                              the row of a job whose lease `token` holds (state active, or with
 --                              or_pending also pending: reaped, not claimed again) as a table
@@ -132,9 +134,9 @@ end
 -- (rows and all) go per call, over the count bound or older than the age bound, so a call stays
 -- O(log n) and the set converges as jobs keep dying.
 local DEAD_TRIM_STEP = 16
-local function trim_dead(qp, now)
+local function trim_dead(qp, now, set)
   local r = retention(qp)
-  local dead = qp .. KEY.dead
+  local dead = set or (qp .. KEY.dead)
   local gone = {}
   if r.dead_max then
     local over = redis.call('ZCARD', dead) - r.dead_max

@@ -13,11 +13,12 @@
 -- Lanes leave the ring lazily: a lane paused, waiting or at its limit stays on it until a claim
 -- meets it. A claim takes at most SKIP_MAX such lanes off per call (then it takes what it can
 -- from the flat set and leaves a wake token, so the next claim goes on where it stopped).
--- Returns {lease deadline, then per job: id, payload, attempts, token, group or ''}.
+-- Returns {lease deadline, then per job: id, payload, attempts, token, group or '', timeout ms
+-- or ''}.
 -- meta.lease_max keeps the longest lease ms granted; meta.paused (the queue is paused) and
 -- meta.max_active (a cap on its jobs in flight) are read with it (one HMGET per call).
 -- fields: lease_deadline, jobs...
--- fields of each job: id, payload, attempts, token, group
+-- fields of each job: id, payload, attempts, token, group, timeout_ms
 -- cost: O(batch + SKIP_MAX) (each step O(log n)); one HMGET of meta (with a cap, one ZCARD);
 -- per job 3 commands (its row read and written, its event), per lane turn 3 (in a queue with
 -- lanes paused, waiting, limited or weighted, up to 5 more); per call one ZADD, one LPUSH, RPUSH
@@ -51,7 +52,7 @@ local from_lanes, emptied = 0, 0  -- counted in metrics once, at the end
 
 local function take(id, g)
   local row = qp .. KEY.job .. id
-  local f = redis.call('HMGET', row, 'attempts', 'lease', 'payload')
+  local f = redis.call('HMGET', row, 'attempts', 'lease', 'payload', 'timeout_ms')
   local attempts = (tonumber(f[1]) or 0) + 1
   local token = (tonumber(f[2]) or 0) + 1
   redis.call('HSET', row, 'state', 'active', 'attempts', attempts, 'lease', token, 'holder',
@@ -63,6 +64,7 @@ local function take(id, g)
   out[#out + 1] = attempts
   out[#out + 1] = token
   out[#out + 1] = g
+  out[#out + 1] = f[4] or ''
   emit(qp, 'claimed', id, 'attempt', attempts)
 end
 

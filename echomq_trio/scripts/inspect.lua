@@ -1,13 +1,15 @@
 -- inspect: read job rows (read only).
 -- transition: none (read only)
--- KEYS[1] the set to read ('set': emq:{q}:pending, schedule, active, dead or g:<group>), or
+-- KEYS[1] the set to read ('set': emq:{q}:pending, schedule, active, dead, cancelled or
+-- g:<group>), or
 -- emq:{q}:pending ('ids': it only routes the call); the other keys are ARGV[1]'s, same slot
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] 'set' or 'ids'.
 --   'set': ARGV[3] offset, ARGV[4] limit
 --   'ids': ARGV[3..] job ids
 -- Returns per job {id, state, attempts, payload, last_error, score, group, progress, result,
 -- finished}; state is '' for a missing row; score is the run-at (scheduled), lease deadline
--- (active) or time of death (dead), else ''; progress (JSON text), result and finished (ms, a
+-- (active), time of death (dead) or of the cancel (cancelled), else ''; a cancelled job's
+-- last_error says who cancelled it and why; progress (JSON text), result and finished (ms, a
 -- completed job's) are nil when the row has none.
 -- fields of each job: id, state, attempts, payload, last_error, score, group, progress, result,
 --          finished
@@ -20,7 +22,8 @@ if ARGV[2] == 'set' then
 else
   for i = 3, #ARGV do list[#list + 1] = ARGV[i] end
 end
-local score_set = {scheduled = qp .. KEY.schedule, active = qp .. KEY.active, dead = qp .. KEY.dead}
+local score_set = {scheduled = qp .. KEY.schedule, active = qp .. KEY.active, dead = qp .. KEY.dead,
+  cancelled = qp .. KEY.cancelled}
 local out = {}
 for _, id in ipairs(list) do
   local job = fields(qp .. KEY.job .. id, 'state', 'attempts', 'payload', 'last_error', 'group',

@@ -3,8 +3,9 @@
 -- KEYS[1] emq:{q}:g:<group> (the lane; the other keys are ARGV[1]'s, same slot)
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] group, ARGV[3] lane concurrency limit to set ('' keeps
 -- it), ARGV[4] idempotency key ('' for none), ARGV[5] its TTL in ms, ARGV[6] seq scope ('' for
--- none), ARGV[7] seq number, ARGV[8] seq window, ARGV[9] the scope's TTL in ms,
--- then pairs ARGV[2k+8] job id, ARGV[2k+9] payload
+-- none), ARGV[7] seq number, ARGV[8] seq window, ARGV[9] the scope's TTL in ms, ARGV[10] the
+-- jobs' timeout in ms ('' for none: kept in each row as timeout_ms, the handler's deadline per
+-- attempt), then pairs ARGV[2k+9] job id, ARGV[2k+10] payload
 -- With a key (sent with exactly one job): if emq:{q}:key:<key> exists the job is a duplicate
 -- and nothing changes; otherwise the job is admitted and the key is set to its id with PX TTL,
 -- so it is remembered for the TTL even after the job has finished.
@@ -20,13 +21,13 @@ local qp = ARGV[1]
 local g = ARGV[2]
 local guard = nil
 if ARGV[4] ~= '' then
-  if #ARGV ~= 11 then return redis.error_reply('ERR an idempotency key guards exactly one job') end
+  if #ARGV ~= 12 then return redis.error_reply('ERR an idempotency key guards exactly one job') end
   guard = qp .. KEY.idempotency .. ARGV[4]
   if redis.call('EXISTS', guard) == 1 then return {'duplicate'} end
 end
 local seen, drop = nil, {}
 if ARGV[6] ~= '' then
-  if #ARGV ~= 11 then return redis.error_reply('ERR a seq guards exactly one job') end
+  if #ARGV ~= 12 then return redis.error_reply('ERR a seq guards exactly one job') end
   seen = qp .. KEY.seq .. ARGV[6]
   if redis.call('SISMEMBER', seen, ARGV[7]) == 1 then return {'duplicate'} end
   local numbers = redis.call('SMEMBERS', seen)
@@ -44,12 +45,17 @@ if ARGV[3] ~= '' then
 end
 local out = {}
 local added = 0
-for i = 10, #ARGV, 2 do
+local timeout = ARGV[10]
+for i = 11, #ARGV, 2 do
   local id = ARGV[i]
   if redis.call('EXISTS', qp .. KEY.job .. id) == 1 then
     out[#out + 1] = 'duplicate'
   else
-    to_waiting(qp, id, g, now, nil, 'payload', ARGV[i + 1])
+    if timeout == '' then
+      to_waiting(qp, id, g, now, nil, 'payload', ARGV[i + 1])
+    else
+      to_waiting(qp, id, g, now, nil, 'payload', ARGV[i + 1], 'timeout_ms', timeout)
+    end
     emit(qp, 'enqueued', id, 'group', g)
     if guard then redis.call('SET', guard, id, 'PX', ARGV[5]) end
     if seen then

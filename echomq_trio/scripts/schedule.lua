@@ -2,7 +2,9 @@
 -- transition: (none) -> scheduled
 -- KEYS[1] emq:{q}:schedule (the other keys are ARGV[1]'s, same slot)
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] 'at' (absolute Unix ms) or 'in' (ms from the server's
--- now), ARGV[3] group ('' for the flat pending set), then triples: job id, payload, time or delay
+-- now), ARGV[3] group ('' for the flat pending set), ARGV[4] the jobs' timeout in ms ('' for
+-- none: kept in each row as timeout_ms, the handler's deadline per attempt), then triples: job
+-- id, payload, time or delay
 -- Returns per job, in order: {'scheduled', run-at in server ms}, or {'duplicate'} (a row with
 -- that id exists; nothing is changed).
 -- fields of each job: outcome, at?
@@ -14,7 +16,9 @@ if g == '' then g = nil end
 local now = now_ms()
 created(qp, now)
 local out = {}
-for i = 4, #ARGV, 3 do
+local more = {}  -- a new row's fields beside its payload
+if ARGV[4] ~= '' then more = {'timeout_ms', ARGV[4]} end
+for i = 5, #ARGV, 3 do
   local id = ARGV[i]
   if redis.call('EXISTS', qp .. KEY.job .. id) == 1 then
     out[#out + 1] = {'duplicate'}
@@ -24,9 +28,10 @@ for i = 4, #ARGV, 3 do
       -- delay_ms: a wait of a length, carried across a step of the clock (clock.lua); a time
       -- given ('at') keeps its wall-clock meaning
       at = now + at
-      to_waiting(qp, id, g, now, at, 'payload', ARGV[i + 1], 'delay_ms', ARGV[i + 2])
+      to_waiting(qp, id, g, now, at, 'payload', ARGV[i + 1], 'delay_ms', ARGV[i + 2],
+        unpack(more))
     else
-      to_waiting(qp, id, g, now, at, 'payload', ARGV[i + 1])
+      to_waiting(qp, id, g, now, at, 'payload', ARGV[i + 1], unpack(more))
     end
     emit(qp, 'scheduled', id, 'at', at)
     out[#out + 1] = {'scheduled', at}

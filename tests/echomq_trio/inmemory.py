@@ -130,6 +130,7 @@ class InMemoryQueue:
                 attempts=self.attempts[job_id],
                 token=self._tokens,
                 group=self.groups[job_id],
+                timeout_ms="",
             )
         del self.pending[:batch]
         return _reply("claim", lease_deadline=deadline, jobs=jobs)
@@ -209,6 +210,8 @@ class InMemoryQueue:
         await trio.lowlevel.checkpoint()
         if args[0] == "ZCOUNT":  # the overdue check: this queue schedules nothing
             return 0
+        if args[0] == "ZMSCORE":  # the consumer's look for cancel marks: none here
+            return [None] * (len(args) - 2)
         raise NotImplementedError(f"the in-memory queue has no {args[0]!r}")
 
     async def scan(self, match: str, *, count: int = 1000) -> list[str]:

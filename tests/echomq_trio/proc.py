@@ -5,11 +5,15 @@
     python -m tests.echomq_trio.proc metronome URL QUEUE
     python -m tests.echomq_trio.proc register URL QUEUE NAME EVERY_MS TEMPLATE
     python -m tests.echomq_trio.proc wait-result URL QUEUE JOB_ID TIMEOUT_S
+    python -m tests.echomq_trio.proc sleeper URL QUEUE [--lease-ms N]
 
 A worker's handler waits ``handle-ms``, then appends the job id to ``test:{QUEUE}:done`` before
 acking, so a job killed between the two may be recorded twice but never lost. Workers print
 ``ready`` once claiming. ``wait-result`` waits on a job's result (``jobs.result``) and prints
-``result <text>``, or the error's class and message.
+``result <text>``, or the error's class and message. A sleeper's handler appends the job id to
+``test:{QUEUE}:started``, then sleeps until cancelled, and appends it to
+``test:{QUEUE}:cancelled`` in a cleanup shielded for at most 5 s (the handler's cleanup under a
+cancel, as a user writes it).
 """
 
 from __future__ import annotations
@@ -42,6 +46,29 @@ async def worker(args: argparse.Namespace) -> None:
             await nursery.start(consumer.run)
             if args.metronome:
                 await nursery.start(Metronome(bus, args.queue, beat_ms=100).run)
+            print("ready", flush=True)
+
+
+def ledger_key(queue: str, name: str) -> str:
+    return f"test:{{{queue}}}:{name}"
+
+
+async def sleeper(args: argparse.Namespace) -> None:
+    async with open_bus(args.url) as bus:
+
+        async def handler(job: Job) -> None:
+            await bus.transport.command("RPUSH", ledger_key(args.queue, "started"), job.id)
+            try:
+                await trio.sleep_forever()
+            finally:
+                with trio.CancelScope(shield=True, deadline=trio.current_time() + 5):
+                    await bus.transport.command(
+                        "RPUSH", ledger_key(args.queue, "cancelled"), job.id
+                    )
+
+        consumer = Consumer(bus, args.queue, handler, lease_ms=args.lease_ms)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(consumer.run)
             print("ready", flush=True)
 
 
@@ -102,9 +129,13 @@ def main() -> None:
     w.add_argument("queue")
     w.add_argument("job_id")
     w.add_argument("timeout_s", type=float)
+    s = sub.add_parser("sleeper")
+    s.add_argument("url")
+    s.add_argument("queue")
+    s.add_argument("--lease-ms", type=int, default=30_000)
     args = parser.parse_args()
     modes = {"worker": worker, "produce": produce, "metronome": metronome, "register": register,
-             "wait-result": wait_result}  # fmt: skip
+             "wait-result": wait_result, "sleeper": sleeper}  # fmt: skip
     trio.run(modes[args.mode], args)
 
 

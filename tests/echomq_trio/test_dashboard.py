@@ -173,6 +173,14 @@ async def test_state_json_pages_every_list_and_refuses_bad_requests(bus: Bus, qu
         reply = await client.post(f"{url}/discard?queue={queue}&job={ids.generate('JOB')}",
                                   headers=headers)  # fmt: skip
         assert reply.json() == {"outcome": "gone"}
+        # A cancel, with the token only: the job is cancelled by the dashboard.
+        later = await jobs.enqueue_in(bus, queue, "later", 60_000)
+        cancel = f"{url}/cancel?queue={queue}&job={later.id}"
+        assert (await client.post(cancel)).status_code == 403
+        assert (await client.post(cancel, headers=headers)).json() == {"outcome": "cancelled"}
+        assert (await client.post(cancel, headers=headers)).json() == {"outcome": "already_done"}
+        info = await jobs.get_job(bus, queue, later.id)
+        assert info is not None and info.last_error == "cancelled by dashboard"
         assert (await client.get(f"{url}/nothing")).status_code == 404
         await lanes.pause(bus, queue, "chat3")
         paused = (await client.get(f"{url}/state.json?queue={queue}")).json()["queue"]["lanes"]

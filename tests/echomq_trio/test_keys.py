@@ -130,6 +130,8 @@ async def _every_kind_of_transition(bus: Bus, queue: str) -> None:
     claimed = await jobs.claim(bus, queue, 2)
     flat = next(j for j in claimed if j.group is None)
     await jobs.retry(bus, queue, flat.id, flat.token, 0, 1, "boom")  # dead, audited
+    in_lane = next(j for j in claimed if j.group is not None)
+    await jobs.cancel(bus, queue, in_lane.id)  # kept as cancelled, its holder's mark left
     await audit.create_group(bus, queue, "reader")
     await audit.ack_and_trim(bus, queue, "reader", [])
     await RateLimiter(bus, tag=queue).take(42)
@@ -141,6 +143,8 @@ async def _every_kind_of_transition(bus: Bus, queue: str) -> None:
     await bus.transport.command("ZADD", k.old_lane_index, "0", "chat")
     await jobs.enqueue(bus, queue, "flat again")  # the claim emptied the flat set
     await lanes.enqueue(bus, queue, "other", "o")  # "chat" at its limit left the ring
+    await jobs.enqueue(bus, queue, "held")
+    assert await jobs.claim(bus, queue, 1)  # one active again (the cancel took the last)
 
 
 async def _declared_keys_of(bus: Bus, queue: str) -> dict[str, str]:

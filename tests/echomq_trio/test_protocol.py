@@ -96,8 +96,8 @@ def test_enqueue_round_trip(k: QueueKeys, items: list[tuple[str, str | bytes]], 
     assert len(calls) == (1 if items else 0)
     for call in calls:
         _check_call(call, k)
-        assert call.script == "enqueue" and call.args[1:3] == ("", "")
-        assert list(zip(call.args[3::2], call.args[4::2], strict=True)) == [
+        assert call.script == "enqueue" and call.args[1:4] == ("", "", "")
+        assert list(zip(call.args[4::2], call.args[5::2], strict=True)) == [
             (i, _bytes(p)) for i, p in items
         ]
     words = data.draw(st.lists(st.sampled_from(["enqueued", "duplicate"]), min_size=len(items),
@@ -112,9 +112,9 @@ def test_enqueue_goes_in_chunks() -> None:
     k = queue_keys("q")
     items = [(ids.generate("JOB"), b"") for _ in range(2 * protocol.ENQUEUE_CHUNK + 1)]
     calls = protocol.enqueue_calls(k, items, MAX)
-    assert [len(c.args) for c in calls] == [3 + 2 * protocol.ENQUEUE_CHUNK] * 2 + [5]
-    assert [a for c in calls for a in c.args[3::2]] == [i for i, _ in items]
-    answers = [c.decode([b"enqueued"] * ((len(c.args) - 3) // 2)) for c in calls]
+    assert [len(c.args) for c in calls] == [4 + 2 * protocol.ENQUEUE_CHUNK] * 2 + [6]
+    assert [a for c in calls for a in c.args[4::2]] == [i for i, _ in items]
+    answers = [c.decode([b"enqueued"] * ((len(c.args) - 4) // 2)) for c in calls]
     assert [a.id for chunk in answers for a in chunk] == [i for i, _ in items]
 
 
@@ -122,8 +122,10 @@ def test_enqueue_of_exactly_one_chunk_is_one_call() -> None:
     k = queue_keys("q")
     items = [(ids.generate("JOB"), b"") for _ in range(protocol.ENQUEUE_CHUNK)]
     (call,) = protocol.enqueue_checked_calls(k, items)
-    assert call.args == (k.prefix, "", "", *(a for pair in items for a in pair))
+    assert call.args == (k.prefix, "", "", "", *(a for pair in items for a in pair))
     assert protocol.enqueue_checked_calls(k, []) == []
+    (timed,) = protocol.enqueue_checked_calls(k, items[:1], 250)
+    assert timed.args == (k.prefix, "", "", "250", *items[0])
 
 
 @given(job_ids, payloads)
@@ -147,7 +149,7 @@ def test_an_idempotency_key_guards_exactly_one_job(
     k: QueueKeys, job_id: str, payload: str | bytes, key: str, ttl: int
 ) -> None:
     (call,) = protocol.enqueue_calls(k, [(job_id, payload)], MAX, key=key, key_ttl_ms=ttl)
-    assert call.args == (k.prefix, key, str(ttl), job_id, _bytes(payload))
+    assert call.args == (k.prefix, key, str(ttl), "", job_id, _bytes(payload))
     with pytest.raises(ValueError, match="exactly one job"):
         protocol.enqueue_calls(k, [(job_id, payload)] * 2, MAX, key=key)
     with pytest.raises(ValueError, match="exactly one job"):
@@ -162,8 +164,10 @@ def test_lane_enqueue_call(
     call = protocol.lane_enqueue_call(k, group, items, MAX, limit=limit)
     _check_call(call, k)
     assert call.keys == (k.lane(group),)
-    assert call.args[1:9] == (group, "" if limit is None else str(limit), "", "", "", "", "", "")
-    assert list(call.args[9::2]) == [i for i, _ in items]
+    assert call.args[1:10] == (group, "" if limit is None else str(limit), *[""] * 7)
+    assert list(call.args[10::2]) == [i for i, _ in items]
+    timed = protocol.lane_enqueue_call(k, group, items, MAX, limit=limit, timeout_ms=9)
+    assert timed.args[9] == "9" and timed.args[10:] == call.args[10:]
 
 
 @given(keys_of, job_ids, payloads, names, st.integers(0, 2**53), st.integers(1, 512),
@@ -174,7 +178,8 @@ def test_a_seq_guards_exactly_one_lane_job(
     seq = Seq(scope, n, window=window, ttl_ms=ttl)
     call = protocol.lane_enqueue_call(k, "g", [(job_id, payload)], MAX, seq=seq)
     _check_call(call, k)
-    assert call.args[3:] == ("", "", scope, str(n), str(window), str(ttl), job_id, _bytes(payload))
+    assert call.args[3:] == ("", "", scope, str(n), str(window), str(ttl), "", job_id,
+                             _bytes(payload))  # fmt: skip
     with pytest.raises(ValueError, match="a seq guards exactly one job"):
         protocol.lane_enqueue_call(k, "g", [(job_id, payload)] * 2, MAX, seq=seq)
     with pytest.raises(TypeError, match="seq must be a Seq"):
@@ -227,8 +232,10 @@ def test_schedule_round_trip(
 ) -> None:
     call = protocol.schedule_call(k, items, MAX, relative=relative, group=group)
     _check_call(call, k)
-    assert call.args[1:3] == ("in" if relative else "at", group or "")
-    assert list(call.args[5::3]) == [str(t) for _, _, t in items]
+    assert call.args[1:4] == ("in" if relative else "at", group or "", "")
+    assert list(call.args[6::3]) == [str(t) for _, _, t in items]
+    timed = protocol.schedule_call(k, items, MAX, relative=relative, group=group, timeout_ms=7)
+    assert timed.args[3] == "7" and timed.args[4:] == call.args[4:]
     answers = data.draw(st.lists(st.one_of(st.tuples(st.just("scheduled"), times),
                                            st.tuples(st.just("duplicate"))),
                                  min_size=len(items), max_size=len(items)))  # fmt: skip
@@ -291,7 +298,7 @@ def test_only_job_ids_are_admitted(k: QueueKeys, bad: str) -> None:
 
 jobs_st = st.builds(
     Job, st.just("q"), job_ids, st.binary(max_size=50), st.integers(1, 100), tokens,
-    st.just(0), st.none() | names,
+    st.just(0), st.none() | names, st.none() | st.integers(1, 2**40),
 )  # fmt: skip
 
 
@@ -308,7 +315,7 @@ def test_claim_round_trip(
     raw: list[Any] = [deadline]
     for j in claimed:
         raw += [kind(j.id.encode()) if kind is bytes else j.id, j.payload, j.attempts, j.token,
-                (j.group or "").encode()]  # fmt: skip
+                (j.group or "").encode(), str(j.timeout_ms or "").encode()]  # fmt: skip
     expected = [attrs.evolve(j, queue=k.name, lease_deadline_ms=deadline) for j in claimed]
     assert protocol.claim_reply(raw, k.name) == expected
 
@@ -415,11 +422,11 @@ def test_promote_reap_and_fire_replies(
 # --- reads ---------------------------------------------------------------------------------------
 
 
-@given(st.lists(st.integers(0, 2**40), min_size=13, max_size=13))
+@given(st.lists(st.integers(0, 2**40), min_size=15, max_size=15))
 def test_counts_reply(values: list[int]) -> None:
     got = protocol.counts_reply(values)
     assert attrs.astuple(got) == (bool(values[0]), *values[1:])
-    assert len(attrs.fields(Counts)) == 13
+    assert len(attrs.fields(Counts)) == 15
     assert not protocol.outdated(values)
 
 

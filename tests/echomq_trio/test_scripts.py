@@ -359,7 +359,7 @@ def test_each_reply_is_decoded_by_the_names_its_header_lists() -> None:
         protocol.fire_reply([1, -1, 5, 6])
     with pytest.raises(ValueError, match="register answered 3 fields, expected 2"):
         protocol.register_reply([b"exists", 5, 6])
-    with pytest.raises(ValueError, match="claim/job answered 4 fields, not items of 5"):
+    with pytest.raises(ValueError, match="claim/job answered 4 fields, not items of 6"):
         protocol.claim_reply([9, b"JOB0000000000x", b"p", 1, 1], "q")
     assert protocol.reap_reply([1, 2, 0]).next_from is None  # the optional last field
 
