@@ -26,8 +26,9 @@ from echomq_trio import (
     lanes,
     open_bus,
     protocol,
+    queues,
 )
-from echomq_trio.errors import ConnectionLost
+from echomq_trio.errors import ConnectionLost, JobCancelled
 from echomq_trio.jobs import Cancelled, JobState, Outcome
 from echomq_trio.testing import FaultyTransport, scripts
 from tests.echomq_trio.proc import ledger_key
@@ -476,3 +477,64 @@ def test_the_reply_and_the_audit_archive_know_every_word() -> None:
     with pytest.raises(ValueError, match="not an answer of cancel"):
         protocol.cancel_reply(b"acked")
     assert set(OUTCOMES) == set(audit.AuditOutcome)  # a cancelled notice's record folds too
+
+
+async def test_a_waiter_on_the_result_of_a_running_job_hears_its_cancel(
+    bus: Bus, queue: str
+) -> None:
+    """While the queue keeps results, whoever waits on a running job's result hears its cancel
+    (``JobCancelled`` with the reason), not its own timeout (the cancel publishes the job's end
+    on its channel, as an ack does)."""
+    await jobs.keep_results(bus, queue, 60_000)
+    running = trio.Event()
+
+    async def handler(job: Job) -> None:
+        running.set()
+        await trio.sleep_forever()
+
+    job_id = (await jobs.enqueue(bus, queue, "x")).id
+    consumer = Consumer(bus, queue, handler, concurrency=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await running.wait()
+        heard: list[BaseException] = []
+
+        async def wait_result() -> None:
+            try:
+                await jobs.result(bus, queue, job_id, timeout_s=600)
+            except JobCancelled as exc:
+                heard.append(exc)
+
+        async with trio.open_nursery() as waiters:
+            waiters.start_soon(wait_result)
+            await trio.lowlevel.checkpoint()
+            assert await jobs.cancel(bus, queue, job_id, reason="no longer wanted") is (
+                Cancelled.CANCELLED
+            )
+        nursery.cancel_scope.cancel()
+    assert len(heard) == 1 and "no longer wanted" in str(heard[0])
+
+
+async def test_a_cancel_under_the_queue_s_cap_lets_a_parked_consumer_claim_at_once(
+    bus: Bus, queue: str
+) -> None:
+    """A queue capped at one job in flight: the second job waits while the first runs; a
+    cancel of the first wakes the parked consumer, which claims the second long before its
+    beat (a minute) would have."""
+    await queues.set_limit(bus, queue, 1)
+    started: list[str] = []
+
+    async def handler(job: Job) -> None:
+        started.append(job.id)
+        await trio.sleep_forever()
+
+    first = (await jobs.enqueue(bus, queue, "1")).id
+    consumer = Consumer(bus, queue, handler, concurrency=2, beat_ms=60_000, cancel_poll_s=0.1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await wait_for(lambda: started == [first])
+        second = (await jobs.enqueue(bus, queue, "2")).id
+        await bus.command("DEL", bus.keys(queue).wake)  # only the cancel may wake it now
+        assert await jobs.cancel(bus, queue, first) is Cancelled.CANCELLED
+        await wait_for(lambda: started == [first, second], timeout=20)
+        nursery.cancel_scope.cancel()
