@@ -94,6 +94,7 @@ class Metronome:
         self._lateness = None if metrics is None else metrics.lateness.labels(queue)
         self._witness = Witness()
         self._cron_clock = cron_clock
+        self._promote_sent = 0.0  # when the last promote was sent (trio clock)
 
     def statistics(self) -> MetronomeStats:
         """A snapshot of the counters."""
@@ -116,6 +117,7 @@ class Metronome:
         if self._lateness is not None:
             for ms in p.lateness_ms:
                 self._lateness.observe(ms / 1000)
+        fire_sent = trio.current_time()
         f = await repeat.fire(self.bus, self.queue, FIRE_BATCH, clock=self._cron_clock)
         self._count(fired=f.fired)
         more = (
@@ -131,17 +133,25 @@ class Metronome:
         self._count(beats=1)
         if more:
             return 0.0
+        # Each due time is counted from when the call that read the server clock was sent
+        # (its clock was read after that), not from now: the later calls of this beat would
+        # otherwise add their round trips to every scheduled job's lateness. Waking a fraction
+        # of a ms early costs one more promote, which moves nothing before its time.
+        now = trio.current_time()
         wait = self.beat_s
         # A cron registration fire could not move (``f.wanted``: its zone unknown here; logged)
         # stays due: wait the beat rather than its run.
         fire_due = None if f.wanted else f.next_due_ms
-        for due_ms, now_ms in ((p.next_due_ms, p.server_now_ms), (fire_due, f.server_now_ms)):
+        for due_ms, now_ms, sent in (
+            (p.next_due_ms, p.server_now_ms, self._promote_sent),
+            (fire_due, f.server_now_ms, fire_sent),
+        ):
             if due_ms is not None:
-                wait = min(wait, max(0.0, (due_ms - now_ms + 1) / 1000))
+                wait = min(wait, max(0.0, sent + (due_ms - now_ms) / 1000 - now))
         return wait
 
     async def _promote(self) -> jobs.Promoted:
-        sent = trio.current_time()
+        sent = self._promote_sent = trio.current_time()
         p = await jobs.promote(
             self.bus, self.queue, self.batch, lateness=self._lateness is not None,
             witness=self._witness.args(sent),

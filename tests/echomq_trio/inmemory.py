@@ -69,6 +69,7 @@ class InMemoryQueue:
     lapsed: list[str] = attrs.field(factory=list)
     calls: list[tuple[float, str]] = attrs.field(factory=list)
     spec: ConnectionSpec = attrs.field(factory=lambda: ConnectionSpec(hosts=(("in-memory", 0),)))
+    latency_s: float = 0.0  # each script call's round trip (half there, half back)
     _tokens: int = 0
     _woken: trio.Event = attrs.field(factory=trio.Event)
     _ticked: trio.Event = attrs.field(factory=trio.Event)
@@ -109,6 +110,14 @@ class InMemoryQueue:
     async def script(self, name: str, keys: Sequence[str], args: Sequence[str | bytes]) -> Any:
         self.calls.append((trio.current_time(), name))
         await trio.lowlevel.checkpoint()
+        if self.latency_s:
+            await trio.sleep(self.latency_s / 2)
+        reply = self._script(name, args)
+        if self.latency_s:
+            await trio.sleep(self.latency_s / 2)
+        return reply
+
+    def _script(self, name: str, args: Sequence[str | bytes]) -> Any:
         until, error = self._refusing.get(name, (-1.0, ConnectionLost))
         if trio.current_time() < until:
             raise error(f"{name}: the in-memory queue fails it (a test's fault)")
