@@ -294,11 +294,23 @@ class SteppingServer:
         self.offset_file = offset_file
         self.offset_s = 0.0
 
-    def step(self, seconds: float) -> None:
+    async def step(self, seconds: float) -> None:
+        """Step the server's clock by ``seconds``, and return once the server tells the stepped
+        time (under load a server has been seen to answer a few calls at its old time first,
+        which would make the step land later than the test meant)."""
         self.offset_s += seconds
         tmp = self.offset_file.with_suffix(".tmp")
         tmp.write_text(f"{self.offset_s:+.3f}\n")
         os.replace(tmp, self.offset_file)  # libfaketime never reads half a file
+        from echomq_trio.resp import open_resp  # here: support's other helpers need no bus
+
+        async with open_resp(self.url) as server:
+            with trio.fail_after(10):
+                while True:
+                    told = await server.server_time_ms()
+                    if abs(told - (time.time() + self.offset_s) * 1000) < 2_000:
+                        return
+                    await trio.sleep(0.01)
 
 
 # --- test servers (the fixtures in tests/conftest.py start them) -------------------------------

@@ -61,7 +61,7 @@ async def _lane_wait(bus: Bus, queue: str, group: str) -> int | None:
 async def _step_once_beaten(metronome: Metronome, server: SteppingServer, seconds: int) -> None:
     """Step the server's clock once the metronome has a reading of it."""
     await wait_for(lambda: metronome.statistics().beats >= 2)
-    server.step(seconds)
+    await server.step(seconds)
 
 
 @pytest.mark.timeout_s(90)
@@ -201,7 +201,7 @@ async def test_recurring_schedules_that_share_a_next_run_are_all_brought_within_
         for name in "abcd":
             await bus.command("ZADD", bus.keys(queue).repeats, same, name)
         w = await _witnessed(bus)
-        stepping_server.step(-3600)
+        await stepping_server.step(-3600)
         c = await jobs.carry_clock(bus, queue, w.args(trio.current_time()), batch=2)
         assert c.recorded_ms < 0
         while c.more:

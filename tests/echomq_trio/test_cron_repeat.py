@@ -262,7 +262,7 @@ async def test_a_step_of_the_server_clock_leaves_cron_runs_at_their_times(
         sent = trio.current_time()
         witness = Witness()
         witness.observe(await bus.transport.server_time_ms(), sent, trio.current_time())
-        stepping_server.step(-3600)
+        await stepping_server.step(-3600)
         c = await jobs.carry_clock(bus, queue, witness.args(trio.current_time()))
         assert c.recorded_ms < 0
         while c.more:

@@ -28,7 +28,7 @@ async def test_a_round_started_before_a_step_back_plays_on_and_ends_on_time(
         async with trio.open_nursery() as nursery:
             await nursery.start(metronome.run)
             await wait_for(lambda: metronome.statistics().beats >= 2)
-            stepping_server.step(-3600)
+            await stepping_server.step(-3600)
             await wait_for(lambda: metronome.statistics().clock_steps == 1, timeout=10)
             nursery.cancel_scope.cancel()
         assert abs(await jobs.clock_total(bus, NOTIFY_QUEUE) + 3_600_000) < 2_000
@@ -52,7 +52,7 @@ async def test_a_round_opened_after_a_step_back_keeps_its_own_times(
         async with trio.open_nursery() as nursery:
             await nursery.start(metronome.run)
             await wait_for(lambda: metronome.statistics().beats >= 2)
-            stepping_server.step(-3600)
+            await stepping_server.step(-3600)
             await wait_for(lambda: metronome.statistics().clock_steps == 1, timeout=10)
             nursery.cancel_scope.cancel()
         room = await game.create_room(bus, -1_000_778, "Later")

@@ -55,7 +55,7 @@ async def test_a_burst_goes_on_within_telegram_s_limits_when_the_clock_steps(
             # Mid-burst: a third delivered (each chat is held to 1/s, so this takes seconds).
             with trio.fail_after(60):
                 await tg.wait_deliveries(total // 3)
-            stepping_server.step(step_s)
+            await stepping_server.step(step_s)
             stepped_at = time.monotonic()  # the stand-in's clock
             with trio.fail_after(90):
                 await tg.wait_deliveries(total)

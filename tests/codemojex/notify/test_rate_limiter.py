@@ -314,7 +314,7 @@ async def test_the_limiter_s_windows_and_pauses_ride_out_a_step_of_the_server_cl
         rl = limiter(bus, "cm.x")
         assert [(await rl.take(chat)).ok for chat in (1, 1, 2, 3, 4)] == [True] * 5
         await rl.pause("chat", 9, 20_000)
-        stepping_server.step(step_s)
+        await stepping_server.step(step_s)
         # A step's size is known to within the calls' round trips (ms): ERR on top.
         g = await rl.take(5)  # the bot's window is still full: a wait of at most a window
         assert g.blocked_by == "global" and 0 < g.wait_ms <= 400 + ERR
@@ -352,7 +352,7 @@ async def test_a_limiter_idle_across_two_steps_takes_both_in(
                 beats = metronome.statistics().beats
                 await wait_for(lambda b=beats: metronome.statistics().beats >= b + 2)
                 stepped = metronome.statistics().clock_steps
-                stepping_server.step(step_s)
+                await stepping_server.step(step_s)
                 await wait_for(lambda s=stepped: metronome.statistics().clock_steps == s + 1)
             nursery.cancel_scope.cancel()
         p = await rl.take(9)
