@@ -214,12 +214,13 @@ async def test_with_admissions_on_disk_a_server_killed_while_the_disk_is_full_lo
 
                         for chat in CHATS:
                             nursery.start_soon(one, chat)
-                        with trio.fail_after(60):
-                            await out.until(REFUSED_LINE)
+                        await out.until(REFUSED_LINE, timeout_s=60)
                         killed = server_pid(data)
                         os.kill(killed, signal.SIGKILL)
-                        with trio.fail_after(30):
-                            await out.until(rf"embedded server \(pid {killed}\) was killed")
+                        # On a loaded machine (CI's three workers) this line once took over 30 s:
+                        # a miss prints what the service said meanwhile.
+                        await out.until(rf"embedded server \(pid {killed}\) was killed",
+                                        timeout_s=90)  # fmt: skip
                         with trio.move_on_after(2):
                             await proc.wait()
                         assert proc.returncode is None, out.text()
