@@ -33,6 +33,7 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from echomq_trio.errors import ServerNotFound
+from echomq_trio.resp import open_resp
 from echomq_trio.server import find_server_binary, server_argv, write_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -302,8 +303,6 @@ class SteppingServer:
         tmp = self.offset_file.with_suffix(".tmp")
         tmp.write_text(f"{self.offset_s:+.3f}\n")
         os.replace(tmp, self.offset_file)  # libfaketime never reads half a file
-        from echomq_trio.resp import open_resp  # here: support's other helpers need no bus
-
         async with open_resp(self.url) as server:
             with trio.fail_after(10):
                 while True:
