@@ -611,12 +611,13 @@ _LIVE_FIRST_S, _LIVE_MOST_S = 0.01, 1.0  # a waiter's own message again after, d
 
 async def _live(bus: Bus, sub: Subscription, channel: str) -> None:
     """Return once ``sub`` (just subscribed to ``channel``) hears what is published on it: a
-    message of the waiter's own, published after it subscribed, must come back to it. A
-    transport may return from subscribing before the server has taken the subscription (the
-    bus's own sends ``SUBSCRIBE`` and goes on), and a message published before then is heard by
-    nobody: so a task publishes it again after 10 ms, 20 ms, ... at most a second apart, until
-    it is heard. The receive itself is never cancelled but to stop for good (glide's would lose
-    the next message)."""
+    message of the waiter's own, published after it subscribed, must come back to it. The bus's
+    own transport returns from subscribing once the server has confirmed it, but a transport
+    need not (glide's is not known to), and a message published before the server takes the
+    subscription is heard by nobody: so a task publishes it again after 10 ms, 20 ms, ... at
+    most a second apart, until it is heard (on the bus's own transport, the first time). The
+    receive itself is never cancelled but to stop for good (glide's would lose the next
+    message)."""
     mine = _READY + secrets.token_hex(8).encode()
 
     async def publish() -> None:
