@@ -13,7 +13,15 @@ import trio
 
 from echomq_trio._checks import DEFAULT_MAX_PAYLOAD_BYTES, check_max_payload_bytes
 from echomq_trio.bus import Bus
-from echomq_trio.durability import Durability, DurableCalls, InMemory, OnDisk
+from echomq_trio.durability import (
+    Durability,
+    DurableCalls,
+    InMemory,
+    OnDisk,
+    Replicas,
+    Waiting,
+    check_durability,
+)
 from echomq_trio.errors import ServerError
 from echomq_trio.jobs import take_back
 from echomq_trio.queues import queue_names
@@ -48,8 +56,10 @@ async def open_bus(
     embedded server keeps dying (see ``server.start_server``), the block ends with
     ``ServerDied``. ``max_payload_bytes`` (1 MiB by default, at most 512 MiB) is the largest
     payload the bus admits; a larger one raises ``ValueError`` before any I/O. ``durability``
-    says when admissions and settlements return (``durability.InMemory``, the default, or
-    ``OnDisk``: once the server's append-only file holds them; see ``echomq_trio.durability``).
+    says when admissions and settlements return (``durability.InMemory``, the default;
+    ``OnDisk``: once the server's append-only file holds them; ``Replicas(n, timeout_ms)``:
+    once ``n`` replicas do; see ``echomq_trio.durability``, and ``Bus.with_durability`` for
+    another per call).
     ``transport`` says what carries the calls: ``"trio"`` (``echomq_trio.resp``, the default:
     trio streams, one pipelined connection per server, or per primary of a cluster) or
     ``"glide"`` (``wire.Wire`` on valkey-glide).
@@ -57,8 +67,7 @@ async def open_bus(
     connect = _TRANSPORTS.get(transport) if isinstance(transport, str) else None
     if connect is None:
         raise ValueError(f"transport must be one of {sorted(_TRANSPORTS)}, got {transport!r}")
-    if not isinstance(durability, InMemory | OnDisk):
-        raise TypeError(f"durability must be InMemory() or OnDisk(...), got {durability!r}")
+    check_durability(durability)
     check_max_payload_bytes(max_payload_bytes)
     if url == "":
         raise ValueError(
@@ -72,10 +81,11 @@ async def open_bus(
         async with connect(spec) as wire, _durable(wire, durability) as durable:
             bus = Bus(wire, max_payload_bytes=max_payload_bytes, durability=durability,
                       durable=durable)  # fmt: skip
-            if durable is not None and not (await read_storage(bus)).aof:
+            if _on_disk(durability) and not (await read_storage(bus)).aof:
+                name = type(durability).__name__
                 raise ServerError(
-                    f"durability OnDisk needs a server that keeps an append-only file, and "
-                    f"{bus.url} keeps none (set appendonly yes, or use InMemory)"
+                    f"durability {name} on disk needs a server that keeps an append-only file, "
+                    f"and {bus.url} keeps none (set appendonly yes, or use InMemory)"
                 )
             yield bus
         return
@@ -106,11 +116,18 @@ _TRANSPORTS: dict[str, Callable[[str | ConnectionSpec], AbstractAsyncContextMana
 _TRANSPORTS = {"glide": open_wire, "trio": open_trio}
 
 
+def _on_disk(durability: Durability) -> bool:
+    """Whether ``durability`` needs the server's own append-only file."""
+    return isinstance(durability, OnDisk) or (
+        isinstance(durability, Replicas) and durability.on_disk
+    )
+
+
 @asynccontextmanager
 async def _durable(wire: Transport, durability: Durability) -> AsyncIterator[DurableCalls | None]:
-    """Two connections of their own for ``OnDisk``'s calls (a ``WAITAOF`` blocks its
-    connection; see ``durability.DurableCalls``)."""
-    if not isinstance(durability, OnDisk):
+    """Two connections of their own for ``OnDisk``'s and ``Replicas``' calls (a ``WAITAOF`` or
+    ``WAIT`` blocks its connection; see ``durability.DurableCalls``)."""
+    if not isinstance(durability, Waiting):
         yield None
         return
     async with wire.blocking() as one, wire.blocking() as two:

@@ -11,11 +11,21 @@ from functools import lru_cache
 from typing import TypeVar
 
 import attrs
+import trio
 
 from echomq_trio._checks import DEFAULT_MAX_PAYLOAD_BYTES
 from echomq_trio._gather import Gatherer
+from echomq_trio._not_now import delay_s, not_now
 from echomq_trio.clock import StepLog
-from echomq_trio.durability import Durability, DurableCalls, InMemory, OnDisk
+from echomq_trio.durability import (
+    Durability,
+    DurableCalls,
+    InMemory,
+    NotDurable,
+    Waiting,
+    check_durability,
+)
+from echomq_trio.errors import ConnectionLost
 from echomq_trio.keys import QueueKeys, queue_keys
 from echomq_trio.protocol import Call
 from echomq_trio.server import EmbeddedServer
@@ -64,9 +74,10 @@ class Bus:
     transport: Transport
     server: EmbeddedServer | None = None
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES  # larger payloads raise before any I/O
-    # When calls return: once the server holds the write in memory, or (OnDisk) once its
-    # append-only file does (echomq_trio.durability); ``open_bus`` gives OnDisk's calls a
-    # connection of their own (``durable``), else they share ``transport``.
+    # When calls return: once the server holds the write in memory, (OnDisk) once its
+    # append-only file does, or (Replicas) once its replicas do (echomq_trio.durability);
+    # ``open_bus`` gives their waits connections of their own (``durable``), else they share
+    # ``transport``.
     durability: Durability = InMemory()
     durable: DurableCalls | None = attrs.field(default=None, kw_only=True)
     # This bus's id in the rows of the jobs it claims: a restart that knows this bus is gone
@@ -80,14 +91,18 @@ class Bus:
     steps: StepLog = attrs.field(factory=StepLog, init=False, repr=False)
     # With an embedded server: whether it can write its data, and where (``open_bus`` runs it).
     storage: StorageWatch | None = attrs.field(default=None, init=False, repr=False)
+    # The views of this bus with another durability (``with_durability``), one per durability.
+    _views: dict[Durability, Bus] = attrs.field(factory=dict, init=False, repr=False)
 
     def gatherer(self, queue: str) -> Gatherer:
         """The ``gather.Gatherer`` of ``queue``'s single enqueues (``jobs.enqueue`` uses it)."""
         g = self._gatherers.get(queue)
         if g is None:
-            # A batch's call may wait for the disk too (OnDisk): up to its timeout more.
-            wait_ms = self.transport.spec.timeout_ms
-            if isinstance(self.durability, OnDisk):
+            # A batch's call may wait for the disk or the replicas too (OnDisk, Replicas), and be
+            # tried again while the server says "not now" (echomq_trio._not_now): up to its
+            # timeout and the request timeout more.
+            wait_ms = 2 * self.transport.spec.timeout_ms
+            if isinstance(self.durability, Waiting):
                 wait_ms += self.durability.timeout_ms
             g = self._gatherers[queue] = Gatherer(wait_ms / 1000 + 1)
         return g
@@ -103,14 +118,58 @@ class Bus:
         return _keys(queue)
 
     def __attrs_post_init__(self) -> None:
-        if isinstance(self.durability, OnDisk) and self.durable is None:
+        if isinstance(self.durability, Waiting) and self.durable is None:
             self.durable = DurableCalls((self.transport,), self.durability)
+
+    def with_durability(self, durability: Durability) -> Bus:
+        """This bus with its calls returning as ``durability`` says: a durability per call,
+        ``await jobs.enqueue(bus.with_durability(Replicas(1, 100)), queue, payload)``. It shares
+        everything else with this bus (connections, holder, embedded server); one per
+        durability, kept, so waits of many calls are committed together. Its waits go on this
+        bus's connections for waits when it has them (opened with ``OnDisk`` or ``Replicas``),
+        else on its shared connection, which a wait then holds up (up to its ``timeout_ms``
+        while replicas lag): open the bus with the durability most of its calls want."""
+        check_durability(durability)
+        if durability == self.durability:
+            return self
+        view = self._views.get(durability)
+        if view is None:
+            wires = (self.transport,) if self.durable is None else self.durable.wires
+            durable = DurableCalls(wires, durability) if isinstance(durability, Waiting) else None
+            view = Bus(self.transport, self.server, self.max_payload_bytes, durability,
+                       durable=durable, holder=self.holder)  # fmt: skip
+            view.steps, view.storage = self.steps, self.storage
+            self._views[durability] = view
+        return view
 
     async def run(self, call: Call[T]) -> T:
         """Run one script call built by ``protocol`` and return its result, decoded by the call
         (``protocol.Call.decode``: a ``ValueError`` for a reply not of the script's shape); with
-        an ``OnDisk`` durability, an admission or settlement returns once the server's
-        append-only file holds it (``durability.NotDurable`` after its timeout)."""
+        an ``OnDisk`` or ``Replicas`` durability, an admission or settlement returns once the
+        server's append-only file (or its replicas) holds it (``durability.NotDurable``,
+        ``NotReplicated`` after its timeout). A refusal that passes by itself and left nothing
+        done (``NOREPLICAS``, ``LOADING``...: ``echomq_trio._not_now``) is tried again with
+        backoff until the request timeout."""
+        try:
+            return await self._run(call)
+        except ConnectionLost as exc:
+            if isinstance(exc, NotDurable) or not not_now(exc):
+                raise
+            refused = exc
+        deadline = trio.current_time() + self.transport.spec.timeout_ms / 1000
+        refusals = 1
+        while True:
+            await trio.sleep(delay_s(refusals))
+            try:
+                return await self._run(call)
+            except ConnectionLost as exc:
+                if isinstance(exc, NotDurable) or not not_now(exc):
+                    raise
+                if trio.current_time() >= deadline:
+                    raise exc from refused
+            refusals += 1
+
+    async def _run(self, call: Call[T]) -> T:
         if self.durable is not None and self.durability.waits_for(call.script):
             return call.decode(await self.durable.run(call))
         return call.decode(await self.transport.script(call.script, call.keys, call.args))

@@ -1,5 +1,5 @@
-"""When a call of the bus returns: once the server holds its write in memory, or once its
-append-only file does.
+"""When a call of the bus returns: once the server holds its write in memory, once its
+append-only file does, or once its replicas do.
 
 By default (``InMemory``) a call returns when the server has the write in memory. The server
 writes its append-only file before it answers (``write(2)``, every event-loop turn) and syncs it
@@ -48,7 +48,11 @@ __all__ = [
     "DurableCalls",
     "InMemory",
     "NotDurable",
+    "NotReplicated",
     "OnDisk",
+    "Replicas",
+    "Waiting",
+    "check_durability",
 ]
 
 # The scripts whose writes ``OnDisk`` waits for.
@@ -60,6 +64,26 @@ class NotDurable(PersistenceFailed):
     """The write happened in memory, but the server's append-only file did not hold it within
     the durability's ``timeout_ms`` (its disk is full or slow). Calling again is safe and
     returns once it is on disk."""
+
+
+class NotReplicated(NotDurable):
+    """The write happened on the primary (a job enqueued is pending there, an acked job is gone
+    from there), but only ``replicas`` of the ``wanted`` replicas acknowledged it within the
+    durability's ``timeout_ms`` (``on_disk``: ``replicas`` of them, and the primary's own file
+    if ``local``, had it on disk): a failover now may lose it. Calling again is safe (an
+    admission answers ``DUPLICATE``, a settlement ``GONE`` or ``STALE``) and returns once the
+    replicas have it; or the caller decides otherwise, knowing the primary has it."""
+
+    def __init__(self, message: str, *, replicas: int, wanted: int, local: bool = True) -> None:
+        super().__init__(message)
+        self.replicas = replicas
+        self.wanted = wanted
+        self.local = local
+
+
+def _positive(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
 @attrs.frozen
@@ -81,36 +105,76 @@ class OnDisk:
 
     @timeout_ms.validator
     def _check(self, _: object, value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"timeout_ms must be a positive int, got {value!r}")
+        _positive("timeout_ms", value)
 
     def waits_for(self, script: str) -> bool:
         return script in ADMISSIONS or (self.settlements and script in SETTLEMENTS)
 
 
-Durability = InMemory | OnDisk
+@attrs.frozen
+class Replicas:
+    """Return admissions (and settlements, unless ``settlements`` is false) once ``n`` replicas
+    of the primary that took them acknowledge them (``WAIT n timeout_ms``); with ``on_disk``,
+    once the primary's append-only file and those of ``n`` replicas hold them (``WAITAOF 1 n
+    timeout_ms``: every one of them must keep a file). ``NotReplicated`` after ``timeout_ms``
+    (the write is on the primary; see the module). ``Replicas(1, 100)``: one replica, 100 ms."""
+
+    n: int = attrs.field()
+    timeout_ms: int = attrs.field(default=1_000)
+    on_disk: bool = False
+    settlements: bool = True
+
+    @n.validator
+    def _check_n(self, _: object, value: int) -> None:
+        _positive("n (the replicas to wait for)", value)
+
+    @timeout_ms.validator
+    def _check_timeout(self, _: object, value: int) -> None:
+        _positive("timeout_ms", value)
+
+    def waits_for(self, script: str) -> bool:
+        return script in ADMISSIONS or (self.settlements and script in SETTLEMENTS)
+
+    def describe(self, replicas: int, local: bool) -> str:
+        held = "on their disks" if self.on_disk else "acknowledged it"
+        text = f"{replicas} of {self.n} replica(s) {held} within {self.timeout_ms} ms"
+        return text if local else text + ", and the primary's own file did not hold it"
+
+
+Durability = InMemory | OnDisk | Replicas
+Waiting = OnDisk | Replicas  # the durabilities that wait (``DurableCalls`` runs their calls)
+
+
+def check_durability(durability: object) -> None:
+    """``TypeError`` for anything but a ``Durability`` (before any I/O)."""
+    if not isinstance(durability, Durability):
+        raise TypeError(
+            f"durability must be InMemory(), OnDisk(...) or Replicas(n, timeout_ms), got "
+            f"{durability!r}"
+        )
 
 
 class Committer:
     """Group commit of the writes made to one server (one slot's primary on a cluster):
     ``await committed()`` after a write has answered returns once the server's append-only file
-    holds it. The first waiter leads: on ``wire`` it runs ``sync_mark`` (a small write of its own
-    in the queue's meta, ``prefix``, answering the server process's id), then sends
-    ``WAITAOF``, which waits for that write and so for every write the server took before it,
-    on any connection. The others wait for it; those whose writes answered after it was sent
-    lead the next. Nothing answered is ever declared on disk that may not be:
+    holds it (``OnDisk``), or its replicas do (``Replicas``). The first waiter leads: on
+    ``wire`` it runs ``sync_mark`` (a small write of its own in the queue's meta, ``prefix``,
+    answering the server process's id), then sends ``WAITAOF`` (or ``WAIT``), which waits for
+    that write and so for every write the server took before it, on any connection. The others
+    wait for it; those whose writes answered after it was sent lead the next. Nothing answered
+    is ever declared on disk (or replicated) that may not be:
 
-    * a lead that fails (the file does not take the write in time, the server refuses writes,
-      the connection drops) fails every write answered so far, at once;
+    * a lead that fails (the file or the replicas do not take the write in time, the server
+      refuses writes, the connection drops) fails every write answered so far, at once;
     * a lead that finds another server process than the one before (``noted()`` notes it before
       the first write) fails every write answered so far: the process that answered them may
       have died with them."""
 
-    def __init__(self, wire: Transport, meta: str, prefix: str, timeout_ms: int) -> None:
+    def __init__(self, wire: Transport, meta: str, prefix: str, durability: Waiting) -> None:
         self.wire = wire
         self.meta = meta
         self.prefix = prefix
-        self.timeout_ms = timeout_ms
+        self.durability = durability
         self._answered = 0  # writes answered so far (numbered 1, 2, ...)
         self._synced = 0  # writes up to this number are on disk
         self._failed = 0  # writes up to this number failed with ``_failure``
@@ -149,10 +213,7 @@ class Committer:
         mine = self._answered
         while self._synced < mine:
             if mine <= self._failed:
-                raise NotDurable(
-                    f"the write may not be on the server's disk ({self._failure}); it may be in "
-                    "memory: call again to wait for it"
-                ) from self._failure
+                raise self._shortfall() from self._failure
             if self._leading is not None:
                 await self._leading.wait()
                 continue
@@ -164,9 +225,7 @@ class Committer:
                     self._server = server
                     raise ConnectionLost("the server restarted since these writes answered")
                 self._server = server
-                local, _ = await self.wire.wait_aof(self.meta, 1, 0, self.timeout_ms)
-                if local < 1:
-                    raise NotDurable(f"not synced within {self.timeout_ms} ms")
+                await self._wait()
             except BusError as exc:
                 self._failed, self._failure = max(self._failed, self._answered), exc
                 continue  # raises for this write, as for every one answered so far
@@ -175,15 +234,50 @@ class Committer:
                 done.set()
             self._synced = max(self._synced, covers)
 
+    async def _wait(self) -> None:
+        """One wait for every write the server took so far; ``NotDurable`` (``NotReplicated``)
+        when they are not where the durability wants them in time."""
+        d = self.durability
+        if isinstance(d, OnDisk):
+            local, _ = await self.wire.wait_aof(self.meta, 1, 0, d.timeout_ms)
+            if local < 1:
+                raise NotDurable(f"not synced within {d.timeout_ms} ms")
+            return
+        if d.on_disk:
+            local, replicas = await self.wire.wait_aof(self.meta, 1, d.n, d.timeout_ms)
+        else:
+            local, replicas = 1, await self.wire.wait_replicas(self.meta, d.n, d.timeout_ms)
+        if replicas < d.n or local < 1:
+            raise NotReplicated(
+                d.describe(replicas, bool(local)), replicas=replicas, wanted=d.n, local=bool(local)
+            )
+
+    def _shortfall(self) -> NotDurable:
+        """The error for a write the last failed lead covered (each waiter its own copy)."""
+        failure, d = self._failure, self.durability
+        if isinstance(d, OnDisk):
+            return NotDurable(
+                f"the write may not be on the server's disk ({failure}); it may be in memory: "
+                "call again to wait for it"
+            )
+        got = failure.replicas if isinstance(failure, NotReplicated) else 0
+        local = failure.local if isinstance(failure, NotReplicated) else False
+        return NotReplicated(
+            f"the write is on the primary but may not be on {d.n} replica(s) ({failure}): call "
+            "again to wait for it",
+            replicas=got, wanted=d.n, local=local,
+        )  # fmt: skip
+
 
 class DurableCalls:
-    """The calls an ``OnDisk`` durability waits for, run on ``wires`` (connections of their
-    own: a ``WAITAOF`` blocks its connection until the sync, so a call sent meanwhile goes on
-    another, and waits for the same sync rather than the one after) and committed in groups:
+    """The calls an ``OnDisk`` or ``Replicas`` durability waits for, run on ``wires``
+    (connections of their own: a ``WAITAOF`` or ``WAIT`` blocks its connection until it is
+    answered, so a call sent meanwhile goes on another, and waits for the next wait rather
+    than the one after) and committed in groups:
     one ``Committer`` per connection for a single server, per connection and key hash tag (a
     queue's ``{q}``, so its slot's primary) on a cluster."""
 
-    def __init__(self, wires: Sequence[Transport], durability: OnDisk) -> None:
+    def __init__(self, wires: Sequence[Transport], durability: Waiting) -> None:
         if not wires:
             raise ValueError("DurableCalls needs at least one connection")
         self.wires = tuple(wires)
@@ -193,13 +287,13 @@ class DurableCalls:
     def _committer(self, i: int, tag: str, prefix: str) -> Committer:
         c = self._committers.get((i, tag))
         if c is None:
-            timeout = self.durability.timeout_ms
             c = self._committers[i, tag] = Committer(self.wires[i], prefix + "meta", prefix,
-                                                     timeout)  # fmt: skip
+                                                     self.durability)  # fmt: skip
         return c
 
     async def run(self, call: Call[Any]) -> Any:
-        """Run ``call`` and return its raw reply once the server's append-only file holds it."""
+        """Run ``call`` and return its raw reply once the server's append-only file (or its
+        replicas, as the durability says) holds it."""
         key = call.keys[0]
         prefix = key[: key.index("}:") + 2]  # the queue's: its meta is in the same slot
         tag = key[key.find("{") : key.find("}") + 1] if self.wires[0].spec.cluster else ""

@@ -40,16 +40,18 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-Op = Literal["script", "command", "blpop", "scan", "server_time_ms", "subscribe", "wait_aof"]
+Op = Literal[
+    "script", "command", "blpop", "scan", "server_time_ms", "subscribe", "wait_aof", "wait_replicas"
+]
 
 
 @attrs.frozen
 class SeenCall:
     """One call made through the transport. ``name`` is the script's name, the command's name in
     upper case (``"TIME"`` for ``server_time_ms``, ``"BLPOP"``, ``"SCAN"``, ``"SUBSCRIBE"``,
-    ``"WAITAOF"``); ``keys`` and ``args`` are as given (a command's arguments after its name; a
-    subscription's channels and patterns; a scan's pattern and count; ``WAITAOF``'s key and its
-    counts)."""
+    ``"WAITAOF"``, ``"WAIT"``); ``keys`` and ``args`` are as given (a command's arguments after
+    its name; a subscription's channels and patterns; a scan's pattern and count; ``WAITAOF``'s
+    and ``WAIT``'s key and counts)."""
 
     op: Op
     name: str
@@ -211,6 +213,10 @@ class FaultyTransport:
         return await self._run(
             call, lambda: self.inner.wait_aof(key, numlocal, numreplicas, timeout_ms)
         )
+
+    async def wait_replicas(self, key: str, numreplicas: int, timeout_ms: int) -> int:
+        call = SeenCall("wait_replicas", "WAIT", (key,), (str(numreplicas),))
+        return await self._run(call, lambda: self.inner.wait_replicas(key, numreplicas, timeout_ms))
 
     @asynccontextmanager
     async def blocking(self) -> AsyncIterator[Transport]:

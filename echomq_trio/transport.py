@@ -121,3 +121,10 @@ class Transport(Protocol):
         hold them. It blocks the connection while it waits: call it on a connection of its own
         (``blocking()``)."""
         ...
+
+    async def wait_replicas(self, key: str, numreplicas: int, timeout_ms: int) -> int:
+        """``WAIT numreplicas timeout_ms`` on the server (on a cluster: the primary of ``key``'s
+        slot): wait until ``numreplicas`` replicas have acknowledged this client's writes so
+        far, or ``timeout_ms`` passes; how many have. It blocks the connection while it waits:
+        call it on a connection of its own (``blocking()``)."""
+        ...

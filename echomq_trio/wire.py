@@ -341,6 +341,19 @@ class Wire:
         local, replicas = reply
         return int(local), int(replicas)
 
+    async def wait_replicas(self, key: str, numreplicas: int, timeout_ms: int) -> int:
+        """``WAIT`` on the server holding ``key``'s slot (see ``Transport.wait_replicas``)."""
+        args: list[str | bytes] = ["WAIT", str(numreplicas), str(timeout_ms)]
+        try:
+            if isinstance(self._client, GlideClusterClient):
+                route = SlotKeyRoute(SlotType.PRIMARY, key)
+                reply = await self._client.custom_command(args, route=route)
+            else:
+                reply = await self._client.custom_command(args)
+        except GlideError as exc:
+            raise self._failure(exc) from exc
+        return int(reply)
+
     async def scan(self, match: str, *, count: int = 1000) -> list[str]:
         """Every key matching the glob ``match``, on every primary of a cluster: SCAN a cursor
         step at a time, each step O(``count``) on the server, so no one call walks every key."""

@@ -25,7 +25,7 @@ BUS_SURFACE = {
     "echomq_trio.dashboard.app": "the dashboard's ASGI app",
     "echomq_trio.dashboard.view": "the dashboard's pure view model",
     "echomq_trio.demo": "python -m echomq_trio.demo",
-    "echomq_trio.durability": "when a call returns (InMemory, OnDisk)",
+    "echomq_trio.durability": "when a call returns (InMemory, OnDisk, Replicas)",
     "echomq_trio.errors": "the bus's exceptions",
     "echomq_trio.events": "a queue's event stream",
     "echomq_trio.ids": "branded job ids",

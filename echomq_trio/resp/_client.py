@@ -532,6 +532,10 @@ class RespTransport:
         local, replicas = await self._call(args, self._timeout_s + timeout_ms / 1000)
         return int(local), int(replicas)
 
+    async def wait_replicas(self, key: str, numreplicas: int, timeout_ms: int) -> int:
+        args = ("WAIT", str(numreplicas), str(timeout_ms))
+        return int(await self._call(args, self._timeout_s + timeout_ms / 1000))
+
     async def server_time_ms(self) -> int:
         secs, micros = await self._call(("TIME",))
         return int(secs) * 1000 + int(micros) // 1000

@@ -301,6 +301,11 @@ class ClusterTransport:
             key, lambda node, asking: node.wait_aof(key, numlocal, numreplicas, timeout_ms)
         )
 
+    async def wait_replicas(self, key: str, numreplicas: int, timeout_ms: int) -> int:
+        return await self._routed(
+            key, lambda node, asking: node.wait_replicas(key, numreplicas, timeout_ms)
+        )
+
     async def server_time_ms(self) -> int:
         return await (await self._owner(None)).server_time_ms()
 

@@ -257,3 +257,6 @@ class InMemoryQueue:
         self, key: str, numlocal: int, numreplicas: int, timeout_ms: int
     ) -> tuple[int, int]:
         raise NotImplementedError("the in-memory queue has no append-only file")
+
+    async def wait_replicas(self, key: str, numreplicas: int, timeout_ms: int) -> int:
+        raise NotImplementedError("the in-memory queue has no replicas")
