@@ -74,7 +74,9 @@ class NotReplicated(NotDurable):
     admission answers ``DUPLICATE``, a settlement ``GONE`` or ``STALE``) and returns once the
     replicas have it; or the caller decides otherwise, knowing the primary has it."""
 
-    def __init__(self, message: str, *, replicas: int, wanted: int, local: bool = True) -> None:
+    def __init__(
+        self, message: str, *, replicas: int = 0, wanted: int = 0, local: bool = True
+    ) -> None:
         super().__init__(message)
         self.replicas = replicas
         self.wanted = wanted
