@@ -81,12 +81,8 @@ async def open_bus(
         async with connect(spec) as wire, _durable(wire, durability) as durable:
             bus = Bus(wire, max_payload_bytes=max_payload_bytes, durability=durability,
                       durable=durable)  # fmt: skip
-            if _on_disk(durability) and not (await read_storage(bus)).aof:
-                name = type(durability).__name__
-                raise ServerError(
-                    f"durability {name} on disk needs a server that keeps an append-only file, "
-                    f"and {bus.url} keeps none (set appendonly yes, or use InMemory)"
-                )
+            if _on_disk(durability):
+                await _check_on_disk(bus, aof=(await read_storage(bus)).aof)
             yield bus
         return
     async with (
@@ -102,6 +98,8 @@ async def open_bus(
             server.pid, server.port, server.data_dir, where,
         )  # fmt: skip
         bus = Bus(wire, server, max_payload_bytes, durability, durable=durable)
+        if _on_disk(durability):
+            await _check_on_disk(bus, aof=True)  # the embedded server keeps one
         if data_dir is not None:
             await _take_back_from_predecessor(bus, server.data_dir)
         bus.storage = StorageWatch(bus)
@@ -121,6 +119,22 @@ def _on_disk(durability: Durability) -> bool:
     return isinstance(durability, OnDisk) or (
         isinstance(durability, Replicas) and durability.on_disk
     )
+
+
+async def _check_on_disk(bus: Bus, *, aof: bool) -> None:
+    """``ServerError`` (one line) where a durability on disk cannot work: the server keeps no
+    append-only file, or has no ``WAITAOF`` (Redis before 7.2)."""
+    name = type(bus.durability).__name__
+    if not aof:
+        raise ServerError(
+            f"durability {name} on disk needs a server that keeps an append-only file, and "
+            f"{bus.url} keeps none (set appendonly yes, or use InMemory)"
+        )
+    if await bus.command("COMMAND", "INFO", "WAITAOF") in ([None], [], None):
+        raise ServerError(
+            f"durability {name} on disk needs WAITAOF (Valkey, Redis 7.2 and later), and "
+            f"{bus.url} has none (an older Redis): use InMemory or Replicas without on_disk"
+        )
 
 
 @asynccontextmanager

@@ -230,6 +230,22 @@ def server_is_valkey() -> bool:
     return done.stdout.startswith("Valkey")
 
 
+def server_has_waitaof() -> bool:
+    """Whether the server the tests start has ``WAITAOF`` (Valkey, Redis 7.2 and later; not
+    Debian's Redis 7.0), by its ``--version``; ``True`` where no server can run."""
+    try:
+        binary = find_server_binary()
+    except ServerNotFound:
+        return True
+    done = subprocess.run([binary, "--version"], capture_output=True, text=True)
+    found = re.search(r"v=(\d+)\.(\d+)", done.stdout)
+    return (
+        done.stdout.startswith("Valkey")
+        or found is None
+        or ((int(found[1]), int(found[2])) >= (7, 2))
+    )
+
+
 async def echomq(*args: str) -> subprocess.CompletedProcess[bytes]:
     """``python -m echomq_trio *args`` as an operator runs it: its exit status and output."""
     return await trio.run_process(

@@ -30,7 +30,10 @@ from echomq_trio.storage import read_storage
 from echomq_trio.testing import FaultyTransport
 from echomq_trio.wire import open_wire
 from tests.codemojex.test_full_disk import fill, small_disk
-from tests.support import server_is_valkey, wait_for
+from tests.support import server_has_waitaof, server_is_valkey, wait_for
+
+# OnDisk waits with WAITAOF: Valkey, Redis 7.2 and later (Debian 12's Redis 7.0 has none).
+needs_waitaof = pytest.mark.skipif(not server_has_waitaof(), reason="the server has no WAITAOF")
 
 
 def test_which_calls_wait() -> None:
@@ -52,6 +55,7 @@ async def test_open_bus_refuses_a_durability_it_does_not_know(server_url: str) -
 
 
 @pytest.mark.cluster
+@needs_waitaof
 async def test_writes_are_committed_in_groups_and_settle_on_disk(
     server_url: str, queue: str
 ) -> None:
@@ -83,6 +87,7 @@ async def test_writes_are_committed_in_groups_and_settle_on_disk(
 
 @pytest.mark.slow
 @pytest.mark.timeout_s(90)
+@needs_waitaof
 async def test_a_server_killed_while_its_disk_is_full_keeps_every_write_that_returned(
     tmp_path: Path,
 ) -> None:
@@ -127,6 +132,14 @@ async def _present(bus: Bus, job_id: str) -> bool:
 
 
 @pytest.mark.server
+@pytest.mark.skipif(server_has_waitaof(), reason="a server without WAITAOF (Redis 7.0) only")
+async def test_on_disk_needs_a_server_with_waitaof(standalone_url: str) -> None:
+    with pytest.raises(ServerError, match=r"needs WAITAOF \(Valkey, Redis 7.2 and later\)"):
+        async with open_bus(standalone_url, durability=OnDisk()):
+            pass
+
+
+@pytest.mark.server
 async def test_on_disk_needs_a_server_that_keeps_an_append_only_file(tmp_path: Path) -> None:
     async with start_server(tmp_path / "d", extra_config=[("appendonly", "no")]) as server:
         with pytest.raises(ServerError, match="keeps none \\(set appendonly yes"):
@@ -137,6 +150,7 @@ async def test_on_disk_needs_a_server_that_keeps_an_append_only_file(tmp_path: P
 
 
 @pytest.mark.timeout_s(60)
+@needs_waitaof
 async def test_a_failed_lead_fails_every_write_it_covered_at_once(
     standalone_url: str, queue: str
 ) -> None:
@@ -173,6 +187,7 @@ async def test_a_failed_lead_fails_every_write_it_covered_at_once(
 
 @pytest.mark.slow
 @pytest.mark.timeout_s(120)
+@needs_waitaof
 async def test_no_write_is_declared_on_disk_across_a_dropped_connection_and_a_killed_server(
     tmp_path: Path,
 ) -> None:
