@@ -150,29 +150,33 @@ class Bus:
         ``NotReplicated`` after its timeout). A refusal that passes by itself and left nothing
         done (``NOREPLICAS``, ``LOADING``...: ``echomq_trio._not_now``) is tried again with
         backoff until the request timeout."""
-        try:
-            return await self._run(call)
+        try:  # free while nothing is raised: the default path costs what it did
+            if self.durable is not None and self.durability.waits_for(call.script):
+                return call.decode(await self.durable.run(call))
+            return call.decode(await self.transport.script(call.script, call.keys, call.args))
         except ConnectionLost as exc:
             if isinstance(exc, NotDurable) or not not_now(exc):
                 raise
             refused = exc
+        return await self._again(call, refused)
+
+    async def _again(self, call: Call[T], refused: ConnectionLost) -> T:
+        """Run ``call`` again after a refusal that passes (``_not_now``), with backoff, until it
+        runs or the request timeout has passed since the first refusal."""
         deadline = trio.current_time() + self.transport.spec.timeout_ms / 1000
         refusals = 1
         while True:
             await trio.sleep(delay_s(refusals))
             try:
-                return await self._run(call)
+                if self.durable is not None and self.durability.waits_for(call.script):
+                    return call.decode(await self.durable.run(call))
+                return call.decode(await self.transport.script(call.script, call.keys, call.args))
             except ConnectionLost as exc:
                 if isinstance(exc, NotDurable) or not not_now(exc):
                     raise
                 if trio.current_time() >= deadline:
                     raise exc from refused
             refusals += 1
-
-    async def _run(self, call: Call[T]) -> T:
-        if self.durable is not None and self.durability.waits_for(call.script):
-            return call.decode(await self.durable.run(call))
-        return call.decode(await self.transport.script(call.script, call.keys, call.args))
 
     async def command(self, *args: CommandArg) -> Reply:
         """Run one raw command on the bus's connection (routed by its key on a cluster), e.g.

@@ -19,6 +19,7 @@ from pathlib import Path
 import attrs
 import pytest
 import trio
+import trio.testing
 
 from echomq_trio import Bus, Consumer, ids, jobs, open_bus
 from echomq_trio._replies import as_text
@@ -29,11 +30,12 @@ from echomq_trio.durability import (
     NotReplicated,
     Replicas,
 )
-from echomq_trio.errors import BusError, ServerError
+from echomq_trio.errors import BusError, ConnectionLost, ServerError, WritesRefused
 from echomq_trio.jobs import Job, Outcome
 from echomq_trio.resp import open_resp
 from echomq_trio.server import cluster_node_config, cluster_url, form_cluster, free_port
-from echomq_trio.testing import FaultyTransport
+from echomq_trio.testing import FaultyTransport, scripts
+from tests.echomq_trio.inmemory import InMemoryQueue
 from tests.echomq_trio.replicas import Pair, replicated_pair
 from tests.support import (
     PASSWORD,
@@ -373,3 +375,34 @@ async def test_on_a_cluster_the_wait_goes_to_the_primary_that_took_the_write(
         finally:
             os.kill(pid, signal.SIGCONT)
         assert (await jobs.enqueue(patient, by_primary[1], "z")).outcome == Outcome.ENQUEUED
+
+
+async def test_a_refusal_that_passes_is_tried_again_until_the_request_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``NOREPLICAS``, ``LOADING``... refuse a call before it runs: ``Bus.run`` runs it again
+    with backoff and returns its answer; past the request timeout it raises the refusal; any
+    other failure (and ``NotReplicated``, which follows a write) is raised at once."""
+    q = InMemoryQueue()
+    job_id = ids.generate("JOB")
+    q.enqueue(job_id)
+    wire = FaultyTransport(q)
+    bus = Bus(wire)
+    noreplicas = WritesRefused("the server refused a write for now: NOREPLICAS Not enough good")
+    refusal = wire.fail(scripts("claim"), noreplicas, times=3)
+    assert [j.id for j in await jobs.claim(bus, "q", 1)] == [job_id]
+    assert len(refusal.hits) == 3 and [c.name for c in wire.calls].count("claim") == 4
+    loading = ConnectionLost("LOADING Redis is loading the dataset in memory")
+    wire.fail(scripts("claim"), loading, times=10_000)
+    started = trio.current_time()
+    with pytest.raises(ConnectionLost, match="LOADING"):
+        await jobs.claim(bus, "q", 1)
+    waited = trio.current_time() - started
+    assert q.spec.timeout_ms / 1000 <= waited < q.spec.timeout_ms / 1000 + 1
+    for once in (ConnectionLost("connection reset"), NotReplicated("NOREPLICAS", wanted=1)):
+        calls = len(wire.calls)
+        wire.faults.clear()
+        wire.fail(scripts("claim"), once)
+        with pytest.raises(type(once)):
+            await jobs.claim(bus, "q", 1)
+        assert len(wire.calls) == calls + 1  # not tried again
