@@ -124,13 +124,16 @@ async def test_writes_return_once_the_replica_has_them_and_waits_are_shared(
 
 
 @pytest.mark.server
+@pytest.mark.parametrize("transport", ["trio", "glide"])
 async def test_a_held_back_replica_makes_the_write_raise_not_replicated(
-    pair: Pair, queue: str
+    pair: Pair, queue: str, transport: str
 ) -> None:
     """With the replica taking nothing more, a write raises ``NotReplicated`` naming 0 of 1
-    (it is on the primary); released, the same call again returns (a duplicate)."""
+    (it is on the primary); released, the same call again returns (a duplicate). On either
+    transport."""
     await pair.linked()
-    async with open_bus(pair.primary_url, durability=Replicas(1, 200)) as bus:
+    durability = Replicas(1, 200)
+    async with open_bus(pair.primary_url, durability=durability, transport=transport) as bus:
         await jobs.enqueue(bus.with_durability(Replicas(1, 20_000)), queue, "warm")
         await pair.hold_back()
         job_id = ids.generate("JOB")
