@@ -3,7 +3,7 @@
 JSON object.
 
     python3 -m tools.failover [--rounds 3] [--enqueuers 4] [--healthy-s 3] [--held-s 1]
-                              [--backlog 20000]
+                              [--backlog 20000] [--cluster]
 
 Each round, for each mode in turn (the order alternates): a fresh primary and its replica (two
 server processes of ``find_server_binary``, ``replicaof``, each with its append-only file);
@@ -15,8 +15,9 @@ one bus. Every call that returns is written to a ledger
 latency with replication in step; then replication is held back (``CLIENT PAUSE WRITE`` on the
 replica: it takes nothing more from its primary's stream) for ``--held-s`` seconds of load; then
 the primary is killed (``SIGKILL``) and the replica promoted (``REPLICAOF NO ONE``, as a
-failover does: what it had not applied is dropped with its link). Then, on the promoted
-replica:
+failover does: what it had not applied is dropped with its link; ``--cluster``: the two form a
+cluster, every slot the primary's, and the replica takes over with ``CLUSTER FAILOVER
+TAKEOVER``). Then, on the promoted replica:
 
 * ``lost_enqueues``: enqueues that returned ``ENQUEUED`` (and whose job no ack was sent for)
   with no job row there: admitted, then gone;
@@ -38,6 +39,7 @@ import statistics
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +51,15 @@ from echomq_trio.durability import Durability, InMemory, NotReplicated, Replicas
 from echomq_trio.errors import BusError
 from echomq_trio.jobs import Outcome
 from echomq_trio.resp import open_resp
-from echomq_trio.server import find_server_binary, free_port, server_argv, write_config
+from echomq_trio.server import (
+    cluster_node_config,
+    cluster_url,
+    find_server_binary,
+    form_cluster,
+    free_port,
+    server_argv,
+    write_config,
+)
 
 PASSWORD = "failover"
 QUEUE = "failover"
@@ -75,20 +85,34 @@ async def _until(what: str, check: Any, within_s: float = 30) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _pair(root: Path) -> AsyncIterator[tuple[subprocess.Popen[bytes], int, int]]:
+async def _pair(
+    root: Path, cluster: bool
+) -> AsyncIterator[tuple[subprocess.Popen[bytes], int, int]]:
+    """A primary and its replica (``cluster``: a cluster of the two, every slot the primary's)."""
     binary = find_server_binary()
-    primary, replica = free_port(), free_port()
+    primary, replica = (free_port(with_bus_port=cluster) for _ in range(2))
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        for name, port, extra in (
-            ("primary", primary, []),
-            ("replica", replica, [("replicaof", f"127.0.0.1 {primary}"), ("masterauth", PASSWORD)]),
-        ):
+        for name, port in (("primary", primary), ("replica", replica)):
             folder = root / name
             folder.mkdir(parents=True)
+            if cluster:
+                extra = cluster_node_config(folder, PASSWORD)
+            elif name == "replica":
+                extra = [("replicaof", f"127.0.0.1 {primary}"), ("masterauth", PASSWORD)]
+            else:
+                extra = []
             config = write_config(folder, port, PASSWORD, extra)
             argv = server_argv(binary, config)
             procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL))  # noqa: ASYNC220
+        for port in (primary, replica):
+            await _until("the server answering", partial(_command, port, "PING"))
+        if cluster:
+            await form_cluster([_url(primary)], [primary])
+            node_id = as_text(await _command(primary, "CLUSTER", "MYID"))
+            await _command(replica, "CLUSTER", "MEET", "127.0.0.1", str(primary))
+            await _until("the replica of the node", partial(_command, replica, "CLUSTER",
+                                                             "REPLICATE", node_id))  # fmt: skip
 
         async def linked() -> bool:
             info = as_text(await _command(primary, "INFO", "replication"))
@@ -100,6 +124,24 @@ async def _pair(root: Path) -> AsyncIterator[tuple[subprocess.Popen[bytes], int,
         for p in procs:
             p.kill()
             p.wait()
+
+
+def _bus_url(port: int, cluster: bool) -> str:
+    return cluster_url(PASSWORD, [port]) + "&timeout_ms=2000" if cluster else _url(port)
+
+
+async def _promote(replica: int, cluster: bool) -> None:
+    """Make the replica the primary, as a failover does (its primary is dead)."""
+    if not cluster:
+        await _command(replica, "REPLICAOF", "NO", "ONE")
+        return
+    await _command(replica, "CLUSTER", "FAILOVER", "TAKEOVER")
+
+    async def serving() -> bool:
+        info = as_text(await _command(replica, "INFO", "replication"))
+        return "role:master" in info
+
+    await _until("the replica promoted", serving)
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -115,8 +157,10 @@ async def _one(durability: Durability, args: argparse.Namespace) -> dict[str, An
     refused = 0
     healthy = True
     with tempfile.TemporaryDirectory() as folder:
-        async with _pair(Path(folder)) as (primary_proc, primary, replica):
-            url = _url(primary) + "?timeout_ms=2000"
+        async with _pair(Path(folder), args.cluster) as (primary_proc, primary, replica):
+            url = _bus_url(primary, args.cluster)
+            if not args.cluster:
+                url += "?timeout_ms=2000"
             async with open_bus(url, durability=durability) as bus:
                 # A backlog, enqueued (and replicated) first: the acks made while replication is
                 # held back are of jobs the replica has, and the jobs enqueued meanwhile wait
@@ -175,11 +219,11 @@ async def _one(durability: Durability, args: argparse.Namespace) -> dict[str, An
                     returned_while_held = len(enqueued) - held_at[0], len(acked) - held_at[1]
                     primary_proc.kill()
                     primary_proc.wait()
-                    await _command(replica, "REPLICAOF", "NO", "ONE")
+                    await _promote(replica, args.cluster)
                     await _command(replica, "CLIENT", "UNPAUSE")
                     await trio.sleep(0.3)  # the load meets the dead primary and ends
                     nursery.cancel_scope.cancel()
-            async with open_bus(_url(replica)) as promoted:
+            async with open_bus(_bus_url(replica, args.cluster)) as promoted:
                 k = promoted.keys(QUEUE)
                 done = set(acked)
                 lost = [j for j in enqueued if j not in tried
@@ -233,4 +277,5 @@ if __name__ == "__main__":
     parser.add_argument("--healthy-s", type=float, default=3.0)
     parser.add_argument("--held-s", type=float, default=1.0)
     parser.add_argument("--backlog", type=int, default=20_000)
+    parser.add_argument("--cluster", action="store_true", help="a cluster of the two nodes")
     print(json.dumps(trio.run(main, parser.parse_args()), indent=2))
