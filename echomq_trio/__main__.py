@@ -219,7 +219,8 @@ async def _show(bus: Bus, args: argparse.Namespace) -> Any:
     now = await bus.transport.server_time_ms()
     rows: list[tuple[str, object]] = [
         ("id", info.id), ("state", info.state), ("attempts", info.attempts),
-        ("group", info.group or "-"), ("time", humane.at(info.score_ms, now)),
+        ("priority", info.priority), ("group", info.group or "-"),
+        ("time", humane.at(info.score_ms, now)),
         ("last_error", info.last_error or "-"), ("payload", _short(info.payload, 200)),
     ]  # fmt: skip
     if info.progress is not None:
