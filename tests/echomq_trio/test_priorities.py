@@ -3,16 +3,19 @@ kept by every path that puts a job back where it waits; lanes keep their round-r
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 import attrs
 import pytest
+import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from echomq_trio import Bus, ids, jobs, lanes, open_bus, repeat
 from echomq_trio.jobs import PRIORITY_MAX, PRIORITY_MIN, Job, Outcome
-from tests.support import wait_for
+from tests.support import echomq, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -277,3 +280,49 @@ async def test_the_claimed_order_is_the_model_s(
                 else:
                     assert await jobs.ack(bus, queue, job.id, job.token) is Outcome.ACKED
         assert [j.id for j in await jobs.claim(bus, queue, 1000)] == model.claim(1000)
+
+
+# --- where the priority shows ---------------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_echomq_show_prints_the_priority(standalone_url: str, queue: str) -> None:
+    async with open_bus(standalone_url) as bus:
+        job_id = (await jobs.enqueue(bus, queue, "x", priority=42)).id
+    out = await echomq("--url", standalone_url, "show", queue, job_id)
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"^priority\s+42$", out.stdout.decode(), re.MULTILINE), out.stdout
+    out = await echomq("--url", standalone_url, "--json", "show", queue, job_id)
+    assert json.loads(out.stdout)["priority"] == 42
+
+
+async def test_the_dashboard_s_job_view_shows_the_priority(bus: Bus, queue: str) -> None:
+    from echomq_trio.dashboard import Dashboard, view
+
+    job_id = (await lanes.enqueue(bus, queue, "g", "x", priority=-3)).id
+    state = await Dashboard(bus, "token").state(view.Query(queue=queue, job=job_id))
+    found = state["queue"]["job"]["found"]
+    assert (found["id"], found["priority"], found["group"]) == (job_id, -3, "g")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout_s(120)
+async def test_the_dashboard_page_shows_the_priority(bus: Bus, queue: str) -> None:
+    from echomq_trio.dashboard import Dashboard
+    from tools.browser import open_page
+
+    job_id = (await jobs.enqueue(bus, queue, "x", priority=17)).id
+    dashboard = Dashboard(bus, "token", sample_s=0.2, names_every_s=0.2)
+    async with trio.open_nursery() as nursery, open_page() as page:
+        url = await nursery.start(dashboard.serve, "127.0.0.1", 0)
+        await page.goto(f"{url}/?queue={queue}#token=token")
+        await page.evaluate(f"document.querySelector('#job-id').value = '{job_id}'")
+        await page.evaluate("document.querySelector('#job-find button').click()")
+        job_view = "(document.querySelector('#job-view') || {}).innerText || ''"
+
+        async def shown() -> bool:
+            text: str = await page.evaluate(job_view)
+            return re.search(r"priority\s+17\b", text) is not None
+
+        await wait_for(shown, timeout=30, step=0.1)
+        nursery.cancel_scope.cancel()
