@@ -316,6 +316,11 @@ async def test_the_dashboard_page_shows_the_priority(bus: Bus, queue: str) -> No
     async with trio.open_nursery() as nursery, open_page() as page:
         url = await nursery.start(dashboard.serve, "127.0.0.1", 0)
         await page.goto(f"{url}/?queue={queue}#token=token")
+
+        async def rendered() -> bool:  # its script runs and has drawn the queue once
+            return bool(await page.evaluate("document.body.dataset.updates || ''"))
+
+        await wait_for(rendered, timeout=30, step=0.1)
         await page.evaluate(f"document.querySelector('#job-id').value = '{job_id}'")
         await page.evaluate("document.querySelector('#job-find button').click()")
         job_view = "(document.querySelector('#job-view') || {}).innerText || ''"
