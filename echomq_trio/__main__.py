@@ -195,8 +195,8 @@ async def _ls(bus: Bus, args: argparse.Namespace) -> Any:
         return rows
     when_title = {"scheduled": "run_at", "active": "lease_until", "dead": "died"}.get(args.what, "")
     return _table(
-        ["id", "attempts", "group", when_title or "-", "last_error", "payload"],
-        [(r.id, r.attempts, r.group or "-", humane.at(r.score_ms, now),
+        ["id", "attempts", "priority", "group", when_title or "-", "last_error", "payload"],
+        [(r.id, r.attempts, r.priority, r.group or "-", humane.at(r.score_ms, now),
           _short(r.last_error or "-"), _short(r.payload)) for r in rows],
     )  # fmt: skip
 

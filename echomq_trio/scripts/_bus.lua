@@ -48,10 +48,10 @@
 --   lane_entry(value)          a lane's value in the lane index (a hash: jobs in flight, plus
 --                              WAITING while jobs wait in the lane) as (in flight, waiting?)
 --   lane_push(qp, g, id, now, prio)
---                              put a job into its lane (at its place: priority, then mint order), count it
---                              in metrics.lane_pending and, when it is the lane's first, count
---                              the lane in metrics.lanes_with_jobs and mark it WAITING in the
---                              lane index
+--                              put a job into its lane (at its place: its priority, then mint
+--                              order), count it in metrics.lane_pending and, when it is the
+--                              lane's first, count the lane in metrics.lanes_with_jobs and mark
+--                              it WAITING in the lane index
 --   lane_emptied(qp, g)        a script took lane g's last waiting job (not by a claim, which
 --                              does this for its batch): uncount it, unmark it, forget it if idle
 --   lane_forget(qp, g, value)  take a lane whose index value is 0 (nothing waiting, nothing in

@@ -13,8 +13,8 @@
 -- or the key was used; nothing is changed).
 -- cost: O(jobs admitted), each O(log n); at most ENQUEUE_CHUNK (10,000) jobs a call; per job at
 -- most 3 commands (its row, its place in pending, its event; 1 more with a timeout or a
--- priority), per call 2 (the meta read, the
--- wake), 2 more with a key, and 3 more the first time (the clock, the queue's creation noted)
+-- priority, or both), per call 2 (the meta read, the wake), 2 more with a key, and 3 more the
+-- first time (the clock, the queue's creation noted)
 local qp = ARGV[1]
 local out = {}
 local added = 0

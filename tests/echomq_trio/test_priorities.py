@@ -102,6 +102,9 @@ async def test_scheduled_and_recurring_jobs_wait_at_their_priority(bus: Bus, que
     assert [j.payload for j in claimed] == [b"at", b"tock", b"in", b"plain"]
     fired = await jobs.get_job(bus, queue, claimed[1].id)
     assert fired is not None and fired.priority == 6
+    await repeat.register(bus, queue, "daily", template="d", cron="0 9 * * *", priority=-4)
+    regs = {r.name: r.priority for r in await repeat.list_repeats(bus, queue)}
+    assert regs == {"tick": 6, "daily": -4}
 
 
 async def test_in_a_lane_and_across_lanes(bus: Bus, queue: str) -> None:
@@ -294,6 +297,10 @@ async def test_echomq_show_prints_the_priority(standalone_url: str, queue: str) 
     assert re.search(r"^priority\s+42$", out.stdout.decode(), re.MULTILINE), out.stdout
     out = await echomq("--url", standalone_url, "--json", "show", queue, job_id)
     assert json.loads(out.stdout)["priority"] == 42
+    out = await echomq("--url", standalone_url, "ls", queue, "pending")
+    header, row = out.stdout.decode().splitlines()[:2]
+    assert header.split()[:3] == ["id", "attempts", "priority"]
+    assert row.split()[:3] == [job_id, "0", "42"]
 
 
 async def test_the_dashboard_s_job_view_shows_the_priority(bus: Bus, queue: str) -> None:
