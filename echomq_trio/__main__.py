@@ -195,8 +195,8 @@ async def _ls(bus: Bus, args: argparse.Namespace) -> Any:
         return rows
     when_title = {"scheduled": "run_at", "active": "lease_until", "dead": "died"}.get(args.what, "")
     return _table(
-        ["id", "attempts", "group", when_title or "-", "last_error", "payload"],
-        [(r.id, r.attempts, r.group or "-", humane.at(r.score_ms, now),
+        ["id", "attempts", "priority", "group", when_title or "-", "last_error", "payload"],
+        [(r.id, r.attempts, r.priority, r.group or "-", humane.at(r.score_ms, now),
           _short(r.last_error or "-"), _short(r.payload)) for r in rows],
     )  # fmt: skip
 
@@ -219,7 +219,8 @@ async def _show(bus: Bus, args: argparse.Namespace) -> Any:
     now = await bus.transport.server_time_ms()
     rows: list[tuple[str, object]] = [
         ("id", info.id), ("state", info.state), ("attempts", info.attempts),
-        ("group", info.group or "-"), ("time", humane.at(info.score_ms, now)),
+        ("priority", info.priority), ("group", info.group or "-"),
+        ("time", humane.at(info.score_ms, now)),
         ("last_error", info.last_error or "-"), ("payload", _short(info.payload, 200)),
     ]  # fmt: skip
     if info.progress is not None:

@@ -18,6 +18,8 @@ __all__ = [
     "MAX_NAME_BYTES",
     "MAX_PAYLOAD_BYTES",
     "MAX_TIME_MS",
+    "PRIORITY_MAX",
+    "PRIORITY_MIN",
     "check_group",
     "check_holder",
     "check_int",
@@ -27,6 +29,7 @@ __all__ = [
     "check_ms",
     "check_name",
     "check_payload",
+    "check_priority",
     "check_queue",
     "check_stream_id",
     "check_when",
@@ -41,6 +44,12 @@ _BAD_NAME_CHARS = re.compile(r"[{}\s]")
 # which stays below 2**43 ms until the year 2248.
 MAX_TIME_MS = 2**53
 MAX_DELAY_MS = MAX_TIME_MS - 2**43
+
+# A job's priority: an int in this range, higher first, 0 the default. A job waits at minus its
+# priority in its sorted set, so any int a double holds exactly would do; the bound keeps typos
+# (a timestamp, a byte count) out and leaves room for a later use of the score.
+PRIORITY_MIN = -1_000_000
+PRIORITY_MAX = 1_000_000
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1_048_576  # 1 MiB, the bus's default
 MAX_PAYLOAD_BYTES = 512 * 1_048_576  # the server's largest string (proto-max-bulk-len)
@@ -113,6 +122,18 @@ def _shown(n: int) -> str:
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _US = dt.timedelta(microseconds=1)
+
+
+def check_priority(value: object) -> int:
+    """Return ``value`` if it is an int (not a bool) from ``PRIORITY_MIN`` to ``PRIORITY_MAX``;
+    ``TypeError`` or ``ValueError`` naming ``priority`` and the range otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"priority must be an int, got {type(value).__name__}")
+    if not PRIORITY_MIN <= value <= PRIORITY_MAX:
+        raise ValueError(
+            f"priority must be from {PRIORITY_MIN} to {PRIORITY_MAX}, got {_shown(value)}"
+        )
+    return value
 
 
 def check_when(name: str, value: object, *, absolute: bool) -> int:

@@ -26,7 +26,7 @@ import attrs
 import trio
 
 from echomq_trio import audit, protocol
-from echomq_trio._checks import check_job_id
+from echomq_trio._checks import PRIORITY_MAX, PRIORITY_MIN, check_job_id
 from echomq_trio._layouts import run_current
 from echomq_trio.bus import Bus
 from echomq_trio.clock import REAP_GRACE_MS
@@ -60,6 +60,8 @@ from echomq_trio.transport import Subscription
 __all__ = [
     "DEFAULT_KEY_TTL_MS",
     "ENQUEUE_CHUNK",
+    "PRIORITY_MAX",
+    "PRIORITY_MIN",
     "Admitted",
     "Cancelled",
     "ClockCarried",
@@ -116,6 +118,7 @@ async def enqueue(
     key: str | None = None,
     key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
     timeout_ms: int | None = None,
+    priority: int = 0,
 ) -> Admitted:
     """Admit one job to pending: ``Admitted(id, ENQUEUED)``, or ``DUPLICATE`` (a live job has
     this id). The bus mints a fresh ``JOB`` id unless ``job_id`` gives one (a branded ``JOB``
@@ -131,6 +134,15 @@ async def enqueue(
     apply); ``None`` leaves it to the consumer's ``timeout_s``. Kept with the job, also for
     ``enqueue_many``, ``enqueue_at``, ``enqueue_in`` and ``lanes.enqueue``.
 
+    ``priority`` (an int from ``PRIORITY_MIN`` to ``PRIORITY_MAX``, -1,000,000 to 1,000,000;
+    ``ValueError``/``TypeError`` outside it, before any I/O): higher is claimed first, equal
+    priorities in id (mint) order, 0 the default; a job keeps it through retries, deferrals,
+    releases, reaps and replays. Strict: a low priority waits while higher ones keep coming
+    (no aging). It orders jobs within the flat pending set (and within a lane, for
+    ``lanes.enqueue``); lanes keep their round-robin turns (see ``docs/howto/priorities.md``).
+    Also for ``enqueue_many``, ``enqueue_at``, ``enqueue_in``, ``lanes.enqueue`` and
+    ``repeat.register``.
+
     Concurrent calls for one queue coalesce into shared script calls (``echomq_trio._gather``):
     each caller still gets its own answer or its own error.
 
@@ -139,11 +151,12 @@ async def enqueue(
     answer); call again with the same ``job_id`` (or key): enqueue is idempotent, and
     ``DUPLICATE`` then means the first call went through (without a ``job_id`` or key, a second
     call admits a second job)."""
-    if key is not None or timeout_ms is not None:  # its own script call
+    # its own script call (a bad priority raises here, before any I/O)
+    if key is not None or timeout_ms is not None or protocol.priority_arg(priority):
         items = protocol.with_ids([payload], job_id)
         (call,) = protocol.enqueue_calls(
             bus.keys(queue), items, bus.max_payload_bytes, key=key, key_ttl_ms=key_ttl_ms,
-            timeout_ms=timeout_ms,
+            timeout_ms=timeout_ms, priority=priority,
         )  # fmt: skip
         (out,) = await bus.run(call)
         return out
@@ -156,27 +169,37 @@ async def enqueue(
 
 
 async def _enqueue_batch(
-    bus: Bus, queue: str, pairs: Sequence[tuple[str, bytes]], timeout_ms: int | None = None
+    bus: Bus,
+    queue: str,
+    pairs: Sequence[tuple[str, bytes]],
+    timeout_ms: int | None = None,
+    priority: int = 0,
 ) -> list[Admitted]:
     out: list[Admitted] = []
-    for call in protocol.enqueue_checked_calls(bus.keys(queue), pairs, timeout_ms):
+    for call in protocol.enqueue_checked_calls(bus.keys(queue), pairs, timeout_ms, priority):
         admitted = await bus.run(call)
         out += admitted
     return out
 
 
 async def enqueue_many(
-    bus: Bus, queue: str, items: Iterable[Item], *, timeout_ms: int | None = None
+    bus: Bus,
+    queue: str,
+    items: Iterable[Item],
+    *,
+    timeout_ms: int | None = None,
+    priority: int = 0,
 ) -> list[Admitted]:
     """Admit many jobs in one round trip (per ``ENQUEUE_CHUNK`` jobs); answers in input order.
     Each item is a payload (the bus mints its id) or a ``(job_id, payload)`` pair;
-    ``timeout_ms`` (as for ``enqueue``) applies to all of them.
+    ``timeout_ms`` and ``priority`` (as for ``enqueue``) apply to all of them.
 
     A cancelled call may have admitted some chunks of ``ENQUEUE_CHUNK`` jobs (each chunk all or
     nothing); call again with the same ids: those admitted answer ``DUPLICATE``."""
     protocol.timeout_arg(timeout_ms)  # checked before any I/O
+    protocol.priority_arg(priority)
     pairs = protocol.checked_pairs(protocol.with_ids(items), bus.max_payload_bytes)
-    return await _enqueue_batch(bus, queue, pairs, timeout_ms)
+    return await _enqueue_batch(bus, queue, pairs, timeout_ms, priority)
 
 
 async def _schedule(
@@ -188,11 +211,12 @@ async def _schedule(
     relative: bool,
     group: str | None,
     timeout_ms: int | None,
+    priority: int,
 ) -> Admitted:
     ((job, body),) = protocol.with_ids([payload], job_id)
     call = protocol.schedule_call(
         bus.keys(queue), [(job, body, when)], bus.max_payload_bytes, relative=relative,
-        group=group, timeout_ms=timeout_ms,
+        group=group, timeout_ms=timeout_ms, priority=priority,
     )  # fmt: skip
     (out,) = await bus.run(call)
     return out
@@ -207,18 +231,21 @@ async def enqueue_at(
     job_id: str | None = None,
     group: str | None = None,
     timeout_ms: int | None = None,
+    priority: int = 0,
 ) -> Admitted:
     """Schedule a job for an absolute time: ``Admitted(id, SCHEDULED, run_at_ms)``, or
     ``DUPLICATE``. The time is Unix ms (an int, or a float rounded UP to the next ms) or an
     aware ``datetime`` (rounded up to the next ms; a naive one raises ``ValueError``): rounding
     up means it never runs early. It is not claimable before then; a metronome moves it to
-    pending (or into lane ``group``) when the server clock reaches it. ``job_id`` as for
-    ``enqueue``.
+    pending (or into lane ``group``) when the server clock reaches it, at its ``priority``'s
+    place. ``job_id`` and ``priority`` as for ``enqueue``.
 
     A cancelled call may or may not have scheduled the job; call again with the same
     ``job_id``: ``DUPLICATE`` then means the first call went through (``get_job`` shows its
     run-at)."""
-    return await _schedule(bus, queue, payload, run_at_ms, job_id, False, group, timeout_ms)
+    return await _schedule(
+        bus, queue, payload, run_at_ms, job_id, False, group, timeout_ms, priority
+    )
 
 
 async def enqueue_in(
@@ -230,6 +257,7 @@ async def enqueue_in(
     job_id: str | None = None,
     group: str | None = None,
     timeout_ms: int | None = None,
+    priority: int = 0,
 ) -> Admitted:
     """Schedule a job ``delay_ms`` from now, where now is the server's clock, not this host's:
     ms (an int, or a float rounded UP to the next ms) or a ``timedelta`` (rounded up). Answers
@@ -238,7 +266,7 @@ async def enqueue_in(
     A cancelled call may or may not have scheduled the job; call again with the same
     ``job_id``: ``DUPLICATE`` then means the first call went through (``get_job`` shows its
     run-at)."""
-    return await _schedule(bus, queue, payload, delay_ms, job_id, True, group, timeout_ms)
+    return await _schedule(bus, queue, payload, delay_ms, job_id, True, group, timeout_ms, priority)
 
 
 async def promote(
@@ -293,7 +321,8 @@ async def clock_total(bus: Bus, queue: str) -> int:
 
 async def claim(bus: Bus, queue: str, batch: int = 1, lease_ms: int = 30_000) -> list[Job]:
     """Lease up to ``batch`` jobs for ``lease_ms`` in one round trip: lanes round-robin,
-    interleaved with the flat pending set, oldest first within each.
+    interleaved with the flat pending set, highest priority first within each, then oldest
+    (id order).
 
     A cancelled call may have leased jobs that the caller never sees; they are not lost: when
     their lease expires the reaper returns them to pending, with that attempt counted."""

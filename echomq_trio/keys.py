@@ -45,7 +45,7 @@ class KeySpec:
 
 SCHEMA: tuple[KeySpec, ...] = (
     # jobs, by state
-    KeySpec("pending", "pending", "zset", "flat jobs ready to claim; score 0, so they pop in id (mint) order"),  # noqa: E501
+    KeySpec("pending", "pending", "zset", "flat jobs ready to claim; score minus the priority (0 by default), so they pop highest first, then in id (mint) order"),  # noqa: E501
     KeySpec("schedule", "schedule", "zset", "scheduled jobs (and retries, flat deferrals); score: run-at ms"),  # noqa: E501
     KeySpec("active", "active", "zset", "leased jobs; score: lease deadline ms"),
     KeySpec("dead", "dead", "zset", "dead jobs; score: time of death ms"),
@@ -54,7 +54,7 @@ SCHEMA: tuple[KeySpec, ...] = (
     KeySpec("idempotency", "key:<key>", "string", "an idempotency key: the id of the job it admitted, with a TTL"),  # noqa: E501
     KeySpec("seq", "seq:<scope>", "set", "a numbered stream's highest admitted numbers (at most its window: sequence.Seq), with a TTL renewed by each admission"),  # noqa: E501
     # fair lanes
-    KeySpec("lane", "g:<group>", "zset", "a lane's waiting jobs; score 0 (id order)"),
+    KeySpec("lane", "g:<group>", "zset", "a lane's waiting jobs; score minus the priority (0 by default), then id order"),  # noqa: E501
     KeySpec("lane_groups", "groups", "set", "layouts before 2: groups whose lane held waiting jobs; count_lanes reads it once and deletes it"),  # noqa: E501
     KeySpec("old_lane_index", "lanes", "zset", "layouts before 3: the lane index by name; count_lanes reads it once and deletes it"),  # noqa: E501
     KeySpec("lane_index", "gactive", "hash", "the lane index: each lane with waiting jobs, jobs in flight, a pause or a wait -> its jobs in flight, plus 2^32 while jobs wait in it; paged by HSCAN"),  # noqa: E501

@@ -1,4 +1,5 @@
-"""Fair lanes: one lane per group (a chat, a tenant), served round-robin, FIFO within a lane.
+"""Fair lanes: one lane per group (a chat, a tenant), served round-robin, FIFO within a lane
+(highest priority first, where jobs have one).
 
 A lane may have a concurrency limit (jobs in flight at once; limit 1 makes it strictly
 ordered: a retried or deferred job returns to the head of its lane and the lane waits, while
@@ -53,6 +54,7 @@ async def enqueue(
     key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
     seq: Seq | None = None,
     timeout_ms: int | None = None,
+    priority: int = 0,
 ) -> Admitted:
     """Admit a job to ``group``'s lane: ``Admitted(id, ENQUEUED)`` or ``DUPLICATE``. The bus
     mints its ``JOB`` id unless ``job_id`` gives one. ``limit`` also sets the lane's
@@ -61,7 +63,10 @@ async def enqueue(
     ``seq`` is a number in a numbered stream (``Seq(scope, number)``, see
     ``echomq_trio.sequence``): a number the scope admitted lately, or one below its window, →
     ``DUPLICATE``; what the bus keeps for it grows with the scopes, not with the jobs.
-    ``timeout_ms`` is the job's deadline per attempt, as for ``jobs.enqueue``.
+    ``timeout_ms`` is the job's deadline per attempt, as for ``jobs.enqueue``. ``priority``
+    orders the job within its lane (higher first, equal ones in id order, kept across retries,
+    deferrals and releases), as for ``jobs.enqueue``; it does not move the lane's turn: other
+    lanes are served round-robin as before.
 
     A cancelled call may or may not have admitted the job; call again with the same ``job_id``
     (or key, or seq): enqueue is idempotent, and ``DUPLICATE`` then means the first call went
@@ -70,6 +75,7 @@ async def enqueue(
     call = protocol.lane_enqueue_call(
         bus.keys(queue), group, items, bus.max_payload_bytes,
         limit=limit, key=key, key_ttl_ms=key_ttl_ms, seq=seq, timeout_ms=timeout_ms,
+        priority=priority,
     )  # fmt: skip
     (out,) = await bus.run(call)
     return out
@@ -83,17 +89,19 @@ async def enqueue_many(
     *,
     limit: int | None = None,
     timeout_ms: int | None = None,
+    priority: int = 0,
 ) -> list[Admitted]:
     """Admit several jobs to one lane in one round trip, in order. Each item is a payload (the
     bus mints its id) or a ``(job_id, payload)`` pair; ``timeout_ms`` (each job's deadline per
-    attempt, as for ``jobs.enqueue``) applies to all of them.
+    attempt) and ``priority`` (as for ``jobs.enqueue``) apply to all of them.
 
     A cancelled call admitted all of them or none; call again with the same ids: they answer
     ``DUPLICATE`` if the first call went through."""
     pairs = protocol.with_ids(items)
     call = protocol.lane_enqueue_call(
-        bus.keys(queue), group, pairs, bus.max_payload_bytes, limit=limit, timeout_ms=timeout_ms
-    )
+        bus.keys(queue), group, pairs, bus.max_payload_bytes, limit=limit,
+        timeout_ms=timeout_ms, priority=priority,
+    )  # fmt: skip
     return await bus.run(call)
 
 

@@ -79,6 +79,7 @@ async def register(
     tz: str = "UTC",
     replace: bool = False,
     clock: Clock | None = None,
+    priority: int = 0,
 ) -> tuple[Registered, int]:
     """Register ``name`` to fire every ``every_ms``, first ``first_in_ms`` from now (server
     clock); or, with ``cron`` instead (``"0 9 * * MON-FRI"``), at each occurrence of the cron
@@ -91,6 +92,8 @@ async def register(
     template or lane differs is replaced, ``(REPLACED, first run)``, and one that is the same is
     still left as it is (``EXISTS``): for a service whose schedule is a setting. ``clock``: see
     ``Clock`` (the first cron run is the first occurrence after ``clock(server now)``).
+    ``priority``: every job it fires carries it (as for ``jobs.enqueue``); a live name with
+    another priority differs (``replace``).
 
     A cancelled call may or may not have registered it; call again: ``EXISTS`` then means the
     first call went through."""
@@ -100,7 +103,7 @@ async def register(
     if cron is None:
         call = protocol.register_call(
             k, name, every_ms, template, bus.max_payload_bytes,
-            first_in_ms=first_in_ms, group=group, replace=replace,
+            first_in_ms=first_in_ms, group=group, replace=replace, priority=priority,
         )  # fmt: skip
         return await bus.run(call)
     if every_ms is not None:
@@ -108,7 +111,7 @@ async def register(
     schedule = cron_.parse(cron, tz)
     protocol.register_call(  # the other checks, before any I/O
         k, name, None, template, bus.max_payload_bytes, first_in_ms=first_in_ms, group=group,
-        cron=schedule,
+        cron=schedule, priority=priority,
     )  # fmt: skip
     now = (clock or _server_now)(await bus.transport.server_time_ms())
     first = cron_.next_after(schedule, now)
@@ -116,7 +119,7 @@ async def register(
         raise ValueError(f"cron expression {cron!r} does not occur within 50 years")
     call = protocol.register_call(
         k, name, None, template, bus.max_payload_bytes, group=group, cron=schedule,
-        first_at_ms=first, replace=replace,
+        first_at_ms=first, replace=replace, priority=priority,
     )  # fmt: skip
     return await bus.run(call)
 

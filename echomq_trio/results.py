@@ -231,7 +231,8 @@ class JobInfo:
     who cancelled it and why (``"cancelled by ops: duplicate order"``). ``progress`` is what its
     handler last reported (``Job.progress``, the JSON value decoded; ``None`` for none); a
     ``completed`` job (its queue keeps results) has its handler's ``result`` (``None`` for none)
-    and ``finished_ms`` (server clock)."""
+    and ``finished_ms`` (server clock). ``priority``: higher runs first (0 when none was given;
+    see ``jobs.enqueue``)."""
 
     id: str
     state: JobState
@@ -243,6 +244,7 @@ class JobInfo:
     progress: object = None
     result: bytes | None = None
     finished_ms: int | None = None
+    priority: int = 0
 
 
 @attrs.frozen
@@ -282,7 +284,8 @@ class LanePage:
 @attrs.frozen
 class Registration:
     """A recurring schedule: every ``every_ms``, or (``every_ms`` ``None``) at the occurrences of
-    the cron expression ``cron`` in the zone ``tz`` (an IANA name). Times are server ms."""
+    the cron expression ``cron`` in the zone ``tz`` (an IANA name). Times are server ms.
+    ``priority``: the priority of every job it fires (0: none)."""
 
     name: str
     next_run_ms: int
@@ -292,6 +295,7 @@ class Registration:
     last_fired_ms: int | None
     cron: str | None = None
     tz: str | None = None
+    priority: int = 0
 
 
 @attrs.frozen

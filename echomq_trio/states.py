@@ -94,9 +94,12 @@ class Place(enum.Enum):
 # Where a job in each place waits and what its score there means: the README's states table.
 _WHERE = {
     Place.NONE: ("nowhere: no row (never admitted, or acked)", ""),
-    Place.PENDING: ("`pending` (flat)", "0: pops in id (mint) order"),
-    Place.LANE: ("`g:<group>`, its lane on the `ring` when serviceable", "0"),
-    Place.LANE_WAITING: ("`g:<group>`, the lane in `gwait` until a time", "0"),
+    Place.PENDING: (
+        "`pending` (flat)",
+        "minus its priority (0 by default): pops highest first, then in id (mint) order",
+    ),
+    Place.LANE: ("`g:<group>`, its lane on the `ring` when serviceable", "minus its priority"),
+    Place.LANE_WAITING: ("`g:<group>`, the lane in `gwait` until a time", "minus its priority"),
     Place.SCHEDULED: ("`schedule`", "run-at, ms"),
     Place.ACTIVE: ("`active`", "lease deadline, ms"),
     Place.DEAD: ("`dead`", "time of death, ms"),

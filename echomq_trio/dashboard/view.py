@@ -188,12 +188,13 @@ def running_row(info: JobInfo, now_ms: int) -> dict[str, Any]:
 
 
 def job_view(info: JobInfo, now_ms: int) -> dict[str, Any]:
-    """One job looked up by id: its state, progress, and a finished job's result or a dead
-    one's error."""
+    """One job looked up by id: its state, priority, progress, and a finished job's result or a
+    dead one's error."""
     return {
         "id": info.id,
         "state": str(info.state),
         "attempts": info.attempts,
+        "priority": info.priority,
         "group": info.group,
         "percent": percent(info.progress),
         "progress": _progress_text(info.progress),

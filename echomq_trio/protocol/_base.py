@@ -120,7 +120,7 @@ REPLY_FIELDS: dict[str, tuple[str, ...]] = {
     "fire": ("fired", "next_due", "now", "wanted..."),
     "fire/wanted": ("name", "at", "cron", "tz"),
     "inspect/job": ("id", "state", "attempts", "payload", "last_error", "score", "group",
-                    "progress", "result", "finished"),
+                    "progress", "result", "finished", "priority"),
     "lane_config": ("limit", "weight"),
     "lane_status": ("next", "lanes..."),
     "lane_status/lane": ("group", "depth", "in_flight", "limit", "weight", "paused",
@@ -131,7 +131,7 @@ REPLY_FIELDS: dict[str, tuple[str, ...]] = {
     "result": ("state", "keeps_ms", "error", "result?"),
     "register": ("outcome", "at"),
     "repeats/registration": ("name", "next_run", "every", "template", "group", "last_fired",
-                             "cron", "tz"),
+                             "cron", "tz", "priority"),
     "retention": ("dead_max", "dead_max_age_ms", "events", "events_max_len"),
     "schedule/job": ("outcome", "at?"),
 }  # fmt: skip

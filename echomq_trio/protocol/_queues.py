@@ -15,7 +15,8 @@ from echomq_trio.results import DeletedPage, Outcome
 
 DELETE_PAGE_MAX = 1000  # most jobs one page of delete looks at
 DELETE_STATES = ("pending", "scheduled")  # the states delete_page takes jobs from
-_CURSOR = re.compile(r"(-inf|-?[0-9]+(\.[0-9]+)?(e[+-]?[0-9]+)?):[0-9]{1,9}")
+# a score (exclusive with '(': past a priority's jobs) and how many at it were kept
+_CURSOR = re.compile(r"(-inf|\(?-?[0-9]+(\.[0-9]+)?(e[+-]?[0-9]+)?):[0-9]{1,9}")
 
 
 def queue_pause_call(k: QueueKeys) -> Call[bool]:

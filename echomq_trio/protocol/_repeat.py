@@ -12,6 +12,7 @@ from echomq_trio._checks import (
     check_ms,
     check_name,
     check_payload,
+    check_priority,
 )
 from echomq_trio._replies import as_bytes, as_text
 from echomq_trio.cron import Cron
@@ -47,10 +48,12 @@ def register_call(
     cron: Cron | None = None,
     first_at_ms: int = 0,
     replace: bool = False,
+    priority: int = 0,
 ) -> Call[tuple[Registered, int]]:
     """``register``: every ``every_ms`` (first ``first_in_ms`` from the server's now), or, with
     ``every_ms`` ``None``, at the occurrences of ``cron`` (first at ``first_at_ms``, server ms,
-    which the caller computed: ``echomq_trio.cron.next_after``)."""
+    which the caller computed: ``echomq_trio.cron.next_after``). ``priority``: of every job it
+    fires (``protocol.priority_arg``)."""
     if (every_ms is None) == (cron is None):
         raise ValueError("a repeat needs exactly one of every_ms and cron")
     if cron is not None and first_in_ms:
@@ -67,6 +70,7 @@ def register_call(
         "" if cron is None else cron.tz,
         str(check_ms("first_at_ms", first_at_ms, absolute=True)),
         "1" if replace else "0",
+        str(priority) if check_priority(priority) else "",
     ]
     return _call("register", k.repeats, args, register_reply)
 
@@ -136,7 +140,7 @@ def repeats_call(
 
 def repeats_reply(raw: Iterable[Sequence[object]]) -> list[Registration]:
     """Per registration ``{name, next run, every ms or '', template, group or '', last fired or
-    '', cron or '', zone or ''}``."""
+    '', cron or '', zone or '', priority or ''}``."""
     out = []
     for row in raw:
         r = _named("repeats/registration", row)
@@ -151,6 +155,7 @@ def repeats_reply(raw: Iterable[Sequence[object]]) -> list[Registration]:
                 last_fired_ms=int(last_text) if last_text else None,
                 cron=as_text(r["cron"]) or None,
                 tz=as_text(r["tz"]) or None,
+                priority=int(as_text(r["priority"]) or 0),
             )
         )
     return out

@@ -20,16 +20,21 @@
 --   held(qp, id, token, or_pending)
 --                              the row of a job whose lease `token` holds (state active, or with
 --                              or_pending also pending: reaped, not claimed again) as a table
---                              {state, lease, attempts, group}; else nil and 'gone' (no row) or
---                              'stale' (another lease, or not held)
+--                              {state, lease, attempts, group, priority}; else nil and 'gone'
+--                              (no row) or 'stale' (another lease, or not held)
 --   job_state(qp, id, state)   a job's state from its row's state field as read (a pending job's
 --                              row has none: one EXISTS tells it from no row); nil for no row
---   to_pending(qp, id)         put a flat job in the pending set (its row is the caller's)
---   to_waiting(qp, id, g, now, at, ...)
+--   wait_score(prio)           the score a job waits at in the pending set or its lane: minus
+--                              its priority (the row's `priority`, absent: 0), so higher runs
+--                              first and equal priorities pop in id (mint) order
+--   to_pending(qp, id, prio)   put a flat job in the pending set (its row is the caller's)
+--   to_waiting(qp, id, g, now, at, prio, ...)
 --                              put a job where it waits, its state to match: until `at` on the
 --                              schedule ('scheduled'); else in its lane g, or the flat pending
---                              set (pending: no state field); ... are a new row's fields
---   lane_hold(qp, g, id, now, at)
+--                              set (pending: no state field), at its priority's place (prio: a
+--                              number or nil, as read from its row); ... are a new row's fields
+--                              (a new row's priority is one of them, written by the caller)
+--   lane_hold(qp, g, id, now, at, prio)
 --                              a strict lane keeps its head and waits until `at`
 --   lane_paused(qp, g), lane_wait_end(qp, g), lane_limit(qp, g), lane_weight(qp, g),
 --   lane_in_flight(qp, g)      a lane's settings and jobs in flight (a queue with no lane paused,
@@ -42,10 +47,11 @@
 --                              put a serviceable lane on the ring once, and wake a consumer
 --   lane_entry(value)          a lane's value in the lane index (a hash: jobs in flight, plus
 --                              WAITING while jobs wait in the lane) as (in flight, waiting?)
---   lane_push(qp, g, id, now)  put a job into its lane (at its id's place: mint order), count it
---                              in metrics.lane_pending and, when it is the lane's first, count
---                              the lane in metrics.lanes_with_jobs and mark it WAITING in the
---                              lane index
+--   lane_push(qp, g, id, now, prio)
+--                              put a job into its lane (at its place: its priority, then mint
+--                              order), count it in metrics.lane_pending and, when it is the
+--                              lane's first, count the lane in metrics.lanes_with_jobs and mark
+--                              it WAITING in the lane index
 --   lane_emptied(qp, g)        a script took lane g's last waiting job (not by a claim, which
 --                              does this for its batch): uncount it, unmark it, forget it if idle
 --   lane_forget(qp, g, value)  take a lane whose index value is 0 (nothing waiting, nothing in
@@ -165,7 +171,8 @@ end
 
 local function held(qp, id, token, or_pending)
   -- On the hot path (ack, extend): one HMGET, its fields named here and nowhere else.
-  local f = redis.call('HMGET', qp .. KEY.job .. id, 'state', 'lease', 'attempts', 'group')
+  local f = redis.call('HMGET', qp .. KEY.job .. id, 'state', 'lease', 'attempts', 'group',
+    'priority')
   local state = f[1]
   if not state then
     -- an active job's row always names its state: EXISTS only for a pending job or no row
@@ -174,7 +181,8 @@ local function held(qp, id, token, or_pending)
   end
   local holds = state == 'active' or (or_pending and state == 'pending')
   if f[2] ~= token or not holds then return nil, 'stale' end
-  return {state = state, lease = f[2], attempts = f[3] or '0', group = f[4] or nil}
+  return {state = state, lease = f[2], attempts = f[3] or '0', group = f[4] or nil,
+    priority = tonumber(f[5])}
 end
 
 -- Whether any lane of the queue is paused, waiting, limited or weighted: the EXISTS of that key,
@@ -264,10 +272,17 @@ local function ring_add(qp, g, now, depth, in_flight)
   end
 end
 
-local function lane_push(qp, g, id, now)
+-- A job without a priority (nil, or 0) waits at score 0, as every job did before priorities;
+-- 0 - p, not -p: -0 would be written as '-0'.
+local function wait_score(prio)
+  if prio then return 0 - prio end
+  return 0
+end
+
+local function lane_push(qp, g, id, now, prio)
   local lane = qp .. KEY.lane .. g
   local depth = nil
-  if redis.call('ZADD', lane, 0, id) == 1 then
+  if redis.call('ZADD', lane, wait_score(prio), id) == 1 then
     redis.call('HINCRBY', qp .. KEY.metrics, 'lane_pending', 1)
     -- A lane that held jobs already is counted and in the index: only its first job counts and
     -- lists it, so a batch into one lane writes them once.
@@ -330,10 +345,10 @@ local function schedule_at(qp, id, at)
   if head[1] == id then tick(qp) end
 end
 
--- A flat job waits in the pending set, all at score 0, so in id (mint) order. Returns 1: the
--- consumers it may wake.
-local function to_pending(qp, id)
-  redis.call('ZADD', qp .. KEY.pending, 0, id)
+-- A flat job waits in the pending set at minus its priority (0 without one), so the highest
+-- priority first and equal priorities in id (mint) order. Returns 1: the consumers it may wake.
+local function to_pending(qp, id, prio)
+  redis.call('ZADD', qp .. KEY.pending, wait_score(prio), id)
   return 1
 end
 
@@ -341,7 +356,7 @@ end
 -- names its group); a row that exists keeps its fields, its state set to match (a pending
 -- job's row has none). Returns 1 when the job joined the flat pending set (the caller wakes that
 -- many consumers once, at its end), else 0.
-local function to_waiting(qp, id, g, now, at, ...)
+local function to_waiting(qp, id, g, now, at, prio, ...)
   local row = qp .. KEY.job .. id
   if select('#', ...) > 0 then
     if at and g then
@@ -363,17 +378,18 @@ local function to_waiting(qp, id, g, now, at, ...)
     return 0
   end
   if g then
-    lane_push(qp, g, id, now)
+    lane_push(qp, g, id, now, prio)
     return 0
   end
-  return to_pending(qp, id)
+  return to_pending(qp, id, prio)
 end
 
--- The job goes back to the head of its lane (its id's place) and the whole lane waits until
--- `at`, so nothing behind it overtakes it; other lanes go on. The caller frees its lane slot.
-local function lane_hold(qp, g, id, now, at)
+-- The job goes back to the head of its lane (its place: priority, then id) and the whole lane
+-- waits until `at`, so nothing behind it overtakes it; other lanes go on. The caller frees its
+-- lane slot.
+local function lane_hold(qp, g, id, now, at, prio)
   if at > now then lane_wait(qp, g, at) end
-  to_waiting(qp, id, g, now)
+  to_waiting(qp, id, g, now, nil, prio)
 end
 
 -- Anchored to the schedule: lateness does not drift it, and runs missed while nothing ran

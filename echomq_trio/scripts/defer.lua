@@ -19,9 +19,9 @@ redis.call('HINCRBY', qp .. KEY.job .. id, 'attempts', -1)
 redis.call('HINCRBY', qp .. KEY.metrics, 'deferred', 1)
 emit(qp, 'deferred', id, 'at', at, 'reason', ARGV[5])
 if job.group then
-  lane_hold(qp, job.group, id, now, at)
+  lane_hold(qp, job.group, id, now, at, job.priority)
   lane_done(qp, job.group, now)
 else
-  to_waiting(qp, id, nil, now, at, 'delay_ms', ARGV[4])  -- a wait of a length (clock.lua)
+  to_waiting(qp, id, nil, now, at, nil, 'delay_ms', ARGV[4])  -- a wait of a length (clock.lua)
 end
 return 'deferred'

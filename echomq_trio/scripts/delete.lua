@@ -12,7 +12,8 @@
 -- ms (only jobs minted at least that long before the server's now, by the time in their id;
 -- '' any), ARGV[6] how many jobs of the set to look at, ARGV[7] the cursor: '' from the start,
 -- else the page before's next. The jobs looked at that match are deleted; the pending set and a
--- lane are in id (mint) order, so the first job too young ends the walk. One event
+-- lane are in id (mint) order within a priority (a score), so the first job too young ends the
+-- walk of its score: the walk goes on at the next score, or ends at the last. One event
 -- 'deleted_many' per page (its first id, count, ids).
 -- Returns {jobs deleted, the next page's cursor ('' after the last)}.
 -- fields: deleted, next
@@ -76,7 +77,7 @@ if set == 'lane' then
 elseif set == 'scheduled' then
   key = qp .. KEY.schedule
 end
-local by_id = set ~= 'scheduled'  -- all at score 0, in id order
+local by_id = set ~= 'scheduled'  -- in id order within a score (a priority)
 local before = nil
 if ARGV[5] ~= '' then before = now - tonumber(ARGV[5]) end
 local limit = tonumber(ARGV[6])
@@ -96,8 +97,10 @@ for i = 1, #page, 2 do
   if page[i + 1] ~= score then score, kept = page[i + 1], 0 end
   local match = true
   if before and minted_ms(id) > before then
-    if by_id then  -- every job after it is younger still
-      ended = true
+    if by_id then  -- every job after it at its score is younger still: on to the next score
+      local last = redis.call('ZRANGE', key, 0, 0, 'REV', 'WITHSCORES')
+      ended = last[2] == nil or tonumber(last[2]) <= tonumber(score)
+      score, kept = '(' .. score, 0
       break
     end
     match = false

@@ -1,6 +1,7 @@
 -- fire: turn due recurring schedules into jobs, exactly once however many metronomes call it.
 -- Each due registration becomes one job (a fresh id from ARGV, the template as payload) in
--- its lane or the flat pending set, and moves to its next run anchored to the schedule. Every
+-- its lane or the flat pending set (with the registration's priority, when it has one), and
+-- moves to its next run anchored to the schedule. Every
 -- ms: the first of at + n*every after now, so lateness does not drift it and runs missed during
 -- downtime collapse into this one occurrence. Cron: Lua cannot compute it, so a due cron
 -- registration fires only with a move from the caller (ARGV: its name, the run the caller read,
@@ -35,7 +36,7 @@ for i = 1, #due, 2 do
   local name = due[i]
   local at = tonumber(due[i + 1])
   local record = qp .. KEY.registration .. name
-  local reg = fields(record, 'every_ms', 'cron', 'tz', 'template', 'group')
+  local reg = fields(record, 'every_ms', 'cron', 'tz', 'template', 'group', 'priority')
   local nxt = nil
   if not reg.template then
     redis.call('ZREM', KEYS[1], name)  -- an orphan entry without its record
@@ -60,8 +61,14 @@ for i = 1, #due, 2 do
     if redis.call('EXISTS', qp .. KEY.job .. id) == 0 then
       local g = reg.group
       if g == '' then g = nil end
-      flat = flat + to_waiting(qp, id, g, now, nil, 'payload', reg.template,
-        'repeat', name, 'occurrence_ms', at)
+      local prio = tonumber(reg.priority)
+      if prio then
+        flat = flat + to_waiting(qp, id, g, now, nil, prio, 'payload', reg.template,
+          'repeat', name, 'occurrence_ms', at, 'priority', reg.priority)
+      else
+        flat = flat + to_waiting(qp, id, g, now, nil, nil, 'payload', reg.template,
+          'repeat', name, 'occurrence_ms', at)
+      end
       emit(qp, 'fired', id, 'repeat', name, 'at', at)
       fired = fired + 1
     end

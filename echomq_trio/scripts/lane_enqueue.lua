@@ -5,7 +5,8 @@
 -- it), ARGV[4] idempotency key ('' for none), ARGV[5] its TTL in ms, ARGV[6] seq scope ('' for
 -- none), ARGV[7] seq number, ARGV[8] seq window, ARGV[9] the scope's TTL in ms, ARGV[10] the
 -- jobs' timeout in ms ('' for none: kept in each row as timeout_ms, the handler's deadline per
--- attempt), then pairs ARGV[2k+9] job id, ARGV[2k+10] payload
+-- attempt), ARGV[11] the jobs' priority ('' for none: 0; an integer, kept in each row as
+-- priority when not 0), then pairs ARGV[2k+10] job id, ARGV[2k+11] payload
 -- With a key (sent with exactly one job): if emq:{q}:key:<key> exists the job is a duplicate
 -- and nothing changes; otherwise the job is admitted and the key is set to its id with PX TTL,
 -- so it is remembered for the TTL even after the job has finished.
@@ -13,7 +14,8 @@
 -- highest admitted numbers, at most the window. The number is a duplicate (nothing changes) when
 -- it is among them, or when the set is full and it is below the lowest; otherwise the job is
 -- admitted, the number added, the lowest dropped past the window, and the TTL set anew.
--- Jobs of a lane are claimed in id (mint) order; lanes are served round-robin.
+-- Jobs of a lane are claimed highest priority first, equal priorities in id (mint) order (a job
+-- waits in its lane at minus its priority); lanes are served round-robin.
 -- Returns one word per job: 'enqueued', or 'duplicate' (nothing is changed).
 -- cost: O(jobs admitted), each O(log n), plus O(w log w) with a seq of window w; at most
 -- ENQUEUE_CHUNK (10,000) jobs a call
@@ -21,13 +23,13 @@ local qp = ARGV[1]
 local g = ARGV[2]
 local guard = nil
 if ARGV[4] ~= '' then
-  if #ARGV ~= 12 then return redis.error_reply('ERR an idempotency key guards exactly one job') end
+  if #ARGV ~= 13 then return redis.error_reply('ERR an idempotency key guards exactly one job') end
   guard = qp .. KEY.idempotency .. ARGV[4]
   if redis.call('EXISTS', guard) == 1 then return {'duplicate'} end
 end
 local seen, drop = nil, {}
 if ARGV[6] ~= '' then
-  if #ARGV ~= 12 then return redis.error_reply('ERR a seq guards exactly one job') end
+  if #ARGV ~= 13 then return redis.error_reply('ERR a seq guards exactly one job') end
   seen = qp .. KEY.seq .. ARGV[6]
   if redis.call('SISMEMBER', seen, ARGV[7]) == 1 then return {'duplicate'} end
   local numbers = redis.call('SMEMBERS', seen)
@@ -45,17 +47,19 @@ if ARGV[3] ~= '' then
 end
 local out = {}
 local added = 0
-local timeout = ARGV[10]
-for i = 11, #ARGV, 2 do
+local more = {}  -- a new row's fields beside its payload
+if ARGV[10] ~= '' then more = {'timeout_ms', ARGV[10]} end
+local prio = tonumber(ARGV[11])
+if prio then
+  more[#more + 1] = 'priority'
+  more[#more + 1] = ARGV[11]
+end
+for i = 12, #ARGV, 2 do
   local id = ARGV[i]
   if redis.call('EXISTS', qp .. KEY.job .. id) == 1 then
     out[#out + 1] = 'duplicate'
   else
-    if timeout == '' then
-      to_waiting(qp, id, g, now, nil, 'payload', ARGV[i + 1])
-    else
-      to_waiting(qp, id, g, now, nil, 'payload', ARGV[i + 1], 'timeout_ms', timeout)
-    end
+    to_waiting(qp, id, g, now, nil, prio, 'payload', ARGV[i + 1], unpack(more))
     emit(qp, 'enqueued', id, 'group', g)
     if guard then redis.call('SET', guard, id, 'PX', ARGV[5]) end
     if seen then

@@ -28,7 +28,8 @@ local late = {}
 for i = 1, #due, 2 do
   local id = due[i]
   redis.call('ZREM', KEYS[1], id)
-  flat = flat + to_waiting(qp, id, redis.call('HGET', qp .. KEY.job .. id, 'group') or nil, now)
+  local f = redis.call('HMGET', qp .. KEY.job .. id, 'group', 'priority')
+  flat = flat + to_waiting(qp, id, f[1] or nil, now, nil, tonumber(f[2]))
   if report then late[#late + 1] = now - tonumber(due[i + 1]) end
 end
 wake(qp, flat)

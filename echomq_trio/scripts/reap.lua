@@ -52,8 +52,9 @@ end
 local flat = 0
 for _, id in ipairs(chosen) do
   redis.call('ZREM', KEYS[1], id)
-  local g = redis.call('HGET', qp .. KEY.job .. id, 'group') or nil
-  flat = flat + to_waiting(qp, id, g, now)
+  local f = redis.call('HMGET', qp .. KEY.job .. id, 'group', 'priority')
+  local g = f[1] or nil
+  flat = flat + to_waiting(qp, id, g, now, nil, tonumber(f[2]))
   if dead then emit(qp, 'reaped', id, 'holder', dead) else emit(qp, 'reaped', id) end
   if g then lane_done(qp, g, now) end
 end

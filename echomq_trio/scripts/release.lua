@@ -17,7 +17,7 @@ for i = 2, #ARGV, 2 do
   if job then
     redis.call('ZREM', KEYS[1], id)
     redis.call('HINCRBY', qp .. KEY.job .. id, 'attempts', -1)
-    flat = flat + to_waiting(qp, id, job.group, now)
+    flat = flat + to_waiting(qp, id, job.group, now, nil, job.priority)
     emit(qp, 'released', id)
     if job.group then lane_done(qp, job.group, now) end
     released = released + 1

@@ -7,12 +7,12 @@
 -- cost: O(log n)
 local qp = ARGV[1]
 local id = ARGV[2]
-local job = fields(qp .. KEY.job .. id, 'state', 'group')
+local job = fields(qp .. KEY.job .. id, 'state', 'group', 'priority')
 local state = job_state(qp, id, job.state)
 if not state then return 'gone' end
 if state ~= 'dead' then return 'not_dead' end
 redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', qp .. KEY.job .. id, 'attempts')  -- none: 0
-wake(qp, to_waiting(qp, id, job.group, now_ms(), nil))
+wake(qp, to_waiting(qp, id, job.group, now_ms(), nil, tonumber(job.priority)))
 emit(qp, 'replayed', id)
 return 'replayed'

@@ -39,10 +39,11 @@ local at = now + tonumber(ARGV[4])
 redis.call('HINCRBY', qp .. KEY.metrics, 'retried', 1)
 emit(qp, 'retried', id, 'attempt', job.attempts, 'at', at, 'error', ARGV[6])
 if g and lane_limit(qp, g) == 1 then
-  lane_hold(qp, g, id, now, at)
+  lane_hold(qp, g, id, now, at, job.priority)
 else
-  -- delay_ms: a wait of a length, carried across a step of the clock (clock.lua)
-  to_waiting(qp, id, g, now, at, 'delay_ms', ARGV[4])
+  -- delay_ms: a wait of a length, carried across a step of the clock (clock.lua); the job's
+  -- priority is in its row, read again when it is due (promote)
+  to_waiting(qp, id, g, now, at, nil, 'delay_ms', ARGV[4])
 end
 if g then lane_done(qp, g, now) end
 return 'scheduled'

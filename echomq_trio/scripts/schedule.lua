@@ -3,8 +3,10 @@
 -- KEYS[1] emq:{q}:schedule (the other keys are ARGV[1]'s, same slot)
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] 'at' (absolute Unix ms) or 'in' (ms from the server's
 -- now), ARGV[3] group ('' for the flat pending set), ARGV[4] the jobs' timeout in ms ('' for
--- none: kept in each row as timeout_ms, the handler's deadline per attempt), then triples: job
--- id, payload, time or delay
+-- none: kept in each row as timeout_ms, the handler's deadline per attempt), ARGV[5] the jobs'
+-- priority ('' for none: 0; an integer, kept in each row as priority when not 0: when due, a
+-- job waits in pending or its lane at its priority's place), then triples: job id, payload,
+-- time or delay
 -- Returns per job, in order: {'scheduled', run-at in server ms}, or {'duplicate'} (a row with
 -- that id exists; nothing is changed).
 -- fields of each job: outcome, at?
@@ -18,7 +20,12 @@ created(qp, now)
 local out = {}
 local more = {}  -- a new row's fields beside its payload
 if ARGV[4] ~= '' then more = {'timeout_ms', ARGV[4]} end
-for i = 5, #ARGV, 3 do
+local prio = tonumber(ARGV[5])
+if prio then
+  more[#more + 1] = 'priority'
+  more[#more + 1] = ARGV[5]
+end
+for i = 6, #ARGV, 3 do
   local id = ARGV[i]
   if redis.call('EXISTS', qp .. KEY.job .. id) == 1 then
     out[#out + 1] = {'duplicate'}
@@ -28,10 +35,10 @@ for i = 5, #ARGV, 3 do
       -- delay_ms: a wait of a length, carried across a step of the clock (clock.lua); a time
       -- given ('at') keeps its wall-clock meaning
       at = now + at
-      to_waiting(qp, id, g, now, at, 'payload', ARGV[i + 1], 'delay_ms', ARGV[i + 2],
+      to_waiting(qp, id, g, now, at, prio, 'payload', ARGV[i + 1], 'delay_ms', ARGV[i + 2],
         unpack(more))
     else
-      to_waiting(qp, id, g, now, at, 'payload', ARGV[i + 1], unpack(more))
+      to_waiting(qp, id, g, now, at, prio, 'payload', ARGV[i + 1], unpack(more))
     end
     emit(qp, 'scheduled', id, 'at', at)
     out[#out + 1] = {'scheduled', at}

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from echomq_trio import cron, ids, protocol, sequence
-from echomq_trio._checks import MAX_DELAY_MS, MAX_TIME_MS
+from echomq_trio._checks import MAX_DELAY_MS, MAX_TIME_MS, PRIORITY_MAX, PRIORITY_MIN
 from echomq_trio.keys import QueueKeys, queue_keys
 from echomq_trio.protocol import Call
 from echomq_trio.results import (
@@ -96,8 +96,8 @@ def test_enqueue_round_trip(k: QueueKeys, items: list[tuple[str, str | bytes]], 
     assert len(calls) == (1 if items else 0)
     for call in calls:
         _check_call(call, k)
-        assert call.script == "enqueue" and call.args[1:4] == ("", "", "")
-        assert list(zip(call.args[4::2], call.args[5::2], strict=True)) == [
+        assert call.script == "enqueue" and call.args[1:5] == ("", "", "", "")
+        assert list(zip(call.args[5::2], call.args[6::2], strict=True)) == [
             (i, _bytes(p)) for i, p in items
         ]
     words = data.draw(st.lists(st.sampled_from(["enqueued", "duplicate"]), min_size=len(items),
@@ -112,9 +112,9 @@ def test_enqueue_goes_in_chunks() -> None:
     k = queue_keys("q")
     items = [(ids.generate("JOB"), b"") for _ in range(2 * protocol.ENQUEUE_CHUNK + 1)]
     calls = protocol.enqueue_calls(k, items, MAX)
-    assert [len(c.args) for c in calls] == [4 + 2 * protocol.ENQUEUE_CHUNK] * 2 + [6]
-    assert [a for c in calls for a in c.args[4::2]] == [i for i, _ in items]
-    answers = [c.decode([b"enqueued"] * ((len(c.args) - 4) // 2)) for c in calls]
+    assert [len(c.args) for c in calls] == [5 + 2 * protocol.ENQUEUE_CHUNK] * 2 + [7]
+    assert [a for c in calls for a in c.args[5::2]] == [i for i, _ in items]
+    answers = [c.decode([b"enqueued"] * ((len(c.args) - 5) // 2)) for c in calls]
     assert [a.id for chunk in answers for a in chunk] == [i for i, _ in items]
 
 
@@ -122,10 +122,10 @@ def test_enqueue_of_exactly_one_chunk_is_one_call() -> None:
     k = queue_keys("q")
     items = [(ids.generate("JOB"), b"") for _ in range(protocol.ENQUEUE_CHUNK)]
     (call,) = protocol.enqueue_checked_calls(k, items)
-    assert call.args == (k.prefix, "", "", "", *(a for pair in items for a in pair))
+    assert call.args == (k.prefix, "", "", "", "", *(a for pair in items for a in pair))
     assert protocol.enqueue_checked_calls(k, []) == []
     (timed,) = protocol.enqueue_checked_calls(k, items[:1], 250)
-    assert timed.args == (k.prefix, "", "", "250", *items[0])
+    assert timed.args == (k.prefix, "", "", "250", "", *items[0])
 
 
 @given(job_ids, payloads)
@@ -144,12 +144,45 @@ def test_checked_job_mints_an_id_or_checks_the_given_one(job_id: str, payload: s
         protocol.checked_job({"a": 1}, job_id, MAX)  # type: ignore[arg-type]
 
 
+@given(keys_of, job_ids, payloads, st.integers(PRIORITY_MIN, PRIORITY_MAX))
+def test_a_priority_goes_to_the_scripts_as_text_and_0_as_nothing(
+    k: QueueKeys, job_id: str, payload: str | bytes, priority: int
+) -> None:
+    (call,) = protocol.enqueue_calls(k, [(job_id, payload)], MAX, priority=priority)
+    assert call.args[4] == ("" if priority == 0 else str(priority))
+    (call,) = protocol.enqueue_checked_calls(k, [(job_id, _bytes(payload))], None, priority)
+    assert call.args[4] == ("" if priority == 0 else str(priority))
+
+
+@pytest.mark.parametrize(
+    ("priority", "error"),
+    [
+        (PRIORITY_MAX + 1, "priority must be from -1000000 to 1000000, got 1000001"),
+        (PRIORITY_MIN - 1, "priority must be from -1000000 to 1000000, got -1000001"),
+        (True, "priority must be an int, got bool"),
+        (1.5, "priority must be an int, got float"),
+        ("3", "priority must be an int, got str"),
+    ],
+)
+def test_a_priority_out_of_range_is_refused_in_one_line(priority: Any, error: str) -> None:
+    k, job = queue_keys("q"), ids.generate("JOB")
+    for build in (
+        lambda: protocol.enqueue_calls(k, [(job, b"x")], MAX, priority=priority),
+        lambda: protocol.enqueue_checked_calls(k, [(job, b"x")], None, priority),
+        lambda: protocol.lane_enqueue_call(k, "g", [(job, b"x")], MAX, priority=priority),
+        lambda: protocol.schedule_call(k, [(job, b"x", 5)], MAX, relative=True, priority=priority),
+        lambda: protocol.register_call(k, "r", 1000, b"x", MAX, priority=priority),
+    ):
+        with pytest.raises((ValueError, TypeError), match=f"^{re.escape(error)}$"):
+            build()
+
+
 @given(keys_of, job_ids, payloads, names, st.integers(1, 2**40))
 def test_an_idempotency_key_guards_exactly_one_job(
     k: QueueKeys, job_id: str, payload: str | bytes, key: str, ttl: int
 ) -> None:
     (call,) = protocol.enqueue_calls(k, [(job_id, payload)], MAX, key=key, key_ttl_ms=ttl)
-    assert call.args == (k.prefix, key, str(ttl), "", job_id, _bytes(payload))
+    assert call.args == (k.prefix, key, str(ttl), "", "", job_id, _bytes(payload))
     with pytest.raises(ValueError, match="exactly one job"):
         protocol.enqueue_calls(k, [(job_id, payload)] * 2, MAX, key=key)
     with pytest.raises(ValueError, match="exactly one job"):
@@ -164,10 +197,12 @@ def test_lane_enqueue_call(
     call = protocol.lane_enqueue_call(k, group, items, MAX, limit=limit)
     _check_call(call, k)
     assert call.keys == (k.lane(group),)
-    assert call.args[1:10] == (group, "" if limit is None else str(limit), *[""] * 7)
-    assert list(call.args[10::2]) == [i for i, _ in items]
+    assert call.args[1:11] == (group, "" if limit is None else str(limit), *[""] * 8)
+    assert list(call.args[11::2]) == [i for i, _ in items]
     timed = protocol.lane_enqueue_call(k, group, items, MAX, limit=limit, timeout_ms=9)
     assert timed.args[9] == "9" and timed.args[10:] == call.args[10:]
+    ranked = protocol.lane_enqueue_call(k, group, items, MAX, limit=limit, priority=-3)
+    assert ranked.args[10] == "-3" and ranked.args[11:] == call.args[11:]
 
 
 @given(keys_of, job_ids, payloads, names, st.integers(0, 2**53), st.integers(1, 512),
@@ -178,7 +213,7 @@ def test_a_seq_guards_exactly_one_lane_job(
     seq = Seq(scope, n, window=window, ttl_ms=ttl)
     call = protocol.lane_enqueue_call(k, "g", [(job_id, payload)], MAX, seq=seq)
     _check_call(call, k)
-    assert call.args[3:] == ("", "", scope, str(n), str(window), str(ttl), "", job_id,
+    assert call.args[3:] == ("", "", scope, str(n), str(window), str(ttl), "", "", job_id,
                              _bytes(payload))  # fmt: skip
     with pytest.raises(ValueError, match="a seq guards exactly one job"):
         protocol.lane_enqueue_call(k, "g", [(job_id, payload)] * 2, MAX, seq=seq)
@@ -232,10 +267,12 @@ def test_schedule_round_trip(
 ) -> None:
     call = protocol.schedule_call(k, items, MAX, relative=relative, group=group)
     _check_call(call, k)
-    assert call.args[1:4] == ("in" if relative else "at", group or "", "")
-    assert list(call.args[6::3]) == [str(t) for _, _, t in items]
+    assert call.args[1:5] == ("in" if relative else "at", group or "", "", "")
+    assert list(call.args[7::3]) == [str(t) for _, _, t in items]
     timed = protocol.schedule_call(k, items, MAX, relative=relative, group=group, timeout_ms=7)
     assert timed.args[3] == "7" and timed.args[4:] == call.args[4:]
+    ranked = protocol.schedule_call(k, items, MAX, relative=relative, group=group, priority=5)
+    assert ranked.args[4] == "5" and ranked.args[5:] == call.args[5:]
     answers = data.draw(st.lists(st.one_of(st.tuples(st.just("scheduled"), times),
                                            st.tuples(st.just("duplicate"))),
                                  min_size=len(items), max_size=len(items)))  # fmt: skip
@@ -443,6 +480,7 @@ infos = st.builds(
     st.none() | times, st.none() | names,
     progress=st.none() | st.integers(0, 100) | st.dictionaries(names, st.integers(0, 9)),
     result=st.none() | st.binary(max_size=20), finished_ms=st.none() | times,
+    priority=st.integers(PRIORITY_MIN, PRIORITY_MAX),
 )  # fmt: skip
 
 
@@ -463,10 +501,11 @@ def test_inspect_round_trip(
             (r.group or "").encode(),
             None if r.progress is None else protocol.encode_progress(r.progress).encode(),
             r.result, None if r.finished_ms is None else r.finished_ms,
+            str(r.priority or "").encode(),
             ] for r in rows]  # fmt: skip
     assert protocol.inspect_reply(raw) == rows
     assert all(type(r.state) is JobState for r in protocol.inspect_reply(raw))
-    missing = [b"JOB0000000000x", b"", b"0", b"", b"", "", b"", None, None, None]  # no row
+    missing = [b"JOB0000000000x", b"", b"0", b"", b"", "", b"", None, None, None, b""]  # no row
     assert protocol.inspect_ids_reply([*raw, missing]) == [*rows, None]
     assert protocol.inspect_reply([missing]) == []
     with pytest.raises(ValueError, match="state must be one of"):
@@ -543,16 +582,18 @@ def test_lane_settings(
 
 registrations = st.builds(
     Registration, names, times, st.integers(1, MAX_DELAY_MS), st.binary(max_size=30),
-    st.none() | names, st.none() | times,
+    st.none() | names, st.none() | times, priority=st.integers(PRIORITY_MIN, PRIORITY_MAX),
 )  # fmt: skip
 
 
 @given(keys_of, registrations, st.sampled_from(list(Registered)), times)
 def test_repeat_round_trips(k: QueueKeys, reg: Registration, answer: Registered, at: int) -> None:
-    call = protocol.register_call(k, reg.name, reg.every_ms, reg.template, MAX, group=reg.group)
+    call = protocol.register_call(k, reg.name, reg.every_ms, reg.template, MAX, group=reg.group,
+                                  priority=reg.priority)  # fmt: skip
     _check_call(call, k)
     assert call.args[1:] == (
         reg.name, str(reg.every_ms), reg.template, "0", reg.group or "", "", "", "0", "0",
+        str(reg.priority or ""),
     )  # fmt: skip
     assert protocol.register_reply([answer.value.encode(), at]) == (answer, at)
     for call in (
@@ -564,11 +605,12 @@ def test_repeat_round_trips(k: QueueKeys, reg: Registration, answer: Registered,
         _check_call(call, k)
     last = "" if reg.last_fired_ms is None else str(reg.last_fired_ms)
     raw = [[reg.name.encode(), f"{reg.next_run_ms}", str(reg.every_ms).encode(), reg.template,
-            (reg.group or "").encode(), last, b"", b""]]  # fmt: skip
+            (reg.group or "").encode(), last, b"", b"",
+            str(reg.priority or "").encode()]]  # fmt: skip
     assert protocol.repeats_reply(raw) == [reg]
     cron_reg = attrs.evolve(reg, every_ms=None, cron="0 9 * * MON-FRI", tz="Europe/Berlin")
     raw = [[reg.name.encode(), f"{reg.next_run_ms}", b"", reg.template, (reg.group or "").encode(),
-            last, b"0 9 * * MON-FRI", b"Europe/Berlin"]]  # fmt: skip
+            last, b"0 9 * * MON-FRI", b"Europe/Berlin", str(reg.priority or "")]]  # fmt: skip
     assert protocol.repeats_reply(raw) == [cron_reg]
     schedule = cron.parse("0 9 * * MON-FRI", "Europe/Berlin")
     call = protocol.register_call(k, reg.name, None, reg.template, MAX, group=reg.group,
@@ -576,7 +618,7 @@ def test_repeat_round_trips(k: QueueKeys, reg: Registration, answer: Registered,
     _check_call(call, k)
     assert call.args[1:] == (
         reg.name, "", reg.template, "0", reg.group or "", "0 9 * * MON-FRI", "Europe/Berlin",
-        str(at), "1",
+        str(at), "1", "",
     )  # fmt: skip
     with pytest.raises(ValueError, match="exactly one of every_ms and cron"):
         protocol.register_call(k, reg.name, 1000, reg.template, MAX, cron=schedule)
