@@ -39,7 +39,14 @@ from echomq_trio.errors import (
     ResultTimedOut,
     raising_first,
 )
-from echomq_trio.protocol import DEFAULT_KEY_TTL_MS, ENQUEUE_CHUNK, Item, When
+from echomq_trio.protocol import (
+    DEFAULT_KEY_TTL_MS,
+    ENQUEUE_CHUNK,
+    ExpiresAt,
+    ExpiresIn,
+    Item,
+    When,
+)
 from echomq_trio.results import (
     Admitted,
     Cancelled,
@@ -116,6 +123,11 @@ async def enqueue(
     key: str | None = None,
     key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
     timeout_ms: int | None = None,
+    expires_at: ExpiresAt | None = None,
+    expires_in: ExpiresIn | None = None,
+    debounce: str | None = None,
+    debounce_ms: int | None = None,
+    max_wait_ms: int | None = None,
 ) -> Admitted:
     """Admit one job to pending: ``Admitted(id, ENQUEUED)``, or ``DUPLICATE`` (a live job has
     this id). The bus mints a fresh ``JOB`` id unless ``job_id`` gives one (a branded ``JOB``
@@ -131,6 +143,25 @@ async def enqueue(
     apply); ``None`` leaves it to the consumer's ``timeout_s``. Kept with the job, also for
     ``enqueue_many``, ``enqueue_at``, ``enqueue_in`` and ``lanes.enqueue``.
 
+    ``expires_at`` (Unix ms on the server's clock, or an aware ``datetime``, as ``enqueue_at``
+    takes its time) or ``expires_in`` (ms from the server's now at admission, or a
+    ``timedelta``) is the job's expiry: a job not claimed by then never runs. The claim that
+    meets it moves it to the dead set with the last error ``"expired"`` instead of leasing it
+    (or deletes it: ``queues.set_expired``), counted in ``Counts.expired_total``. It holds for
+    every attempt: a retry or a reaped job not started again by then is not run again. Also for
+    ``enqueue_many``, ``enqueue_at``, ``enqueue_in`` and ``lanes``' enqueues.
+
+    ``debounce`` (a key) with ``debounce_ms`` admits one job per quiet period of the key: while
+    the key's job waits (on the schedule, or due and not yet claimed) this enqueue is taken into
+    it: its payload (and timeout and expiry) become this one's, and a job still on the schedule
+    moves to now + ``debounce_ms`` (server clock), never past its period's first enqueue +
+    ``max_wait_ms`` (``None``: no bound, so a steady stream would never let it run). Answers
+    ``Admitted(id, SCHEDULED, run_at_ms, absorbed=1)`` for a new period (the job's id is minted
+    then) or ``Admitted(id, DEBOUNCED, run_at_ms, absorbed=n)`` with the waiting job's id. Once
+    the job is claimed, the next enqueue with the key starts a new period. Atomic on the server
+    (one script), so any number of producers may share a key. ``job_id``, ``key`` are refused
+    with ``debounce`` (``ValueError``: the debounce key decides which job takes the enqueue).
+
     Concurrent calls for one queue coalesce into shared script calls (``echomq_trio._gather``):
     each caller still gets its own answer or its own error.
 
@@ -138,12 +169,22 @@ async def enqueue(
     batch was still gathering admitted nothing; one whose batch had gone out returns its
     answer); call again with the same ``job_id`` (or key): enqueue is idempotent, and
     ``DUPLICATE`` then means the first call went through (without a ``job_id`` or key, a second
-    call admits a second job)."""
-    if key is not None or timeout_ms is not None:  # its own script call
+    call admits a second job). A cancelled debounced call may or may not have been taken in;
+    calling again puts the same payload in the key's job, or starts a period if it ran."""
+    expires = protocol.expiry_arg(expires_at, expires_in)
+    wait = protocol.check_debounce(debounce, debounce_ms, max_wait_ms, job_id=job_id, key=key)
+    if debounce is not None and wait is not None:
+        ((job, body),) = protocol.with_ids([payload])
+        debounced = protocol.debounce_call(
+            bus.keys(queue), debounce, (job, body), bus.max_payload_bytes, debounce_ms=wait,
+            max_wait_ms=max_wait_ms, timeout_ms=timeout_ms, expires=expires,
+        )  # fmt: skip
+        return await bus.run(debounced)
+    if key is not None or timeout_ms is not None or expires:  # its own script call
         items = protocol.with_ids([payload], job_id)
         (call,) = protocol.enqueue_calls(
             bus.keys(queue), items, bus.max_payload_bytes, key=key, key_ttl_ms=key_ttl_ms,
-            timeout_ms=timeout_ms,
+            timeout_ms=timeout_ms, expires=expires,
         )  # fmt: skip
         (out,) = await bus.run(call)
         return out
@@ -156,27 +197,38 @@ async def enqueue(
 
 
 async def _enqueue_batch(
-    bus: Bus, queue: str, pairs: Sequence[tuple[str, bytes]], timeout_ms: int | None = None
+    bus: Bus,
+    queue: str,
+    pairs: Sequence[tuple[str, bytes]],
+    timeout_ms: int | None = None,
+    expires: str = "",
 ) -> list[Admitted]:
     out: list[Admitted] = []
-    for call in protocol.enqueue_checked_calls(bus.keys(queue), pairs, timeout_ms):
+    for call in protocol.enqueue_checked_calls(bus.keys(queue), pairs, timeout_ms, expires):
         admitted = await bus.run(call)
         out += admitted
     return out
 
 
 async def enqueue_many(
-    bus: Bus, queue: str, items: Iterable[Item], *, timeout_ms: int | None = None
+    bus: Bus,
+    queue: str,
+    items: Iterable[Item],
+    *,
+    timeout_ms: int | None = None,
+    expires_at: ExpiresAt | None = None,
+    expires_in: ExpiresIn | None = None,
 ) -> list[Admitted]:
     """Admit many jobs in one round trip (per ``ENQUEUE_CHUNK`` jobs); answers in input order.
     Each item is a payload (the bus mints its id) or a ``(job_id, payload)`` pair;
-    ``timeout_ms`` (as for ``enqueue``) applies to all of them.
+    ``timeout_ms`` and ``expires_at``/``expires_in`` (as for ``enqueue``) apply to all of them.
 
     A cancelled call may have admitted some chunks of ``ENQUEUE_CHUNK`` jobs (each chunk all or
     nothing); call again with the same ids: those admitted answer ``DUPLICATE``."""
     protocol.timeout_arg(timeout_ms)  # checked before any I/O
+    expires = protocol.expiry_arg(expires_at, expires_in)
     pairs = protocol.checked_pairs(protocol.with_ids(items), bus.max_payload_bytes)
-    return await _enqueue_batch(bus, queue, pairs, timeout_ms)
+    return await _enqueue_batch(bus, queue, pairs, timeout_ms, expires)
 
 
 async def _schedule(
@@ -188,11 +240,12 @@ async def _schedule(
     relative: bool,
     group: str | None,
     timeout_ms: int | None,
+    expires: str,
 ) -> Admitted:
     ((job, body),) = protocol.with_ids([payload], job_id)
     call = protocol.schedule_call(
         bus.keys(queue), [(job, body, when)], bus.max_payload_bytes, relative=relative,
-        group=group, timeout_ms=timeout_ms,
+        group=group, timeout_ms=timeout_ms, expires=expires,
     )  # fmt: skip
     (out,) = await bus.run(call)
     return out
@@ -207,18 +260,24 @@ async def enqueue_at(
     job_id: str | None = None,
     group: str | None = None,
     timeout_ms: int | None = None,
+    expires_at: ExpiresAt | None = None,
+    expires_in: ExpiresIn | None = None,
 ) -> Admitted:
     """Schedule a job for an absolute time: ``Admitted(id, SCHEDULED, run_at_ms)``, or
     ``DUPLICATE``. The time is Unix ms (an int, or a float rounded UP to the next ms) or an
     aware ``datetime`` (rounded up to the next ms; a naive one raises ``ValueError``): rounding
     up means it never runs early. It is not claimable before then; a metronome moves it to
     pending (or into lane ``group``) when the server clock reaches it. ``job_id`` as for
-    ``enqueue``.
+    ``enqueue``. ``expires_at``/``expires_in`` as for ``enqueue`` (``expires_in`` counts from
+    the admission, not from the run-at: a job whose run-at is past its expiry never runs).
 
     A cancelled call may or may not have scheduled the job; call again with the same
     ``job_id``: ``DUPLICATE`` then means the first call went through (``get_job`` shows its
     run-at)."""
-    return await _schedule(bus, queue, payload, run_at_ms, job_id, False, group, timeout_ms)
+    expires = protocol.expiry_arg(expires_at, expires_in)
+    return await _schedule(
+        bus, queue, payload, run_at_ms, job_id, False, group, timeout_ms, expires
+    )
 
 
 async def enqueue_in(
@@ -230,15 +289,18 @@ async def enqueue_in(
     job_id: str | None = None,
     group: str | None = None,
     timeout_ms: int | None = None,
+    expires_at: ExpiresAt | None = None,
+    expires_in: ExpiresIn | None = None,
 ) -> Admitted:
     """Schedule a job ``delay_ms`` from now, where now is the server's clock, not this host's:
     ms (an int, or a float rounded UP to the next ms) or a ``timedelta`` (rounded up). Answers
-    as ``enqueue_at``.
+    as ``enqueue_at``; ``expires_at``/``expires_in`` as there.
 
     A cancelled call may or may not have scheduled the job; call again with the same
     ``job_id``: ``DUPLICATE`` then means the first call went through (``get_job`` shows its
     run-at)."""
-    return await _schedule(bus, queue, payload, delay_ms, job_id, True, group, timeout_ms)
+    expires = protocol.expiry_arg(expires_at, expires_in)
+    return await _schedule(bus, queue, payload, delay_ms, job_id, True, group, timeout_ms, expires)
 
 
 async def promote(

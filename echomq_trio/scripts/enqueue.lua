@@ -3,34 +3,42 @@
 -- KEYS[1] emq:{q}:pending (the other keys are ARGV[1]'s, same slot)
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] idempotency key ('' for none), ARGV[3] its TTL in ms,
 -- ARGV[4] the jobs' timeout in ms ('' for none: kept in each row as timeout_ms, the handler's
--- deadline per attempt), then pairs ARGV[2k+3] job id, ARGV[2k+4] payload
+-- deadline per attempt), ARGV[5] the jobs' expiry ('' for none; server ms, or '+ms' from the
+-- server's now: kept in each row as expires_ms, the time after which a claim never leases it),
+-- then pairs ARGV[2k+4] job id, ARGV[2k+5] payload
 -- With a key (sent with exactly one job): if emq:{q}:key:<key> exists the job is a duplicate
 -- and nothing changes; otherwise the job is admitted and the key is set to its id with PX TTL,
 -- so it is remembered for the TTL even after the job has finished.
 -- Returns one word per job, in order: 'enqueued', or 'duplicate' (a row with that id exists,
 -- or the key was used; nothing is changed).
 -- cost: O(jobs admitted), each O(log n); at most ENQUEUE_CHUNK (10,000) jobs a call; per job at
--- most 3 commands (its row, its place in pending, its event; 1 more with a timeout), per call 2 (the meta read, the
--- wake), 2 more with a key, and 3 more the first time (the clock, the queue's creation noted)
+-- most 3 commands (its row, its place in pending, its event; 1 more with a timeout or an
+-- expiry), per call 2 (the meta read, the wake), 2 more with a key, 1 more with a relative
+-- expiry (the clock), and 3 more the first time (the clock, the queue's creation noted)
 local qp = ARGV[1]
 local out = {}
 local added = 0
 local guard = nil
 if ARGV[2] ~= '' then
-  if #ARGV ~= 6 then return redis.error_reply('ERR an idempotency key guards exactly one job') end
+  if #ARGV ~= 7 then return redis.error_reply('ERR an idempotency key guards exactly one job') end
   guard = qp .. KEY.idempotency .. ARGV[2]
   if redis.call('EXISTS', guard) == 1 then return {'duplicate'} end
 end
 created(qp)
-local timeout = ARGV[4]
-for i = 5, #ARGV, 2 do
+local more = {}  -- a new row's fields beside its payload
+if ARGV[4] ~= '' then more = {'timeout_ms', ARGV[4]} end
+if ARGV[5] ~= '' then
+  more[#more + 1] = 'expires_ms'
+  more[#more + 1] = expiry(ARGV[5])
+end
+for i = 6, #ARGV, 2 do
   local id = ARGV[i]
   -- A new row is its payload alone (a pending job's row has no state): HSETNX writes it only
   -- when no row with this id exists, so one command both checks and writes.
   if redis.call('HSETNX', qp .. KEY.job .. id, 'payload', ARGV[i + 1]) == 0 then
     out[#out + 1] = 'duplicate'
   else
-    if timeout ~= '' then redis.call('HSET', qp .. KEY.job .. id, 'timeout_ms', timeout) end
+    if #more > 0 then redis.call('HSET', qp .. KEY.job .. id, unpack(more)) end
     added = added + to_pending(qp, id)
     emit(qp, 'enqueued', id)
     if guard then redis.call('SET', guard, id, 'PX', ARGV[3]) end

@@ -5,7 +5,9 @@
 -- it), ARGV[4] idempotency key ('' for none), ARGV[5] its TTL in ms, ARGV[6] seq scope ('' for
 -- none), ARGV[7] seq number, ARGV[8] seq window, ARGV[9] the scope's TTL in ms, ARGV[10] the
 -- jobs' timeout in ms ('' for none: kept in each row as timeout_ms, the handler's deadline per
--- attempt), then pairs ARGV[2k+9] job id, ARGV[2k+10] payload
+-- attempt), ARGV[11] the jobs' expiry ('' for none; server ms, or '+ms' from the server's
+-- now: kept in each row as expires_ms, as for enqueue), then pairs ARGV[2k+10] job id,
+-- ARGV[2k+11] payload
 -- With a key (sent with exactly one job): if emq:{q}:key:<key> exists the job is a duplicate
 -- and nothing changes; otherwise the job is admitted and the key is set to its id with PX TTL,
 -- so it is remembered for the TTL even after the job has finished.
@@ -21,13 +23,13 @@ local qp = ARGV[1]
 local g = ARGV[2]
 local guard = nil
 if ARGV[4] ~= '' then
-  if #ARGV ~= 12 then return redis.error_reply('ERR an idempotency key guards exactly one job') end
+  if #ARGV ~= 13 then return redis.error_reply('ERR an idempotency key guards exactly one job') end
   guard = qp .. KEY.idempotency .. ARGV[4]
   if redis.call('EXISTS', guard) == 1 then return {'duplicate'} end
 end
 local seen, drop = nil, {}
 if ARGV[6] ~= '' then
-  if #ARGV ~= 12 then return redis.error_reply('ERR a seq guards exactly one job') end
+  if #ARGV ~= 13 then return redis.error_reply('ERR a seq guards exactly one job') end
   seen = qp .. KEY.seq .. ARGV[6]
   if redis.call('SISMEMBER', seen, ARGV[7]) == 1 then return {'duplicate'} end
   local numbers = redis.call('SMEMBERS', seen)
@@ -45,17 +47,18 @@ if ARGV[3] ~= '' then
 end
 local out = {}
 local added = 0
-local timeout = ARGV[10]
-for i = 11, #ARGV, 2 do
+local more = {}  -- a new row's fields beside its payload
+if ARGV[10] ~= '' then more = {'timeout_ms', ARGV[10]} end
+if ARGV[11] ~= '' then
+  more[#more + 1] = 'expires_ms'
+  more[#more + 1] = expiry(ARGV[11], now)
+end
+for i = 12, #ARGV, 2 do
   local id = ARGV[i]
   if redis.call('EXISTS', qp .. KEY.job .. id) == 1 then
     out[#out + 1] = 'duplicate'
   else
-    if timeout == '' then
-      to_waiting(qp, id, g, now, nil, 'payload', ARGV[i + 1])
-    else
-      to_waiting(qp, id, g, now, nil, 'payload', ARGV[i + 1], 'timeout_ms', timeout)
-    end
+    to_waiting(qp, id, g, now, nil, 'payload', ARGV[i + 1], unpack(more))
     emit(qp, 'enqueued', id, 'group', g)
     if guard then redis.call('SET', guard, id, 'PX', ARGV[5]) end
     if seen then

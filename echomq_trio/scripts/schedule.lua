@@ -3,8 +3,10 @@
 -- KEYS[1] emq:{q}:schedule (the other keys are ARGV[1]'s, same slot)
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] 'at' (absolute Unix ms) or 'in' (ms from the server's
 -- now), ARGV[3] group ('' for the flat pending set), ARGV[4] the jobs' timeout in ms ('' for
--- none: kept in each row as timeout_ms, the handler's deadline per attempt), then triples: job
--- id, payload, time or delay
+-- none: kept in each row as timeout_ms, the handler's deadline per attempt), ARGV[5] the jobs'
+-- expiry ('' for none; server ms, or '+ms' from the server's now: kept in each row as
+-- expires_ms, as for enqueue; a job whose run-at is past it never runs), then triples: job id,
+-- payload, time or delay
 -- Returns per job, in order: {'scheduled', run-at in server ms}, or {'duplicate'} (a row with
 -- that id exists; nothing is changed).
 -- fields of each job: outcome, at?
@@ -18,7 +20,11 @@ created(qp, now)
 local out = {}
 local more = {}  -- a new row's fields beside its payload
 if ARGV[4] ~= '' then more = {'timeout_ms', ARGV[4]} end
-for i = 5, #ARGV, 3 do
+if ARGV[5] ~= '' then
+  more[#more + 1] = 'expires_ms'
+  more[#more + 1] = expiry(ARGV[5], now)
+end
+for i = 6, #ARGV, 3 do
   local id = ARGV[i]
   if redis.call('EXISTS', qp .. KEY.job .. id) == 1 then
     out[#out + 1] = {'duplicate'}
