@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 import trio
 
-from echomq_trio import Bus, Consumer, Job, Metronome, ids, jobs, lanes, open_bus
+from echomq_trio import Bus, Consumer, Job, Metronome, ids, jobs, lanes, open_bus, protocol
 from echomq_trio.jobs import Admitted, JobState, Outcome
+from echomq_trio.keys import queue_keys
 from echomq_trio.sequence import Seq
 from tests.support import SteppingServer, wait_for
 
@@ -178,3 +179,23 @@ async def test_max_wait_bounds_the_slide_under_a_steady_stream(
         assert (job.id, job.payload) == (first.id, b"4")
         fresh = await send("5")  # the stream goes on: a new period
         assert fresh.outcome is Outcome.SCHEDULED and fresh.id != first.id
+
+
+def test_the_debounce_call_and_its_reply() -> None:
+    k = queue_keys("q")
+    job_id = ids.generate("JOB")
+    call = protocol.debounce_call(k, "key", (job_id, "p"), 1024, debounce_ms=5, group="g",
+                                  expires=protocol.expiry_arg(expires_in=7))  # fmt: skip
+    assert call.script == "debounce" and call.keys == (k.schedule,)
+    assert call.args == (k.prefix, "key", "5", "", str(protocol.DEBOUNCE_KEEP_MS), "g", "", "+7",
+                         job_id, b"p")  # fmt: skip
+    assert call.decode([b"debounced", job_id.encode(), 123, 4]) == Admitted(
+        job_id, Outcome.DEBOUNCED, 123, 4
+    )
+    assert call.decode([b"duplicate", job_id.encode(), 0, 0]) == Admitted(
+        job_id, Outcome.DUPLICATE, None, 0
+    )
+    with pytest.raises(ValueError, match="debounce answered 2 fields"):
+        call.decode([b"scheduled", job_id.encode()])
+    assert protocol.check_debounce(None, None, None) is None
+    assert protocol.check_debounce("k", 5, None) == 5

@@ -21,7 +21,6 @@ from echomq_trio import (
     Consumer,
     Job,
     Metronome,
-    humane,
     jobs,
     lanes,
     metrics,
@@ -30,6 +29,7 @@ from echomq_trio import (
 )
 from echomq_trio.dashboard import view
 from echomq_trio.jobs import JobInfo, JobState, Outcome
+from servicekit import humane
 from tests.support import wait_for
 
 pytestmark = pytest.mark.cluster
