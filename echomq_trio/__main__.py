@@ -10,6 +10,7 @@ repair or restore a stopped embedded server's append-only file.
     echomq cancel-repeat QUEUE NAME
     echomq pause QUEUE | resume QUEUE
     echomq limit QUEUE N|none
+    echomq expired QUEUE dead|drop
     echomq delete QUEUE JOB_ID
     echomq delete QUEUE --state pending|scheduled [--group G] [--older-than S] [--limit N]
     echomq tail QUEUE
@@ -140,7 +141,8 @@ async def _stats(bus: Bus, args: argparse.Namespace) -> Any:
     ]
     now = await bus.transport.server_time_ms()
     paused = "no" if control.paused_since_ms is None else humane.at(control.paused_since_ms, now)
-    rows += [("paused", paused), ("max_active", _bound(control.max_active))]
+    rows += [("paused", paused), ("max_active", _bound(control.max_active)),
+             ("expired", control.expired)]  # fmt: skip
     return _table(["", args.queue], rows)
 
 
@@ -223,6 +225,10 @@ async def _show(bus: Bus, args: argparse.Namespace) -> Any:
         ("time", humane.at(info.score_ms, now)),
         ("last_error", info.last_error or "-"), ("payload", _short(info.payload, 200)),
     ]  # fmt: skip
+    if info.expires_ms is not None:
+        rows.append(("expires", humane.at(info.expires_ms, now)))
+    if info.debounce is not None:
+        rows.append(("debounce", info.debounce))
     if info.progress is not None:
         rows.append(("progress", json.dumps(info.progress)))
     if info.finished_ms is not None:
@@ -350,6 +356,15 @@ async def _limit(bus: Bus, args: argparse.Namespace) -> Any:
     return f"{args.queue}: at most {now} jobs in flight ({active} in flight now)"
 
 
+async def _expired(bus: Bus, args: argparse.Namespace) -> Any:
+    await _known(bus, args.queue)
+    now = await queues.set_expired(bus, args.queue, args.action)
+    if args.json:
+        return {"queue": args.queue, "expired": now}
+    kept = "kept dead (reason: expired)" if now == "dead" else "deleted (counted)"
+    return f"{args.queue}: a job a claim meets past its expiry is {kept}"
+
+
 async def _delete(bus: Bus, args: argparse.Namespace) -> Any:
     if (args.job_id is None) == (args.state is None):
         raise CliError("delete needs a JOB_ID or --state (not both)", status=2)
@@ -471,6 +486,7 @@ COMMANDS = {
     "pause": _pause,
     "resume": _resume,
     "limit": _limit,
+    "expired": _expired,
     "delete": _delete,
     "tail": _tail,
     "queues": _queues,
@@ -546,6 +562,9 @@ def _parser() -> argparse.ArgumentParser:
     s = command("limit", "cap the queue's jobs in flight across every worker (none: no cap)")
     s.add_argument("queue")
     s.add_argument("max_active", metavar="N|none")
+    s = command("expired", "what a claim does with a job past its expiry: dead (keep) or drop")
+    s.add_argument("queue")
+    s.add_argument("action", choices=protocol.EXPIRED_ACTIONS)
     s = command("delete", "delete a waiting or scheduled job, or (--state) those of a filter")
     s.add_argument("queue")
     s.add_argument("job_id", nargs="?")

@@ -56,7 +56,7 @@ __all__ = [
 ]
 
 # The scripts whose writes ``OnDisk`` waits for.
-ADMISSIONS = frozenset({"enqueue", "lane_enqueue", "schedule", "register"})
+ADMISSIONS = frozenset({"enqueue", "lane_enqueue", "schedule", "debounce", "register"})
 SETTLEMENTS = frozenset({"ack", "retry", "defer"})
 
 

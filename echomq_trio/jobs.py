@@ -39,7 +39,14 @@ from echomq_trio.errors import (
     ResultTimedOut,
     raising_first,
 )
-from echomq_trio.protocol import DEFAULT_KEY_TTL_MS, ENQUEUE_CHUNK, Item, When
+from echomq_trio.protocol import (
+    DEFAULT_KEY_TTL_MS,
+    ENQUEUE_CHUNK,
+    ExpiresAt,
+    ExpiresIn,
+    Item,
+    When,
+)
 from echomq_trio.results import (
     Admitted,
     Cancelled,
@@ -119,6 +126,11 @@ async def enqueue(
     key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
     timeout_ms: int | None = None,
     priority: int = 0,
+    expires_at: ExpiresAt | None = None,
+    expires_in: ExpiresIn | None = None,
+    debounce: str | None = None,
+    debounce_ms: int | None = None,
+    max_wait_ms: int | None = None,
 ) -> Admitted:
     """Admit one job to pending: ``Admitted(id, ENQUEUED)``, or ``DUPLICATE`` (a live job has
     this id). The bus mints a fresh ``JOB`` id unless ``job_id`` gives one (a branded ``JOB``
@@ -143,6 +155,25 @@ async def enqueue(
     Also for ``enqueue_many``, ``enqueue_at``, ``enqueue_in``, ``lanes.enqueue`` and
     ``repeat.register``.
 
+    ``expires_at`` (Unix ms on the server's clock, or an aware ``datetime``, as ``enqueue_at``
+    takes its time) or ``expires_in`` (ms from the server's now at admission, or a
+    ``timedelta``) is the job's expiry: a job not claimed by then never runs. The claim that
+    meets it moves it to the dead set with the last error ``"expired"`` instead of leasing it
+    (or deletes it: ``queues.set_expired``), counted in ``Counts.expired_total``. It holds for
+    every attempt: a retry or a reaped job not started again by then is not run again. Also for
+    ``enqueue_many``, ``enqueue_at``, ``enqueue_in`` and ``lanes``' enqueues.
+
+    ``debounce`` (a key) with ``debounce_ms`` admits one job per quiet period of the key: while
+    the key's job waits (on the schedule, or due and not yet claimed) this enqueue is taken into
+    it: its payload (and timeout and expiry) become this one's, and a job still on the schedule
+    moves to now + ``debounce_ms`` (server clock), never past its period's first enqueue +
+    ``max_wait_ms`` (``None``: no bound, so a steady stream would never let it run). Answers
+    ``Admitted(id, SCHEDULED, run_at_ms, absorbed=1)`` for a new period (the job's id is minted
+    then) or ``Admitted(id, DEBOUNCED, run_at_ms, absorbed=n)`` with the waiting job's id. Once
+    the job is claimed, the next enqueue with the key starts a new period. Atomic on the server
+    (one script), so any number of producers may share a key. ``job_id``, ``key`` are refused
+    with ``debounce`` (``ValueError``: the debounce key decides which job takes the enqueue).
+
     Concurrent calls for one queue coalesce into shared script calls (``echomq_trio._gather``):
     each caller still gets its own answer or its own error.
 
@@ -150,13 +181,23 @@ async def enqueue(
     batch was still gathering admitted nothing; one whose batch had gone out returns its
     answer); call again with the same ``job_id`` (or key): enqueue is idempotent, and
     ``DUPLICATE`` then means the first call went through (without a ``job_id`` or key, a second
-    call admits a second job)."""
-    # its own script call (a bad priority raises here, before any I/O)
-    if key is not None or timeout_ms is not None or protocol.priority_arg(priority):
+    call admits a second job). A cancelled debounced call may or may not have been taken in;
+    calling again puts the same payload in the key's job, or starts a period if it ran."""
+    prio = protocol.priority_arg(priority)  # a bad priority raises here, before any I/O
+    expires = protocol.expiry_arg(expires_at, expires_in)
+    wait = protocol.check_debounce(debounce, debounce_ms, max_wait_ms, job_id=job_id, key=key)
+    if debounce is not None and wait is not None:
+        ((job, body),) = protocol.with_ids([payload])
+        debounced = protocol.debounce_call(
+            bus.keys(queue), debounce, (job, body), bus.max_payload_bytes, debounce_ms=wait,
+            max_wait_ms=max_wait_ms, timeout_ms=timeout_ms, expires=expires, priority=priority,
+        )  # fmt: skip
+        return await bus.run(debounced)
+    if key is not None or timeout_ms is not None or prio or expires:  # its own script call
         items = protocol.with_ids([payload], job_id)
         (call,) = protocol.enqueue_calls(
             bus.keys(queue), items, bus.max_payload_bytes, key=key, key_ttl_ms=key_ttl_ms,
-            timeout_ms=timeout_ms, priority=priority,
+            timeout_ms=timeout_ms, priority=priority, expires=expires,
         )  # fmt: skip
         (out,) = await bus.run(call)
         return out
@@ -174,9 +215,11 @@ async def _enqueue_batch(
     pairs: Sequence[tuple[str, bytes]],
     timeout_ms: int | None = None,
     priority: int = 0,
+    expires: str = "",
 ) -> list[Admitted]:
     out: list[Admitted] = []
-    for call in protocol.enqueue_checked_calls(bus.keys(queue), pairs, timeout_ms, priority):
+    calls = protocol.enqueue_checked_calls(bus.keys(queue), pairs, timeout_ms, priority, expires)
+    for call in calls:
         admitted = await bus.run(call)
         out += admitted
     return out
@@ -189,17 +232,21 @@ async def enqueue_many(
     *,
     timeout_ms: int | None = None,
     priority: int = 0,
+    expires_at: ExpiresAt | None = None,
+    expires_in: ExpiresIn | None = None,
 ) -> list[Admitted]:
     """Admit many jobs in one round trip (per ``ENQUEUE_CHUNK`` jobs); answers in input order.
     Each item is a payload (the bus mints its id) or a ``(job_id, payload)`` pair;
-    ``timeout_ms`` and ``priority`` (as for ``enqueue``) apply to all of them.
+    ``timeout_ms``, ``priority`` and ``expires_at``/``expires_in`` (as for ``enqueue``) apply to
+    all of them.
 
     A cancelled call may have admitted some chunks of ``ENQUEUE_CHUNK`` jobs (each chunk all or
     nothing); call again with the same ids: those admitted answer ``DUPLICATE``."""
     protocol.timeout_arg(timeout_ms)  # checked before any I/O
     protocol.priority_arg(priority)
+    expires = protocol.expiry_arg(expires_at, expires_in)
     pairs = protocol.checked_pairs(protocol.with_ids(items), bus.max_payload_bytes)
-    return await _enqueue_batch(bus, queue, pairs, timeout_ms, priority)
+    return await _enqueue_batch(bus, queue, pairs, timeout_ms, priority, expires)
 
 
 async def _schedule(
@@ -212,11 +259,12 @@ async def _schedule(
     group: str | None,
     timeout_ms: int | None,
     priority: int,
+    expires: str,
 ) -> Admitted:
     ((job, body),) = protocol.with_ids([payload], job_id)
     call = protocol.schedule_call(
         bus.keys(queue), [(job, body, when)], bus.max_payload_bytes, relative=relative,
-        group=group, timeout_ms=timeout_ms, priority=priority,
+        group=group, timeout_ms=timeout_ms, priority=priority, expires=expires,
     )  # fmt: skip
     (out,) = await bus.run(call)
     return out
@@ -232,19 +280,24 @@ async def enqueue_at(
     group: str | None = None,
     timeout_ms: int | None = None,
     priority: int = 0,
+    expires_at: ExpiresAt | None = None,
+    expires_in: ExpiresIn | None = None,
 ) -> Admitted:
     """Schedule a job for an absolute time: ``Admitted(id, SCHEDULED, run_at_ms)``, or
     ``DUPLICATE``. The time is Unix ms (an int, or a float rounded UP to the next ms) or an
     aware ``datetime`` (rounded up to the next ms; a naive one raises ``ValueError``): rounding
     up means it never runs early. It is not claimable before then; a metronome moves it to
     pending (or into lane ``group``) when the server clock reaches it, at its ``priority``'s
-    place. ``job_id`` and ``priority`` as for ``enqueue``.
+    place. ``job_id`` and ``priority`` as for ``enqueue``. ``expires_at``/``expires_in`` as for
+    ``enqueue`` (``expires_in`` counts from the admission, not from the run-at: a job whose run-at
+    is past its expiry never runs).
 
     A cancelled call may or may not have scheduled the job; call again with the same
     ``job_id``: ``DUPLICATE`` then means the first call went through (``get_job`` shows its
     run-at)."""
+    expires = protocol.expiry_arg(expires_at, expires_in)
     return await _schedule(
-        bus, queue, payload, run_at_ms, job_id, False, group, timeout_ms, priority
+        bus, queue, payload, run_at_ms, job_id, False, group, timeout_ms, priority, expires
     )
 
 
@@ -258,15 +311,20 @@ async def enqueue_in(
     group: str | None = None,
     timeout_ms: int | None = None,
     priority: int = 0,
+    expires_at: ExpiresAt | None = None,
+    expires_in: ExpiresIn | None = None,
 ) -> Admitted:
     """Schedule a job ``delay_ms`` from now, where now is the server's clock, not this host's:
     ms (an int, or a float rounded UP to the next ms) or a ``timedelta`` (rounded up). Answers
-    as ``enqueue_at``.
+    as ``enqueue_at``; ``expires_at``/``expires_in`` as there.
 
     A cancelled call may or may not have scheduled the job; call again with the same
     ``job_id``: ``DUPLICATE`` then means the first call went through (``get_job`` shows its
     run-at)."""
-    return await _schedule(bus, queue, payload, delay_ms, job_id, True, group, timeout_ms, priority)
+    expires = protocol.expiry_arg(expires_at, expires_in)
+    return await _schedule(
+        bus, queue, payload, delay_ms, job_id, True, group, timeout_ms, priority, expires
+    )
 
 
 async def promote(

@@ -50,8 +50,9 @@ SCHEMA: tuple[KeySpec, ...] = (
     KeySpec("active", "active", "zset", "leased jobs; score: lease deadline ms"),
     KeySpec("dead", "dead", "zset", "dead jobs; score: time of death ms"),
     KeySpec("cancelled", "cancelled", "zset", "cancelled jobs, kept for inspection like dead ones; score: time of the cancel ms"),  # noqa: E501
-    KeySpec("job", "job:<id>", "hash", "a job's row: payload, group, state (none: pending), attempts (none: 0), lease, last_error, failed_ms, repeat, occurrence_ms, delay_ms (a wait of a length on the schedule), timeout_ms, progress (JSON), and while results are kept: result, finished_ms, with a key TTL (its name is also the channel its end is published on)"),  # noqa: E501
+    KeySpec("job", "job:<id>", "hash", "a job's row: payload, group, state (none: pending), attempts (none: 0), lease, last_error, failed_ms, repeat, occurrence_ms, delay_ms (a wait of a length on the schedule), timeout_ms, progress (JSON), expires_ms (not claimed by then: never run), debounce and debounce_until_ms, debounced (a debounced job's key, its latest run time, the enqueues it stands for), and while results are kept: result, finished_ms, with a key TTL (its name is also the channel its end is published on)"),  # noqa: E501
     KeySpec("idempotency", "key:<key>", "string", "an idempotency key: the id of the job it admitted, with a TTL"),  # noqa: E501
+    KeySpec("debounce", "debounce:<key>", "string", "a debounce key: the id of the job that absorbs the key's enqueues while it waits, with a TTL"),  # noqa: E501
     KeySpec("seq", "seq:<scope>", "set", "a numbered stream's highest admitted numbers (at most its window: sequence.Seq), with a TTL renewed by each admission"),  # noqa: E501
     # fair lanes
     KeySpec("lane", "g:<group>", "zset", "a lane's waiting jobs; score minus the priority (0 by default), then id order"),  # noqa: E501
@@ -73,8 +74,8 @@ SCHEMA: tuple[KeySpec, ...] = (
     KeySpec("events", "events", "stream", "every transition, capped at about 10,000 entries"),
     KeySpec("cancel_marks", "cancels", "zset", "cancels of active jobs for their holders to see, `<id>:<token>`; score: when the mark can go, ms (a consumer reads its running jobs' marks in one ZMSCORE)"),  # noqa: E501
     KeySpec("audit", "audit", "stream", "settled jobs' records (meta.audit = 1); trimmed by its reader"),  # noqa: E501
-    KeySpec("meta", "meta", "hash", "created_ms; audit = 1 when the queue keeps an audit; layout: the layout of its bookkeeping (3; _layouts.UPGRADES); retention: dead_max, dead_max_age_ms, events (0: none), events_maxlen; results_ttl_ms (keep_results); the server clock's steps: clock_step_ms, clock_step_at (the last), clock_total (their sum), clock_fix while its waits are carried, clock_reap_after; lease_max: the longest lease granted; syncs: OnDisk's own writes; paused: since when (ms) the queue is paused (queue_pause); max_active: its cap on jobs in flight (queue_limit)"),  # noqa: E501
-    KeySpec("metrics", "metrics", "hash", "running totals: completed, retried, dead, deferred; lane_pending: jobs waiting in lanes; lanes_with_jobs: lanes with waiting jobs"),  # noqa: E501
+    KeySpec("meta", "meta", "hash", "created_ms; audit = 1 when the queue keeps an audit; layout: the layout of its bookkeeping (3; _layouts.UPGRADES); retention: dead_max, dead_max_age_ms, events (0: none), events_maxlen; results_ttl_ms (keep_results); the server clock's steps: clock_step_ms, clock_step_at (the last), clock_total (their sum), clock_fix while its waits are carried, clock_reap_after; lease_max: the longest lease granted; syncs: OnDisk's own writes; paused: since when (ms) the queue is paused (queue_pause); max_active: its cap on jobs in flight (queue_limit); expired: 'drop' when an expired job is deleted rather than kept dead (queue_expired)"),  # noqa: E501
+    KeySpec("metrics", "metrics", "hash", "running totals: completed, retried, dead, deferred, expired (of the dead or dropped); lane_pending: jobs waiting in lanes; lanes_with_jobs: lanes with waiting jobs"),  # noqa: E501
     # the application's own
     KeySpec("app", "app:<name>", "any", "an application's keys in the queue's slot"),
 )  # fmt: skip
@@ -119,6 +120,10 @@ class QueueKeys:
     def idempotency(self, key: str) -> str:
         """Where an idempotency key is remembered (checks the key)."""
         return self._part("idempotency", check_name("idempotency key", key))
+
+    def debounce(self, key: str) -> str:
+        """Where a debounce key names its waiting job (checks the key)."""
+        return self._part("debounce", check_name("debounce key", key))
 
     def seq(self, scope: str) -> str:
         """The numbers a numbered stream has admitted lately (checks the scope)."""

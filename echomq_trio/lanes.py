@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from echomq_trio import protocol
 from echomq_trio._layouts import run_current
 from echomq_trio.bus import Bus
-from echomq_trio.protocol import DEFAULT_KEY_TTL_MS, LANE_PAGE_MAX, Item
+from echomq_trio.protocol import DEFAULT_KEY_TTL_MS, LANE_PAGE_MAX, ExpiresAt, ExpiresIn, Item
 from echomq_trio.results import Admitted, JobInfo, LanePage, LaneStatus
 from echomq_trio.sequence import Seq
 
@@ -55,6 +55,11 @@ async def enqueue(
     seq: Seq | None = None,
     timeout_ms: int | None = None,
     priority: int = 0,
+    expires_at: ExpiresAt | None = None,
+    expires_in: ExpiresIn | None = None,
+    debounce: str | None = None,
+    debounce_ms: int | None = None,
+    max_wait_ms: int | None = None,
 ) -> Admitted:
     """Admit a job to ``group``'s lane: ``Admitted(id, ENQUEUED)`` or ``DUPLICATE``. The bus
     mints its ``JOB`` id unless ``job_id`` gives one. ``limit`` also sets the lane's
@@ -63,19 +68,40 @@ async def enqueue(
     ``seq`` is a number in a numbered stream (``Seq(scope, number)``, see
     ``echomq_trio.sequence``): a number the scope admitted lately, or one below its window, →
     ``DUPLICATE``; what the bus keeps for it grows with the scopes, not with the jobs.
-    ``timeout_ms`` is the job's deadline per attempt, as for ``jobs.enqueue``. ``priority``
-    orders the job within its lane (higher first, equal ones in id order, kept across retries,
-    deferrals and releases), as for ``jobs.enqueue``; it does not move the lane's turn: other
-    lanes are served round-robin as before.
+    ``timeout_ms`` is the job's deadline per attempt, as for ``jobs.enqueue``, and
+    ``expires_at``/``expires_in`` its expiry: an expired job is never leased and never holds up
+    its lane (a strictly ordered lane goes on with the job behind it). ``priority`` orders the
+    job within its lane (higher first, equal ones in id order, kept across retries, deferrals
+    and releases), as for ``jobs.enqueue``; it does not move the lane's turn: other lanes are
+    served round-robin as before.
+
+    ``debounce``, ``debounce_ms`` and ``max_wait_ms`` as for ``jobs.enqueue``: one job per quiet
+    period of the key, which waits on the schedule and then joins this lane (the key is the
+    queue's: the lane of the period's first enqueue is the job's). Refused with ``job_id``,
+    ``key``, ``seq`` and ``limit`` (``ValueError``).
 
     A cancelled call may or may not have admitted the job; call again with the same ``job_id``
     (or key, or seq): enqueue is idempotent, and ``DUPLICATE`` then means the first call went
     through."""
+    expires = protocol.expiry_arg(expires_at, expires_in)
+    wait = protocol.check_debounce(
+        debounce, debounce_ms, max_wait_ms, job_id=job_id, key=key, seq=seq
+    )
+    if debounce is not None and wait is not None:
+        if limit is not None:
+            raise ValueError("debounce takes no limit: set the lane's with lanes.configure")
+        ((job, body),) = protocol.with_ids([payload])
+        debounced = protocol.debounce_call(
+            bus.keys(queue), debounce, (job, body), bus.max_payload_bytes, debounce_ms=wait,
+            max_wait_ms=max_wait_ms, group=group, timeout_ms=timeout_ms, expires=expires,
+            priority=priority,
+        )  # fmt: skip
+        return await bus.run(debounced)
     items = protocol.with_ids([payload], job_id)
     call = protocol.lane_enqueue_call(
-        bus.keys(queue), group, items, bus.max_payload_bytes,
-        limit=limit, key=key, key_ttl_ms=key_ttl_ms, seq=seq, timeout_ms=timeout_ms,
-        priority=priority,
+        bus.keys(queue), group, items, bus.max_payload_bytes, limit=limit, key=key,
+        key_ttl_ms=key_ttl_ms, seq=seq, timeout_ms=timeout_ms, priority=priority,
+        expires=expires,
     )  # fmt: skip
     (out,) = await bus.run(call)
     return out
@@ -90,17 +116,21 @@ async def enqueue_many(
     limit: int | None = None,
     timeout_ms: int | None = None,
     priority: int = 0,
+    expires_at: ExpiresAt | None = None,
+    expires_in: ExpiresIn | None = None,
 ) -> list[Admitted]:
     """Admit several jobs to one lane in one round trip, in order. Each item is a payload (the
     bus mints its id) or a ``(job_id, payload)`` pair; ``timeout_ms`` (each job's deadline per
-    attempt) and ``priority`` (as for ``jobs.enqueue``) apply to all of them.
+    attempt), ``priority`` and ``expires_at``/``expires_in`` (as for ``jobs.enqueue``) apply to
+    all of them.
 
     A cancelled call admitted all of them or none; call again with the same ids: they answer
     ``DUPLICATE`` if the first call went through."""
+    expires = protocol.expiry_arg(expires_at, expires_in)
     pairs = protocol.with_ids(items)
     call = protocol.lane_enqueue_call(
         bus.keys(queue), group, pairs, bus.max_payload_bytes, limit=limit,
-        timeout_ms=timeout_ms, priority=priority,
+        timeout_ms=timeout_ms, priority=priority, expires=expires,
     )  # fmt: skip
     return await bus.run(call)
 

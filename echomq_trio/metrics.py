@@ -32,7 +32,8 @@ Two kinds of numbers, named so that they never clash:
     flight, for a queue that has one (``queues.set_limit``). One ``HMGET`` per queue.
   - ``echomq_queue_jobs_total{queue,outcome}`` (counter): the queue's running totals kept by its
     scripts since it was made, by every process: ``completed``, ``retried``, ``dead``,
-    ``deferred``, ``cancelled``.
+    ``deferred``, ``cancelled``, ``expired`` (jobs a claim met past their expiry: kept dead,
+    and so also in ``dead``, or dropped, per ``queues.set_expired``).
   - ``echomq_server_memory_used_bytes`` and ``echomq_server_memory_max_bytes`` (gauges): the
     server's memory and its ``maxmemory`` (0: none), so an alert can fire before a
     ``noeviction`` server refuses writes.
@@ -125,7 +126,7 @@ _DEPTH = ("pending", "scheduled", "active", "dead", "cancelled")
 _LANES = (("with_jobs", "lanes"), ("paused", "paused_lanes"), ("waiting", "waiting_lanes"))
 _TOTALS = (("completed", "completed_total"), ("retried", "retried_total"),
            ("dead", "dead_total"), ("deferred", "deferred_total"),
-           ("cancelled", "cancelled_total"))  # fmt: skip
+           ("cancelled", "cancelled_total"), ("expired", "expired_total"))  # fmt: skip
 
 
 class QueueReadings(Collector):

@@ -11,6 +11,10 @@ claim reads anyway, so a queue that uses neither pays nothing for them):
 * ``pause``/``resume``: while a queue is paused its claims answer nothing, for flat and lane
   jobs alike; enqueues, schedules, the metronome's promotions and the settlement of jobs already
   running go on. A consumer parks on a paused queue as on an empty one; ``resume`` wakes it.
+* ``set_expired``: what a claim does with a job it meets past its expiry (``expires_at`` /
+  ``expires_in`` at enqueue): keep it dead with the reason ``"expired"`` (the default) or delete
+  it (``"drop"``); counted in ``Counts.expired_total`` either way. Read with the claim's read of
+  ``meta``.
 * ``set_limit``: a cap on the queue's jobs in flight (leased: in ``active``) across every consumer
   and process, enforced in the claim script beside each lane's own limit. Settling a job under
   the cap wakes a parked consumer, so the cap is used to the full.
@@ -23,7 +27,16 @@ from echomq_trio.bus import Bus
 from echomq_trio.keys import META_GLOB, queue_of_meta
 from echomq_trio.results import QueueControl
 
-__all__ = ["QueueControl", "control", "pause", "queue_names", "resume", "set_limit"]
+__all__ = [
+    "QueueControl",
+    "control",
+    "expired_setting",
+    "pause",
+    "queue_names",
+    "resume",
+    "set_expired",
+    "set_limit",
+]
 
 
 async def queue_names(bus: Bus, *, count: int = 1000) -> list[str]:
@@ -59,8 +72,29 @@ async def set_limit(bus: Bus, queue: str, max_active: int | None) -> tuple[int |
     return await bus.run(protocol.queue_limit_call(bus.keys(queue), max_active))
 
 
+async def set_expired(bus: Bus, queue: str, action: str) -> str:
+    """What a claim does with a job of ``queue`` it meets past its expiry: ``"dead"`` (the
+    default: the dead set, last error ``"expired"``, listed, replayed and bounded like any dead
+    job) or ``"drop"`` (its row deleted: nothing kept but the count). Returns the setting in
+    effect; ``ValueError`` for another word, before any I/O.
+
+    Idempotent: a cancelled call may or may not have set it; call again."""
+    return await bus.run(protocol.queue_expired_call(bus.keys(queue), action))
+
+
+async def expired_setting(bus: Bus, queue: str) -> str:
+    """``"dead"`` or ``"drop"``: see ``set_expired``. Read only."""
+    return await bus.run(protocol.queue_expired_call(bus.keys(queue)))
+
+
 async def control(bus: Bus, queue: str) -> QueueControl:
-    """Whether the queue is paused (since when) and its cap on jobs in flight. Read only (one
-    ``HMGET``)."""
-    paused, cap = await bus.transport.command("HMGET", bus.keys(queue).meta, "paused", "max_active")
-    return QueueControl(None if paused is None else int(paused), None if cap is None else int(cap))
+    """Whether the queue is paused (since when), its cap on jobs in flight and what a claim does
+    with an expired job. Read only (one ``HMGET``)."""
+    paused, cap, expired = await bus.transport.command(
+        "HMGET", bus.keys(queue).meta, "paused", "max_active", "expired"
+    )
+    return QueueControl(
+        None if paused is None else int(paused),
+        None if cap is None else int(cap),
+        "drop" if expired in (b"drop", "drop") else "dead",
+    )

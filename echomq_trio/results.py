@@ -61,6 +61,7 @@ class Outcome(enum.StrEnum):
     RUNNING = "running"  # not deleted: the job is leased (running); cancel it instead
     NOT_WAITING = "not_waiting"  # not deleted: the job is dead (discard it), or not waiting
     NOTED = "noted"  # a job's progress was written (script ``progress``)
+    DEBOUNCED = "debounced"  # taken into the waiting job of its debounce key (``debounce=``)
 
 
 class Cancelled(enum.StrEnum):
@@ -100,11 +101,18 @@ class Admitted:
     (minted by the bus unless given), the ``outcome`` (``ENQUEUED``: ready in pending or its
     lane; ``SCHEDULED``: waiting for ``run_at_ms``, server clock; ``DUPLICATE``: a live job has
     this id, or the idempotency key was used, and nothing changed) and ``ok``, true unless a
-    duplicate."""
+    duplicate.
+
+    A debounced enqueue (``debounce=``) answers ``SCHEDULED`` when it started a new quiet period
+    (``id`` is the new job's) or ``DEBOUNCED`` when the key's waiting job took it in (``id`` is
+    that job's); ``run_at_ms`` is when the job runs now, and ``absorbed`` how many enqueues the
+    job stands for so far (1 for the first of its period; 0 for an enqueue without debounce): the
+    enqueue that answers the highest ``absorbed`` is the one whose payload the job runs with."""
 
     id: str
     outcome: Outcome
     run_at_ms: int | None = None
+    absorbed: int = 0
 
     @property
     def ok(self) -> bool:
@@ -222,6 +230,7 @@ class Counts:
     repeats: int
     cancelled: int = 0  # cancelled jobs kept (``jobs.cancel``), like dead ones
     cancelled_total: int = 0
+    expired_total: int = 0  # jobs a claim met past their expiry (kept dead, or dropped)
 
 
 @attrs.frozen
@@ -232,7 +241,10 @@ class JobInfo:
     handler last reported (``Job.progress``, the JSON value decoded; ``None`` for none); a
     ``completed`` job (its queue keeps results) has its handler's ``result`` (``None`` for none)
     and ``finished_ms`` (server clock). ``priority``: higher runs first (0 when none was given;
-    see ``jobs.enqueue``)."""
+    see ``jobs.enqueue``). ``expires_ms`` is the time (server clock) after which a
+    claim never leases the job (``expires_at``/``expires_in``: an expired job is dead with the
+    ``last_error`` ``"expired"``); ``debounce`` the debounce key a job admitted with ``debounce=``
+    answers to."""
 
     id: str
     state: JobState
@@ -245,6 +257,8 @@ class JobInfo:
     result: bytes | None = None
     finished_ms: int | None = None
     priority: int = 0
+    expires_ms: int | None = None
+    debounce: str | None = None
 
 
 @attrs.frozen
@@ -361,11 +375,13 @@ class Retention:
 @attrs.frozen
 class QueueControl:
     """A queue's own switches (``queues.control``): whether it is paused (``paused_since_ms``,
-    server clock, ``None`` when not), and its cap on jobs in flight across every consumer
-    (``max_active``, ``None`` for none)."""
+    server clock, ``None`` when not), its cap on jobs in flight across every consumer
+    (``max_active``, ``None`` for none), and what a claim does with an expired job
+    (``expired``: ``"dead"``, kept dead, or ``"drop"``, deleted; ``queues.set_expired``)."""
 
     paused_since_ms: int | None
     max_active: int | None
+    expired: str = "dead"
 
     @property
     def paused(self) -> bool:

@@ -189,7 +189,7 @@ def running_row(info: JobInfo, now_ms: int) -> dict[str, Any]:
 
 def job_view(info: JobInfo, now_ms: int) -> dict[str, Any]:
     """One job looked up by id: its state, priority, progress, and a finished job's result or a
-    dead one's error."""
+    dead one's error; its expiry and debounce key when it has them."""
     return {
         "id": info.id,
         "state": str(info.state),
@@ -200,6 +200,8 @@ def job_view(info: JobInfo, now_ms: int) -> dict[str, Any]:
         "progress": _progress_text(info.progress),
         "result": None if info.result is None else humane.payload_text(info.result, _TEXT_SHOWN),
         "finished": "" if info.finished_ms is None else humane.at(info.finished_ms, now_ms),
+        "expires": "" if info.expires_ms is None else humane.at(info.expires_ms, now_ms),
+        "debounce": info.debounce or "",
         "error": info.last_error or "",
         "payload": humane.payload_text(info.payload, _TEXT_SHOWN),
     }

@@ -14,7 +14,8 @@ are thin wrappers around this package: build, run.
 
 By area, each module private and re-exported here: ``_base`` (``Call``, argument checks and
 builders, the reply shapes ``REPLY_FIELDS`` and the decoding helpers), ``_jobs`` (a job's life:
-enqueue to counts and inspect), ``_lanes``, ``_queues`` (a queue's pause, its cap on jobs in
+enqueue to counts and inspect), ``_admission`` (a job's expiry, debounce, the queue's setting
+for expired jobs), ``_lanes``, ``_queues`` (a queue's pause, its cap on jobs in
 flight, deleting waiting jobs), ``_repeat`` (recurring schedules) and ``_streams`` (events and the
 audit). Bytes and text of a reply are ``echomq_trio._replies``'s, beneath the
 transports and this package.
@@ -27,6 +28,17 @@ test_protocol.py). Replies arrive as the client library gives them: bulk strings
 from __future__ import annotations
 
 from echomq_trio._replies import as_bytes, as_text
+from echomq_trio.protocol._admission import (
+    DEBOUNCE_KEEP_MS,
+    EXPIRED_ACTIONS,
+    ExpiresAt,
+    ExpiresIn,
+    check_debounce,
+    debounce_call,
+    debounce_reply,
+    expiry_arg,
+    queue_expired_call,
+)
 from echomq_trio.protocol._base import (
     AUDIT_ACK_MAX,
     DEFAULT_KEY_TTL_MS,
@@ -157,15 +169,19 @@ from echomq_trio.protocol._streams import (
 __all__ = [
     "AUDIT_ACK_MAX",
     "CANCEL_TEXT_MAX",
+    "DEBOUNCE_KEEP_MS",
     "DEFAULT_KEY_TTL_MS",
     "DELETE_PAGE_MAX",
     "DELETE_STATES",
     "ENQUEUE_CHUNK",
+    "EXPIRED_ACTIONS",
     "LANE_PAGE_MAX",
     "MAX_PROGRESS_BYTES",
     "REPLY_FIELDS",
     "STATE_SETS",
     "Call",
+    "ExpiresAt",
+    "ExpiresIn",
     "Item",
     "Outdated",
     "StreamEntry",
@@ -191,6 +207,7 @@ __all__ = [
     "cancel_marks_command",
     "cancel_reply",
     "cancelled_among",
+    "check_debounce",
     "checked_job",
     "checked_pairs",
     "claim_call",
@@ -200,6 +217,8 @@ __all__ = [
     "counts_call",
     "counts_reply",
     "create_group_command",
+    "debounce_call",
+    "debounce_reply",
     "decode_progress",
     "defer_call",
     "delete_call",
@@ -209,6 +228,7 @@ __all__ = [
     "encode_progress",
     "enqueue_calls",
     "enqueue_checked_calls",
+    "expiry_arg",
     "extend_call",
     "extend_reply",
     "fire_call",
@@ -237,6 +257,7 @@ __all__ = [
     "progress_call",
     "promote_call",
     "promote_reply",
+    "queue_expired_call",
     "queue_limit_call",
     "queue_limit_reply",
     "queue_pause_call",

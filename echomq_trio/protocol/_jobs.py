@@ -71,18 +71,19 @@ def enqueue_calls(
     key_ttl_ms: int = DEFAULT_KEY_TTL_MS,
     timeout_ms: int | None = None,
     priority: int = 0,
+    expires: str = "",
 ) -> list[Call[list[Admitted]]]:
     """``enqueue``: admit jobs to the flat pending set, one call per ``ENQUEUE_CHUNK`` jobs (none
     for no jobs). An idempotency ``key`` guards exactly one job; ``timeout_ms`` is each job's
     handler deadline per attempt (``None``: none of its own); ``priority`` each job's priority
-    (``priority_arg``)."""
+    (``priority_arg``); ``expires`` each job's expiry (``expiry_arg``; ``''``: none)."""
     guard = _guard(key, key_ttl_ms)
     timeout = timeout_arg(timeout_ms)
     prio = priority_arg(priority)
     flat = _pairs(items, max_bytes)
     if key is not None and len(flat) != 2:
         raise ValueError("an idempotency key guards exactly one job")
-    return _enqueue_chunks(k, [*guard, timeout, prio], flat)
+    return _enqueue_chunks(k, [*guard, timeout, prio, expires], flat)
 
 
 def enqueue_checked_calls(
@@ -90,10 +91,13 @@ def enqueue_checked_calls(
     pairs: Sequence[tuple[str, bytes]],
     timeout_ms: int | None = None,
     priority: int = 0,
+    expires: str = "",
 ) -> list[Call[list[Admitted]]]:
     """``enqueue_calls`` for pairs already checked by ``checked_pairs`` (no key)."""
     flat: list[Arg] = [a for pair in pairs for a in pair]
-    return _enqueue_chunks(k, ["", "", timeout_arg(timeout_ms), priority_arg(priority)], flat)
+    return _enqueue_chunks(
+        k, ["", "", timeout_arg(timeout_ms), priority_arg(priority), expires], flat
+    )
 
 
 def timeout_arg(timeout_ms: int | None) -> str:
@@ -136,10 +140,11 @@ def lane_enqueue_call(
     seq: Seq | None = None,
     timeout_ms: int | None = None,
     priority: int = 0,
+    expires: str = "",
 ) -> Call[list[Admitted]]:
     """``lane_enqueue``: admit jobs to ``group``'s lane, setting its ``limit`` when given. An
-    idempotency ``key`` or a ``seq`` (``sequence.Seq``) guards exactly one job; ``timeout_ms``
-    and ``priority`` as for ``enqueue_calls``."""
+    idempotency ``key`` or a ``seq`` (``sequence.Seq``) guards exactly one job; ``timeout_ms``,
+    ``priority`` and ``expires`` as for ``enqueue_calls``."""
     guard = _guard(key, key_ttl_ms)
     timeout = timeout_arg(timeout_ms)
     prio = priority_arg(priority)
@@ -151,7 +156,7 @@ def lane_enqueue_call(
         raise ValueError("a seq guards exactly one job")
     lim = "" if limit is None else str(check_int("limit", limit, 1))
     decode = partial(admitted_reply, job_ids=[str(job_id) for job_id in flat[::2]])
-    args = [k.prefix, group, lim, *guard, *_seq(seq), timeout, prio, *flat]
+    args = [k.prefix, group, lim, *guard, *_seq(seq), timeout, prio, expires, *flat]
     return _call("lane_enqueue", lane, args, decode)
 
 
@@ -170,11 +175,13 @@ def schedule_call(
     group: str | None = None,
     timeout_ms: int | None = None,
     priority: int = 0,
+    expires: str = "",
 ) -> Call[list[Admitted]]:
     """``schedule``: ``(job id, payload, time)`` each, the time a run-at (Unix ms, or an aware
     datetime; checked as ``run_at_ms``) or with ``relative`` a delay from the server's now
     (``delay_ms``, or a timedelta); a float or a datetime is rounded up to the next ms
-    (``checks.check_when``). ``timeout_ms`` and ``priority`` as for ``enqueue_calls``."""
+    (``checks.check_when``). ``timeout_ms``, ``priority`` and ``expires`` as for
+    ``enqueue_calls``."""
     timeout = timeout_arg(timeout_ms)
     prio = priority_arg(priority)
     flat: list[Arg] = []
@@ -185,7 +192,8 @@ def schedule_call(
     lane = "" if group is None else check_group(group)
     mode = "in" if relative else "at"
     decode = partial(schedule_reply, job_ids=[job_id for job_id, _, _ in items])
-    return _call("schedule", k.schedule, [k.prefix, mode, lane, timeout, prio, *flat], decode)
+    args = [k.prefix, mode, lane, timeout, prio, expires, *flat]
+    return _call("schedule", k.schedule, args, decode)
 
 
 def schedule_reply(raw: Iterable[Sequence[Any]], job_ids: Sequence[str]) -> list[Admitted]:
@@ -626,7 +634,8 @@ def inspect_reply(raw: Iterable[Sequence[object]]) -> list[JobInfo]:
 
 def inspect_ids_reply(raw: Iterable[Sequence[object]]) -> list[JobInfo | None]:
     """Per job named ``{id, state, attempts, payload, last_error, score, group, progress,
-    result, finished, priority}``: its row, or ``None`` for a missing row (state ``''``)."""
+    result, finished, priority, expires, debounce}``: its row, or ``None`` for a missing row
+    (state ``''``)."""
     out: list[JobInfo | None] = []
     for row in raw:
         r = _named("inspect/job", row)
@@ -647,6 +656,8 @@ def inspect_ids_reply(raw: Iterable[Sequence[object]]) -> list[JobInfo | None]:
                 result=None if r["result"] is None else as_bytes(r["result"]),
                 finished_ms=None if r["finished"] is None else int(r["finished"]),
                 priority=int(as_text(r["priority"]) or 0),
+                expires_ms=None if r["expires"] is None else int(r["expires"]),
+                debounce=None if r["debounce"] is None else as_text(r["debounce"]),
             )
         )
     return out

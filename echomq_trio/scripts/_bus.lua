@@ -70,6 +70,11 @@
 --                              run a variadic command (ZADD, ZREM, DEL, SREM, LPUSH, RPUSH) on
 --                              key with the items, RUN (1000) at a time (Lua's unpack is bounded;
 --                              an even RUN keeps score/member pairs whole); DEL takes no key
+--   expiry(arg, now)           an admission's expiry argument ('' none, server ms, '+ms' from
+--                              now) as the absolute server ms a row keeps (expires_ms), or nil
+--   expire(qp, id, now, drop, attempts)
+--                              a job met past its expires_ms, out of its set: dead with the
+--                              reason 'expired' (or deleted with drop), counted (metrics.expired)
 --   audit(qp, id, outcome, attempts, now, note, err)
 --                              when the queue keeps an audit (meta.audit = 1), append the settled
 --                              job's record to the audit stream in the same step that settles it
@@ -417,4 +422,34 @@ local function audit(qp, id, outcome, attempts, now, note, err)
   redis.call('XADD', qp .. KEY.audit, '*', 'id', id, 'outcome', outcome, 'attempts', attempts,
     'settled_ms', now, 'payload', redis.call('HGET', qp .. KEY.job .. id, 'payload') or '',
     'note', note or '', 'error', err or '')
+end
+
+-- A job's expiry as an admission's argument gives it ('' none; server ms; '+ms' from now): the
+-- absolute server ms kept in its row as expires_ms, or nil. Only a relative one reads the clock
+-- (now nil: read it then).
+local function expiry(arg, now)
+  if arg == '' then return nil end
+  if string.sub(arg, 1, 1) == '+' then return (now or now_ms()) + tonumber(string.sub(arg, 2)) end
+  return tonumber(arg)
+end
+
+-- A job a claim met past its expires_ms (taken out of its set by the caller, never leased): kept
+-- dead with the reason 'expired', or deleted when the queue drops expired jobs (meta.expired =
+-- 'drop'); counted in metrics.expired either way (and metrics.dead when kept), with an event
+-- 'expired', its audit record ('dead', or 'dropped' when deleted) and its end published.
+local function expire(qp, id, now, drop, attempts)
+  local row = qp .. KEY.job .. id
+  redis.call('HINCRBY', qp .. KEY.metrics, 'expired', 1)
+  emit(qp, 'expired', id, 'attempt', attempts)
+  if drop then
+    audit(qp, id, 'dropped', attempts, now, '', 'expired')
+    redis.call('DEL', row)
+  else
+    redis.call('HSET', row, 'state', 'dead', 'last_error', 'expired', 'failed_ms', now)
+    redis.call('ZADD', qp .. KEY.dead, now, id)
+    trim_dead(qp, now)
+    redis.call('HINCRBY', qp .. KEY.metrics, 'dead', 1)
+    audit(qp, id, 'dead', attempts, now, '', 'expired')
+  end
+  finished(qp, id, 'dead')
 end

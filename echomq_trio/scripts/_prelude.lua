@@ -37,6 +37,7 @@ local KEY = {
   cancelled = 'cancelled',        -- zset cancelled
   job = 'job:',                   -- hash job:<id>
   idempotency = 'key:',           -- string key:<key>
+  debounce = 'debounce:',         -- string debounce:<key>
   seq = 'seq:',                   -- set seq:<scope>
   lane = 'g:',                    -- zset g:<group>
   lane_groups = 'groups',         -- set groups

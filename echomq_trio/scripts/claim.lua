@@ -1,7 +1,7 @@
 -- claim: lease up to a batch of jobs: round-robin over the lanes on the ring (a lane's weight
 -- jobs per turn, within its concurrency limit), interleaved with the flat pending set, oldest id
 -- first within each.
--- transition: pending | pending (lane) -> active
+-- transition: pending | pending (lane) -> active | dead | (none)
 -- KEYS[1] emq:{q}:pending (the other keys are ARGV[1]'s, same slot)
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] batch, ARGV[3] lease ms, ARGV[4] the holder (the
 -- claiming bus's id, kept in the row: a restart that knows its predecessor dead takes back what
@@ -13,19 +13,28 @@
 -- Lanes leave the ring lazily: a lane paused, waiting or at its limit stays on it until a claim
 -- meets it. A claim takes at most SKIP_MAX such lanes off per call (then it takes what it can
 -- from the flat set and leaves a wake token, so the next claim goes on where it stopped).
+-- A job met past its expiry (its row's expires_ms, read with the row) is never leased: it goes
+-- to the dead set with the reason 'expired', or is deleted where the queue drops expired jobs
+-- (meta.expired = 'drop'), counted in metrics.expired (_bus.lua's expire). That holds for a
+-- retry too: a job not started again by its expiry is not run again. A claim expires at most
+-- EXPIRE_MAX jobs per call (then it leaves a wake token, so the next claim goes on); an
+-- expired job is out of its lane, so it never blocks a strictly ordered lane.
 -- Returns {lease deadline, then per job: id, payload, attempts, token, group or '', timeout ms
 -- or ''}.
--- meta.lease_max keeps the longest lease ms granted; meta.paused (the queue is paused) and
--- meta.max_active (a cap on its jobs in flight) are read with it (one HMGET per call).
+-- meta.lease_max keeps the longest lease ms granted; meta.paused (the queue is paused),
+-- meta.max_active (a cap on its jobs in flight) and meta.expired are read with it (one HMGET
+-- per call).
 -- fields: lease_deadline, jobs...
 -- fields of each job: id, payload, attempts, token, group, timeout_ms
 -- cost: O(batch + SKIP_MAX) (each step O(log n)); one HMGET of meta (with a cap, one ZCARD);
 -- per job 3 commands (its row read and written, its event), per lane turn 3 (in a queue with
 -- lanes paused, waiting, limited or weighted, up to 5 more); per call one ZADD, one LPUSH, RPUSH
 -- and SREM of the ring's lanes for each RUN (1000) of them, and one LPOP for each run of lanes
--- read (another when the lanes read gave too few jobs)
+-- read (another when the lanes read gave too few jobs); per expired job about 6 more (its
+-- row, its place in dead, its counters and event; 1 more ZPOPMIN per run of them)
 local qp = ARGV[1]
 local SKIP_MAX = 100
+local EXPIRE_MAX = 100
 local want = tonumber(ARGV[2])
 local now = now_ms()
 local deadline = now + tonumber(ARGV[3])
@@ -33,7 +42,7 @@ local deadline = now + tonumber(ARGV[3])
 -- can pass, for carrying leases across a step of the clock, clock.lua); the queue's pause
 -- (paused: nothing is claimed) and its cap on jobs in flight (max_active: at most that many in
 -- active, so at most the cap less active's size is claimed). See queue_pause, queue_limit.
-local m = redis.call('HMGET', qp .. KEY.meta, 'lease_max', 'paused', 'max_active')
+local m = redis.call('HMGET', qp .. KEY.meta, 'lease_max', 'paused', 'max_active', 'expired')
 if m[2] then return {deadline} end
 if m[3] then
   local room = tonumber(m[3]) - redis.call('ZCARD', qp .. KEY.active)
@@ -49,10 +58,17 @@ local out = {deadline}
 local leased = {}  -- score, id pairs: one ZADD to active at the end
 local flat_left = true  -- the flat set may hold jobs (a claim never adds to it)
 local from_lanes, emptied = 0, 0  -- counted in metrics once, at the end
+local expired, drop_expired = 0, m[4] == 'drop'
 
+-- Lease a job taken out of its set (true), or expire it (false: never leased).
 local function take(id, g)
   local row = qp .. KEY.job .. id
-  local f = redis.call('HMGET', row, 'attempts', 'lease', 'payload', 'timeout_ms')
+  local f = redis.call('HMGET', row, 'attempts', 'lease', 'payload', 'timeout_ms', 'expires_ms')
+  if f[5] and tonumber(f[5]) <= now then
+    expire(qp, id, now, drop_expired, f[1] or '0')
+    expired = expired + 1
+    return false
+  end
   local attempts = (tonumber(f[1]) or 0) + 1
   local token = (tonumber(f[2]) or 0) + 1
   redis.call('HSET', row, 'state', 'active', 'attempts', attempts, 'lease', token, 'holder',
@@ -66,14 +82,21 @@ local function take(id, g)
   out[#out + 1] = g
   out[#out + 1] = f[4] or ''
   emit(qp, 'claimed', id, 'attempt', attempts)
+  return true
 end
 
+-- Lease up to n flat jobs: a run of expired ones is made up for by popping again (a queue with
+-- no expiry pops once).
 local function take_flat(n)
-  if not flat_left then return 0 end
-  local popped = redis.call('ZPOPMIN', KEYS[1], n)
-  for i = 1, #popped, 2 do take(popped[i], '') end
-  local got = #popped / 2
-  if got < n then flat_left = false end
+  local got = 0
+  while flat_left and got < n and expired < EXPIRE_MAX do
+    local ask = n - got
+    local popped = redis.call('ZPOPMIN', KEYS[1], ask)
+    if #popped / 2 < ask then flat_left = false end
+    for i = 1, #popped, 2 do
+      if take(popped[i], '') then got = got + 1 end
+    end
+  end
   return got
 end
 
@@ -101,9 +124,9 @@ end
 -- Each turn either claims from a lane or takes a lane off the ring, so this loop ends.
 local skipped = 0
 while want > 0 do
-  if skipped >= SKIP_MAX then
+  if skipped >= SKIP_MAX or expired >= EXPIRE_MAX then
     take_flat(want)
-    wake(qp, 1)
+    if skipped >= SKIP_MAX then wake(qp, 1) end
     break
   end
   local g = next_lane()
@@ -127,18 +150,22 @@ while want > 0 do
     local n = math.min(lane_weight(qp, g), want, depth)
     if limit and n > limit - in_flight then n = limit - in_flight end
     local popped = redis.call('ZPOPMIN', lane, n)
-    for i = 1, #popped, 2 do take(popped[i], g) end
-    local got = #popped / 2
-    from_lanes = from_lanes + got
+    local got = 0  -- leased; the others expired
+    for i = 1, #popped, 2 do
+      if take(popped[i], g) then got = got + 1 end
+    end
+    from_lanes = from_lanes + #popped / 2
     want = want - got
-    depth = depth - got
+    depth = depth - #popped / 2
     -- Its jobs in flight, and no longer WAITING in the lane index once it is empty: one HINCRBY.
     local change = got
     if depth == 0 then
       emptied = emptied + 1
       change = got - WAITING
     end
-    in_flight = lane_entry(redis.call('HINCRBY', qp .. KEY.lane_index, g, change))
+    local value = redis.call('HINCRBY', qp .. KEY.lane_index, g, change)
+    in_flight = lane_entry(value)
+    if value == 0 then lane_forget(qp, g, 0) end  -- only expired jobs, its last: idle now
     -- Still serviceable? Its hold cannot have changed; its depth and jobs in flight have.
     ready = depth > 0 and not (limit and in_flight >= limit)
   else
@@ -147,6 +174,8 @@ while want > 0 do
   if ready then back[#back + 1] = g else left[#left + 1] = g end
   if want > 0 then want = want - take_flat(1) end
 end
+-- Stopped short by expired jobs: the next claim goes on where this one stopped.
+if expired >= EXPIRE_MAX then wake(qp, 1) end
 local unread = {}
 for i = #turns, next_turn, -1 do unread[#unread + 1] = turns[i] end
 in_runs('LPUSH', ring, unread)

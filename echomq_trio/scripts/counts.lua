@@ -8,10 +8,11 @@
 -- the upgrades (echomq_trio/_layouts.py) have run on it.
 -- Returns {exists (1 if the queue was ever used), pending (flat + lanes), scheduled, active,
 -- dead, lanes with jobs, paused lanes, waiting lanes, completed total, retried total,
--- dead total, deferred total, repeats, cancelled (kept), cancelled total}, or {'outdated'}.
+-- dead total, deferred total, repeats, cancelled (kept), cancelled total, expired total (jobs a
+-- claim met past their expiry: kept dead, or dropped)}, or {'outdated'}.
 -- fields: exists, pending, scheduled, active, dead, lanes, paused_lanes, waiting_lanes,
 --         completed_total, retried_total, dead_total, deferred_total, repeats, cancelled,
---         cancelled_total
+--         cancelled_total, expired_total
 -- cost: O(1)
 local qp = ARGV[1]
 local exists = redis.call('EXISTS', qp .. KEY.meta)
@@ -19,7 +20,7 @@ if exists == 1 and redis.call('HGET', qp .. KEY.meta, 'layout') ~= LAYOUT then
   return {'outdated'}
 end
 local m = redis.call('HMGET', qp .. KEY.metrics, 'completed', 'retried', 'dead', 'deferred',
-  'lane_pending', 'lanes_with_jobs', 'cancelled')
+  'lane_pending', 'lanes_with_jobs', 'cancelled', 'expired')
 return {
   exists,
   redis.call('ZCARD', KEYS[1]) + tonumber(m[5] or 0), redis.call('ZCARD', qp .. KEY.schedule),
@@ -28,5 +29,5 @@ return {
   redis.call('ZCARD', qp .. KEY.lane_waits),
   tonumber(m[1] or 0), tonumber(m[2] or 0), tonumber(m[3] or 0), tonumber(m[4] or 0),
   redis.call('ZCARD', qp .. KEY.repeats),
-  redis.call('ZCARD', qp .. KEY.cancelled), tonumber(m[7] or 0),
+  redis.call('ZCARD', qp .. KEY.cancelled), tonumber(m[7] or 0), tonumber(m[8] or 0),
 }

@@ -7,12 +7,13 @@
 --   'set': ARGV[3] offset, ARGV[4] limit
 --   'ids': ARGV[3..] job ids
 -- Returns per job {id, state, attempts, payload, last_error, score, group, progress, result,
--- finished, priority}; state is '' for a missing row; score is the run-at (scheduled), lease deadline
--- (active), time of death (dead) or of the cancel (cancelled), else ''; a cancelled job's
--- last_error says who cancelled it and why; progress (JSON text), result and finished (ms, a
--- completed job's) are nil when the row has none; priority is '' for none (0).
+-- finished, priority, expires, debounce}; state is '' for a missing row; score is the run-at
+-- (scheduled), lease deadline (active), time of death (dead) or of the cancel (cancelled), else
+-- ''; a cancelled job's last_error says who cancelled it and why; progress (JSON text), result
+-- and finished (ms, a completed job's), expires (expires_ms) and debounce (its debounce key) are
+-- nil when the row has none; priority is '' for none (0).
 -- fields of each job: id, state, attempts, payload, last_error, score, group, progress, result,
---          finished, priority
+--          finished, priority, expires, debounce
 -- cost: O(log n + limit) or O(ids named)
 local qp = ARGV[1]
 local list = {}
@@ -27,12 +28,12 @@ local score_set = {scheduled = qp .. KEY.schedule, active = qp .. KEY.active, de
 local out = {}
 for _, id in ipairs(list) do
   local job = fields(qp .. KEY.job .. id, 'state', 'attempts', 'payload', 'last_error', 'group',
-    'progress', 'result', 'finished_ms', 'priority')
+    'progress', 'result', 'finished_ms', 'priority', 'expires_ms', 'debounce')
   local state = job_state(qp, id, job.state) or ''
   local score = ''
   if score_set[state] then score = redis.call('ZSCORE', score_set[state], id) or '' end
   out[#out + 1] = {id, state, job.attempts or '0', job.payload or '', job.last_error or '', score,
     job.group or '', job.progress or false, job.result or false, job.finished_ms or false,
-    job.priority or ''}
+    job.priority or '', job.expires_ms or false, job.debounce or false}
 end
 return out

@@ -6,7 +6,9 @@
 -- none), ARGV[7] seq number, ARGV[8] seq window, ARGV[9] the scope's TTL in ms, ARGV[10] the
 -- jobs' timeout in ms ('' for none: kept in each row as timeout_ms, the handler's deadline per
 -- attempt), ARGV[11] the jobs' priority ('' for none: 0; an integer, kept in each row as
--- priority when not 0), then pairs ARGV[2k+10] job id, ARGV[2k+11] payload
+-- priority when not 0), ARGV[12] the jobs' expiry ('' for none; server ms, or '+ms' from the
+-- server's now: kept in each row as expires_ms, as for enqueue), then pairs ARGV[2k+11] job id,
+-- ARGV[2k+12] payload
 -- With a key (sent with exactly one job): if emq:{q}:key:<key> exists the job is a duplicate
 -- and nothing changes; otherwise the job is admitted and the key is set to its id with PX TTL,
 -- so it is remembered for the TTL even after the job has finished.
@@ -54,7 +56,11 @@ if prio then
   more[#more + 1] = 'priority'
   more[#more + 1] = ARGV[11]
 end
-for i = 12, #ARGV, 2 do
+if ARGV[12] ~= '' then
+  more[#more + 1] = 'expires_ms'
+  more[#more + 1] = expiry(ARGV[12], now)
+end
+for i = 13, #ARGV, 2 do
   local id = ARGV[i]
   if redis.call('EXISTS', qp .. KEY.job .. id) == 1 then
     out[#out + 1] = 'duplicate'

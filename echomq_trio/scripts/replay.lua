@@ -1,5 +1,6 @@
 -- replay: give a dead job a fresh start in pending (or its lane), attempts reset to 0; its last
--- error is kept for the record.
+-- error is kept for the record; its expiry is dropped (a job replayed runs, even one that
+-- expired).
 -- transition: dead -> pending | pending (lane)
 -- KEYS[1] emq:{q}:dead (the other keys are ARGV[1]'s, same slot)
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] job id
@@ -12,7 +13,7 @@ local state = job_state(qp, id, job.state)
 if not state then return 'gone' end
 if state ~= 'dead' then return 'not_dead' end
 redis.call('ZREM', KEYS[1], id)
-redis.call('HDEL', qp .. KEY.job .. id, 'attempts')  -- none: 0
+redis.call('HDEL', qp .. KEY.job .. id, 'attempts', 'expires_ms')  -- none: 0, no expiry
 wake(qp, to_waiting(qp, id, job.group, now_ms(), nil, tonumber(job.priority)))
 emit(qp, 'replayed', id)
 return 'replayed'

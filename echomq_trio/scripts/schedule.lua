@@ -5,8 +5,10 @@
 -- now), ARGV[3] group ('' for the flat pending set), ARGV[4] the jobs' timeout in ms ('' for
 -- none: kept in each row as timeout_ms, the handler's deadline per attempt), ARGV[5] the jobs'
 -- priority ('' for none: 0; an integer, kept in each row as priority when not 0: when due, a
--- job waits in pending or its lane at its priority's place), then triples: job id, payload,
--- time or delay
+-- job waits in pending or its lane at its priority's place), ARGV[6] the jobs' expiry ('' for
+-- none; server ms, or '+ms' from the server's now: kept in each row as expires_ms, as for
+-- enqueue; a job whose run-at is past it never runs), then triples: job id, payload, time or
+-- delay
 -- Returns per job, in order: {'scheduled', run-at in server ms}, or {'duplicate'} (a row with
 -- that id exists; nothing is changed).
 -- fields of each job: outcome, at?
@@ -25,7 +27,11 @@ if prio then
   more[#more + 1] = 'priority'
   more[#more + 1] = ARGV[5]
 end
-for i = 6, #ARGV, 3 do
+if ARGV[6] ~= '' then
+  more[#more + 1] = 'expires_ms'
+  more[#more + 1] = expiry(ARGV[6], now)
+end
+for i = 7, #ARGV, 3 do
   local id = ARGV[i]
   if redis.call('EXISTS', qp .. KEY.job .. id) == 1 then
     out[#out + 1] = {'duplicate'}

@@ -214,7 +214,7 @@ class Held(FaultyTransport):
 
     async def script(self, name: str, keys: Sequence[str], args: Sequence[str | bytes]) -> Any:
         if name == "enqueue":
-            self.sizes.append((len(args) - 3) // 2)  # ARGV: prefix, key, ttl, then pairs
+            self.sizes.append((len(args) - 5) // 2)  # ARGV: 5 fixed (prefix ... expiry), pairs
             gate = trio.Event()
             self.gates.append(gate)
             await gate.wait()

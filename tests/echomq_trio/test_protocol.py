@@ -96,8 +96,8 @@ def test_enqueue_round_trip(k: QueueKeys, items: list[tuple[str, str | bytes]], 
     assert len(calls) == (1 if items else 0)
     for call in calls:
         _check_call(call, k)
-        assert call.script == "enqueue" and call.args[1:5] == ("", "", "", "")
-        assert list(zip(call.args[5::2], call.args[6::2], strict=True)) == [
+        assert call.script == "enqueue" and call.args[1:6] == ("", "", "", "", "")
+        assert list(zip(call.args[6::2], call.args[7::2], strict=True)) == [
             (i, _bytes(p)) for i, p in items
         ]
     words = data.draw(st.lists(st.sampled_from(["enqueued", "duplicate"]), min_size=len(items),
@@ -112,9 +112,9 @@ def test_enqueue_goes_in_chunks() -> None:
     k = queue_keys("q")
     items = [(ids.generate("JOB"), b"") for _ in range(2 * protocol.ENQUEUE_CHUNK + 1)]
     calls = protocol.enqueue_calls(k, items, MAX)
-    assert [len(c.args) for c in calls] == [5 + 2 * protocol.ENQUEUE_CHUNK] * 2 + [7]
-    assert [a for c in calls for a in c.args[5::2]] == [i for i, _ in items]
-    answers = [c.decode([b"enqueued"] * ((len(c.args) - 5) // 2)) for c in calls]
+    assert [len(c.args) for c in calls] == [6 + 2 * protocol.ENQUEUE_CHUNK] * 2 + [8]
+    assert [a for c in calls for a in c.args[6::2]] == [i for i, _ in items]
+    answers = [c.decode([b"enqueued"] * ((len(c.args) - 6) // 2)) for c in calls]
     assert [a.id for chunk in answers for a in chunk] == [i for i, _ in items]
 
 
@@ -182,7 +182,7 @@ def test_an_idempotency_key_guards_exactly_one_job(
     k: QueueKeys, job_id: str, payload: str | bytes, key: str, ttl: int
 ) -> None:
     (call,) = protocol.enqueue_calls(k, [(job_id, payload)], MAX, key=key, key_ttl_ms=ttl)
-    assert call.args == (k.prefix, key, str(ttl), "", "", job_id, _bytes(payload))
+    assert call.args == (k.prefix, key, str(ttl), "", "", "", job_id, _bytes(payload))
     with pytest.raises(ValueError, match="exactly one job"):
         protocol.enqueue_calls(k, [(job_id, payload)] * 2, MAX, key=key)
     with pytest.raises(ValueError, match="exactly one job"):
@@ -197,12 +197,14 @@ def test_lane_enqueue_call(
     call = protocol.lane_enqueue_call(k, group, items, MAX, limit=limit)
     _check_call(call, k)
     assert call.keys == (k.lane(group),)
-    assert call.args[1:11] == (group, "" if limit is None else str(limit), *[""] * 8)
-    assert list(call.args[11::2]) == [i for i, _ in items]
+    assert call.args[1:12] == (group, "" if limit is None else str(limit), *[""] * 9)
+    assert list(call.args[12::2]) == [i for i, _ in items]
     timed = protocol.lane_enqueue_call(k, group, items, MAX, limit=limit, timeout_ms=9)
     assert timed.args[9] == "9" and timed.args[10:] == call.args[10:]
     ranked = protocol.lane_enqueue_call(k, group, items, MAX, limit=limit, priority=-3)
     assert ranked.args[10] == "-3" and ranked.args[11:] == call.args[11:]
+    expiring = protocol.lane_enqueue_call(k, group, items, MAX, limit=limit, expires="+5")
+    assert expiring.args[11] == "+5" and expiring.args[12:] == call.args[12:]
 
 
 @given(keys_of, job_ids, payloads, names, st.integers(0, 2**53), st.integers(1, 512),
@@ -213,7 +215,7 @@ def test_a_seq_guards_exactly_one_lane_job(
     seq = Seq(scope, n, window=window, ttl_ms=ttl)
     call = protocol.lane_enqueue_call(k, "g", [(job_id, payload)], MAX, seq=seq)
     _check_call(call, k)
-    assert call.args[3:] == ("", "", scope, str(n), str(window), str(ttl), "", "", job_id,
+    assert call.args[3:] == ("", "", scope, str(n), str(window), str(ttl), "", "", "", job_id,
                              _bytes(payload))  # fmt: skip
     with pytest.raises(ValueError, match="a seq guards exactly one job"):
         protocol.lane_enqueue_call(k, "g", [(job_id, payload)] * 2, MAX, seq=seq)
@@ -267,8 +269,8 @@ def test_schedule_round_trip(
 ) -> None:
     call = protocol.schedule_call(k, items, MAX, relative=relative, group=group)
     _check_call(call, k)
-    assert call.args[1:5] == ("in" if relative else "at", group or "", "", "")
-    assert list(call.args[7::3]) == [str(t) for _, _, t in items]
+    assert call.args[1:6] == ("in" if relative else "at", group or "", "", "", "")
+    assert list(call.args[8::3]) == [str(t) for _, _, t in items]
     timed = protocol.schedule_call(k, items, MAX, relative=relative, group=group, timeout_ms=7)
     assert timed.args[3] == "7" and timed.args[4:] == call.args[4:]
     ranked = protocol.schedule_call(k, items, MAX, relative=relative, group=group, priority=5)
@@ -459,11 +461,11 @@ def test_promote_reap_and_fire_replies(
 # --- reads ---------------------------------------------------------------------------------------
 
 
-@given(st.lists(st.integers(0, 2**40), min_size=15, max_size=15))
+@given(st.lists(st.integers(0, 2**40), min_size=16, max_size=16))
 def test_counts_reply(values: list[int]) -> None:
     got = protocol.counts_reply(values)
     assert attrs.astuple(got) == (bool(values[0]), *values[1:])
-    assert len(attrs.fields(Counts)) == 15
+    assert len(attrs.fields(Counts)) == 16
     assert not protocol.outdated(values)
 
 
@@ -481,6 +483,7 @@ infos = st.builds(
     progress=st.none() | st.integers(0, 100) | st.dictionaries(names, st.integers(0, 9)),
     result=st.none() | st.binary(max_size=20), finished_ms=st.none() | times,
     priority=st.integers(PRIORITY_MIN, PRIORITY_MAX),
+    expires_ms=st.none() | times, debounce=st.none() | names,
 )  # fmt: skip
 
 
@@ -502,10 +505,11 @@ def test_inspect_round_trip(
             None if r.progress is None else protocol.encode_progress(r.progress).encode(),
             r.result, None if r.finished_ms is None else r.finished_ms,
             str(r.priority or "").encode(),
+            r.expires_ms, None if r.debounce is None else r.debounce.encode(),
             ] for r in rows]  # fmt: skip
     assert protocol.inspect_reply(raw) == rows
     assert all(type(r.state) is JobState for r in protocol.inspect_reply(raw))
-    missing = [b"JOB0000000000x", b"", b"0", b"", b"", "", b"", None, None, None, b""]  # no row
+    missing = [b"JOB0000000000x", b"", b"0", b"", b"", "", b"", None, None, None, b"", None, None]
     assert protocol.inspect_ids_reply([*raw, missing]) == [*rows, None]
     assert protocol.inspect_reply([missing]) == []
     with pytest.raises(ValueError, match="state must be one of"):

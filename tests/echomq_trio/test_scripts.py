@@ -353,7 +353,7 @@ def test_each_reply_is_decoded_by_the_names_its_header_lists() -> None:
     for name in BUS_SCRIPTS:
         headers |= _header_fields(name)
     assert headers == protocol.REPLY_FIELDS
-    with pytest.raises(ValueError, match="inspect/job answered 6 fields, expected 11"):
+    with pytest.raises(ValueError, match="inspect/job answered 6 fields, expected 13"):
         protocol.inspect_reply([[b"JOB0000000000x", b"dead", b"1", b"", b"", b""]])
     with pytest.raises(ValueError, match="fire/wanted answered 1 fields, not items of 4"):
         protocol.fire_reply([1, -1, 5, 6])

@@ -23,7 +23,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from echomq_trio import Bus, jobs, lanes, protocol, repeat, states
+from echomq_trio import Bus, jobs, lanes, protocol, queues, repeat, states
 from echomq_trio.results import Cancelled, Outcome, Registered
 from echomq_trio.states import EDGES, JobState, LaneState, Place, RepeatState, next_place
 from tests.support import wait_for
@@ -64,11 +64,13 @@ def test_a_job_s_life_ends_only_in_none_and_none_is_left_only_by_admitting() -> 
         exits = {e.target for e in EDGES if e.source is place and e.target is not place}
         assert exits or place in states.EXPIRES, f"{place.value} has no exit"
     admit = {e.script for e in EDGES if e.source is Place.NONE}
-    assert admit == {"enqueue", "lane_enqueue", "schedule", "fire"}
+    assert admit == {"enqueue", "lane_enqueue", "schedule", "fire", "debounce"}
     assert all(
-        states.SCRIPTS[s].answers in ((), ("enqueued", "duplicate"), ("scheduled", "duplicate"))
+        states.SCRIPTS[s].answers
+        in ((), ("enqueued", "duplicate"), ("scheduled", "duplicate"),
+            ("scheduled", "debounced", "duplicate"))
         for s in admit
-    )
+    )  # fmt: skip
 
 
 def test_each_move_has_one_target_and_every_moving_script_moves() -> None:
@@ -159,6 +161,7 @@ class Model:
     token: int | None = None
     due: bool = False  # scheduled: its time has come
     lease_ms: int = 0  # active: the lease it was given
+    debounce: str | None = None  # its debounce key (never claimed: it takes enqueues in)
 
 
 @attrs.define
@@ -258,6 +261,63 @@ class Lifecycle(RuleBasedStateMachine):
         assert admitted.outcome in (Outcome.ENQUEUED, Outcome.SCHEDULED)
         self.jobs[admitted.id] = Model(Place.NONE, lane, due=when == "due")
         self.move(admitted.id, script)
+
+    def debounced(self, lane: str | None, key: str, ms: int) -> jobs.Admitted:
+        if lane is None:
+            return self.run(jobs.enqueue, b"d", debounce=key, debounce_ms=ms)
+        return self.run(lanes.enqueue, lane, b"d", debounce=key, debounce_ms=ms)
+
+    @rule(lane=st.sampled_from((None, *LANES)), due=st.booleans())
+    def debounce(self, lane: str | None, due: bool) -> None:
+        """A new period (on the schedule), then an enqueue its job takes in."""
+        if lane in self.waiting:
+            return  # a waiting lane holds its one job alone
+        key = uuid.uuid4().hex[:8]
+        ms = 1 if due else LATER_MS
+        first = self.debounced(lane, key, ms)
+        assert (first.outcome, first.absorbed) == (Outcome.SCHEDULED, 1), first
+        self.jobs[first.id] = Model(Place.NONE, lane, debounce=key)
+        self.move(first.id, "debounce")
+        again = self.debounced(lane, key, ms)
+        assert (again.outcome, again.id, again.absorbed) == (Outcome.DEBOUNCED, first.id, 2)
+        self.move(first.id, "debounce", "taken in: its run time slides")
+        if due:
+            assert again.run_at_ms is not None
+            self.wait_past(again.run_at_ms)
+            self.jobs[first.id].due = True
+
+    def takes_in(self) -> list[str]:
+        """Debounced jobs due and never claimed: they take an enqueue in where they are."""
+        return [i for i in self.where(Place.PENDING, Place.LANE) if self.jobs[i].debounce
+                and self.jobs[i].token is None]  # fmt: skip
+
+    @precondition(lambda self: self.takes_in())
+    @rule(data=st.data())
+    def debounce_due(self, data: st.DataObject | None) -> None:
+        job_id = self.pick(data, self.takes_in())
+        m = self.jobs[job_id]
+        assert m.debounce is not None
+        again = self.debounced(m.group, m.debounce, LATER_MS)
+        assert (again.outcome, again.id) == (Outcome.DEBOUNCED, job_id), again
+        self.move(job_id, "debounce", "taken in: due already")
+
+    @precondition(lambda self: not self.short_waits())
+    @rule(lane=st.sampled_from((None, *OPEN)), drop=st.booleans())
+    def expire(self, lane: str | None, drop: bool) -> None:
+        """A job admitted past its expiry: the claim that meets it (one that takes every other
+        claimable job first) never leases it."""
+        assert self.run(queues.set_expired, "drop" if drop else "dead") == (
+            "drop" if drop else "dead"
+        )
+        n = self.claimable()  # the claim takes these, and meets the expired job too
+        if lane is None:
+            job_id = self.run(jobs.enqueue, b"e", expires_at=1).id
+        else:
+            job_id = self.run(lanes.enqueue, lane, b"e", expires_at=1).id
+        self.claim(n + 1, False)
+        self.jobs[job_id] = Model(Place.NONE, lane)
+        self.move(job_id, "enqueue" if lane is None else "lane_enqueue")
+        self.move(job_id, "claim", "expired, the queue drops expired jobs" if drop else "expired")
 
     # --- claiming ---------------------------------------------------------------------------------
 
@@ -718,6 +778,17 @@ WALK: list[tuple[str, dict[str, Any]]] = [
     ("delete", {"data": None}),  # running: refused
     ("defer", {"data": None, "delay": "later"}),
     ("delete", {"data": None}),  # from its waiting lane
+    ("debounce", {"lane": None, "due": True}),
+    ("promote", {}),
+    ("debounce_due", {"data": None}),
+    ("debounce", {"lane": "o", "due": True}),
+    ("promote", {}),
+    ("debounce_due", {"data": None}),
+    ("debounce", {"lane": None, "due": False}),
+    ("expire", {"lane": None, "drop": False}),
+    ("expire", {"lane": "o", "drop": False}),
+    ("expire", {"lane": None, "drop": True}),
+    ("expire", {"lane": "o", "drop": True}),
 ]
 
 
