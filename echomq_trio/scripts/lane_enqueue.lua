@@ -25,13 +25,13 @@ local qp = ARGV[1]
 local g = ARGV[2]
 local guard = nil
 if ARGV[4] ~= '' then
-  if #ARGV ~= 13 then return redis.error_reply('ERR an idempotency key guards exactly one job') end
+  if #ARGV ~= 14 then return redis.error_reply('ERR an idempotency key guards exactly one job') end
   guard = qp .. KEY.idempotency .. ARGV[4]
   if redis.call('EXISTS', guard) == 1 then return {'duplicate'} end
 end
 local seen, drop = nil, {}
 if ARGV[6] ~= '' then
-  if #ARGV ~= 13 then return redis.error_reply('ERR a seq guards exactly one job') end
+  if #ARGV ~= 14 then return redis.error_reply('ERR a seq guards exactly one job') end
   seen = qp .. KEY.seq .. ARGV[6]
   if redis.call('SISMEMBER', seen, ARGV[7]) == 1 then return {'duplicate'} end
   local numbers = redis.call('SMEMBERS', seen)

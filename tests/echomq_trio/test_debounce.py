@@ -188,7 +188,9 @@ def test_the_debounce_call_and_its_reply() -> None:
                                   expires=protocol.expiry_arg(expires_in=7))  # fmt: skip
     assert call.script == "debounce" and call.keys == (k.schedule,)
     assert call.args == (k.prefix, "key", "5", "", str(protocol.DEBOUNCE_KEEP_MS), "g", "", "+7",
-                         job_id, b"p")  # fmt: skip
+                         job_id, b"p", "")  # fmt: skip
+    ranked = protocol.debounce_call(k, "key", (job_id, "p"), 1024, debounce_ms=5, priority=3)
+    assert ranked.args[-1] == "3"
     assert call.decode([b"debounced", job_id.encode(), 123, 4]) == Admitted(
         job_id, Outcome.DEBOUNCED, 123, 4
     )
@@ -199,3 +201,21 @@ def test_the_debounce_call_and_its_reply() -> None:
         call.decode([b"scheduled", job_id.encode()])
     assert protocol.check_debounce(None, None, None) is None
     assert protocol.check_debounce("k", 5, None) == 5
+
+
+async def test_a_debounced_job_keeps_its_first_enqueues_priority(bus: Bus, queue: str) -> None:
+    """A new period's priority is its job's, kept in the row, so the job joins pending at its
+    priority's place when due; an enqueue taken into it leaves the priority as it was."""
+    plain = await jobs.enqueue(bus, queue, b"plain")
+    first = await jobs.enqueue(bus, queue, b"1", debounce="k", debounce_ms=1, priority=5)
+    taken = await jobs.enqueue(bus, queue, b"2", debounce="k", debounce_ms=1, priority=-5)
+    assert taken.outcome is Outcome.DEBOUNCED and taken.id == first.id
+    info = await jobs.get_job(bus, queue, first.id)
+    assert info is not None and info.priority == 5 and info.payload == b"2"
+    await wait_for(lambda: _promoted(bus, queue))
+    claimed = await jobs.claim(bus, queue, batch=2)
+    assert [j.id for j in claimed] == [first.id, plain.id]
+
+
+async def _promoted(bus: Bus, queue: str) -> bool:
+    return (await jobs.promote(bus, queue)).moved == 1

@@ -122,10 +122,10 @@ def test_enqueue_of_exactly_one_chunk_is_one_call() -> None:
     k = queue_keys("q")
     items = [(ids.generate("JOB"), b"") for _ in range(protocol.ENQUEUE_CHUNK)]
     (call,) = protocol.enqueue_checked_calls(k, items)
-    assert call.args == (k.prefix, "", "", "", "", *(a for pair in items for a in pair))
+    assert call.args == (k.prefix, "", "", "", "", "", *(a for pair in items for a in pair))
     assert protocol.enqueue_checked_calls(k, []) == []
     (timed,) = protocol.enqueue_checked_calls(k, items[:1], 250)
-    assert timed.args == (k.prefix, "", "", "250", "", *items[0])
+    assert timed.args == (k.prefix, "", "", "250", "", "", *items[0])
 
 
 @given(job_ids, payloads)
