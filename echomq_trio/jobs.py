@@ -175,7 +175,8 @@ async def enqueue(
     with ``debounce`` (``ValueError``: the debounce key decides which job takes the enqueue).
 
     Concurrent calls for one queue coalesce into shared script calls (``echomq_trio._gather``):
-    each caller still gets its own answer or its own error.
+    each caller still gets its own answer or its own error. A call with a ``key``, a
+    ``timeout_ms`` or a ``priority`` is its own script call.
 
     A cancelled call may or may not have admitted the job (one cancelled while its coalesced
     batch was still gathering admitted nothing; one whose batch had gone out returns its

@@ -198,7 +198,8 @@ async def test_delete_page_by_age_walks_every_priority(bus: Bus, queue: str) -> 
 class Model:
     """The claim's order, one job at a time: the lanes in turn order (a ring), one job of the
     lane whose turn it is, then one of the flat set; each set highest priority first, then
-    lowest id."""
+    lowest id. A job put back (retried, deferred, released) goes to its place in its set, and
+    its lane to the ring's end if it was off it."""
 
     ring: list[str] = attrs.Factory(list)
     waiting: dict[str, list[tuple[int, str]]] = attrs.Factory(dict)  # '' is the flat set
@@ -238,6 +239,7 @@ steps = st.lists(
         st.tuples(st.just("claim"), st.integers(1, 6), st.just(0)),
         st.tuples(st.just("retry"), st.integers(0, 5), st.just(0)),
         st.tuples(st.just("release"), st.integers(0, 5), st.just(0)),
+        st.tuples(st.just("defer"), st.integers(0, 5), st.just(0)),
         st.tuples(st.just("ack"), st.integers(0, 5), st.just(0)),
     ),
     min_size=1,
@@ -279,6 +281,11 @@ async def test_the_claimed_order_is_the_model_s(
                     model.put(job.id)
                 elif step == "release":
                     assert await jobs.release(bus, queue, [(job.id, job.token)]) == 1
+                    model.put(job.id)
+                elif step == "defer":  # a lane job back in its lane, a flat one via the schedule
+                    assert await jobs.defer(bus, queue, job.id, job.token, 0) is Outcome.DEFERRED
+                    if not job.group:
+                        assert (await jobs.promote(bus, queue)).moved == 1
                     model.put(job.id)
                 else:
                     assert await jobs.ack(bus, queue, job.id, job.token) is Outcome.ACKED
