@@ -12,13 +12,17 @@ from sphinx.application import Sphinx
 from sphinx.ext.graphviz import graphviz
 from sphinx.util.docutils import SphinxDirective
 
+_NO_ROW = 'fixedsize=true, width=0.85, fontsize=11, fillcolor="#f4f4f4", color="#999999"'
+
 
 def job_dot() -> str:
     """The job state machine in DOT."""
     from echomq_trio.states import EDGES, EXPIRES, Place
 
-    def ident(p: Place) -> str:
-        return "none" if p is Place.NONE else p.name.lower()
+    def ident(p: Place, end: bool = False) -> str:
+        if p is Place.NONE:  # drawn twice: where a job comes from, and where it ends
+            return "gone" if end else "new"
+        return p.name.lower()
 
     pairs: dict[tuple[Place, Place], list[str]] = {}
     for e in EDGES:
@@ -28,18 +32,21 @@ def job_dot() -> str:
                 names.append(e.script)
     lines = [
         "digraph jobs {",
-        '  graph [rankdir=LR, bgcolor="transparent", nodesep=0.35, ranksep=0.9];',
+        '  graph [rankdir=TB, bgcolor="transparent", nodesep=0.25, ranksep=0.5];',
         '  node [shape=box, style="rounded,filled", fillcolor="#eef3fb", color="#5b7bb5",'
-        ' fontname="Helvetica", fontsize=11];',
-        '  edge [fontname="Helvetica", fontsize=9, color="#66708a", fontcolor="#333a4d"];',
-        '  none [label="(no row)", shape=circle, fillcolor="#f4f4f4", color="#999999"];',
+        ' fontname="Helvetica", fontsize=13, margin="0.15,0.06"];',
+        '  edge [fontname="Helvetica", fontsize=11, color="#66708a", fontcolor="#2b3245"];',
+        f'  new [label="(no row)", shape=circle, {_NO_ROW}];',
+        f'  gone [label="(no row)", shape=doublecircle, {_NO_ROW}];',
+        "  { rank=source; new; }",
+        "  { rank=sink; gone; }",
     ]
     lines += [f'  {ident(p)} [label="{p.value}"];' for p in Place if p is not Place.NONE]
     for (a, b), names in pairs.items():
         label = "\\n".join(names)
-        lines.append(f'  {ident(a)} -> {ident(b)} [label="{label}"];')
+        lines.append(f'  {ident(a)} -> {ident(b, end=True)} [label="{label}"];')
     for p, why in EXPIRES.items():
-        lines.append(f'  {ident(p)} -> none [label="expires\\n({why})", style=dashed];')
+        lines.append(f'  {ident(p)} -> gone [label="expires\\n({why})", style=dashed];')
     lines.append("}")
     return "\n".join(lines)
 
