@@ -36,6 +36,16 @@ def site_pages() -> list[Path]:
     ]
 
 
+def test_every_public_module_of_the_bus_has_a_reference_page() -> None:
+    """A module in ``tests/test_surface.py``'s list has ``docs/reference/api/<module>.md``
+    (copy a neighbour's: a title and ``{apimodule} <module>``), and no page outlives its module."""
+    pages = {p.stem for p in (DOCS / "reference" / "api").glob("*.md")}
+    assert pages == set(BUS_SURFACE) - {"echomq_trio.__main__"}
+    for name in pages:
+        page = (DOCS / "reference" / "api" / f"{name}.md").read_text()
+        assert f"```{{apimodule}} {name}\n" in page, name
+
+
 def test_the_generated_pages_are_current() -> None:
     """The command lines, the settings (each default the code's) and the metrics tables:
     ``python3 -m tools.docs`` writes them."""
