@@ -23,3 +23,7 @@ test-fast:
 bench:
     python3 tools/bench_bus.py
     python3 tools/bench_notify.py --archiver
+
+# The docs site into docs/_build/html, as CI builds it (pip install '.[docs]'; Graphviz's dot).
+docs:
+    python3 -m sphinx -W --keep-going -b html docs docs/_build/html

@@ -25,7 +25,7 @@ cyclic garbage (``gc.collect``) and calls ``malloc_trim(0)``, and again a minute
 glibc's heap has a cost of its own: a service that allocates and frees all the time spreads its
 free chunks over pages that ``free`` never gives back (only the top of the heap goes back by
 itself): under a steady load the process grows for hours, though Python's own heap is flat, and
-one ``malloc_trim(0)`` gives back most of it (the README's benchmarks measure it). So the
+one ``malloc_trim(0)`` gives back most of it (the docs' benchmarks measure it). So the
 ``Trimmer`` also calls ``malloc_trim(0)`` (no garbage collection) every ``tidy_every_s`` (a
 minute), whatever the viewers do: each such call has little to give back and takes a few
 milliseconds. Both are Linux and glibc only; elsewhere ``trim`` only

@@ -83,7 +83,7 @@ _HELP = {
     "telegram_hang_after_s": ("--telegram-hang-after", "CODEMOJEX_TELEGRAM_HANG_AFTER",
                              "seconds a request to Telegram may go unanswered before it is "
                              "logged as an outage and shown on the summary line and in the "
-                             "metrics (the client gives up at 10)"),
+                             "metrics (at least 0.1; the client gives up at 10)"),
     "global_limit": ("--global-limit", "CODEMOJEX_GLOBAL_LIMIT",
                      "bot-wide sends per window, LIMIT/WINDOW_MS"),
     "private_limit": ("--private-limit", "CODEMOJEX_PRIVATE_LIMIT",
@@ -98,20 +98,25 @@ _HELP = {
                         "seconds between live summary lines (0: none)"),
     "archive": ("--archive", "CODEMOJEX_ARCHIVE",
                 "fold an audit of every notice into SQLite and replicate it: on/off"),
-    "archive_db": ("--archive-db", "CODEMOJEX_ARCHIVE_DB", "the audit archive's SQLite file"),
+    "archive_db": ("--archive-db", "CODEMOJEX_ARCHIVE_DB",
+                   "the audit archive's SQLite file (default: <data-dir>/audit.sqlite)"),
     "replica": ("--replica", "CODEMOJEX_REPLICA",
-                "where archive segments are replicated: a directory or s3://bucket/prefix"),
+                "where archive segments are replicated: a directory or s3://bucket/prefix "
+                "(default: the directory <data-dir>/replica)"),
     "compact_segments": ("--compact-segments", "CODEMOJEX_COMPACT_SEGMENTS",
-                         "replica segments after the newest manifest that start a compaction"),
+                         "replica segments after the newest manifest that start a compaction "
+                         "(at least 2)"),
     "round_keep_s": ("--round-keep", "CODEMOJEX_ROUND_KEEP",
-                     "seconds an ended round and its board are kept (its results stay readable)"),
+                     "seconds an ended round and its board are kept (its results stay readable; "
+                     "at least 1)"),
     "updates": ("--updates", "CODEMOJEX_UPDATES",
                 "how Telegram's updates come in: poll (getUpdates) or webhook"),
     "webhook_url": ("--webhook-url", "CODEMOJEX_WEBHOOK_URL",
                     "webhook mode: the public https URL Telegram posts updates to, proxied to "
-                    "/telegram/webhook on the page port; default with the stand-in: the page URL"),
+                    "/telegram/webhook on the page port (required with a token); default with the "
+                    "stand-in: the page URL"),
     "round_s": ("--round-length", "CODEMOJEX_ROUND_LENGTH",
-                "seconds a round started in a chat with /round lasts"),
+                "seconds a round started in a chat with /round lasts (at least 5)"),
     "digest_at": ("--digest-at", "CODEMOJEX_DIGEST_AT",
                   "local time (HH:MM) the daily standings digest is sent, in --digest-tz"),
     "digest_tz": ("--digest-tz", "CODEMOJEX_DIGEST_TZ",

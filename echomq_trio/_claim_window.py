@@ -11,7 +11,7 @@ others idle).
 at the pace they have been finishing jobs (measured over spans of at least ``span_s``, each
 span weighing as much as all before it together), between ``least`` and ``most``. Fast handlers
 get a deep buffer, so claims and acks stay in flight while they work (why 512 at most: the
-README's benchmarks, "Measurements behind the design"); slow ones get a shallow one, so a job
+docs' benchmarks, "Measurements behind the design"); slow ones get a shallow one, so a job
 does not wait behind them while another consumer idles.
 """
 

@@ -17,8 +17,8 @@ Theory of operation:
   caller leads a new batch, which leaves as soon as it has gathered, whether or not the one
   before has its answer. So about two batches are out at once: while the server runs one, the
   callers of the other take their answers and gather their next jobs (one batch of all the
-  callers at a time is markedly slower: the README's benchmarks, "Measurements behind the
-  design").
+  callers at a time is markedly slower: the docs' benchmarks, ``docs/benchmarks/``,
+  "Measurements behind the design").
 * A caller counts as in flight from its arrival until it has its answer in hand (``in_flight``),
   not only while its call is on the wire. The callers of a batch all wake when its answer
   comes (they share one event); the first of them to enqueue again finds the others still in

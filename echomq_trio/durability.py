@@ -24,7 +24,7 @@ far rather than declare one on disk that may not be. ``WAITAOF`` blocks its conn
 the sync (up to a second with ``everysec``), which is why the bus's other calls do not share
 it, and why a durable call sent meanwhile takes the other of two. Each call waits for the
 server's next sync: up to a second with ``everysec``, whatever the load. The cost is measured
-in the README (Benchmarks).
+in the docs (``docs/guide/durability.md``, and ``docs/benchmarks/``).
 """
 
 from __future__ import annotations

@@ -361,7 +361,8 @@ async def carry_clock(
     carry up to ``batch`` of the queue's waits across the last recorded step: lane waits and
     relative scheduled waits keep their length, a lease is never shortened under a live holder
     and none is reaped for ``reap_grace_ms`` after the step is recorded, a recurring schedule
-    runs within a period (see the README's "When the server clock steps"). The metronome calls
+    runs within a period (see "When the server clock steps" in
+    ``docs/design/how-the-bus-works.md``). The metronome calls
     it; call it until ``more`` is false.
 
     A cancelled call may or may not have carried a page; calling again is always safe (an

@@ -21,7 +21,7 @@ at the top level is refused when this module is imported), and a definition is k
 script's code, or a kept definition after it, names it (a Lua local can only use the locals
 defined before it, so one pass from the last definition to the first finds them all).
 The server runs a script's whole text on every call, so each helper defined and not used was a
-closure made for nothing (the README's benchmarks, "Measurements behind the design", say how
+closure made for nothing (the docs' benchmarks, "Measurements behind the design", say how
 much).
 """
 

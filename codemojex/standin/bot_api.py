@@ -143,9 +143,10 @@ GET_ME_ONLY: JsonObject = {
     "allows_users_to_create_topics": False,
 }
 """The fields Telegram's ``User`` has "only in getMe" (Bot API 9.4; the Bot API server's
-``JsonUser`` with ``full_bot_info``), as a bot set up as the README says has them: it may join
-groups and reads every message there (privacy mode off, so it sees the guesses); no inline
-mode, business connection, main Web App or topics. A message's ``from`` has none of them."""
+``JsonUser`` with ``full_bot_info``), as a bot set up as ``docs/howto/telegram-bot.md`` says
+has them: it may join groups and reads every message there (privacy mode off, so it sees the
+guesses); no inline mode, business connection, main Web App or topics. A message's ``from``
+has none of them."""
 
 MAX_BODY_BYTES = 1 << 20
 BLOCKED = "Forbidden: bot was blocked by the user"

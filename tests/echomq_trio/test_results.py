@@ -337,17 +337,6 @@ async def test_the_cli_prints_a_result_and_show_prints_result_and_progress(
     assert out.returncode == 124 and "did not finish within 0.3 s" in out.stderr.decode(), out
 
 
-@pytest.mark.slow
-def test_the_readme_example_runs() -> None:
-    from tests.test_readme import run_example
-
-    out = run_example("results-example")
-    assert out.splitlines() == [
-        "thumb of cat.png",
-        "completed {'step': 3, 'of': 3} b'thumb of cat.png'",
-    ], out
-
-
 async def test_an_ack_with_a_result_whose_answer_is_lost_is_tried_again_and_kept_once(
     bus: Bus, queue: str
 ) -> None:
