@@ -121,7 +121,7 @@ def queue_row(name: str, history: History, sample_s: float) -> dict[str, Any]:
         "pending": c.pending, "scheduled": c.scheduled, "active": c.active, "dead": c.dead,
         "lanes": c.lanes, "paused_lanes": c.paused_lanes, "waiting_lanes": c.waiting_lanes,
         "repeats": c.repeats, "completed_total": c.completed_total,
-        "retried_total": c.retried_total,
+        "retried_total": c.retried_total, "expired_total": c.expired_total,
     }  # fmt: skip
     return {
         "name": name,

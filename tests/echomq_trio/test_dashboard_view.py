@@ -23,6 +23,7 @@ def test_throughput_is_the_growth_of_the_totals_between_samples() -> None:
     assert history.totals("q", "completed_total") == [15, 15, 40]
     assert row["done_per_min"] == 12.5 and row["retries_per_min"] == 1.0
     assert row["counts"]["pending"] == 1 and row["window"] == "2 min"
+    assert row["counts"]["expired_total"] == 0
     history.retain(["other"])
     assert history.latest("q") is None
 

@@ -21,6 +21,7 @@ from echomq_trio import (
     Consumer,
     Job,
     Metronome,
+    audit,
     jobs,
     lanes,
     metrics,
@@ -28,7 +29,9 @@ from echomq_trio import (
     queues,
 )
 from echomq_trio.dashboard import view
+from echomq_trio.errors import JobFailed, JobNotFound
 from echomq_trio.jobs import JobInfo, JobState, Outcome
+from echomq_trio.results import AuditOutcome
 from servicekit import humane
 from tests.support import wait_for
 
@@ -271,3 +274,28 @@ def test_the_dashboard_shows_a_job_s_expiry_and_debounce_key() -> None:
     assert (shown["expires"], shown["debounce"]) == (humane.at(61_000, 1_000), "k")
     plain = view.job_view(attrs.evolve(info, expires_ms=None, debounce=None), 1_000)
     assert (plain["expires"], plain["debounce"]) == ("", "")
+
+
+async def test_an_expired_job_is_audited_and_its_waiter_told(bus: Bus, queue: str) -> None:
+    await audit.enable(bus, queue)
+    await audit.create_group(bus, queue, "reader")
+    await jobs.keep_results(bus, queue, 60_000)
+    kept = await jobs.enqueue(bus, queue, "kept", expires_at=PAST)
+    async with trio.open_nursery() as nursery:
+
+        async def wait() -> None:
+            with pytest.raises(JobFailed, match="expired"):
+                await jobs.result(bus, queue, kept.id, timeout_s=10)
+
+        nursery.start_soon(wait)  # told by the claim's message, or reads the state: either order
+        assert await jobs.claim(bus, queue) == []
+    await queues.set_expired(bus, queue, "drop")
+    dropped = await jobs.enqueue(bus, queue, "dropped", expires_at=PAST)
+    assert await jobs.claim(bus, queue) == []
+    records = await audit.read(bus, queue, "reader", "c")
+    assert [(r.job_id, r.outcome, r.error, r.payload) for r in records] == [
+        (kept.id, AuditOutcome.DEAD, "expired", b"kept"),
+        (dropped.id, AuditOutcome.DROPPED, "expired", b"dropped"),
+    ]
+    with pytest.raises(JobNotFound):
+        await jobs.result(bus, queue, dropped.id, timeout_s=1)
