@@ -20,8 +20,18 @@
 --   held(qp, id, token, or_pending)
 --                              the row of a job whose lease `token` holds (state active, or with
 --                              or_pending also pending: reaped, not claimed again) as a table
---                              {state, lease, attempts, group}; else nil and 'gone' (no row) or
---                              'stale' (another lease, or not held)
+--                              {state, lease, attempts, group, parent, children}; else nil and
+--                              'gone' (no row) or 'stale' (another lease, or not held)
+--   flow_end(qp, id, ref, how, value, now)
+--                              a flow's child (row `ref`'s parent: its prefix and id) ended:
+--                              'completed' (value its result, nil for none), or 'dead',
+--                              'cancelled', 'deleted' (value the error). Its parent, while it
+--                              waits for its children, counts it and moves to pending after its
+--                              last; a failure (by the child's on_fail: 'fail' unless 'ignore')
+--                              kills the parent instead, and that one's parent in turn
+--   flow_cancel(qp, id, reason, by, now)
+--                              cancel the waiting children of a parent being cancelled (and
+--                              theirs); a running child runs on, its end then moves nothing
 --   job_state(qp, id, state)   a job's state from its row's state field as read (a pending job's
 --                              row has none: one EXISTS tells it from no row); nil for no row
 --   to_pending(qp, id)         put a flat job in the pending set (its row is the caller's)
@@ -92,17 +102,19 @@ end
 
 -- The queue's retention (meta: events, events_maxlen, dead_max, dead_max_age_ms, results_ttl_ms),
 -- its creation, its audit flag and its cap on jobs in flight (max_active), read once per script
--- run: nil until the first helper that needs it. results: how long a finished job's row is kept
--- with its result (ms), nil for not.
-local kept = nil
+-- run per queue (a flow's parent may be another queue's): nil until the first helper that needs
+-- it. results: how long a finished job's row is kept with its result (ms), nil for not.
+local kept_of = {}
 
 local function retention(qp)
+  local kept = kept_of[qp]
   if kept == nil then
     local m = redis.call('HMGET', qp .. KEY.meta, 'events', 'events_maxlen', 'dead_max',
       'dead_max_age_ms', 'created_ms', 'audit', 'max_active', 'results_ttl_ms')
     kept = {events = m[1] ~= '0', maxlen = tonumber(m[2]) or EVENTS_MAXLEN,
       dead_max = tonumber(m[3]), dead_age = tonumber(m[4]), created = m[5], audit = m[6] == '1',
       cap = tonumber(m[7]), results = tonumber(m[8])}
+    kept_of[qp] = kept
   end
   return kept
 end
@@ -151,7 +163,8 @@ local function trim_dead(qp, now, set)
     if #old > 0 then redis.call('ZREM', dead, unpack(old)) end
     for _, id in ipairs(old) do gone[#gone + 1] = id end
   end
-  for _, id in ipairs(gone) do redis.call('DEL', qp .. KEY.job .. id) end
+  -- a flow's parent's children's ends go with its row (no key for any other job: DEL ignores it)
+  for _, id in ipairs(gone) do redis.call('DEL', qp .. KEY.job .. id, qp .. KEY.flow .. id) end
   return #gone
 end
 
@@ -165,7 +178,8 @@ end
 
 local function held(qp, id, token, or_pending)
   -- On the hot path (ack, extend): one HMGET, its fields named here and nowhere else.
-  local f = redis.call('HMGET', qp .. KEY.job .. id, 'state', 'lease', 'attempts', 'group')
+  local f = redis.call('HMGET', qp .. KEY.job .. id, 'state', 'lease', 'attempts', 'group',
+    'parent', 'children')
   local state = f[1]
   if not state then
     -- an active job's row always names its state: EXISTS only for a pending job or no row
@@ -174,7 +188,8 @@ local function held(qp, id, token, or_pending)
   end
   local holds = state == 'active' or (or_pending and state == 'pending')
   if f[2] ~= token or not holds then return nil, 'stale' end
-  return {state = state, lease = f[2], attempts = f[3] or '0', group = f[4] or nil}
+  return {state = state, lease = f[2], attempts = f[3] or '0', group = f[4] or nil,
+    parent = f[5] or nil, children = f[6] or nil}
 end
 
 -- Whether any lane of the queue is paused, waiting, limited or weighted: the EXISTS of that key,
@@ -401,4 +416,90 @@ local function audit(qp, id, outcome, attempts, now, note, err)
   redis.call('XADD', qp .. KEY.audit, '*', 'id', id, 'outcome', outcome, 'attempts', attempts,
     'settled_ms', now, 'payload', redis.call('HGET', qp .. KEY.job .. id, 'payload') or '',
     'note', note or '', 'error', err or '')
+end
+
+-- A job becomes cancelled (cancel.lua; flow_cancel for a cancelled parent's waiting children):
+-- its row says who and why, it is kept in the cancelled set, counted, told, audited. `from` is
+-- the state it left; the caller took it out of where it waited.
+local function cancelled_row(qp, id, from, attempts, reason, by, now)
+  local why = 'cancelled'
+  if by ~= '' then why = why .. ' by ' .. by end
+  if reason ~= '' then why = why .. ': ' .. reason end
+  redis.call('HSET', qp .. KEY.job .. id, 'state', 'cancelled', 'cancelled_ms', now,
+    'cancel_reason', reason, 'cancelled_by', by, 'last_error', why)
+  redis.call('ZADD', qp .. KEY.cancelled, now, id)
+  trim_dead(qp, now, qp .. KEY.cancelled)
+  redis.call('HINCRBY', qp .. KEY.metrics, 'cancelled', 1)
+  emit(qp, 'cancelled', id, 'from', from, 'reason', reason, 'by', by)
+  audit(qp, id, 'cancelled', attempts, now, by, reason)
+  finished(qp, id, 'cancelled')  -- a waiter on its result (jobs.result) hears it at once
+  return why
+end
+
+-- A flow's child row names its parent as the parent queue's prefix and the parent's id (a
+-- branded id: its last 14 bytes); a parent lists its children so, space-separated.
+local function flow_ref(ref)
+  return string.sub(ref, 1, -15), string.sub(ref, -14)
+end
+
+local function flow_ref_of(prefix, id)
+  return prefix .. id
+end
+
+local function flow_end(qp, id, ref, how, value, now)
+  local pqp, pid = flow_ref(ref)
+  local prow = pqp .. KEY.job .. pid
+  local p = redis.call('HMGET', prow, 'state', 'parent', 'attempts')
+  if p[1] ~= 'waiting_children' then return end  -- failed, cancelled or gone: nothing waits
+  local code = nil
+  if how == 'completed' then
+    code = 'n:'
+    if value then code = 'r:' .. value end
+  elseif redis.call('HGET', qp .. KEY.job .. id, 'on_fail') == 'ignore' then
+    code = 'x:' .. value
+    if how == 'dead' then code = 'd:' .. value end
+  end
+  if code then
+    redis.call('HSET', pqp .. KEY.flow .. pid, flow_ref_of(qp, id), code)
+    if redis.call('HINCRBY', prow, 'unfinished', -1) > 0 then return end
+    redis.call('ZREM', pqp .. KEY.parents, pid)
+    redis.call('HDEL', prow, 'state')
+    wake(pqp, to_pending(pqp, pid))
+    emit(pqp, 'ready', pid)
+    return
+  end
+  -- on_fail 'fail': the child's failure is its parent's, and may be that one's parent's
+  local why = 'child ' .. id .. ' (queue ' .. string.sub(qp, 6, -3) .. ') ' .. how .. ': ' .. value
+  local attempts = p[3] or '0'
+  redis.call('ZREM', pqp .. KEY.parents, pid)
+  redis.call('HSET', prow, 'state', 'dead', 'last_error', why, 'failed_ms', now)
+  redis.call('ZADD', pqp .. KEY.dead, now, pid)
+  redis.call('HINCRBY', pqp .. KEY.metrics, 'dead', 1)
+  emit(pqp, 'dead', pid, 'attempt', attempts, 'error', why)
+  audit(pqp, pid, 'dead', attempts, now, '', why)
+  finished(pqp, pid, 'dead')
+  if p[2] then flow_end(pqp, pid, p[2], 'dead', why, now) end
+  trim_dead(pqp, now)
+end
+
+local function flow_cancel(qp, id, reason, by, now)
+  local children = redis.call('HGET', qp .. KEY.job .. id, 'children')
+  if not children then return end
+  local why = 'parent ' .. id .. ' cancelled'
+  if reason ~= '' then why = why .. ': ' .. reason end
+  for ref in string.gmatch(children, '%S+') do
+    local cqp, cid = flow_ref(ref)
+    local f = redis.call('HMGET', cqp .. KEY.job .. cid, 'state', 'attempts')
+    local state = job_state(cqp, cid, f[1])
+    local out = nil
+    if state == 'pending' then
+      out = redis.call('ZREM', cqp .. KEY.pending, cid)
+    elseif state == 'scheduled' then
+      out = redis.call('ZREM', cqp .. KEY.schedule, cid)
+    elseif state == 'waiting_children' then
+      out = redis.call('ZREM', cqp .. KEY.parents, cid)
+      flow_cancel(cqp, cid, reason, by, now)
+    end
+    if out then cancelled_row(cqp, cid, state, f[2] or '0', why, by, now) end
+  end
 end
