@@ -59,6 +59,7 @@ __all__ = [
     "add",
     "children",
     "children_results",
+    "outline",
     "plan",
     "tree",
 ]
@@ -195,6 +196,18 @@ def plan(
 
     root = visit(flow, root_keys.name, "")
     return root, args
+
+
+def outline(tree: FlowTree) -> list[tuple[int, FlowTree]]:
+    """``tree``'s jobs as lines of a tree view (the CLI's ``echomq flow``, the dashboard): each
+    job with its depth below the top, each parent before its children (pure)."""
+    out: list[tuple[int, FlowTree]] = []
+    todo = [(0, tree)]
+    while todo:
+        depth, node = todo.pop()
+        out.append((depth, node))
+        todo.extend((depth + 1, c) for c in reversed(node.children))
+    return out
 
 
 # --- on the server --------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ standalone server and a 3-node cluster."""
 
 from __future__ import annotations
 
+import json
 import signal
 from typing import Any
 
@@ -396,3 +397,123 @@ async def test_sigkill_of_a_worker_mid_flow_loses_nothing(
     assert (c.pending, c.active, c.scheduled, c.dead, c.completed_total) == (0, 0, 0, 0, 73)
     async with open_bus(server_url) as other:  # nothing of the flow is left behind
         assert await jobs.list_jobs(other, queue, "waiting_children") == []
+
+
+# --- the CLI --------------------------------------------------------------------------------------
+
+
+async def test_the_cli_shows_a_flow_as_a_tree(standalone_only: str, queue: str) -> None:
+    from tests.echomq_trio.test_cli import echomq
+
+    root, mid, leaf, other = jid(), jid(), jid(), jid()
+    async with open_bus(standalone_only) as bus:
+        flow = Flow("root", [Flow("mid", [Flow("leaf", job_id=leaf)], job_id=mid),
+                             Flow("other", job_id=other, on_failure=OnFailure.IGNORE)],
+                    job_id=root)  # fmt: skip
+        assert (await flows.add(bus, queue, flow)).ok
+        await finish(bus, queue, leaf, b"leafy")
+        await jobs.cancel(bus, queue, other, reason="no")
+    out = await echomq("flow", queue, root, url=standalone_only)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.decode().splitlines() == [
+        f"{root}  waiting_children  waits for 1 of 2",
+        f"  {mid}  pending",
+        f"    {leaf}  completed  result: leafy",
+        f"  {other}  cancelled  ignored: cancelled: no",
+    ]
+    out = await echomq("show", queue, mid, url=standalone_only)
+    assert out.returncode == 0, out.stderr
+    assert f"parent      {root} (waiting_children)" in out.stdout.decode()
+    assert f"children    0 of 1 not ended: {leaf} completed" in out.stdout.decode()
+    out = await echomq("show", queue, root, url=standalone_only)
+    assert f"children    1 of 2 not ended: {mid} pending, {other} cancelled" in out.stdout.decode()
+    out = await echomq("--json", "flow", queue, mid, url=standalone_only)
+    tree = json.loads(out.stdout)
+    assert (tree["parent"], tree["parent_state"]) == ([queue, root], "waiting_children")
+    assert [c["id"] for c in tree["children"]] == [leaf]
+
+
+# --- the dashboard --------------------------------------------------------------------------------
+
+
+async def test_the_dashboard_shows_a_job_s_parent_and_children(bus: Bus, queue: str) -> None:
+    import httpx
+
+    from echomq_trio.dashboard import Dashboard
+
+    root, mid, leaf, alone = jid(), jid(), jid(), jid()
+    flow = Flow("root", [Flow("mid", [Flow("leaf", job_id=leaf)], job_id=mid)], job_id=root)
+    assert (await flows.add(bus, queue, flow)).ok
+    await jobs.enqueue(bus, queue, "alone", job_id=alone)
+    dashboard = Dashboard(bus, "t" * 32, sample_s=0.2, names_every_s=0.2)
+    async with trio.open_nursery() as nursery, httpx.AsyncClient() as client:
+        url = await nursery.start(dashboard.serve, "127.0.0.1", 0)
+        got = (await client.get(f"{url}/state.json?queue={queue}&job={mid}")).json()
+        f = got["queue"]["job"]["flow"]
+        assert f["parent"] == {"queue": queue, "id": root, "state": "waiting_children"}
+        assert [(r["depth"], r["id"], r["state"], r["unfinished"]) for r in f["rows"]] == [
+            (0, mid, "waiting_children", 1), (1, leaf, "pending", None)]  # fmt: skip
+        got = (await client.get(f"{url}/state.json?queue={queue}&job={alone}")).json()
+        assert got["queue"]["job"]["flow"] is None  # a job in no flow
+        nursery.cancel_scope.cancel()
+
+
+def test_the_view_of_a_job_in_no_flow_or_a_flow() -> None:
+    from echomq_trio.dashboard import view
+
+    assert view.flow_view(None) is None
+    assert view.flow_view(flows.FlowTree("q", "JOB0SY9STaY1rM", "pending")) is None
+    tree = flows.FlowTree("q", "JOB0SY9STaY1rM", "waiting_children", unfinished=1, children=(
+        flows.FlowTree("r", "JOB0SY9STaY1rN", "completed", result=b"ok"),
+        flows.FlowTree("q", "JOB0SY9STaY1rO", "dead", error="boom", more=2)))  # fmt: skip
+    rows = view.flow_view(tree)
+    assert rows is not None and rows["parent"] is None
+    assert [(r["depth"], r["queue"], r["kept"], r["more"]) for r in rows["rows"]] == [
+        (0, "q", "", 0), (1, "r", "ok", 0), (1, "q", "boom", 2)]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.timeout_s(90)
+async def test_the_dashboard_page_draws_the_tree(standalone_only: str, queue: str) -> None:
+    from echomq_trio.dashboard import Dashboard
+    from tools.browser import open_page
+
+    root, mid, leaf = jid(), jid(), jid()
+    async with open_bus(standalone_only) as bus:
+        flow = Flow("root", [Flow("mid", [Flow("leaf", job_id=leaf)], job_id=mid)], job_id=root)
+        assert (await flows.add(bus, queue, flow)).ok
+        token = "t" * 32
+        dashboard = Dashboard(bus, token, sample_s=0.2, names_every_s=0.2)
+        async with trio.open_nursery() as nursery:
+            url = await nursery.start(dashboard.serve, "127.0.0.1", 0)
+            async with open_page() as page:
+                await page.goto(f"{url}/?queue={queue}#token={token}")
+                title = "(document.getElementById('detail-title') || {}).textContent || ''"
+
+                async def detailed() -> bool:
+                    return queue in await page.evaluate(title)
+
+                await wait_for(detailed, timeout=30, step=0.1)  # the page is live
+                await page.evaluate(f"document.getElementById('job-id').value = '{mid}'")
+                await page.evaluate("document.querySelector('#job-find button').click()")
+                tree = "(document.getElementById('flow-tree') || {}).innerText || ''"
+
+                async def drawn() -> bool:
+                    return leaf in await page.evaluate(tree)
+
+                await wait_for(drawn, timeout=30, step=0.1)
+                text = await page.evaluate("document.getElementById('job-view').innerText")
+                assert f"{root} waiting_children" in text
+                assert f"{mid} waiting_children waits for 1" in text
+                assert f"{leaf} pending" in text
+                # a child's id opens its view
+                await page.evaluate(f"document.querySelector('li[data-job=\"{leaf}\"] a').click()")
+
+                async def leaf_shown() -> bool:
+                    shown = await page.evaluate(
+                        "(document.getElementById('job-view') || {}).innerText || ''"
+                    )
+                    return f"parent\n{mid} waiting_children" in shown
+
+                await wait_for(leaf_shown, timeout=30, step=0.1)
+            nursery.cancel_scope.cancel()
