@@ -20,10 +20,12 @@
 --   held(qp, id, token, or_pending)
 --                              the row of a job whose lease `token` holds (state active, or with
 --                              or_pending also pending: reaped, not claimed again) as a table
---                              {state, lease, attempts, group, parent, children}; else nil and
---                              'gone' (no row) or 'stale' (another lease, or not held)
+--                              {state, lease, attempts, group, parent (a flow's job's: its
+--                              parent, '' for its root)}; else nil and 'gone' (no row) or
+--                              'stale' (another lease, or not held)
 --   flow_end(qp, id, ref, how, value, now)
---                              a flow's child (row `ref`'s parent: its prefix and id) ended:
+--                              a flow's job ended; `ref`, its row's parent (its prefix and id;
+--                              '' for the root: nothing to do):
 --                              'completed' (value its result, nil for none), or 'dead',
 --                              'cancelled', 'deleted' (value the error). Its parent, while it
 --                              waits for its children, counts it and moves to pending after its
@@ -102,21 +104,23 @@ end
 
 -- The queue's retention (meta: events, events_maxlen, dead_max, dead_max_age_ms, results_ttl_ms),
 -- its creation, its audit flag and its cap on jobs in flight (max_active), read once per script
--- run per queue (a flow's parent may be another queue's): nil until the first helper that needs
--- it. results: how long a finished job's row is kept with its result (ms), nil for not.
-local kept_of = {}
+-- run per queue: nil until the first helper that needs it (kept: the first queue's, the script's
+-- own; kept_of: another's, a flow's parent's elsewhere). results: how long a finished job's row
+-- is kept with its result (ms), nil for not.
+local kept, kept_qp, kept_of = nil, nil, {}
 
 local function retention(qp)
-  local kept = kept_of[qp]
-  if kept == nil then
+  if qp == kept_qp then return kept end
+  local r = kept_of[qp]
+  if r == nil then
     local m = redis.call('HMGET', qp .. KEY.meta, 'events', 'events_maxlen', 'dead_max',
       'dead_max_age_ms', 'created_ms', 'audit', 'max_active', 'results_ttl_ms')
-    kept = {events = m[1] ~= '0', maxlen = tonumber(m[2]) or EVENTS_MAXLEN,
+    r = {events = m[1] ~= '0', maxlen = tonumber(m[2]) or EVENTS_MAXLEN,
       dead_max = tonumber(m[3]), dead_age = tonumber(m[4]), created = m[5], audit = m[6] == '1',
       cap = tonumber(m[7]), results = tonumber(m[8])}
-    kept_of[qp] = kept
+    if kept_qp == nil then kept, kept_qp = r, qp else kept_of[qp] = r end
   end
-  return kept
+  return r
 end
 
 -- `freed` jobs just left active. In a queue with a cap on jobs in flight (meta.max_active) a
@@ -179,7 +183,7 @@ end
 local function held(qp, id, token, or_pending)
   -- On the hot path (ack, extend): one HMGET, its fields named here and nowhere else.
   local f = redis.call('HMGET', qp .. KEY.job .. id, 'state', 'lease', 'attempts', 'group',
-    'parent', 'children')
+    'parent')
   local state = f[1]
   if not state then
     -- an active job's row always names its state: EXISTS only for a pending job or no row
@@ -189,7 +193,7 @@ local function held(qp, id, token, or_pending)
   local holds = state == 'active' or (or_pending and state == 'pending')
   if f[2] ~= token or not holds then return nil, 'stale' end
   return {state = state, lease = f[2], attempts = f[3] or '0', group = f[4] or nil,
-    parent = f[5] or nil, children = f[6] or nil}
+    parent = f[5] or nil}
 end
 
 -- Whether any lane of the queue is paused, waiting, limited or weighted: the EXISTS of that key,
@@ -447,6 +451,7 @@ local function flow_ref_of(prefix, id)
 end
 
 local function flow_end(qp, id, ref, how, value, now)
+  if ref == '' then return end  -- the flow's root
   local pqp, pid = flow_ref(ref)
   local prow = pqp .. KEY.job .. pid
   local p = redis.call('HMGET', prow, 'state', 'parent', 'attempts')
@@ -483,7 +488,7 @@ local function flow_end(qp, id, ref, how, value, now)
 end
 
 local function flow_cancel(qp, id, reason, by, now)
-  local children = redis.call('HGET', qp .. KEY.job .. id, 'children')
+  local children = redis.call('HGET', qp .. KEY.job .. id, 'children')  -- a parent's
   if not children then return end
   local why = 'parent ' .. id .. ' cancelled'
   if reason ~= '' then why = why .. ': ' .. reason end

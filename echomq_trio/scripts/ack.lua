@@ -9,7 +9,8 @@
 -- kept)
 -- A flow's child (its row names its parent) is counted by its parent, its result kept there for
 -- the parent's handler (flow_end); the last moves the parent to pending. A flow's parent takes
--- its children's results with it (its flow key: deleted, or kept as long as its row).
+-- its children's results with it (its flow key: deleted, or kept as long as its row; every job
+-- of a flow has the parent field, '' for the root).
 -- A job reaped back to pending but not yet claimed again still carries the same token and is
 -- acked (the work is done). A lane job frees its lane's slot, which may put the lane back on
 -- the ring.
@@ -53,7 +54,11 @@ for i = from, #ARGV, step do
     audit(qp, id, 'acked', job.attempts, now, ARGV[i + 2], '')
     local row = qp .. KEY.job .. id
     local keep = retention(qp).results
-    if job.parent then  -- a flow's child: its parent counts it, and keeps its result
+    -- a flow's job: its parent counts it and keeps its result; its own children's ends (a
+    -- parent's; none for a leaf) go with its row
+    local flow = nil
+    if job.parent then
+      flow = qp .. KEY.flow .. id
       flow_end(qp, id, job.parent, 'completed', step == 4 and ARGV[i + 3] or nil, now)
     end
     if keep then
@@ -63,11 +68,11 @@ for i = from, #ARGV, step do
         redis.call('HSET', row, 'state', 'completed', 'finished_ms', now)
       end
       redis.call('PEXPIRE', row, keep)
-      if job.children then redis.call('PEXPIRE', qp .. KEY.flow .. id, keep) end
+      if flow then redis.call('PEXPIRE', flow, keep) end
       finished(qp, id, 'completed')
     else
       rows[#rows + 1] = row
-      if job.children then rows[#rows + 1] = qp .. KEY.flow .. id end
+      if flow then rows[#rows + 1] = flow end
     end
     emit(qp, 'acked', id)
     out[#out + 1] = 'acked'

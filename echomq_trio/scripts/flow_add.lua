@@ -2,7 +2,7 @@
 -- children have ended: each job without children goes to its queue's pending set, each parent
 -- waits in its queue's parents set (state waiting_children) with the count of its children not
 -- yet ended (unfinished). Each child's row names its parent and its on_fail; each parent's row
--- names its children. All of it or nothing, in one step.
+-- names its children; the root's names its parent as ''. All of it or nothing, in one step.
 -- transition: (none) -> pending | waiting_children
 -- KEYS[1] emq:{q}:pending of the root's queue (the other keys are the ARGV prefixes'; on a
 -- cluster every queue of the flow must share the root's slot: flows.add refuses one that does
@@ -35,7 +35,7 @@ for i = 2, #ARGV, N do
   local row = jqp .. KEY.job .. id
   created(jqp, now)
   redis.call('HSET', row, 'payload', ARGV[i + 2])
-  if parent ~= '' then redis.call('HSET', row, 'parent', parent) end
+  redis.call('HSET', row, 'parent', parent)  -- '' for the root: a job of a flow all the same
   if on_fail ~= '' then redis.call('HSET', row, 'on_fail', on_fail) end
   if timeout ~= '' then redis.call('HSET', row, 'timeout_ms', timeout) end
   if children ~= '' then
