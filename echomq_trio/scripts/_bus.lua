@@ -192,8 +192,11 @@ local function held(qp, id, token, or_pending)
   end
   local holds = state == 'active' or (or_pending and state == 'pending')
   if f[2] ~= token or not holds then return nil, 'stale' end
-  return {state = state, lease = f[2], attempts = f[3] or '0', group = f[4] or nil,
-    parent = f[5] or nil}
+  local job = {state = state, lease = f[2], attempts = f[3] or '0', group = f[4] or nil}
+  -- a flow's job's only: a table of four fields is the size of the others' (a fifth doubled
+  -- it, measured at some 5% of an ack's time on the server)
+  if f[5] then job.parent = f[5] end
+  return job
 end
 
 -- Whether any lane of the queue is paused, waiting, limited or weighted: the EXISTS of that key,

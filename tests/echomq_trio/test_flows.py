@@ -144,6 +144,20 @@ async def test_adding_the_same_flow_again_changes_nothing(bus: Bus, queue: str) 
     assert await jobs.counts(bus, queue) == before
 
 
+async def test_a_child_retried_then_done_and_a_timeout_kept(bus: Bus, queue: str) -> None:
+    p, c = jid(), jid()
+    flow = Flow("p", [Flow("c", job_id=c, timeout_ms=5000)], job_id=p)
+    assert (await flows.add(bus, queue, flow)).ok
+    (job,) = await jobs.claim(bus, queue)
+    assert (job.id, job.timeout_ms) == (c, 5000)
+    assert await jobs.retry(bus, queue, c, job.token, 0, 5, "flaky") is Outcome.SCHEDULED
+    assert await state(bus, queue, p) is JobState.WAITING_CHILDREN  # a retry ends nothing
+    await jobs.promote(bus, queue)
+    assert await finish(bus, queue, c, b"ok") is Outcome.ACKED
+    assert await state(bus, queue, p) is JobState.PENDING
+    assert await flows.children_results(bus, queue, p) == {c: b"ok"}
+
+
 def test_bad_flows_are_refused_before_any_io() -> None:
     c = jid()
     with pytest.raises(ValueError, match="twice"):
