@@ -107,18 +107,23 @@ end
 -- run per queue: nil until the first helper that needs it (kept: the first queue's, the script's
 -- own; kept_of: another's, a flow's parent's elsewhere). results: how long a finished job's row
 -- is kept with its result (ms), nil for not.
-local kept, kept_qp, kept_of = nil, nil, {}
+local kept, kept_qp, kept_of = nil, nil, nil
 
 local function retention(qp)
   if qp == kept_qp then return kept end
-  local r = kept_of[qp]
+  local r = kept_of and kept_of[qp]
   if r == nil then
     local m = redis.call('HMGET', qp .. KEY.meta, 'events', 'events_maxlen', 'dead_max',
       'dead_max_age_ms', 'created_ms', 'audit', 'max_active', 'results_ttl_ms')
     r = {events = m[1] ~= '0', maxlen = tonumber(m[2]) or EVENTS_MAXLEN,
       dead_max = tonumber(m[3]), dead_age = tonumber(m[4]), created = m[5], audit = m[6] == '1',
       cap = tonumber(m[7]), results = tonumber(m[8])}
-    if kept_qp == nil then kept, kept_qp = r, qp else kept_of[qp] = r end
+    if kept_qp == nil then
+      kept, kept_qp = r, qp
+    else
+      kept_of = kept_of or {}
+      kept_of[qp] = r
+    end
   end
   return r
 end
