@@ -25,7 +25,8 @@ calls in tests.
 
 A handler's result can be kept with its finished job and waited for from any process
 (``jobs.keep_results``, ``jobs.result``, ``JobHandle``), and a handler reports progress with
-``await job.progress(value)``.
+``await job.progress(value)``. ``flows`` admits trees of jobs in which a parent runs only after
+its children have ended, and reads their results.
 """
 
 from echomq_trio import (
@@ -33,6 +34,7 @@ from echomq_trio import (
     backoff,
     cron,
     events,
+    flows,
     ids,
     jobs,
     lanes,
@@ -135,6 +137,7 @@ __all__ = [
     "backoff",
     "cron",
     "events",
+    "flows",
     "ids",
     "jobs",
     "lanes",

@@ -4,6 +4,7 @@ repair or restore a stopped embedded server's append-only file.
     echomq [--url URL | --data-dir DIR] [--json] stats QUEUE
     echomq ls QUEUE pending|scheduled|active|dead|cancelled|repeat|lanes [--limit N]
     echomq show QUEUE JOB_ID
+    echomq flow QUEUE JOB_ID [--limit N]
     echomq result QUEUE JOB_ID [--timeout S]
     echomq replay QUEUE JOB_ID | --all [--reason TEXT]
     echomq cancel QUEUE JOB_ID [--reason TEXT] [--by NAME]
@@ -53,6 +54,7 @@ from echomq_trio import (
     _address,
     cron,
     events,
+    flows,
     ids,
     jobs,
     lanes,
@@ -235,7 +237,44 @@ async def _show(bus: Bus, args: argparse.Namespace) -> Any:
         rows.append(("finished", humane.at(info.finished_ms, now)))
     if info.result is not None:
         rows.append(("result", _short(info.result, 200)))
+    row = await flows.tree(bus, args.queue, info.id, max_jobs=1)
+    if row is not None and row.parent is not None:
+        rows.append(("parent", f"{_ref(*row.parent, args.queue)} ({row.parent_state or 'gone'})"))
+    if row is not None and row.unfinished is not None:
+        kids = await flows.children(bus, args.queue, info.id)
+        states = ", ".join(f"{c.id} {c.state or 'gone'}" for c in kids)
+        rows.append(("children", f"{row.unfinished} of {len(kids)} not ended: {states}"))
     return _table(["field", "value"], rows)
+
+
+def _ref(queue: str, job_id: str, here: str) -> str:
+    """A job of a flow as the CLI names it: its id, and its queue when not ``here``."""
+    return job_id if queue == here else f"{queue}/{job_id}"
+
+
+async def _flow(bus: Bus, args: argparse.Namespace) -> Any:
+    await _known(bus, args.queue)
+    tree = await flows.tree(bus, args.queue, _job_id(args.job_id), max_jobs=args.limit)
+    if tree is None:
+        raise CliError(f"no job {args.job_id} in {args.queue!r} (never enqueued, or finished)")
+    if args.json:
+        return tree
+    lines = []
+    if tree.parent is not None:
+        lines.append(f"parent {_ref(*tree.parent, args.queue)} ({tree.parent_state or 'gone'})")
+    for depth, node in flows.outline(tree):
+        note = ""
+        if node.unfinished:
+            note = f"  waits for {node.unfinished} of {len(node.children) + node.more}"
+        if node.error:
+            note += f"  ignored: {node.error}"
+        elif node.result is not None:
+            note += f"  result: {_short(node.result)}"
+        lines.append(f"{'  ' * depth}{_ref(node.queue, node.id, args.queue)}  "
+                     f"{node.state or 'gone'}{note}")  # fmt: skip
+        if node.more:
+            lines.append(f"{'  ' * (depth + 1)}... {node.more} more")
+    return "\n".join(lines)
 
 
 RESULT_TIMED_OUT = 124  # the exit status of `echomq result` past its --timeout, as timeout(1)
@@ -479,6 +518,7 @@ COMMANDS = {
     "stats": _stats,
     "ls": _ls,
     "show": _show,
+    "flow": _flow,
     "result": _result,
     "replay": _replay,
     "cancel": _cancel,
@@ -536,6 +576,10 @@ def _parser() -> argparse.ArgumentParser:
     s = command("show", "one job's row")
     s.add_argument("queue")
     s.add_argument("job_id")
+    s = command("flow", "a job's flow: its parent, and its children as a tree, with states")
+    s.add_argument("queue")
+    s.add_argument("job_id")
+    s.add_argument("--limit", type=int, default=200, help="jobs read at most (one call each)")
     s = command("result", "wait for a job's result and print it (its queue keeps results)")
     s.add_argument("queue")
     s.add_argument("job_id")

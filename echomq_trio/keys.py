@@ -18,7 +18,15 @@ import attrs
 
 from echomq_trio._checks import check_group, check_job_id, check_name, check_queue
 
-__all__ = ["META_GLOB", "SCHEMA", "KeySpec", "QueueKeys", "queue_keys", "queue_of_meta"]
+__all__ = [
+    "META_GLOB",
+    "SCHEMA",
+    "KeySpec",
+    "QueueKeys",
+    "queue_keys",
+    "queue_of_meta",
+    "queue_of_prefix",
+]
 
 
 @attrs.frozen
@@ -50,7 +58,9 @@ SCHEMA: tuple[KeySpec, ...] = (
     KeySpec("active", "active", "zset", "leased jobs; score: lease deadline ms"),
     KeySpec("dead", "dead", "zset", "dead jobs; score: time of death ms"),
     KeySpec("cancelled", "cancelled", "zset", "cancelled jobs, kept for inspection like dead ones; score: time of the cancel ms"),  # noqa: E501
-    KeySpec("job", "job:<id>", "hash", "a job's row: payload, group, state (none: pending), attempts (none: 0), lease, last_error, failed_ms, repeat, occurrence_ms, delay_ms (a wait of a length on the schedule), timeout_ms, progress (JSON), expires_ms (not claimed by then: never run), debounce and debounce_until_ms, debounced (a debounced job's key, its latest run time, the enqueues it stands for), and while results are kept: result, finished_ms, with a key TTL (its name is also the channel its end is published on)"),  # noqa: E501
+    KeySpec("parents", "parents", "zset", "parents of flows waiting for their children (flows.add); score: when added ms"),  # noqa: E501
+    KeySpec("job", "job:<id>", "hash", "a job's row: payload, group, state (none: pending), attempts (none: 0), lease, last_error, failed_ms, repeat, occurrence_ms, delay_ms (a wait of a length on the schedule), timeout_ms, progress (JSON), priority (none: 0), expires_ms (not claimed by then: never run), debounce and debounce_until_ms, debounced (a debounced job's key, its latest run time, the enqueues it stands for); in a flow (flows.add): parent (the parent's queue prefix and id; '' for the flow's root) and on_fail ('ignore'; none: fail) in a child's row, children (their prefixes and ids, space-separated) and unfinished (children not yet ended) in a parent's; and while results are kept: result, finished_ms, with a key TTL (its name is also the channel its end is published on)"),  # noqa: E501
+    KeySpec("flow", "flow:<id>", "hash", "a flow parent's children's ends: the child's prefix and id -> 'r:' and its result, 'n:' (completed, no result), 'd:' or 'x:' and the error (dead or cancelled, its failure ignored); deleted or expired with the parent's row"),  # noqa: E501
     KeySpec("idempotency", "key:<key>", "string", "an idempotency key: the id of the job it admitted, with a TTL"),  # noqa: E501
     KeySpec("debounce", "debounce:<key>", "string", "a debounce key: the id of the job that absorbs the key's enqueues while it waits, with a TTL"),  # noqa: E501
     KeySpec("seq", "seq:<scope>", "set", "a numbered stream's highest admitted numbers (at most its window: sequence.Seq), with a TTL renewed by each admission"),  # noqa: E501
@@ -95,6 +105,7 @@ class QueueKeys:
     active: str = attrs.field(repr=False)
     dead: str = attrs.field(repr=False)
     cancelled: str = attrs.field(repr=False)
+    parents: str = attrs.field(repr=False)
     lane_groups: str = attrs.field(repr=False)
     old_lane_index: str = attrs.field(repr=False)
     lane_index: str = attrs.field(repr=False)
@@ -116,6 +127,10 @@ class QueueKeys:
     def job(self, job_id: str) -> str:
         """A job's row (checks that ``job_id`` is a branded ``JOB`` id)."""
         return self._part("job", check_job_id(job_id))
+
+    def flow(self, job_id: str) -> str:
+        """A flow parent's children's ends (checks that ``job_id`` is a branded ``JOB`` id)."""
+        return self._part("flow", check_job_id(job_id))
 
     def idempotency(self, key: str) -> str:
         """Where an idempotency key is remembered (checks the key)."""
@@ -184,6 +199,19 @@ def queue_of_meta(key: str) -> str | None:
     try:
         name = key[len(head) : -len(tail)]
         return name if queue_keys(name).meta == key else None
+    except ValueError:  # not a name the bus gives a queue
+        return None
+
+
+def queue_of_prefix(prefix: str) -> str | None:
+    """The queue whose prefix (``emq:{q}:``) ``prefix`` is, or ``None`` for any other text (a
+    flow's rows name a job of any queue by its prefix and id)."""
+    head, tail = _ROOT + "{", "}:"
+    if not (prefix.startswith(head) and prefix.endswith(tail)):
+        return None
+    try:
+        name = prefix[len(head) : -len(tail)]
+        return name if queue_keys(name).prefix == prefix else None
     except ValueError:  # not a name the bus gives a queue
         return None
 

@@ -21,12 +21,14 @@ __all__ = [
     "AuditOutcome",
     "AuditRecord",
     "Cancelled",
+    "ChildEnd",
     "ClockCarried",
     "Counts",
     "CronDue",
     "DeletedPage",
     "Extended",
     "Fired",
+    "FlowRow",
     "Job",
     "JobInfo",
     "LanePage",
@@ -396,3 +398,33 @@ class DeletedPage:
 
     deleted: int
     next: str | None
+
+
+@attrs.frozen
+class ChildEnd:
+    """One child of a flow's parent (``flows.children``): its ``queue`` and ``id``, its
+    ``state`` now (the stored word; a child that has ended and whose row is gone reads as its
+    end: ``completed``, or ``dead``/``cancelled`` for a failure its parent ignored), whether it has
+    ``ended`` for its parent, its ``result`` (a completed child's; ``None`` for none) and its
+    ``error`` (a failure the parent ignored: ``on_failure=IGNORE``; else ``None``)."""
+
+    queue: str
+    id: str
+    state: str
+    ended: bool
+    result: bytes | None = None
+    error: str | None = None
+
+
+@attrs.frozen
+class FlowRow:
+    """A job's place in a flow (script ``flow``): its ``state`` (``''``: no row), its
+    ``parent`` (``(queue, id)``; ``None`` for none), its ``on_failure`` word (``'fail'`` or
+    ``'ignore'``: what its failure does to its parent), ``unfinished`` (children not yet ended;
+    ``None`` for a job without children) and its ``children``."""
+
+    state: str
+    parent: tuple[str, str] | None
+    on_failure: str
+    unfinished: int | None
+    children: tuple[ChildEnd, ...]

@@ -3,7 +3,8 @@ schedule pass through, and of which script moves them (pure, no I/O; h11's ``_st
 model).
 
 Theory of operation. A job's row names its *stored* state, ``JobState`` (``pending``, ``scheduled``,
-``active``, ``dead``, ``cancelled``, and ``completed`` for a finished job kept with its result
+``active``, ``dead``, ``cancelled``, ``waiting_children`` for a flow's parent waiting for its
+children (``flows.add``), and ``completed`` for a finished job kept with its result
 while its queue keeps results: what ``inspect`` answers and ``JobInfo.state`` holds); a missing
 row is no job (never admitted, or acked where no results are kept, or its result expired). The
 table is finer: a ``Place`` is where a job is, its stored state and, for a pending job, whether it
@@ -61,13 +62,15 @@ class JobState(enum.StrEnum):
     DEAD = "dead"
     CANCELLED = "cancelled"
     COMPLETED = "completed"  # finished, its row kept with its result until its key TTL
+    WAITING_CHILDREN = "waiting_children"  # a flow's parent, until its children have ended
 
     @property
     def waits_in(self) -> str:
         """The ``keys.SCHEMA`` name of the sorted set the job waits in (a pending lane job waits
         in its lane instead); ``''`` for a completed job (its row alone, no set)."""
         return {"pending": "pending", "scheduled": "schedule", "active": "active", "dead": "dead",
-                "cancelled": "cancelled", "completed": ""}[self.value]  # fmt: skip
+                "cancelled": "cancelled", "completed": "",
+                "waiting_children": "parents"}[self.value]  # fmt: skip
 
 
 class Place(enum.Enum):
@@ -82,6 +85,7 @@ class Place(enum.Enum):
     DEAD = "dead"
     CANCELLED = "cancelled"
     COMPLETED = "completed"
+    WAITING_CHILDREN = "waiting_children"
 
     @property
     def state(self) -> JobState | None:
@@ -104,6 +108,7 @@ _WHERE = {
     Place.ACTIVE: ("`active`", "lease deadline, ms"),
     Place.DEAD: ("`dead`", "time of death, ms"),
     Place.CANCELLED: ("`cancelled`", "time of the cancel, ms"),
+    Place.WAITING_CHILDREN: ("`parents`, until its children have ended (flows)", "when added, ms"),
     Place.COMPLETED: ("nowhere: its row (`job:<id>`) alone, with a key TTL (keep_results)", ""),
 }
 
@@ -206,6 +211,17 @@ EDGES: tuple[Edge, ...] = (
     Edge(P.CANCELLED, "discard", P.NONE),
     # cancel: a waiting job never runs; an active job's lease is taken from its holder
     *_each((P.PENDING, P.LANE, P.LANE_WAITING, P.SCHEDULED, P.ACTIVE), "cancel", P.CANCELLED),
+    # flows: a parent waits for its children; a child's end moves it (its policy: on_fail)
+    Edge(P.NONE, "flow_add", P.PENDING, "a child without children"),
+    Edge(P.NONE, "flow_add", P.WAITING_CHILDREN, "a parent"),
+    Edge(P.WAITING_CHILDREN, "ack", P.PENDING, "its last child completed"),
+    Edge(P.WAITING_CHILDREN, "retry", P.DEAD, "a child died (on_fail fail)"),
+    Edge(P.WAITING_CHILDREN, "retry", P.PENDING, "its last child died (on_fail ignore)"),
+    Edge(P.WAITING_CHILDREN, "cancel", P.CANCELLED),
+    Edge(P.WAITING_CHILDREN, "cancel", P.DEAD, "a child cancelled (on_fail fail)"),
+    Edge(P.WAITING_CHILDREN, "cancel", P.PENDING, "its last child cancelled (on_fail ignore)"),
+    Edge(P.WAITING_CHILDREN, "delete", P.DEAD, "a child deleted (on_fail fail)"),
+    Edge(P.WAITING_CHILDREN, "delete", P.PENDING, "its last child deleted (on_fail ignore)"),
     Edge(R.NONE, "register", R.REGISTERED),
     Edge(R.REGISTERED, "register", R.REGISTERED, "replace"),
     Edge(R.REGISTERED, "unregister", R.NONE),
@@ -231,6 +247,7 @@ SCRIPTS: dict[str, Script] = {
         Script("lane_enqueue", ("enqueued", "duplicate")),
         Script("schedule", ("scheduled", "duplicate")),
         Script("debounce", ("scheduled", "debounced", "duplicate")),
+        Script("flow_add", ("enqueued", "duplicate")),
         Script("promote", returns="counts"),
         Script("claim", returns="jobs"),
         Script("ack", ("acked", "stale", "gone")),
@@ -266,6 +283,7 @@ SCRIPTS: dict[str, Script] = {
         Script("counts", returns="counts", moves="read only"),
         Script("inspect", returns="rows", moves="read only"),
         Script("result", returns="a job's state and result", moves="read only"),
+        Script("flow", returns="a job's parent and children", moves="read only"),
         Script("lane_status", returns="rows", moves="read only"),
         Script("repeats", returns="rows", moves="read only"),
     )

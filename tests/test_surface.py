@@ -28,6 +28,7 @@ BUS_SURFACE = {
     "echomq_trio.durability": "when a call returns (InMemory, OnDisk, Replicas)",
     "echomq_trio.errors": "the bus's exceptions",
     "echomq_trio.events": "a queue's event stream",
+    "echomq_trio.flows": "jobs that wait for other jobs (a parent after its children)",
     "echomq_trio.ids": "branded job ids",
     "echomq_trio.jobs": "one function per job transition",
     "echomq_trio.keys": "the key schema, for an app's scripts that share a queue's slot",

@@ -44,7 +44,7 @@ from urllib.parse import parse_qsl
 
 import trio
 
-from echomq_trio import jobs, lanes, queues, repeat
+from echomq_trio import flows, jobs, lanes, queues, repeat
 from echomq_trio._checks import check_group, check_job_id, check_queue
 from echomq_trio.bus import Bus
 from echomq_trio.dashboard import view
@@ -209,6 +209,8 @@ class Dashboard:
             else []
         )
         one = await jobs.get_job(self.bus, queue, query.job) if query.job else None
+        # its flow (a parent, children), read only for a job asked for by id
+        flow = await flows.tree(self.bus, queue, query.job, max_jobs=50) if one else None
         return {
             "name": queue,
             "control": {
@@ -224,7 +226,11 @@ class Dashboard:
             "dead": _offset_page([view.job_row(j, now) for j in dead], query.dead, n),
             "running": _offset_page([view.running_row(j, now) for j in running], query.running, n),
             # the job asked for by id: None when it has no row (or none was asked for)
-            "job": {"id": query.job, "found": None if one is None else view.job_view(one, now)}
+            "job": {
+                "id": query.job,
+                "found": None if one is None else view.job_view(one, now),
+                "flow": view.flow_view(flow),
+            }
             if query.job
             else None,
         }

@@ -23,6 +23,7 @@ import attrs
 
 from echomq_trio import cron
 from echomq_trio._checks import check_job_id, check_lane_cursor, check_queue
+from echomq_trio.flows import FlowTree, outline
 from echomq_trio.repeat import next_runs
 from echomq_trio.results import Counts, JobInfo, LaneStatus, Registration
 from servicekit import humane
@@ -32,6 +33,7 @@ __all__ = [
     "History",
     "Query",
     "deltas",
+    "flow_view",
     "job_row",
     "job_view",
     "lane_row",
@@ -205,6 +207,26 @@ def job_view(info: JobInfo, now_ms: int) -> dict[str, Any]:
         "error": info.last_error or "",
         "payload": humane.payload_text(info.payload, _TEXT_SHOWN),
     }
+
+
+def flow_view(tree: FlowTree | None) -> dict[str, Any] | None:
+    """A job's flow for its view: its parent (queue, id, state) and the tree from it down, a row
+    per job with its depth (the job itself first, at 0), its state and what its parent keeps of
+    it (result, or an ignored failure); ``None`` for a job in no flow."""
+    if tree is None or (tree.parent is None and tree.unfinished is None):
+        return None
+    parent = None
+    if tree.parent is not None:
+        queue, job_id = tree.parent
+        parent = {"queue": queue, "id": job_id, "state": tree.parent_state or "gone"}
+    rows = []
+    for depth, node in outline(tree):
+        kept = node.error or ("" if node.result is None else
+                              humane.payload_text(node.result, _TEXT_SHOWN))  # fmt: skip
+        rows.append({"depth": depth, "queue": node.queue, "id": node.id,
+                     "state": node.state or "gone", "unfinished": node.unfinished,
+                     "kept": kept, "more": node.more})  # fmt: skip
+    return {"parent": parent, "rows": rows}
 
 
 def repeat_row(reg: Registration, now_ms: int) -> dict[str, Any]:

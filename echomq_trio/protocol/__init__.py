@@ -16,7 +16,8 @@ By area, each module private and re-exported here: ``_base`` (``Call``, argument
 builders, the reply shapes ``REPLY_FIELDS`` and the decoding helpers), ``_jobs`` (a job's life:
 enqueue to counts and inspect), ``_admission`` (a job's expiry, debounce, the queue's setting
 for expired jobs), ``_lanes``, ``_queues`` (a queue's pause, its cap on jobs in
-flight, deleting waiting jobs), ``_repeat`` (recurring schedules) and ``_streams`` (events and the
+flight, deleting waiting jobs), ``_repeat`` (recurring schedules), ``_flows`` (jobs that wait
+for others) and ``_streams`` (events and the
 audit). Bytes and text of a reply are ``echomq_trio._replies``'s, beneath the
 transports and this package.
 
@@ -54,6 +55,15 @@ from echomq_trio.protocol._base import (
     outcome_reply,
     outdated,
     with_ids,
+)
+from echomq_trio.protocol._flows import (
+    FLOW_MAX_JOBS,
+    FlowJobArgs,
+    flow_add_call,
+    flow_call,
+    flow_reply,
+    job_ref,
+    ref_parts,
 )
 from echomq_trio.protocol._jobs import (
     CANCEL_TEXT_MAX,
@@ -175,6 +185,7 @@ __all__ = [
     "DELETE_STATES",
     "ENQUEUE_CHUNK",
     "EXPIRED_ACTIONS",
+    "FLOW_MAX_JOBS",
     "LANE_PAGE_MAX",
     "MAX_PROGRESS_BYTES",
     "REPLY_FIELDS",
@@ -182,6 +193,7 @@ __all__ = [
     "Call",
     "ExpiresAt",
     "ExpiresIn",
+    "FlowJobArgs",
     "Item",
     "Outdated",
     "StreamEntry",
@@ -233,11 +245,15 @@ __all__ = [
     "extend_reply",
     "fire_call",
     "fire_reply",
+    "flow_add_call",
+    "flow_call",
+    "flow_reply",
     "inspect_ids_call",
     "inspect_ids_reply",
     "inspect_lane_call",
     "inspect_reply",
     "inspect_state_call",
+    "job_ref",
     "keep_results_call",
     "lane_config_call",
     "lane_config_reply",
@@ -270,6 +286,7 @@ __all__ = [
     "reap_call",
     "reap_holder_call",
     "reap_reply",
+    "ref_parts",
     "register_call",
     "register_reply",
     "release_call",

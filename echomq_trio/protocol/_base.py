@@ -119,6 +119,8 @@ REPLY_FIELDS: dict[str, tuple[str, ...]] = {
                "deferred_total", "repeats", "cancelled", "cancelled_total", "expired_total"),
     "extend": ("deadline", "lost..."),
     "fire": ("fired", "next_due", "now", "wanted..."),
+    "flow": ("state", "parent", "on_fail", "unfinished", "children..."),
+    "flow/child": ("ref", "state", "end"),
     "fire/wanted": ("name", "at", "cron", "tz"),
     "inspect/job": ("id", "state", "attempts", "payload", "last_error", "score", "group",
                     "progress", "result", "finished", "priority", "expires", "debounce"),

@@ -20,8 +20,20 @@
 --   held(qp, id, token, or_pending)
 --                              the row of a job whose lease `token` holds (state active, or with
 --                              or_pending also pending: reaped, not claimed again) as a table
---                              {state, lease, attempts, group, priority}; else nil and 'gone'
---                              (no row) or 'stale' (another lease, or not held)
+--                              {state, lease, attempts, group, priority (a job's with one),
+--                              parent (a flow's job's: its parent, '' for its root)}; else nil
+--                              and 'gone' (no row) or 'stale' (another lease, or not held)
+--   flow_end(qp, id, ref, how, value, now)
+--                              a flow's job ended; `ref`, its row's parent (its prefix and id;
+--                              '' for the root: nothing to do):
+--                              'completed' (value its result, nil for none), or 'dead',
+--                              'cancelled', 'deleted' (value the error). Its parent, while it
+--                              waits for its children, counts it and moves to pending after its
+--                              last; a failure (by the child's on_fail: 'fail' unless 'ignore')
+--                              kills the parent instead, and that one's parent in turn
+--   flow_cancel(qp, id, reason, by, now)
+--                              cancel the waiting children of a parent being cancelled (and
+--                              theirs); a running child runs on, its end then moves nothing
 --   job_state(qp, id, state)   a job's state from its row's state field as read (a pending job's
 --                              row has none: one EXISTS tells it from no row); nil for no row
 --   wait_score(prio)           the score a job waits at in the pending set or its lane: minus
@@ -103,19 +115,28 @@ end
 
 -- The queue's retention (meta: events, events_maxlen, dead_max, dead_max_age_ms, results_ttl_ms),
 -- its creation, its audit flag and its cap on jobs in flight (max_active), read once per script
--- run: nil until the first helper that needs it. results: how long a finished job's row is kept
--- with its result (ms), nil for not.
-local kept = nil
+-- run per queue: nil until the first helper that needs it (kept: the first queue's, the script's
+-- own; kept_of: another's, a flow's parent's elsewhere). results: how long a finished job's row
+-- is kept with its result (ms), nil for not.
+local kept, kept_qp, kept_of = nil, nil, nil
 
 local function retention(qp)
-  if kept == nil then
+  if qp == kept_qp then return kept end
+  local r = kept_of and kept_of[qp]
+  if r == nil then
     local m = redis.call('HMGET', qp .. KEY.meta, 'events', 'events_maxlen', 'dead_max',
       'dead_max_age_ms', 'created_ms', 'audit', 'max_active', 'results_ttl_ms')
-    kept = {events = m[1] ~= '0', maxlen = tonumber(m[2]) or EVENTS_MAXLEN,
+    r = {events = m[1] ~= '0', maxlen = tonumber(m[2]) or EVENTS_MAXLEN,
       dead_max = tonumber(m[3]), dead_age = tonumber(m[4]), created = m[5], audit = m[6] == '1',
       cap = tonumber(m[7]), results = tonumber(m[8])}
+    if kept_qp == nil then
+      kept, kept_qp = r, qp
+    else
+      kept_of = kept_of or {}
+      kept_of[qp] = r
+    end
   end
-  return kept
+  return r
 end
 
 -- `freed` jobs just left active. In a queue with a cap on jobs in flight (meta.max_active) a
@@ -162,7 +183,8 @@ local function trim_dead(qp, now, set)
     if #old > 0 then redis.call('ZREM', dead, unpack(old)) end
     for _, id in ipairs(old) do gone[#gone + 1] = id end
   end
-  for _, id in ipairs(gone) do redis.call('DEL', qp .. KEY.job .. id) end
+  -- a flow's parent's children's ends go with its row (no key for any other job: DEL ignores it)
+  for _, id in ipairs(gone) do redis.call('DEL', qp .. KEY.job .. id, qp .. KEY.flow .. id) end
   return #gone
 end
 
@@ -177,7 +199,7 @@ end
 local function held(qp, id, token, or_pending)
   -- On the hot path (ack, extend): one HMGET, its fields named here and nowhere else.
   local f = redis.call('HMGET', qp .. KEY.job .. id, 'state', 'lease', 'attempts', 'group',
-    'priority')
+    'priority', 'parent')
   local state = f[1]
   if not state then
     -- an active job's row always names its state: EXISTS only for a pending job or no row
@@ -186,8 +208,12 @@ local function held(qp, id, token, or_pending)
   end
   local holds = state == 'active' or (or_pending and state == 'pending')
   if f[2] ~= token or not holds then return nil, 'stale' end
-  return {state = state, lease = f[2], attempts = f[3] or '0', group = f[4] or nil,
-    priority = tonumber(f[5])}
+  local job = {state = state, lease = f[2], attempts = f[3] or '0', group = f[4] or nil}
+  -- a prioritised or a flow's job's only: a table of four fields is the size of the others' (a
+  -- fifth doubled it, measured at some 5% of an ack's time on the server)
+  if f[5] then job.priority = tonumber(f[5]) end
+  if f[6] then job.parent = f[6] end
+  return job
 end
 
 -- Whether any lane of the queue is paused, waiting, limited or weighted: the EXISTS of that key,
@@ -452,4 +478,91 @@ local function expire(qp, id, now, drop, attempts)
     audit(qp, id, 'dead', attempts, now, '', 'expired')
   end
   finished(qp, id, 'dead')
+end
+
+-- A job becomes cancelled (cancel.lua; flow_cancel for a cancelled parent's waiting children):
+-- its row says who and why, it is kept in the cancelled set, counted, told, audited. `from` is
+-- the state it left; the caller took it out of where it waited.
+local function cancelled_row(qp, id, from, attempts, reason, by, now)
+  local why = 'cancelled'
+  if by ~= '' then why = why .. ' by ' .. by end
+  if reason ~= '' then why = why .. ': ' .. reason end
+  redis.call('HSET', qp .. KEY.job .. id, 'state', 'cancelled', 'cancelled_ms', now,
+    'cancel_reason', reason, 'cancelled_by', by, 'last_error', why)
+  redis.call('ZADD', qp .. KEY.cancelled, now, id)
+  trim_dead(qp, now, qp .. KEY.cancelled)
+  redis.call('HINCRBY', qp .. KEY.metrics, 'cancelled', 1)
+  emit(qp, 'cancelled', id, 'from', from, 'reason', reason, 'by', by)
+  audit(qp, id, 'cancelled', attempts, now, by, reason)
+  finished(qp, id, 'cancelled')  -- a waiter on its result (jobs.result) hears it at once
+  return why
+end
+
+-- A flow's child row names its parent as the parent queue's prefix and the parent's id (a
+-- branded id: its last 14 bytes); a parent lists its children so, space-separated.
+local function flow_ref(ref)
+  return string.sub(ref, 1, -15), string.sub(ref, -14)
+end
+
+local function flow_ref_of(prefix, id)
+  return prefix .. id
+end
+
+local function flow_end(qp, id, ref, how, value, now)
+  if ref == '' then return end  -- the flow's root
+  local pqp, pid = flow_ref(ref)
+  local prow = pqp .. KEY.job .. pid
+  local p = redis.call('HMGET', prow, 'state', 'parent', 'attempts', 'priority')
+  if p[1] ~= 'waiting_children' then return end  -- failed, cancelled or gone: nothing waits
+  local code = nil
+  if how == 'completed' then
+    code = 'n:'
+    if value then code = 'r:' .. value end
+  elseif redis.call('HGET', qp .. KEY.job .. id, 'on_fail') == 'ignore' then
+    code = 'x:' .. value
+    if how == 'dead' then code = 'd:' .. value end
+  end
+  if code then
+    redis.call('HSET', pqp .. KEY.flow .. pid, flow_ref_of(qp, id), code)
+    if redis.call('HINCRBY', prow, 'unfinished', -1) > 0 then return end
+    redis.call('ZREM', pqp .. KEY.parents, pid)
+    redis.call('HDEL', prow, 'state')
+    wake(pqp, to_pending(pqp, pid, tonumber(p[4])))
+    emit(pqp, 'ready', pid)
+    return
+  end
+  -- on_fail 'fail': the child's failure is its parent's, and may be that one's parent's
+  local why = 'child ' .. id .. ' (queue ' .. string.sub(qp, 6, -3) .. ') ' .. how .. ': ' .. value
+  local attempts = p[3] or '0'
+  redis.call('ZREM', pqp .. KEY.parents, pid)
+  redis.call('HSET', prow, 'state', 'dead', 'last_error', why, 'failed_ms', now)
+  redis.call('ZADD', pqp .. KEY.dead, now, pid)
+  redis.call('HINCRBY', pqp .. KEY.metrics, 'dead', 1)
+  emit(pqp, 'dead', pid, 'attempt', attempts, 'error', why)
+  audit(pqp, pid, 'dead', attempts, now, '', why)
+  finished(pqp, pid, 'dead')
+  if p[2] then flow_end(pqp, pid, p[2], 'dead', why, now) end
+  trim_dead(pqp, now)
+end
+
+local function flow_cancel(qp, id, reason, by, now)
+  local children = redis.call('HGET', qp .. KEY.job .. id, 'children')  -- a parent's
+  if not children then return end
+  local why = 'parent ' .. id .. ' cancelled'
+  if reason ~= '' then why = why .. ': ' .. reason end
+  for ref in string.gmatch(children, '%S+') do
+    local cqp, cid = flow_ref(ref)
+    local f = redis.call('HMGET', cqp .. KEY.job .. cid, 'state', 'attempts')
+    local state = job_state(cqp, cid, f[1])
+    local out = nil
+    if state == 'pending' then
+      out = redis.call('ZREM', cqp .. KEY.pending, cid)
+    elseif state == 'scheduled' then
+      out = redis.call('ZREM', cqp .. KEY.schedule, cid)
+    elseif state == 'waiting_children' then
+      out = redis.call('ZREM', cqp .. KEY.parents, cid)
+      flow_cancel(cqp, cid, reason, by, now)
+    end
+    if out then cancelled_row(cqp, cid, state, f[2] or '0', why, by, now) end
+  end
 end

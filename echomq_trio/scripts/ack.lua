@@ -1,12 +1,16 @@
 -- ack: the handler finished; the job is done and its row deleted, or, while the queue keeps
 -- results (meta.results_ttl_ms, keep_results.lua), kept as 'completed' with its result for that
 -- long (a key TTL) and its end published on its channel (finished).
--- transition: active | pending | pending (lane) -> (none) | completed
+-- transition: active | pending | pending (lane) | waiting_children -> (none) | completed | pending
 -- KEYS[1] emq:{q}:active (the other keys are ARGV[1]'s, same slot)
 -- ARGV[1] queue prefix emq:{q}:, then triples: job id, fencing token (lease number), note (free
 -- text the handler leaves for the audit record; '' for none); or ARGV[2] 'results', then
 -- quads: job id, token, note, result (kept with the finished job; dropped where no results are
 -- kept)
+-- A flow's child (its row names its parent) is counted by its parent, its result kept there for
+-- the parent's handler (flow_end); the last moves the parent to pending. A flow's parent takes
+-- its children's results with it (its flow key: deleted, or kept as long as its row; every job
+-- of a flow has the parent field, '' for the root).
 -- A job reaped back to pending but not yet claimed again still carries the same token and is
 -- acked (the work is done). A lane job frees its lane's slot, which may put the lane back on
 -- the ring.
@@ -16,7 +20,9 @@
 -- row read, its event), a lane job 1 more (1 more when it was its lane's last in flight and
 -- nothing waits in the lane; in a queue with lane limits 1 more, and up to 6 more to put its
 -- lane back on the ring), one ZREM and one DEL per call; a job kept with its result 3 or 4
--- more (its row's fields, its TTL, its publish)
+-- more (its row's fields, its TTL, its publish); a flow's child 2 or 3 more (its parent's row
+-- read, its result kept, its count; its last child 4 more to move the parent, and a failure
+-- read on_fail), a flow's parent 1 more
 local qp = ARGV[1]
 local from, step = 2, 3
 if ARGV[2] == 'results' then from, step = 3, 4 end
@@ -48,6 +54,13 @@ for i = from, #ARGV, step do
     audit(qp, id, 'acked', job.attempts, now, ARGV[i + 2], '')
     local row = qp .. KEY.job .. id
     local keep = retention(qp).results
+    -- a flow's job: its parent counts it and keeps its result; its own children's ends (a
+    -- parent's; none for a leaf) go with its row
+    local flow = nil
+    if job.parent then
+      flow = qp .. KEY.flow .. id
+      flow_end(qp, id, job.parent, 'completed', step == 4 and ARGV[i + 3] or nil, now)
+    end
     if keep then
       if step == 4 then
         redis.call('HSET', row, 'state', 'completed', 'finished_ms', now, 'result', ARGV[i + 3])
@@ -55,9 +68,11 @@ for i = from, #ARGV, step do
         redis.call('HSET', row, 'state', 'completed', 'finished_ms', now)
       end
       redis.call('PEXPIRE', row, keep)
+      if flow then redis.call('PEXPIRE', flow, keep) end
       finished(qp, id, 'completed')
     else
       rows[#rows + 1] = row
+      if flow then rows[#rows + 1] = flow end
     end
     emit(qp, 'acked', id)
     out[#out + 1] = 'acked'

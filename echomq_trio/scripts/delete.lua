@@ -2,7 +2,7 @@
 -- jobs of one set that match a filter ('page'). A lane job leaves its lane with the lane's
 -- order and counters exact (metrics.lane_pending, lanes with jobs, the lane index); a lane that
 -- waits keeps its wait. A running job is never deleted (cancel it); a dead one is discard's.
--- transition: pending | pending (lane) | pending (lane, waiting) | scheduled -> (none)
+-- transition: pending | pending (lane) | pending (lane, waiting) | scheduled | waiting_children -> (none) | dead | pending
 -- KEYS[1] emq:{q}:pending (the other keys are ARGV[1]'s, same slot)
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] 'one' or 'page'
 -- 'one': ARGV[3] job id. Returns 'deleted', 'running' (active: not deleted), 'not_waiting'
@@ -17,7 +17,10 @@
 -- 'deleted_many' per page (its first id, count, ids).
 -- Returns {jobs deleted, the next page's cursor ('' after the last)}.
 -- fields: deleted, next
--- cost: O(limit) (each step O(log n))
+-- A flow's child deleted ends for its parent as a cancelled one does (flow_end); a flow's parent
+-- waiting for its children is not waiting to run ('not_waiting': cancel it).
+-- cost: O(limit) (each step O(log n); a flow's child's parent that dies with it, and its
+-- parents, O(log n) each)
 local qp = ARGV[1]
 local now = now_ms()
 local lane_gone = {}  -- group -> jobs taken from its lane by this call
@@ -32,6 +35,9 @@ local function remove(id, g, scheduled)
   else
     redis.call('ZREM', KEYS[1], id)
   end
+  -- a flow's child: its parent fails, or goes on (its on_fail), as for a cancel
+  local parent = redis.call('HGET', qp .. KEY.job .. id, 'parent')
+  if parent then flow_end(qp, id, parent, 'deleted', 'deleted', now) end
   redis.call('DEL', qp .. KEY.job .. id)
 end
 

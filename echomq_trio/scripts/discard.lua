@@ -16,6 +16,6 @@ elseif state ~= 'dead' then
 else
   redis.call('ZREM', KEYS[1], id)
 end
-redis.call('DEL', qp .. KEY.job .. id)
+redis.call('DEL', qp .. KEY.job .. id, qp .. KEY.flow .. id)  -- a flow's parent: its children's ends
 emit(qp, 'discarded', id)
 return 'discarded'

@@ -8,10 +8,11 @@
 --   'ids': ARGV[3..] job ids
 -- Returns per job {id, state, attempts, payload, last_error, score, group, progress, result,
 -- finished, priority, expires, debounce}; state is '' for a missing row; score is the run-at
--- (scheduled), lease deadline (active), time of death (dead) or of the cancel (cancelled), else
--- ''; a cancelled job's last_error says who cancelled it and why; progress (JSON text), result
--- and finished (ms, a completed job's), expires (expires_ms) and debounce (its debounce key) are
--- nil when the row has none; priority is '' for none (0).
+-- (scheduled), lease deadline (active), time of death (dead) or of the cancel (cancelled), when
+-- it was added (a flow's parent waiting for its children: waiting_children), else ''; a
+-- cancelled job's last_error says who cancelled it and why; progress (JSON text), result and
+-- finished (ms, a completed job's), expires (expires_ms) and debounce (its debounce key) are nil
+-- when the row has none; priority is '' for none (0).
 -- fields of each job: id, state, attempts, payload, last_error, score, group, progress, result,
 --          finished, priority, expires, debounce
 -- cost: O(log n + limit) or O(ids named)
@@ -24,7 +25,7 @@ else
   for i = 3, #ARGV do list[#list + 1] = ARGV[i] end
 end
 local score_set = {scheduled = qp .. KEY.schedule, active = qp .. KEY.active, dead = qp .. KEY.dead,
-  cancelled = qp .. KEY.cancelled}
+  cancelled = qp .. KEY.cancelled, waiting_children = qp .. KEY.parents}
 local out = {}
 for _, id in ipairs(list) do
   local job = fields(qp .. KEY.job .. id, 'state', 'attempts', 'payload', 'last_error', 'group',

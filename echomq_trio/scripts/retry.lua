@@ -1,6 +1,6 @@
 -- retry: the attempt failed; try again after a delay, or bury the job when it has used its
 -- attempts.
--- transition: active -> scheduled | pending (lane, waiting) | pending (lane) | dead
+-- transition: active | waiting_children -> scheduled | pending (lane, waiting) | pending (lane) | dead | pending
 -- KEYS[1] emq:{q}:active (the other keys are ARGV[1]'s, same slot)
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] job id, ARGV[3] fencing token (lease number),
 -- ARGV[4] delay ms, ARGV[5] max attempts (attempts >= max buries the job), ARGV[6] error text,
@@ -12,7 +12,9 @@
 -- is published on its channel when the queue keeps results (finished: for jobs.result).
 -- Returns 'scheduled' (to run again), 'dead', 'stale' (the token does not hold the job's lease)
 -- or 'gone' (no row).
--- cost: O(log n)
+-- A flow's child that dies fails its parent (on_fail 'fail', the default) or is counted as
+-- ended (on_fail 'ignore'), as flow_end says.
+-- cost: O(log n) (a flow's child that dies: O(log n) per parent above it that dies with it)
 local qp = ARGV[1]
 local id = ARGV[2]
 local job, why = held(qp, id, ARGV[3])
@@ -33,6 +35,8 @@ if ARGV[7] == '1' or tonumber(job.attempts) >= tonumber(ARGV[5]) then
   audit(qp, id, outcome, job.attempts, now, '', ARGV[6])
   finished(qp, id, 'dead')
   if g then lane_done(qp, g, now) end
+  -- a flow's child: its parent dies too, or goes on (its on_fail 'ignore'): flow_end
+  if job.parent then flow_end(qp, id, job.parent, 'dead', ARGV[6], now) end
   return 'dead'
 end
 local at = now + tonumber(ARGV[4])

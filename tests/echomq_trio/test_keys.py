@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from codemojex.notify.rate_limiter import RateLimiter
-from echomq_trio import Bus, audit, jobs, lanes, open_bus, repeat
+from echomq_trio import Bus, audit, flows, jobs, lanes, open_bus, repeat
 from echomq_trio._replies import as_text
 from echomq_trio.keys import SCHEMA, queue_keys
 
@@ -146,6 +146,10 @@ async def _every_kind_of_transition(bus: Bus, queue: str) -> None:
     await lanes.enqueue(bus, queue, "other", "o")  # "chat" at its limit left the ring
     await jobs.enqueue(bus, queue, "held")
     assert await jobs.claim(bus, queue, 1)  # one active again (the cancel took the last)
+    # a flow's parent waits (parents) and keeps its ignored child's end (flow)
+    ignored = flows.Flow("child", on_failure=flows.OnFailure.IGNORE)
+    flow = await flows.add(bus, queue, flows.Flow("parent", [ignored, flows.Flow("other")]))
+    await jobs.cancel(bus, queue, flow.root.children[0].id)
 
 
 async def _declared_keys_of(bus: Bus, queue: str) -> dict[str, str]:

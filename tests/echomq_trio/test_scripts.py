@@ -56,7 +56,7 @@ def test_every_schema_entry_is_a_member_of_queue_keys() -> None:
     job = ids.generate("JOB")
     for spec in SCHEMA:
         if spec.variable:
-            key = getattr(k, spec.name)({"job": job}.get(spec.name, "x:1"))
+            key = getattr(k, spec.name)({"job": job, "flow": job}.get(spec.name, "x:1"))
         else:
             key = getattr(k, spec.name)
         assert key.startswith("emq:{q}:" + spec.stem), spec

@@ -51,7 +51,8 @@ def _reachable(start: set[Any]) -> set[Any]:
 
 
 def test_every_place_is_reachable_from_pending_or_scheduled() -> None:
-    assert _reachable({Place.PENDING, Place.SCHEDULED}) == set(Place)
+    # (or, for a flow's parent, from where flows.add puts it)
+    assert _reachable({Place.PENDING, Place.SCHEDULED, Place.WAITING_CHILDREN}) == set(Place)
     # and every lane state and recurring schedule state from where each begins
     assert _reachable({states.LaneState.IDLE}) == set(states.LaneState)
     assert _reachable({states.RepeatState.NONE}) == set(states.RepeatState)
@@ -64,7 +65,7 @@ def test_a_job_s_life_ends_only_in_none_and_none_is_left_only_by_admitting() -> 
         exits = {e.target for e in EDGES if e.source is place and e.target is not place}
         assert exits or place in states.EXPIRES, f"{place.value} has no exit"
     admit = {e.script for e in EDGES if e.source is Place.NONE}
-    assert admit == {"enqueue", "lane_enqueue", "schedule", "fire", "debounce"}
+    assert admit == {"enqueue", "lane_enqueue", "schedule", "fire", "debounce", "flow_add"}
     assert all(
         states.SCRIPTS[s].answers
         in ((), ("enqueued", "duplicate"), ("scheduled", "duplicate"),
@@ -99,13 +100,14 @@ def test_stored_states_are_the_server_s_words_and_where_they_wait() -> None:
         "dead",
         "cancelled",
         "completed",
+        "waiting_children",
     ]
     assert {p.state for p in Place} == {None, *JobState}
     assert Place.LANE_WAITING.state is JobState.PENDING
     assert set(states.EXPIRES) == {Place.COMPLETED}  # its row's key TTL, no script
     assert protocol.STATE_SETS == {
         "pending": "pending", "scheduled": "schedule", "active": "active", "dead": "dead",
-        "cancelled": "cancelled",
+        "cancelled": "cancelled", "waiting_children": "parents",
     }  # fmt: skip
 
 
@@ -125,7 +127,8 @@ def test_the_tool_finds_a_readme_or_header_that_differs() -> None:
         tool.readme_text(text.replace("<!-- end states: diagram -->", ""))
     header = "-- ack: x\n-- transition: dead -> active\nreturn 1\n"
     assert tool.header_text("ack", header) == (
-        "-- ack: x\n-- transition: active | pending | pending (lane) -> (none) | completed\n"
+        "-- ack: x\n-- transition: active | pending | pending (lane) | waiting_children -> "
+        "(none) | completed | pending\n"
         "return 1\n"
     )
     with pytest.raises(ValueError, match="exactly one"):
@@ -810,5 +813,7 @@ async def test_a_walk_makes_every_move_of_the_table_on_the_server(standalone_onl
         Lifecycle.bus = bus
         walked = await trio.to_thread.run_sync(walk)
     moves = {(e.source, e.script, e.case) for e in EDGES if not isinstance(e.source, LaneState)}
+    # a flow's moves are walked by tests/echomq_trio/test_flows.py (every one, on the server)
+    moves = {m for m in moves if m[1] != "flow_add" and m[0] is not Place.WAITING_CHILDREN}
     left = {m for m in moves if m[1] != "clock"} - walked
     assert not left, sorted((s.value, script, case) for s, script, case in left)
