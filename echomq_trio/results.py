@@ -224,6 +224,7 @@ class Counts:
     repeats: int
     cancelled: int = 0  # cancelled jobs kept (``jobs.cancel``), like dead ones
     cancelled_total: int = 0
+    waiting_children: int = 0  # flows' parents waiting for their children (``flows.add``)
 
 
 @attrs.frozen
