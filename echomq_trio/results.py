@@ -233,6 +233,7 @@ class Counts:
     cancelled: int = 0  # cancelled jobs kept (``jobs.cancel``), like dead ones
     cancelled_total: int = 0
     expired_total: int = 0  # jobs a claim met past their expiry (kept dead, or dropped)
+    waiting_children: int = 0  # flows' parents waiting for their children (``flows.add``)
 
 
 @attrs.frozen

@@ -9,10 +9,11 @@
 -- Returns {exists (1 if the queue was ever used), pending (flat + lanes), scheduled, active,
 -- dead, lanes with jobs, paused lanes, waiting lanes, completed total, retried total,
 -- dead total, deferred total, repeats, cancelled (kept), cancelled total, expired total (jobs a
--- claim met past their expiry: kept dead, or dropped)}, or {'outdated'}.
+-- claim met past their expiry: kept dead, or dropped), flows' parents waiting for their
+-- children}, or {'outdated'}.
 -- fields: exists, pending, scheduled, active, dead, lanes, paused_lanes, waiting_lanes,
 --         completed_total, retried_total, dead_total, deferred_total, repeats, cancelled,
---         cancelled_total, expired_total
+--         cancelled_total, expired_total, waiting_children
 -- cost: O(1)
 local qp = ARGV[1]
 local exists = redis.call('EXISTS', qp .. KEY.meta)
@@ -30,4 +31,5 @@ return {
   tonumber(m[1] or 0), tonumber(m[2] or 0), tonumber(m[3] or 0), tonumber(m[4] or 0),
   redis.call('ZCARD', qp .. KEY.repeats),
   redis.call('ZCARD', qp .. KEY.cancelled), tonumber(m[7] or 0), tonumber(m[8] or 0),
+  redis.call('ZCARD', qp .. KEY.parents),
 }

@@ -115,6 +115,7 @@ async def test_a_parent_waits_and_is_listed_until_its_last_child(bus: Bus, queue
     assert added.ok and added.root.id == p
     assert await state(bus, queue, p) is JobState.WAITING_CHILDREN
     assert [i.id for i in await jobs.list_jobs(bus, queue, "waiting_children")] == [p]
+    assert (await jobs.counts(bus, queue)).waiting_children == 1
     assert await finish(bus, queue, c1, b"one") is Outcome.ACKED
     assert await state(bus, queue, p) is JobState.WAITING_CHILDREN
     kids = await flows.children(bus, queue, p)
@@ -124,6 +125,7 @@ async def test_a_parent_waits_and_is_listed_until_its_last_child(bus: Bus, queue
     assert await state(bus, queue, p) is JobState.PENDING
     assert await flows.children_results(bus, queue, p) == {c1: b"one", c2: None}
     assert await jobs.list_jobs(bus, queue, "waiting_children") == []
+    assert (await jobs.counts(bus, queue)).waiting_children == 0
     assert await finish(bus, queue, p) is Outcome.ACKED
     # the parent took its children's results with it
     assert await bus.transport.command("EXISTS", bus.keys(queue).flow(p)) == 0
@@ -409,6 +411,7 @@ async def test_sigkill_of_a_worker_mid_flow_loses_nothing(
     assert set(ran) == every and len(ran) - len(every) <= 5  # the kill's in-flight jobs, twice
     c = await jobs.counts(bus, queue)
     assert (c.pending, c.active, c.scheduled, c.dead, c.completed_total) == (0, 0, 0, 0, 73)
+    assert c.waiting_children == 0
     async with open_bus(server_url) as other:  # nothing of the flow is left behind
         assert await jobs.list_jobs(other, queue, "waiting_children") == []
 
