@@ -58,6 +58,8 @@ def _decode(text: str) -> int:
 
 
 _MAX_TEXT = _encode(_MAX)
+_LOW = _PAIR * _PAIR  # the value of an id's last four digits
+_HIGH_WIDTH = _WIDTH - 4
 
 
 _CHECKED_NS: set[str] = set()  # namespaces found good; bounded: there are 26**3
@@ -79,6 +81,7 @@ class IdMinter:
             raise ValueError(f"node must be in 0..1023, got {node}")
         self._node = node
         self._last = -1  # ts << 12 | seq of the last id
+        self._high: tuple[int, str] = (-1, "")  # a snowflake // _LOW, and its digits
         self._lock = threading.Lock()
 
     def snowflake(self, now_ms: int | None = None) -> int:
@@ -93,7 +96,14 @@ class IdMinter:
 
     def generate(self, ns: str, now_ms: int | None = None) -> str:
         _check_namespace(ns)
-        return ns + _encode(self.snowflake(now_ms))
+        # The digits above the last four change about once a ms: kept from the last id (one
+        # tuple, read and replaced whole, so threads never mix two), the last four encoded.
+        high, low = divmod(self.snowflake(now_ms), _LOW)
+        kept = self._high
+        if kept[0] != high:
+            kept = self._high = (high, _encode(high)[_WIDTH - _HIGH_WIDTH :])
+        a, b = divmod(low, _PAIR)
+        return ns + kept[1] + _PAIRS[a] + _PAIRS[b]
 
 
 def node_id() -> int:

@@ -150,9 +150,13 @@ async def enqueue(
     item = protocol.checked_job(payload, job_id, bus.max_payload_bytes)  # a bad job fails here
     g = bus.gatherer(queue)
     try:
-        return await g.enqueue(item, partial(_enqueue_batch, bus, queue))
+        return await g.enqueue(item, partial(_enqueue_batch, bus, queue), partial(_one, bus, queue))
     finally:
         bus.release_gatherer(queue, g)
+
+
+async def _one(bus: Bus, queue: str, pair: tuple[str, bytes]) -> Admitted:
+    return await bus.run(protocol.enqueue_one_call(bus.keys(queue), pair))
 
 
 async def _enqueue_batch(

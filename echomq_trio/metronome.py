@@ -44,6 +44,7 @@ log = logging.getLogger("echomq_trio.metronome")
 
 PARK_MARGIN_S = 0.15  # the server may wake a blocked pop this late; park only this far ahead
 SHORT_STEP_S = 0.02  # re-check step in the last stretch, to notice an even earlier job
+DUE_MARGIN_S = 0.0002  # a promote is timed to run this long after its due ms has begun
 FIRE_BATCH = 16  # occurrences per fire call (ids are minted ahead for them)
 
 
@@ -135,15 +136,18 @@ class Metronome:
             return 0.0
         # Each due time is counted from when the call that read the server clock was sent
         # (its clock was read after that), not from now: the later calls of this beat would
-        # otherwise add their round trips to every scheduled job's lateness. Waking a fraction
-        # of a ms early costs one more promote, which moves nothing before its time.
+        # otherwise add their round trips to every scheduled job's lateness. Promote tells the
+        # server's clock to the microsecond: the wait ends DUE_MARGIN_S past the due ms (waking
+        # early costs one more promote, which moves nothing before its time, and a sleep of a
+        # whole ms, the least trio's epoll sleeps). Fire tells whole ms: up to one ms late.
         now = trio.current_time()
         wait = self.beat_s
         # A cron registration fire could not move (``f.wanted``: its zone unknown here; logged)
         # stays due: wait the beat rather than its run.
         fire_due = None if f.wanted else f.next_due_ms
+        promote_now = p.server_now_ms + p.server_now_us / 1000 - DUE_MARGIN_S * 1000
         for due_ms, now_ms, sent in (
-            (p.next_due_ms, p.server_now_ms, self._promote_sent),
+            (p.next_due_ms, promote_now, self._promote_sent),
             (fire_due, f.server_now_ms, fire_sent),
         ):
             if due_ms is not None:
