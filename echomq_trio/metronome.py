@@ -5,7 +5,9 @@ It sleeps until the next beat or the earliest scheduled job, whichever is sooner
 job runs close to its time rather than up to a beat late. A long wait is spent parked on the
 queue's tick list (a newly scheduled job that becomes the earliest pushes a tick and wakes it);
 the server's blocking timeout is coarse (about 100 ms), so the last stretch before a due job is
-slept locally in short steps. Promote and reap are atomic scripts on the server clock, so any
+slept locally in short steps, the last of them to the instant (``_timer.sleep_until``: a trio
+sleep ends up to a ms late). Promote tells the server's clock to the microsecond, so the wake
+is timed to within the due ms. Promote and reap are atomic scripts on the server clock, so any
 number of metronomes on one queue move each job exactly once. A beat that fails (the server
 unreachable) is tried again after ``backoff.reconnect_delay_s``; ``statistics()`` counts beats,
 what they moved and the failures.
@@ -32,6 +34,7 @@ import attrs
 import trio
 
 from echomq_trio import jobs, repeat
+from echomq_trio._timer import sleep_until
 from echomq_trio.backoff import reconnect_delay_s
 from echomq_trio.bus import Bus
 from echomq_trio.clock import REAP_GRACE_MS, Witness, describe_step
@@ -212,5 +215,7 @@ class Metronome:
                         await parker.blpop(tick, wait - PARK_MARGIN_S)
                     except BusError:
                         await trio.sleep(min(wait, 0.5))
-                else:
-                    await trio.sleep(min(wait, SHORT_STEP_S))
+                elif wait > SHORT_STEP_S:
+                    await trio.sleep(SHORT_STEP_S)
+                else:  # the last stretch: to the instant, not to the next whole ms
+                    await sleep_until(trio.current_time() + wait)
