@@ -80,6 +80,7 @@ class IdMinter:
         if not 0 <= node <= 1023:
             raise ValueError(f"node must be in 0..1023, got {node}")
         self._node = node
+        self._node_bits = node << 12
         self._last = -1  # ts << 12 | seq of the last id
         self._high: tuple[int, str] = (-1, "")  # a snowflake // _LOW, and its digits
         self._lock = threading.Lock()
@@ -87,12 +88,13 @@ class IdMinter:
     def snowflake(self, now_ms: int | None = None) -> int:
         if now_ms is None:
             now_ms = time.time_ns() // 1_000_000
-        candidate = max(now_ms - EPOCH_MS, 0) << 12
+        candidate = (now_ms - EPOCH_MS) << 12 if now_ms > EPOCH_MS else 0
         with self._lock:
-            nxt = max(candidate, self._last + 1)
+            nxt = self._last + 1
+            if candidate > nxt:
+                nxt = candidate
             self._last = nxt
-        ts, seq = nxt >> 12, nxt & 0xFFF
-        return (ts << 22) | (self._node << 12) | seq
+        return ((nxt >> 12) << 22) | self._node_bits | (nxt & 0xFFF)
 
     def generate(self, ns: str, now_ms: int | None = None) -> str:
         _check_namespace(ns)
