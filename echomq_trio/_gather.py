@@ -5,12 +5,13 @@ Theory of operation:
 
 * Each caller checks its own job (id, payload) before anything else, in its own task: a bad
   payload raises in that caller only and never joins a batch.
-* With no enqueue of the queue in flight, a caller sends its job alone at once: a sequential
-  caller pays nothing for coalescing. While one is in flight, callers gather: the first becomes
-  the batch's leader, yields twice to the scheduler (``cancel_shielded_checkpoint``: every task
-  already runnable gets to join, and one that joined and was cancelled at once can leave),
-  takes the batch and sends it as one script call (one per
-  ``ENQUEUE_CHUNK`` jobs), then hands each caller its own answer, or its own copy of the error.
+* With no enqueue of the queue in flight, a caller sends its job alone at once (``send_one``,
+  the one-job call, when given): a sequential caller pays nothing for coalescing. While one
+  is in flight, callers gather: the first becomes the batch's leader, yields twice to the
+  scheduler (``cancel_shielded_checkpoint``: every task already runnable gets to join, and one
+  that joined and was cancelled at once can leave), takes the batch and sends it as one script
+  call (one per ``ENQUEUE_CHUNK`` jobs), then hands each caller its own answer, or its own
+  copy of the error.
   Jobs of one batch are admitted in arrival order, and a caller waits for its answer before it
   can enqueue again, so each caller's enqueues keep their order.
 * A batch holds at most half the callers in flight (and at least ``BATCH_MIN``); the next
@@ -47,6 +48,7 @@ __all__ = ["Gatherer"]
 GATHER_TICKS = 2  # scheduler ticks a leader waits for others to join its batch
 BATCH_MIN = 8  # a batch may always hold this many callers, however few are in flight
 Send = Callable[[Sequence[tuple[str, bytes]]], Awaitable[list[Admitted]]]
+SendOne = Callable[[tuple[str, bytes]], Awaitable[Admitted]]
 
 
 @attrs.define(eq=False)
@@ -76,13 +78,18 @@ class Gatherer:
     def idle(self) -> bool:
         return self.in_flight == 0 and self._batch is None
 
-    async def enqueue(self, item: tuple[str, bytes], send: Send) -> Admitted:
+    async def enqueue(
+        self, item: tuple[str, bytes], send: Send, send_one: SendOne | None = None
+    ) -> Admitted:
         """Admit ``item`` (a checked ``(job id, payload)``) through ``send``, alone or with the
-        items of other callers."""
+        items of other callers; alone through ``send_one`` when it is given (the same call for
+        one job, built without the lists a batch needs)."""
         alone = self.idle  # alone: an ordinary call, cancellable like every other call of the bus
         self.in_flight += 1
         try:
             if alone:
+                if send_one is not None:
+                    return await send_one(item)
                 (answer,) = await send([item])
                 return answer
             me = _Waiter(item)

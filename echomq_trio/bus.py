@@ -86,6 +86,7 @@ class Bus:
     # Per queue, the single enqueues being coalesced (echomq_trio._gather); an idle queue's
     # entry is dropped, so this holds only the queues with enqueues in flight.
     _gatherers: dict[str, Gatherer] = attrs.field(factory=dict, init=False, repr=False)
+    _gather_wait_s: float | None = attrs.field(default=None, init=False, repr=False)
     # The steps of the server clock this bus's metronomes have logged (each queue records a
     # step on its own; the process tells of it once).
     steps: StepLog = attrs.field(factory=StepLog, init=False, repr=False)
@@ -98,13 +99,16 @@ class Bus:
         """The ``gather.Gatherer`` of ``queue``'s single enqueues (``jobs.enqueue`` uses it)."""
         g = self._gatherers.get(queue)
         if g is None:
-            # A batch's call may wait for the disk or the replicas too (OnDisk, Replicas), and be
-            # tried again while the server says "not now" (echomq_trio._not_now): up to its
-            # timeout and the request timeout more.
-            wait_ms = 2 * self.transport.spec.timeout_ms
-            if isinstance(self.durability, Waiting):
-                wait_ms += self.durability.timeout_ms
-            g = self._gatherers[queue] = Gatherer(wait_ms / 1000 + 1)
+            wait_s = self._gather_wait_s
+            if wait_s is None:
+                # A batch's call may wait for the disk or the replicas too (OnDisk, Replicas),
+                # and be tried again while the server says "not now" (echomq_trio._not_now): up
+                # to its timeout and the request timeout more.
+                wait_ms = 2 * self.transport.spec.timeout_ms
+                if isinstance(self.durability, Waiting):
+                    wait_ms += self.durability.timeout_ms
+                wait_s = self._gather_wait_s = wait_ms / 1000 + 1
+            g = self._gatherers[queue] = Gatherer(wait_s)
         return g
 
     def release_gatherer(self, queue: str, g: Gatherer) -> None:

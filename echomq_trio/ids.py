@@ -58,6 +58,8 @@ def _decode(text: str) -> int:
 
 
 _MAX_TEXT = _encode(_MAX)
+_LOW = _PAIR * _PAIR  # the value of an id's last four digits
+_HIGH_WIDTH = _WIDTH - 4
 
 
 _CHECKED_NS: set[str] = set()  # namespaces found good; bounded: there are 26**3
@@ -78,22 +80,32 @@ class IdMinter:
         if not 0 <= node <= 1023:
             raise ValueError(f"node must be in 0..1023, got {node}")
         self._node = node
+        self._node_bits = node << 12
         self._last = -1  # ts << 12 | seq of the last id
+        self._high: tuple[int, str] = (-1, "")  # a snowflake // _LOW, and its digits
         self._lock = threading.Lock()
 
     def snowflake(self, now_ms: int | None = None) -> int:
         if now_ms is None:
             now_ms = time.time_ns() // 1_000_000
-        candidate = max(now_ms - EPOCH_MS, 0) << 12
+        candidate = (now_ms - EPOCH_MS) << 12 if now_ms > EPOCH_MS else 0
         with self._lock:
-            nxt = max(candidate, self._last + 1)
+            nxt = self._last + 1
+            if candidate > nxt:
+                nxt = candidate
             self._last = nxt
-        ts, seq = nxt >> 12, nxt & 0xFFF
-        return (ts << 22) | (self._node << 12) | seq
+        return ((nxt >> 12) << 22) | self._node_bits | (nxt & 0xFFF)
 
     def generate(self, ns: str, now_ms: int | None = None) -> str:
         _check_namespace(ns)
-        return ns + _encode(self.snowflake(now_ms))
+        # The digits above the last four change about once a ms: kept from the last id (one
+        # tuple, read and replaced whole, so threads never mix two), the last four encoded.
+        high, low = divmod(self.snowflake(now_ms), _LOW)
+        kept = self._high
+        if kept[0] != high:
+            kept = self._high = (high, _encode(high)[_WIDTH - _HIGH_WIDTH :])
+        a, b = divmod(low, _PAIR)
+        return ns + kept[1] + _PAIRS[a] + _PAIRS[b]
 
 
 def node_id() -> int:

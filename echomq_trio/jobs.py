@@ -184,7 +184,19 @@ async def enqueue(
     ``DUPLICATE`` then means the first call went through (without a ``job_id`` or key, a second
     call admits a second job). A cancelled debounced call may or may not have been taken in;
     calling again puts the same payload in the key's job, or starts a period if it ran."""
-    prio = protocol.priority_arg(priority)  # a bad priority raises here, before any I/O
+    if (key is None and timeout_ms is None and type(priority) is int and priority == 0
+            and expires_at is None and expires_in is None and debounce is None
+            and debounce_ms is None and max_wait_ms is None):  # fmt: skip
+        # a plain job (most calls): coalesced with concurrent callers' (echomq_trio._gather)
+        item = protocol.checked_job(payload, job_id, bus.max_payload_bytes)  # a bad one fails
+        g = bus.gatherer(queue)
+        try:
+            return await g.enqueue(
+                item, partial(_enqueue_batch, bus, queue), partial(_one, bus, queue)
+            )
+        finally:
+            bus.release_gatherer(queue, g)
+    protocol.priority_arg(priority)  # a bad priority raises here, before any I/O
     expires = protocol.expiry_arg(expires_at, expires_in)
     wait = protocol.check_debounce(debounce, debounce_ms, max_wait_ms, job_id=job_id, key=key)
     if debounce is not None and wait is not None:
@@ -194,20 +206,18 @@ async def enqueue(
             max_wait_ms=max_wait_ms, timeout_ms=timeout_ms, expires=expires, priority=priority,
         )  # fmt: skip
         return await bus.run(debounced)
-    if key is not None or timeout_ms is not None or prio or expires:  # its own script call
-        items = protocol.with_ids([payload], job_id)
-        (call,) = protocol.enqueue_calls(
-            bus.keys(queue), items, bus.max_payload_bytes, key=key, key_ttl_ms=key_ttl_ms,
-            timeout_ms=timeout_ms, priority=priority, expires=expires,
-        )  # fmt: skip
-        (out,) = await bus.run(call)
-        return out
-    item = protocol.checked_job(payload, job_id, bus.max_payload_bytes)  # a bad job fails here
-    g = bus.gatherer(queue)
-    try:
-        return await g.enqueue(item, partial(_enqueue_batch, bus, queue))
-    finally:
-        bus.release_gatherer(queue, g)
+    # its own script call: a key, a timeout, a priority or an expiry
+    items = protocol.with_ids([payload], job_id)
+    (call,) = protocol.enqueue_calls(
+        bus.keys(queue), items, bus.max_payload_bytes, key=key, key_ttl_ms=key_ttl_ms,
+        timeout_ms=timeout_ms, priority=priority, expires=expires,
+    )  # fmt: skip
+    (out,) = await bus.run(call)
+    return out
+
+
+async def _one(bus: Bus, queue: str, pair: tuple[str, bytes]) -> Admitted:
+    return await bus.run(protocol.enqueue_one_call(bus.keys(queue), pair))
 
 
 async def _enqueue_batch(

@@ -5,7 +5,9 @@ It sleeps until the next beat or the earliest scheduled job, whichever is sooner
 job runs close to its time rather than up to a beat late. A long wait is spent parked on the
 queue's tick list (a newly scheduled job that becomes the earliest pushes a tick and wakes it);
 the server's blocking timeout is coarse (about 100 ms), so the last stretch before a due job is
-slept locally in short steps. Promote and reap are atomic scripts on the server clock, so any
+slept locally in short steps, the last of them to the instant (``_timer.sleep_until``: a trio
+sleep ends up to a ms late). Promote tells the server's clock to the microsecond, so the wake
+is timed to within the due ms. Promote and reap are atomic scripts on the server clock, so any
 number of metronomes on one queue move each job exactly once. A beat that fails (the server
 unreachable) is tried again after ``backoff.reconnect_delay_s``; ``statistics()`` counts beats,
 what they moved and the failures.
@@ -32,6 +34,7 @@ import attrs
 import trio
 
 from echomq_trio import jobs, repeat
+from echomq_trio._timer import sleep_until
 from echomq_trio.backoff import reconnect_delay_s
 from echomq_trio.bus import Bus
 from echomq_trio.clock import REAP_GRACE_MS, Witness, describe_step
@@ -44,6 +47,7 @@ log = logging.getLogger("echomq_trio.metronome")
 
 PARK_MARGIN_S = 0.15  # the server may wake a blocked pop this late; park only this far ahead
 SHORT_STEP_S = 0.02  # re-check step in the last stretch, to notice an even earlier job
+DUE_MARGIN_S = 0.0002  # a promote is timed to run this long after its due ms has begun
 FIRE_BATCH = 16  # occurrences per fire call (ids are minted ahead for them)
 
 
@@ -135,15 +139,18 @@ class Metronome:
             return 0.0
         # Each due time is counted from when the call that read the server clock was sent
         # (its clock was read after that), not from now: the later calls of this beat would
-        # otherwise add their round trips to every scheduled job's lateness. Waking a fraction
-        # of a ms early costs one more promote, which moves nothing before its time.
+        # otherwise add their round trips to every scheduled job's lateness. Promote tells the
+        # server's clock to the microsecond: the wait ends DUE_MARGIN_S past the due ms (waking
+        # early costs one more promote, which moves nothing before its time, and a sleep of a
+        # whole ms, the least trio's epoll sleeps). Fire tells whole ms: up to one ms late.
         now = trio.current_time()
         wait = self.beat_s
         # A cron registration fire could not move (``f.wanted``: its zone unknown here; logged)
         # stays due: wait the beat rather than its run.
         fire_due = None if f.wanted else f.next_due_ms
+        promote_now = p.server_now_ms + p.server_now_us / 1000 - DUE_MARGIN_S * 1000
         for due_ms, now_ms, sent in (
-            (p.next_due_ms, p.server_now_ms, self._promote_sent),
+            (p.next_due_ms, promote_now, self._promote_sent),
             (fire_due, f.server_now_ms, fire_sent),
         ):
             if due_ms is not None:
@@ -208,5 +215,7 @@ class Metronome:
                         await parker.blpop(tick, wait - PARK_MARGIN_S)
                     except BusError:
                         await trio.sleep(min(wait, 0.5))
-                else:
-                    await trio.sleep(min(wait, SHORT_STEP_S))
+                elif wait > SHORT_STEP_S:
+                    await trio.sleep(SHORT_STEP_S)
+                else:  # the last stretch: to the instant, not to the next whole ms
+                    await sleep_until(trio.current_time() + wait)

@@ -183,6 +183,9 @@ class Promoted:
     # The queue's waits are being carried across a step of the server clock: nothing was moved
     # (``jobs.carry_clock`` first).
     carrying: bool = False
+    # The microseconds of the server clock past ``server_now_ms`` (0-999): the metronome sleeps
+    # until the next due time to within the ms.
+    server_now_us: int = 0
 
 
 @attrs.frozen

@@ -130,7 +130,7 @@ REPLY_FIELDS: dict[str, tuple[str, ...]] = {
     "lane_status/lane": ("group", "depth", "in_flight", "limit", "weight", "paused",
                          "wait_until", "on_ring"),
     "queue_limit": ("max_active", "active"),
-    "promote": ("moved", "lanes_resumed", "next_due", "now", "carrying", "lateness..."),
+    "promote": ("moved", "lanes_resumed", "next_due", "now", "carrying", "now_us", "lateness..."),
     "reap": ("reaped", "now", "carrying", "next_from?"),
     "result": ("state", "keeps_ms", "error", "result?"),
     "register": ("outcome", "at"),

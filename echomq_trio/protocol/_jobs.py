@@ -22,6 +22,7 @@ from echomq_trio._checks import (
 from echomq_trio._replies import as_bytes, as_text
 from echomq_trio.keys import QueueKeys
 from echomq_trio.protocol._base import (
+    _OUTCOMES,
     DEFAULT_KEY_TTL_MS,
     ENQUEUE_CHUNK,
     REPLY_FIELDS,
@@ -98,6 +99,27 @@ def enqueue_checked_calls(
     return _enqueue_chunks(
         k, ["", "", timeout_arg(timeout_ms), priority_arg(priority), expires], flat
     )
+
+
+def enqueue_one_call(k: QueueKeys, pair: tuple[str, bytes]) -> Call[Admitted]:
+    """``enqueue_checked_calls`` for one checked pair (no timeout): its one call, answered with
+    its one ``Admitted`` (the path of every sequential ``jobs.enqueue``, so built without the
+    lists and slices a batch needs)."""
+    job_id, payload = pair
+    return Call(
+        "enqueue", (k.pending,), (k.prefix, "", "", "", "", "", job_id, payload),
+        decode=partial(_admitted_one, job_id),
+    )  # fmt: skip
+
+
+def _admitted_one(job_id: str, raw: Sequence[object]) -> Admitted:
+    if raw.__class__ is list and len(raw) == 1:
+        try:
+            return Admitted(job_id, _OUTCOMES[raw[0]])
+        except (KeyError, TypeError):
+            pass
+    (admitted,) = admitted_reply(raw, [job_id])  # raises ValueError naming what is wrong
+    return admitted
 
 
 def timeout_arg(timeout_ms: int | None) -> str:
@@ -228,7 +250,7 @@ def promote_reply(raw: Sequence[Any]) -> Promoted:
     r = _named("promote", raw)
     return Promoted(int(r["moved"]), int(r["lanes_resumed"]), _time(r["next_due"]),
                     int(r["now"]), tuple(int(ms) for ms in r["lateness"]),
-                    carrying=int(r["carrying"]) == 1)  # fmt: skip
+                    carrying=int(r["carrying"]) == 1, server_now_us=int(r["now_us"]))  # fmt: skip
 
 
 def claim_call(k: QueueKeys, batch: int, lease_ms: int, holder: str = "") -> Call[list[Job]]:

@@ -10,18 +10,21 @@
 -- While the queue's waits are being carried across a step of the clock (meta.clock_fix, see
 -- clock.lua) nothing is moved: the answer says so, and the caller runs clock first.
 -- Returns {jobs moved, lanes resumed, next due time (earliest run-at or lane wait, server ms;
--- -1 when none), server now ms, 1 while the clock's step is being carried (else 0)}; with
--- ARGV[3] = '1', followed by each moved job's lateness (now minus its score: its run-at, or the
--- end of its backoff or deferral; ms).
--- fields: moved, lanes_resumed, next_due, now, carrying, lateness...
+-- -1 when none), server now ms, 1 while the clock's step is being carried (else 0), the
+-- microseconds of the server clock past now (0-999: a caller sleeping until the next due time
+-- wakes at the right instant within the ms)}; with ARGV[3] = '1', followed by each moved job's
+-- lateness (now minus its score: its run-at, or the end of its backoff or deferral; ms).
+-- fields: moved, lanes_resumed, next_due, now, carrying, now_us, lateness...
 -- cost: O(batch), each O(log n)
 local qp = ARGV[1]
 local batch = tonumber(ARGV[2])
 local report = ARGV[3] == '1'
-local now = now_ms()
+local time = redis.call('TIME')  -- as now_ms() reads it, the microseconds kept
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now_us = tonumber(time[2]) % 1000
 local meta = qp .. KEY.meta
 if ARGV[4] then witness(meta, now, ARGV[4], ARGV[5], ARGV[6]) end
-if redis.call('HEXISTS', meta, 'clock_fix') == 1 then return {0, 0, -1, now, 1} end
+if redis.call('HEXISTS', meta, 'clock_fix') == 1 then return {0, 0, -1, now, 1, now_us} end
 local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, batch, 'WITHSCORES')
 local flat = 0
 local late = {}
@@ -44,6 +47,6 @@ local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if head[2] then nxt = tonumber(head[2]) end
 head = redis.call('ZRANGE', qp .. KEY.lane_waits, 0, 0, 'WITHSCORES')
 if head[2] and (nxt < 0 or tonumber(head[2]) < nxt) then nxt = tonumber(head[2]) end
-local out = {#due / 2, #lanes, nxt, now, 0}
+local out = {#due / 2, #lanes, nxt, now, 0, now_us}
 for _, ms in ipairs(late) do out[#out + 1] = ms end
 return out

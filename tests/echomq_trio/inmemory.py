@@ -199,7 +199,7 @@ class InMemoryQueue:
         ahead = min(self.schedule.values(), default=-1)
         late = [now - at for at, _ in due] if args[1] == "1" else []
         return _reply("promote", moved=len(due), lanes_resumed=0, next_due=ahead, now=now,
-                      carrying=0, lateness=late)  # fmt: skip
+                      carrying=0, now_us=0, lateness=late)  # fmt: skip
 
     def _fire(self, args: list[str]) -> list[Any]:
         return _reply("fire", fired=0, next_due=-1, now=self.now_ms(), wanted=[])

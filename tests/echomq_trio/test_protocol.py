@@ -128,6 +128,18 @@ def test_enqueue_of_exactly_one_chunk_is_one_call() -> None:
     assert timed.args == (k.prefix, "", "", "250", "", "", *items[0])
 
 
+def test_enqueue_of_one_job_is_the_chunked_call_of_one() -> None:
+    k = queue_keys("q")
+    pair = (ids.generate("JOB"), b"p")
+    call = protocol.enqueue_one_call(k, pair)
+    assert call == protocol.enqueue_checked_calls(k, [pair])[0]
+    assert call.decode([b"enqueued"]) == Admitted(pair[0], Outcome.ENQUEUED)
+    assert call.decode(["duplicate"]) == Admitted(pair[0], Outcome.DUPLICATE)
+    for bad in ([b"nope"], [], [b"enqueued", b"enqueued"], [[b"enqueued"]], b"enqueued"):
+        with pytest.raises(ValueError):
+            call.decode(bad)
+
+
 @given(job_ids, payloads)
 def test_checked_job_mints_an_id_or_checks_the_given_one(job_id: str, payload: str | bytes) -> None:
     assert protocol.checked_job(payload, job_id, MAX) == (job_id, _bytes(payload))
@@ -432,12 +444,13 @@ def test_promote_reap_and_fire_replies(
     call = protocol.promote_call(k, batch, lateness=True, witness=witness)
     assert call.args[2:] == ("1", *witness)
     due = None if nxt < 0 else nxt
-    got = protocol.promote_reply([moved, lanes, nxt, now, 0])
-    assert (got.moved, got.lanes_resumed, got.next_due_ms, got.server_now_ms, got.carrying) == (
-        moved, lanes, due, now, False,
+    got = protocol.promote_reply([moved, lanes, nxt, now, 0, 999])
+    assert (got.moved, got.lanes_resumed, got.next_due_ms, got.server_now_ms, got.carrying,
+            got.server_now_us, got.lateness_ms) == (
+        moved, lanes, due, now, False, 999, (),
     )  # fmt: skip
-    assert protocol.promote_reply([0, 0, -1, now, 1]).carrying
-    assert protocol.promote_reply([1, 0, nxt, now, 0, 7]).lateness_ms == (7,)
+    assert protocol.promote_reply([0, 0, -1, now, 1, 0]).carrying
+    assert protocol.promote_reply([1, 0, nxt, now, 0, 5, 7]).lateness_ms == (7,)
     assert protocol.reap_reply([moved, now, 0]) == Reaped(moved, now)
     call = protocol.reap_holder_call(k, "a1b2c3", str(now), batch)
     _check_call(call, k)
