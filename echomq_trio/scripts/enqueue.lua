@@ -4,7 +4,8 @@
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] idempotency key ('' for none), ARGV[3] its TTL in ms,
 -- ARGV[4] the jobs' timeout in ms ('' for none: kept in each row as timeout_ms, the handler's
 -- deadline per attempt), ARGV[5] the jobs' expiry ('' for none; server ms, or '+ms' from the
--- server's now: kept in each row as expires_ms, the time after which a claim never leases it),
+-- server's now: kept in each row as expires_ms, the time after which a claim never leases it,
+-- and in emq:{q}:expiries for the metronome's sweep),
 -- then pairs ARGV[2k+4] job id, ARGV[2k+5] payload
 -- With a key (sent with exactly one job): if emq:{q}:key:<key> exists the job is a duplicate
 -- and nothing changes; otherwise the job is admitted and the key is set to its id with PX TTL,
@@ -13,8 +14,9 @@
 -- or the key was used; nothing is changed).
 -- cost: O(jobs admitted), each O(log n); at most ENQUEUE_CHUNK (10,000) jobs a call; per job at
 -- most 3 commands (its row, its place in pending, its event; 1 more with a timeout or an
--- expiry), per call 2 (the meta read, the wake), 2 more with a key, 1 more with a relative
--- expiry (the clock), and 3 more the first time (the clock, the queue's creation noted)
+-- expiry, and 1 more with an expiry: its place in expiries), per call 2 (the meta read, the
+-- wake), 2 more with a key, 1 more with a relative expiry (the clock), and 3 more the first
+-- time (the clock, the queue's creation noted)
 local qp = ARGV[1]
 local out = {}
 local added = 0
@@ -27,9 +29,10 @@ end
 created(qp)
 local more = {}  -- a new row's fields beside its payload
 if ARGV[4] ~= '' then more = {'timeout_ms', ARGV[4]} end
-if ARGV[5] ~= '' then
+local expires = expiry(ARGV[5])
+if expires then
   more[#more + 1] = 'expires_ms'
-  more[#more + 1] = expiry(ARGV[5])
+  more[#more + 1] = expires
 end
 for i = 6, #ARGV, 2 do
   local id = ARGV[i]
@@ -39,6 +42,7 @@ for i = 6, #ARGV, 2 do
     out[#out + 1] = 'duplicate'
   else
     if #more > 0 then redis.call('HSET', qp .. KEY.job .. id, unpack(more)) end
+    if expires then redis.call('ZADD', qp .. KEY.expiries, expires, id) end
     added = added + to_pending(qp, id)
     emit(qp, 'enqueued', id)
     if guard then redis.call('SET', guard, id, 'PX', ARGV[3]) end

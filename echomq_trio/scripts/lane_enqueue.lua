@@ -6,7 +6,7 @@
 -- none), ARGV[7] seq number, ARGV[8] seq window, ARGV[9] the scope's TTL in ms, ARGV[10] the
 -- jobs' timeout in ms ('' for none: kept in each row as timeout_ms, the handler's deadline per
 -- attempt), ARGV[11] the jobs' expiry ('' for none; server ms, or '+ms' from the server's
--- now: kept in each row as expires_ms, as for enqueue), then pairs ARGV[2k+10] job id,
+-- now: kept in each row as expires_ms and in emq:{q}:expiries, as for enqueue), then pairs ARGV[2k+10] job id,
 -- ARGV[2k+11] payload
 -- With a key (sent with exactly one job): if emq:{q}:key:<key> exists the job is a duplicate
 -- and nothing changes; otherwise the job is admitted and the key is set to its id with PX TTL,
@@ -49,9 +49,10 @@ local out = {}
 local added = 0
 local more = {}  -- a new row's fields beside its payload
 if ARGV[10] ~= '' then more = {'timeout_ms', ARGV[10]} end
-if ARGV[11] ~= '' then
+local expires = expiry(ARGV[11], now)
+if expires then
   more[#more + 1] = 'expires_ms'
-  more[#more + 1] = expiry(ARGV[11], now)
+  more[#more + 1] = expires
 end
 for i = 12, #ARGV, 2 do
   local id = ARGV[i]
@@ -59,6 +60,7 @@ for i = 12, #ARGV, 2 do
     out[#out + 1] = 'duplicate'
   else
     to_waiting(qp, id, g, now, nil, 'payload', ARGV[i + 1], unpack(more))
+    if expires then redis.call('ZADD', qp .. KEY.expiries, expires, id) end
     emit(qp, 'enqueued', id, 'group', g)
     if guard then redis.call('SET', guard, id, 'PX', ARGV[5]) end
     if seen then

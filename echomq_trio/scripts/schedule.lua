@@ -5,7 +5,7 @@
 -- now), ARGV[3] group ('' for the flat pending set), ARGV[4] the jobs' timeout in ms ('' for
 -- none: kept in each row as timeout_ms, the handler's deadline per attempt), ARGV[5] the jobs'
 -- expiry ('' for none; server ms, or '+ms' from the server's now: kept in each row as
--- expires_ms, as for enqueue; a job whose run-at is past it never runs), then triples: job id,
+-- expires_ms and in emq:{q}:expiries, as for enqueue; a job whose run-at is past it never runs), then triples: job id,
 -- payload, time or delay
 -- Returns per job, in order: {'scheduled', run-at in server ms}, or {'duplicate'} (a row with
 -- that id exists; nothing is changed).
@@ -20,9 +20,10 @@ created(qp, now)
 local out = {}
 local more = {}  -- a new row's fields beside its payload
 if ARGV[4] ~= '' then more = {'timeout_ms', ARGV[4]} end
-if ARGV[5] ~= '' then
+local expires = expiry(ARGV[5], now)
+if expires then
   more[#more + 1] = 'expires_ms'
-  more[#more + 1] = expiry(ARGV[5], now)
+  more[#more + 1] = expires
 end
 for i = 6, #ARGV, 3 do
   local id = ARGV[i]
@@ -39,6 +40,7 @@ for i = 6, #ARGV, 3 do
     else
       to_waiting(qp, id, g, now, at, 'payload', ARGV[i + 1], unpack(more))
     end
+    if expires then redis.call('ZADD', qp .. KEY.expiries, expires, id) end
     emit(qp, 'scheduled', id, 'at', at)
     out[#out + 1] = {'scheduled', at}
   end
