@@ -159,7 +159,8 @@ async def enqueue(
     takes its time) or ``expires_in`` (ms from the server's now at admission, or a
     ``timedelta``) is the job's expiry: a job not claimed by then never runs. The claim that
     meets it moves it to the dead set with the last error ``"expired"`` instead of leasing it
-    (or deletes it: ``queues.set_expired``), counted in ``Counts.expired_total``. It holds for
+    (or deletes it: ``queues.set_expired``), counted in ``Counts.expired_total``; a metronome's
+    ``promote`` sweeps those no claim meets. It holds for
     every attempt: a retry or a reaped job not started again by then is not run again. Also for
     ``enqueue_many``, ``enqueue_at``, ``enqueue_in`` and ``lanes``' enqueues.
 
@@ -346,12 +347,13 @@ async def promote(
     lateness: bool = False,
     witness: tuple[str, str, str] | None = None,
 ) -> Promoted:
-    """Move up to ``batch`` due scheduled jobs to pending (or their lanes), and put lanes whose
-    wait has ended back in rotation. With ``lateness`` the answer also says how late (server
-    clock) each moved job was (``Promoted.lateness_ms``). With ``witness``
-    (``clock.Witness.args``) a step of the server clock since the caller's last reading is
-    recorded; while a step's waits are being carried nothing is moved and the answer says so
-    (``Promoted.carrying``: call ``carry_clock``).
+    """Move up to ``batch`` due scheduled jobs to pending (or their lanes), put lanes whose
+    wait has ended back in rotation, and sweep up to ``batch`` waiting jobs past their expiry
+    (``expires_at``/``expires_in``: dead, or dropped, as a claim would). With ``lateness`` the
+    answer also says how late (server clock) each moved job was (``Promoted.lateness_ms``).
+    With ``witness`` (``clock.Witness.args``) a step of the server clock since the caller's
+    last reading is recorded; while a step's waits are being carried nothing is moved and the
+    answer says so (``Promoted.carrying``: call ``carry_clock``).
 
     A cancelled call may or may not have moved them; calling again is always safe (each job is
     promoted exactly once)."""

@@ -57,6 +57,7 @@ SCHEMA: tuple[KeySpec, ...] = (
     KeySpec("schedule", "schedule", "zset", "scheduled jobs (and retries, flat deferrals); score: run-at ms"),  # noqa: E501
     KeySpec("active", "active", "zset", "leased jobs; score: lease deadline ms"),
     KeySpec("dead", "dead", "zset", "dead jobs; score: time of death ms"),
+    KeySpec("expiries", "expiries", "zset", "jobs admitted with an expiry; score: expires_ms (a hint: the row decides; the metronome's promote sweeps those past it)"),  # noqa: E501
     KeySpec("cancelled", "cancelled", "zset", "cancelled jobs, kept for inspection like dead ones; score: time of the cancel ms"),  # noqa: E501
     KeySpec("parents", "parents", "zset", "parents of flows waiting for their children (flows.add); score: when added ms"),  # noqa: E501
     KeySpec("job", "job:<id>", "hash", "a job's row: payload, group, state (none: pending), attempts (none: 0), lease, last_error, failed_ms, repeat, occurrence_ms, delay_ms (a wait of a length on the schedule), timeout_ms, progress (JSON), priority (none: 0), expires_ms (not claimed by then: never run), debounce and debounce_until_ms, debounced (a debounced job's key, its latest run time, the enqueues it stands for); in a flow (flows.add): parent (the parent's queue prefix and id; '' for the flow's root) and on_fail ('ignore'; none: fail) in a child's row, children (their prefixes and ids, space-separated) and unfinished (children not yet ended) in a parent's; and while results are kept: result, finished_ms, with a key TTL (its name is also the channel its end is published on)"),  # noqa: E501
@@ -104,6 +105,7 @@ class QueueKeys:
     schedule: str = attrs.field(repr=False)
     active: str = attrs.field(repr=False)
     dead: str = attrs.field(repr=False)
+    expiries: str = attrs.field(repr=False)
     cancelled: str = attrs.field(repr=False)
     parents: str = attrs.field(repr=False)
     lane_groups: str = attrs.field(repr=False)

@@ -1,5 +1,6 @@
 """``Metronome``: one task per queue that promotes due jobs, fires due recurring schedules,
-brings waiting lanes back, and reaps expired leases.
+brings waiting lanes back, sweeps waiting jobs past their expiry (in the same promote: a batch
+per beat), and reaps expired leases.
 
 It sleeps until the next beat or the earliest scheduled job, whichever is sooner, so a scheduled
 job runs close to its time rather than up to a beat late. A long wait is spent parked on the

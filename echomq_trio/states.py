@@ -180,6 +180,14 @@ EDGES: tuple[Edge, ...] = (
     Edge(P.LANE, "claim", P.DEAD, "expired"),
     Edge(P.PENDING, "claim", P.NONE, "expired, the queue drops expired jobs"),
     Edge(P.LANE, "claim", P.NONE, "expired, the queue drops expired jobs"),
+    # the metronome's promote sweeps waiting jobs past their expiry that no claim met
+    *_each((P.PENDING, P.LANE, P.LANE_WAITING, P.SCHEDULED), "promote", P.DEAD, "expired"),
+    *_each(
+        (P.PENDING, P.LANE, P.LANE_WAITING, P.SCHEDULED),
+        "promote",
+        P.NONE,
+        "expired, the queue drops expired jobs",
+    ),
     # debounce: a new period admits a job to the schedule; a waiting job takes the enqueue in
     Edge(P.NONE, "debounce", P.SCHEDULED),
     Edge(P.SCHEDULED, "debounce", P.SCHEDULED, "taken in: its run time slides"),

@@ -34,6 +34,7 @@ local KEY = {
   schedule = 'schedule',          -- zset schedule
   active = 'active',              -- zset active
   dead = 'dead',                  -- zset dead
+  expiries = 'expiries',          -- zset expiries
   cancelled = 'cancelled',        -- zset cancelled
   parents = 'parents',            -- zset parents
   job = 'job:',                   -- hash job:<id>

@@ -55,6 +55,7 @@ if cur then
     redis.call('HSET', row, unpack(set))
     if #unset > 0 then redis.call('HDEL', row, unpack(unset)) end
     local n = redis.call('HINCRBY', row, 'debounced', 1)
+    if expires then redis.call('ZADD', qp .. KEY.expiries, expires, cur) end
     if f[1] == 'scheduled' then
       local bound = tonumber(f[4])
       if bound and at > bound then at = bound end
@@ -87,6 +88,7 @@ if prio then
   set[#set + 1] = ARGV[11]
 end
 to_waiting(qp, id, g, now, at, prio, unpack(set))
+if expires then redis.call('ZADD', qp .. KEY.expiries, expires, id) end
 redis.call('SET', dkey, id, 'PX', at - now + keep)
 emit(qp, 'scheduled', id, 'at', at, 'debounce', name)
 return {'scheduled', id, at, 1}

@@ -6,8 +6,9 @@
 -- deadline per attempt), ARGV[5] the jobs' priority ('' for none: 0; an integer, kept in each
 -- row as priority when not 0; a job waits in pending at minus it, so higher first and equal
 -- priorities in id order), ARGV[6] the jobs' expiry ('' for none; server ms, or '+ms' from the
--- server's now: kept in each row as expires_ms, the time after which a claim never leases it),
--- then pairs ARGV[2k+5] job id, ARGV[2k+6] payload
+-- server's now: kept in each row as expires_ms, the time after which a claim never leases it,
+-- and in emq:{q}:expiries for the metronome's sweep), then pairs ARGV[2k+5] job id, ARGV[2k+6]
+-- payload
 -- With a key (sent with exactly one job): if emq:{q}:key:<key> exists the job is a duplicate
 -- and nothing changes; otherwise the job is admitted and the key is set to its id with PX TTL,
 -- so it is remembered for the TTL even after the job has finished.
@@ -15,9 +16,9 @@
 -- or the key was used; nothing is changed).
 -- cost: O(jobs admitted), each O(log n); at most ENQUEUE_CHUNK (10,000) jobs a call; per job at
 -- most 3 commands (its row, its place in pending, its event; 1 more with a timeout, a priority
--- or an expiry, or any of them), per call 2 (the meta read, the wake), 2 more with a key, 1 more
--- with a relative expiry (the clock), and 3 more the first time (the clock, the queue's creation
--- noted)
+-- or an expiry, or any of them, and 1 more with an expiry: its place in expiries), per call 2
+-- (the meta read, the wake), 2 more with a key, 1 more with a relative expiry (the clock), and 3
+-- more the first time (the clock, the queue's creation noted)
 local qp = ARGV[1]
 local out = {}
 local added = 0
@@ -35,9 +36,10 @@ if prio then
   more[#more + 1] = 'priority'
   more[#more + 1] = ARGV[5]
 end
-if ARGV[6] ~= '' then
+local expires = expiry(ARGV[6])
+if expires then
   more[#more + 1] = 'expires_ms'
-  more[#more + 1] = expiry(ARGV[6])
+  more[#more + 1] = expires
 end
 for i = 7, #ARGV, 2 do
   local id = ARGV[i]
@@ -47,6 +49,7 @@ for i = 7, #ARGV, 2 do
     out[#out + 1] = 'duplicate'
   else
     if #more > 0 then redis.call('HSET', qp .. KEY.job .. id, unpack(more)) end
+    if expires then redis.call('ZADD', qp .. KEY.expiries, expires, id) end
     added = added + to_pending(qp, id, prio)
     emit(qp, 'enqueued', id)
     if guard then redis.call('SET', guard, id, 'PX', ARGV[3]) end

@@ -7,8 +7,8 @@
 -- jobs' timeout in ms ('' for none: kept in each row as timeout_ms, the handler's deadline per
 -- attempt), ARGV[11] the jobs' priority ('' for none: 0; an integer, kept in each row as
 -- priority when not 0), ARGV[12] the jobs' expiry ('' for none; server ms, or '+ms' from the
--- server's now: kept in each row as expires_ms, as for enqueue), then pairs ARGV[2k+11] job id,
--- ARGV[2k+12] payload
+-- server's now: kept in each row as expires_ms and in emq:{q}:expiries, as for enqueue), then
+-- pairs ARGV[2k+11] job id, ARGV[2k+12] payload
 -- With a key (sent with exactly one job): if emq:{q}:key:<key> exists the job is a duplicate
 -- and nothing changes; otherwise the job is admitted and the key is set to its id with PX TTL,
 -- so it is remembered for the TTL even after the job has finished.
@@ -56,9 +56,10 @@ if prio then
   more[#more + 1] = 'priority'
   more[#more + 1] = ARGV[11]
 end
-if ARGV[12] ~= '' then
+local expires = expiry(ARGV[12], now)
+if expires then
   more[#more + 1] = 'expires_ms'
-  more[#more + 1] = expiry(ARGV[12], now)
+  more[#more + 1] = expires
 end
 for i = 13, #ARGV, 2 do
   local id = ARGV[i]
@@ -66,6 +67,7 @@ for i = 13, #ARGV, 2 do
     out[#out + 1] = 'duplicate'
   else
     to_waiting(qp, id, g, now, nil, prio, 'payload', ARGV[i + 1], unpack(more))
+    if expires then redis.call('ZADD', qp .. KEY.expiries, expires, id) end
     emit(qp, 'enqueued', id, 'group', g)
     if guard then redis.call('SET', guard, id, 'PX', ARGV[5]) end
     if seen then

@@ -4,11 +4,10 @@
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] 'at' (absolute Unix ms) or 'in' (ms from the server's
 -- now), ARGV[3] group ('' for the flat pending set), ARGV[4] the jobs' timeout in ms ('' for
 -- none: kept in each row as timeout_ms, the handler's deadline per attempt), ARGV[5] the jobs'
--- priority ('' for none: 0; an integer, kept in each row as priority when not 0: when due, a
 -- job waits in pending or its lane at its priority's place), ARGV[6] the jobs' expiry ('' for
--- none; server ms, or '+ms' from the server's now: kept in each row as expires_ms, as for
--- enqueue; a job whose run-at is past it never runs), then triples: job id, payload, time or
--- delay
+-- none; server ms, or '+ms' from the server's now: kept in each row as expires_ms and in
+-- emq:{q}:expiries, as for enqueue; a job whose run-at is past it never runs), then triples: job
+-- id, payload, time or delay
 -- Returns per job, in order: {'scheduled', run-at in server ms}, or {'duplicate'} (a row with
 -- that id exists; nothing is changed).
 -- fields of each job: outcome, at?
@@ -27,9 +26,10 @@ if prio then
   more[#more + 1] = 'priority'
   more[#more + 1] = ARGV[5]
 end
-if ARGV[6] ~= '' then
+local expires = expiry(ARGV[6], now)
+if expires then
   more[#more + 1] = 'expires_ms'
-  more[#more + 1] = expiry(ARGV[6], now)
+  more[#more + 1] = expires
 end
 for i = 7, #ARGV, 3 do
   local id = ARGV[i]
@@ -46,6 +46,7 @@ for i = 7, #ARGV, 3 do
     else
       to_waiting(qp, id, g, now, at, prio, 'payload', ARGV[i + 1], unpack(more))
     end
+    if expires then redis.call('ZADD', qp .. KEY.expiries, expires, id) end
     emit(qp, 'scheduled', id, 'at', at)
     out[#out + 1] = {'scheduled', at}
   end

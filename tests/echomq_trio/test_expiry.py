@@ -22,6 +22,7 @@ from echomq_trio import (
     Job,
     Metronome,
     audit,
+    ids,
     jobs,
     lanes,
     metrics,
@@ -135,7 +136,7 @@ async def test_a_job_scheduled_past_its_expiry_never_runs(bus: Bus, queue: str) 
     late = await jobs.enqueue_at(bus, queue, "late", now + 20, expires_at=now + 10)
     ok = await jobs.enqueue_in(bus, queue, "ok", 20, group="g", expires_in=timedelta(minutes=1))
     late_lane = await jobs.enqueue_in(bus, queue, "ll", 20, group="g", expires_in=10)
-    await wait_for(lambda: _moved(bus, queue, 3))
+    await wait_for(lambda: _moved(bus, queue, 1))  # moved, and the two past their expiry swept
     got = await jobs.claim(bus, queue, 5)
     assert [j.id for j in got] == [ok.id]
     for job_id in (late.id, late_lane.id):
@@ -145,7 +146,8 @@ async def test_a_job_scheduled_past_its_expiry_never_runs(bus: Bus, queue: str) 
 
 async def _moved(bus: Bus, queue: str, n: int) -> bool:
     await jobs.promote(bus, queue)
-    return (await jobs.counts(bus, queue)).pending == n
+    c = await jobs.counts(bus, queue)
+    return (c.pending, c.scheduled) == (n, 0)
 
 
 async def test_an_expiry_holds_for_a_retry_too(bus: Bus, queue: str) -> None:
@@ -156,7 +158,7 @@ async def test_an_expiry_holds_for_a_retry_too(bus: Bus, queue: str) -> None:
     (job,) = await jobs.claim(bus, queue)
     assert await jobs.retry(bus, queue, a.id, job.token, 0, 5, "boom") is Outcome.SCHEDULED
     await wait_for(lambda: _past(bus, now + 30))
-    await wait_for(lambda: _moved(bus, queue, 1))
+    await jobs.promote(bus, queue)  # due, and past its expiry: swept
     assert await jobs.claim(bus, queue) == []
     info = await jobs.get_job(bus, queue, a.id)
     assert info is not None and info.state is JobState.DEAD and info.attempts == 1
@@ -299,3 +301,30 @@ async def test_an_expired_job_is_audited_and_its_waiter_told(bus: Bus, queue: st
     ]
     with pytest.raises(JobNotFound):
         await jobs.result(bus, queue, dropped.id, timeout_s=1)
+
+
+async def test_the_metronome_sweeps_expired_jobs_nobody_claims(bus: Bus, queue: str) -> None:
+    """A queue with no consumer: each promote takes up to its batch of waiting jobs past their
+    expiry out (flat, lane, scheduled), as a claim would; jobs leased or finished only leave the
+    index, and a job without an expiry is never looked at."""
+    now = await now_ms(bus)
+    flat = await jobs.enqueue_many(bus, queue, ["a", "b", "c"], expires_at=now + 20)
+    lane = await lanes.enqueue(bus, queue, "g", "l", expires_at=now + 20)
+    later = await jobs.enqueue_in(bus, queue, "s", 60_000, expires_at=now + 20)
+    plain = await jobs.enqueue(bus, queue, "plain")
+    running = await jobs.enqueue(bus, queue, "r", job_id=ids.generate("JOB"), expires_in=60_000)
+    await wait_for(lambda: _past(bus, now + 20))
+    assert (await jobs.promote(bus, queue, batch=2)).moved == 0  # a batch at a time
+    assert (await jobs.counts(bus, queue)).expired_total == 2
+    await jobs.promote(bus, queue)
+    c = await jobs.counts(bus, queue)
+    assert (c.expired_total, c.dead, c.scheduled, c.lanes) == (5, 5, 0, 0)
+    for job_id in [*(a.id for a in flat), lane.id, later.id]:
+        info = await jobs.get_job(bus, queue, job_id)
+        assert info is not None and info.state is JobState.DEAD and info.last_error == "expired"
+    assert c.pending == 2  # the plain job, and the one that expires later
+    assert {j.id for j in await jobs.claim(bus, queue, 5)} == {plain.id, running.id}
+    k = bus.keys(queue)
+    left = await bus.transport.command("ZRANGE", k.expiries, "0", "-1")
+    assert [protocol.as_text(x) for x in left] == [running.id]
+    assert await lanes.status(bus, queue) == []

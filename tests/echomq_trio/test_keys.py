@@ -120,6 +120,7 @@ async def _every_kind_of_transition(bus: Bus, queue: str) -> None:
     await jobs.enqueue(bus, queue, "flat", key="once")
     await jobs.enqueue_in(bus, queue, "later", 60_000)
     await jobs.enqueue(bus, queue, "quiet", debounce="d", debounce_ms=60_000)
+    await jobs.enqueue(bus, queue, "expiring", expires_in=60_000)
     await lanes.enqueue(bus, queue, "chat", "a", limit=1)
     await lanes.enqueue(bus, queue, "chat", "b", seq=lanes.Seq("tg:chat", 1))
     await lanes.configure(bus, queue, "chat", weight=2)

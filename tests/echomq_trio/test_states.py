@@ -39,6 +39,15 @@ async def _past(bus: Bus, ms: int) -> bool:
 # --- the table -----------------------------------------------------------------------------------
 
 
+async def _now(bus: Bus, _: str) -> int:
+    return await bus.transport.server_time_ms()
+
+
+async def _infos(bus: Bus, queue: str, ids: list[str]) -> list[jobs.JobInfo]:
+    found = [await jobs.get_job(bus, queue, i) for i in ids]
+    return [i for i in found if i is not None]
+
+
 def _reachable(start: set[Any]) -> set[Any]:
     seen, todo = set(start), list(start)
     while todo:
@@ -321,6 +330,31 @@ class Lifecycle(RuleBasedStateMachine):
         self.jobs[job_id] = Model(Place.NONE, lane)
         self.move(job_id, "enqueue" if lane is None else "lane_enqueue")
         self.move(job_id, "claim", "expired, the queue drops expired jobs" if drop else "expired")
+
+    def sweep(self, drop: bool) -> None:
+        """Not a rule (the walk's, as it waits): a job of an expiry in each waiting place
+        (pending, in an open lane, in a lane that waits, scheduled), none claimed by its
+        expiry: the metronome's promote sweeps them."""
+        assert self.run(queues.set_expired, "drop" if drop else "dead")
+        soon = {"expires_in": SOON_MS}
+        lane = "w" + uuid.uuid4().hex[:6]  # a lane of its own, to wait with its one job
+        made = [
+            (self.run(jobs.enqueue, b"s", **soon).id, None, Place.PENDING),
+            (self.run(lanes.enqueue, "o", b"s", **soon).id, "o", Place.LANE),
+            (self.run(lanes.enqueue, lane, b"s", **soon).id, lane, Place.LANE_WAITING),
+            (self.run(jobs.enqueue_in, b"s", LATER_MS, **soon).id, None, Place.SCHEDULED),
+        ]
+        until = self.run(lanes.pause_until, lane, self.run(_now) + LATER_MS)
+        self.waiting[lane], self.later = until, self.later | {lane}
+        for job_id, group, place in made:
+            self.jobs[job_id] = Model(place, group)
+        latest = max(i.expires_ms or 0 for i in self.run(_infos, [i for i, _, _ in made]))
+        self.wait_past(latest)
+        self.promote()
+        for job_id, _, _ in made:
+            self.move(
+                job_id, "promote", "expired, the queue drops expired jobs" if drop else "expired"
+            )
 
     # --- claiming ---------------------------------------------------------------------------------
 
@@ -792,6 +826,8 @@ WALK: list[tuple[str, dict[str, Any]]] = [
     ("expire", {"lane": "o", "drop": False}),
     ("expire", {"lane": None, "drop": True}),
     ("expire", {"lane": "o", "drop": True}),
+    ("sweep", {"drop": False}),
+    ("sweep", {"drop": True}),
 ]
 
 
