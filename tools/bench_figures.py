@@ -258,6 +258,46 @@ def notify_budget(data: dict[str, Any]) -> Any:
     return fig
 
 
+def lateness_distribution(data: dict[str, Any]) -> Any:
+    plt = _style()
+    panels = list(data["runs"])
+    fig, axes = plt.subplots(1, len(panels), figsize=(8.2, 3.9), sharey=True)
+    steps = data["percentile_steps"]
+    for ax, panel in zip(axes, panels, strict=True):
+        for side, values in data["runs"][panel].items():
+            ax.plot([max(v, 0.05) for v in values], steps, label=side, color=COLOURS[side],
+                    linewidth=1.8)  # fmt: skip
+        ax.set_xscale("log")
+        ax.set_xlabel("lateness, ms (log; when the handler starts minus run-at)")
+        ax.set_title(data["panels"][panel], fontsize=9)
+        ax.axhline(99, color="#999999", linewidth=0.6, linestyle=":")
+    axes[0].set_ylabel("% of jobs at most this late")
+    axes[0].legend(frameon=False, fontsize=8, loc="lower right")
+    fig.suptitle(f"Scheduled jobs: lateness of every job ({data['date'][:10]})", fontsize=11)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    _footer(fig, data)
+    return fig
+
+
+def notify_budget_over_time(data: dict[str, Any]) -> Any:
+    plt = _style()
+    fig, ax = plt.subplots(figsize=(8.2, 3.6))
+    shades = ["#2f6db5", "#8fb3e0"]
+    for (name, series), colour in zip(data["series"].items(), shades, strict=False):
+        xs = [(i + 1) * series["step_s"] for i in range(len(series["counts"]))]
+        ax.step(xs, series["counts"], where="post", label=name, color=colour, linewidth=1.4)
+    ax.axhline(data["budget"], color="#d9822b", linestyle="--", linewidth=1,
+               label=f"Telegram's bound: {data['budget']} in any 1 s")  # fmt: skip
+    ax.set_xlabel("seconds since the workers were ready")
+    ax.set_ylabel("sends in the last second")
+    ax.set_ylim(0, data["budget"] * 1.25)
+    ax.set_title(f"The notification budget over a saturated run ({data['date'][:10]})")
+    ax.legend(frameon=False, fontsize=8, loc="lower center")
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    _footer(fig, data)
+    return fig
+
+
 def soak_memory(data: dict[str, Any]) -> Any:
     plt = _style()
     fig, ax = plt.subplots(figsize=(8.2, 3.8))
@@ -282,6 +322,8 @@ FIGURES_FROM: dict[str, tuple[str, Callable[[dict[str, Any]], Any]]] = {
     "lateness_parts.png": ("lateness_parts.json", lateness_parts),
     "notify_budget.png": ("notify_budget.json", notify_budget),
     "soak_memory.png": ("soak_memory.json", soak_memory),
+    "lateness_distribution.png": ("lateness_distribution.json", lateness_distribution),
+    "notify_budget_over_time.png": ("notify_budget_over_time.json", notify_budget_over_time),
 }
 
 

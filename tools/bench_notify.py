@@ -483,6 +483,7 @@ async def bench_saturation(
         ),
         "first_to_last_sends_per_s": _round((len(times) - 1) / (times[-1] - times[0]), 2),
         "last_window_span_s": _round(times[-1] - times[-limit], 2),
+        "sends_in_trailing_1s": _trailing_counts(times, workers.ready_at, window_s),
         "cycle_excess_ms": _summary([(g - window_s) * 1000 for g in gaps], 1),
         "limiter_state": _sample_report(samples),
         "margin_ceiling_fraction": _round(1000 / (1000 + _margin(processes)), 4),
@@ -510,6 +511,25 @@ async def bench_saturation(
     }
 
 
+def _trailing_counts(times: Sequence[float], start: float, window_s: float) -> dict[str, Any]:
+    """The budget over time: every ``TRAILING_STEP_S`` from ``start`` (the workers ready) to the
+    last arrival, how many arrivals fell in the ``window_s`` before it (Telegram's bound is
+    ``LIMITS.global_.limit`` in any such window)."""
+    counts: list[int] = []
+    first = 0  # the first arrival inside the window ending at `at`
+    last = 0  # the first arrival after `at`
+    steps = int((times[-1] - start) / TRAILING_STEP_S) + 1
+    for i in range(1, steps + 1):
+        at = start + i * TRAILING_STEP_S
+        while last < len(times) and times[last] <= at:
+            last += 1
+        while first < last and times[first] <= at - window_s:
+            first += 1
+        counts.append(last - first)
+    return {"step_s": TRAILING_STEP_S, "window_s": window_s, "counts": counts}
+
+
+TRAILING_STEP_S = 0.1
 _MARGIN_MS = [DEFAULT_MARGIN_MS]  # --margin-ms, set once by main
 
 

@@ -21,8 +21,10 @@ Rows (rates are per second of wall time):
   over that drain, per job; ``server_cpu_us_per_job_*``: the server's (``INFO cpu``).
 * ``lateness_light`` / ``lateness_load``: scheduled jobs, run-at = now + 500 ms + i * step: 100
   jobs 30 ms apart (3 s), and 1,000 jobs 2 ms apart (2 s); lateness = when the handler starts
-  minus run-at (ms): p50, p99, min (a negative min is a job run early). echomq: a ``Metronome``
-  and a ``Consumer(concurrency=16)`` in the driver's process (``bench_bus.bench_lateness``);
+  minus run-at (ms): p50, p99, min (a negative min is a job run early); each round's sorted
+  lateness of every job is in the JSON (``lateness_light_sorted_ms``,
+  ``lateness_load_sorted_ms``). echomq: a ``Metronome`` and a ``Consumer(concurrency=16)`` in
+  the driver's process (``bench_bus.bench_lateness``);
   BullMQ: a ``Worker`` of concurrency 16 and delayed jobs (run-at = timestamp + delay).
 """
 
@@ -196,6 +198,7 @@ async def echomq_round(url: str, transport: str, total: int) -> dict[str, Any]:
             late = await bench_bus.bench_lateness(bus, f"{q}-late-{name}", **shape)
             out[f"lateness_{name}"] = late["lateness_ms"]
             out[f"lateness_{name}"]["early"] = late["early_count"]
+            out[f"lateness_{name}_sorted_ms"] = late["details"]["sorted_ms"]
         await bus.transport.command("DEL", set_key)
         for suffix in ("-seq", "-noop-defaults", "-noop-64", "-late-light", "-late-load"):
             await drop_queue(bus, q + suffix)
@@ -239,6 +242,7 @@ async def bullmq_round(url: str, total: int, bus: Any) -> dict[str, Any]:
             raise RuntimeError(f"BullMQ ran {len(late['lateness_ms'])} of {shape['count']} jobs")
         out[f"lateness_{name}"] = _percentiles(late["lateness_ms"])
         out[f"lateness_{name}"]["early"] = sum(1 for x in late["lateness_ms"] if x < -1.0)
+        out[f"lateness_{name}_sorted_ms"] = sorted(round(x, 2) for x in late["lateness_ms"])
     return out
 
 
@@ -258,8 +262,8 @@ ROWS = [
 
 
 def _median(rounds: list[dict[str, Any]], key: str) -> Any:
-    if key not in rounds[0]:
-        return None
+    if key not in rounds[0] or isinstance(rounds[0][key], list):
+        return None  # a distribution (each round's is in "rounds")
     if isinstance(rounds[0][key], dict):
         return {k: statistics.median(r[key][k] for r in rounds) for k in rounds[0][key]}
     return statistics.median(r[key] for r in rounds)

@@ -165,7 +165,13 @@ class Folder:
                     continue
                 quiet = trio.current_time() - quiet_since >= self.drain_quiet_s
                 if quiet and (await jobs.counts(self.bus, self.queue)).active == 0:
-                    return
+                    # The last jobs may have been acked between the read above and the count
+                    # (each ack appends its record in the same step): read once more, and stop
+                    # only when that read is empty too.
+                    if not await self._fold(await self._read()):
+                        return
+                    quiet_since = trio.current_time()
+                    continue
                 await trio.sleep(step)
         except BusError as exc:
             log.warning("archiver: stopped draining the audit stream: %s", one_line(exc))
