@@ -268,7 +268,7 @@ def lateness_distribution(data: dict[str, Any]) -> Any:
             ax.plot([max(v, 0.05) for v in values], steps, label=side, color=COLOURS[side],
                     linewidth=1.8)  # fmt: skip
         ax.set_xscale("log")
-        ax.set_xlabel("lateness, ms (log; when the handler starts minus run-at)")
+        ax.set_xlabel("lateness, ms (log scale)")
         ax.set_title(data["panels"][panel], fontsize=9)
         ax.axhline(99, color="#999999", linewidth=0.6, linestyle=":")
     axes[0].set_ylabel("% of jobs at most this late")
