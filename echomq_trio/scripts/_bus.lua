@@ -84,6 +84,11 @@
 --                              an even RUN keeps score/member pairs whole); DEL takes no key
 --   expiry(arg, now)           an admission's expiry argument ('' none, server ms, '+ms' from
 --                              now) as the absolute server ms a row keeps (expires_ms), or nil
+--   row_options(timeout, priority, expires, now)
+--                              an admission's per-job options as its ARGV give them ('' for
+--                              none each): the row fields beside the payload (timeout_ms,
+--                              priority, expires_ms), the priority (nil for 0) and the expiry
+--                              (absolute server ms, or nil)
 --   expire(qp, id, now, drop, attempts)
 --                              a job met past its expires_ms, out of its set: dead with the
 --                              reason 'expired' (or deleted with drop), counted (metrics.expired)
@@ -457,6 +462,22 @@ local function expiry(arg, now)
   if arg == '' then return nil end
   if string.sub(arg, 1, 1) == '+' then return (now or now_ms()) + tonumber(string.sub(arg, 2)) end
   return tonumber(arg)
+end
+
+local function row_options(timeout, priority, expires, now)
+  local more = {}
+  if timeout ~= '' then more = {'timeout_ms', timeout} end
+  local prio = tonumber(priority)
+  if prio then
+    more[#more + 1] = 'priority'
+    more[#more + 1] = priority
+  end
+  local at = expiry(expires, now)
+  if at then
+    more[#more + 1] = 'expires_ms'
+    more[#more + 1] = at
+  end
+  return more, prio, at
 end
 
 -- A job a claim met past its expires_ms (taken out of its set by the caller, never leased): kept

@@ -29,18 +29,7 @@ if ARGV[2] ~= '' then
   if redis.call('EXISTS', guard) == 1 then return {'duplicate'} end
 end
 created(qp)
-local prio = tonumber(ARGV[5])
-local more = {}  -- a new row's fields beside its payload
-if ARGV[4] ~= '' then more = {'timeout_ms', ARGV[4]} end
-if prio then
-  more[#more + 1] = 'priority'
-  more[#more + 1] = ARGV[5]
-end
-local expires = expiry(ARGV[6])
-if expires then
-  more[#more + 1] = 'expires_ms'
-  more[#more + 1] = expires
-end
+local more, prio, expires = row_options(ARGV[4], ARGV[5], ARGV[6])
 for i = 7, #ARGV, 2 do
   local id = ARGV[i]
   -- A new row is its payload alone (a pending job's row has no state): HSETNX writes it only

@@ -49,18 +49,7 @@ if ARGV[3] ~= '' then
 end
 local out = {}
 local added = 0
-local more = {}  -- a new row's fields beside its payload
-if ARGV[10] ~= '' then more = {'timeout_ms', ARGV[10]} end
-local prio = tonumber(ARGV[11])
-if prio then
-  more[#more + 1] = 'priority'
-  more[#more + 1] = ARGV[11]
-end
-local expires = expiry(ARGV[12], now)
-if expires then
-  more[#more + 1] = 'expires_ms'
-  more[#more + 1] = expires
-end
+local more, prio, expires = row_options(ARGV[10], ARGV[11], ARGV[12], now)
 for i = 13, #ARGV, 2 do
   local id = ARGV[i]
   if redis.call('EXISTS', qp .. KEY.job .. id) == 1 then

@@ -19,18 +19,7 @@ if g == '' then g = nil end
 local now = now_ms()
 created(qp, now)
 local out = {}
-local more = {}  -- a new row's fields beside its payload
-if ARGV[4] ~= '' then more = {'timeout_ms', ARGV[4]} end
-local prio = tonumber(ARGV[5])
-if prio then
-  more[#more + 1] = 'priority'
-  more[#more + 1] = ARGV[5]
-end
-local expires = expiry(ARGV[6], now)
-if expires then
-  more[#more + 1] = 'expires_ms'
-  more[#more + 1] = expires
-end
+local more, prio, expires = row_options(ARGV[4], ARGV[5], ARGV[6], now)
 for i = 7, #ARGV, 3 do
   local id = ARGV[i]
   if redis.call('EXISTS', qp .. KEY.job .. id) == 1 then
