@@ -45,6 +45,7 @@ __all__ = [
     "RepeatState",
     "Script",
     "arrow",
+    "arrows",
     "edges_of",
     "mermaid",
     "next_place",
@@ -411,19 +412,25 @@ def _transitions_table() -> list[str]:
     return rows
 
 
-def mermaid() -> list[str]:
-    """The job's lifecycle as a Mermaid state diagram: one arrow per pair of places, labelled
-    with the scripts that move a job along it; ``[*]`` is no row."""
-    ids = {p: ("[*]" if p is Place.NONE else p.name.lower()) for p in Place}
-    lines = ["```mermaid", "stateDiagram-v2"]
-    lines += [f'    state "{p.value}" as {ids[p]}' for p in Place if p is not Place.NONE]
+def arrows() -> dict[tuple[Place, Place], list[str]]:
+    """The job's moves drawn as arrows: each pair of places a job moves between, with the
+    scripts that move it along it, in ``EDGES``' order (for ``mermaid`` and the docs' diagram)."""
     pairs: dict[tuple[Place, Place], list[str]] = {}
     for e in EDGES:
         if isinstance(e.source, Place) and isinstance(e.target, Place):
             names = pairs.setdefault((e.source, e.target), [])
             if e.script not in names:
                 names.append(e.script)
-    for (a, b), names in pairs.items():
+    return pairs
+
+
+def mermaid() -> list[str]:
+    """The job's lifecycle as a Mermaid state diagram: one arrow per pair of places, labelled
+    with the scripts that move a job along it; ``[*]`` is no row."""
+    ids = {p: ("[*]" if p is Place.NONE else p.name.lower()) for p in Place}
+    lines = ["```mermaid", "stateDiagram-v2"]
+    lines += [f'    state "{p.value}" as {ids[p]}' for p in Place if p is not Place.NONE]
+    for (a, b), names in arrows().items():
         lines.append(f"    {ids[a]} --> {ids[b]}: {', '.join(names)}")
     lines += [f"    {ids[p]} --> [*]: expires (a key TTL)" for p in EXPIRES]
     return [*lines, "```"]

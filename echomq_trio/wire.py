@@ -329,30 +329,25 @@ class Wire:
         self, key: str, numlocal: int, numreplicas: int, timeout_ms: int
     ) -> tuple[int, int]:
         """``WAITAOF`` on the server holding ``key``'s slot (see ``Transport.wait_aof``)."""
-        args: list[str | bytes] = ["WAITAOF", str(numlocal), str(numreplicas), str(timeout_ms)]
-        try:
-            if isinstance(self._client, GlideClusterClient):
-                route = SlotKeyRoute(SlotType.PRIMARY, key)
-                reply = await self._client.custom_command(args, route=route)
-            else:
-                reply = await self._client.custom_command(args)
-        except GlideError as exc:
-            raise self._failure(exc) from exc
-        local, replicas = reply
+        local, replicas = await self._on_primary_of(
+            key, ["WAITAOF", str(numlocal), str(numreplicas), str(timeout_ms)]
+        )
         return int(local), int(replicas)
 
     async def wait_replicas(self, key: str, numreplicas: int, timeout_ms: int) -> int:
         """``WAIT`` on the server holding ``key``'s slot (see ``Transport.wait_replicas``)."""
-        args: list[str | bytes] = ["WAIT", str(numreplicas), str(timeout_ms)]
+        return int(await self._on_primary_of(key, ["WAIT", str(numreplicas), str(timeout_ms)]))
+
+    async def _on_primary_of(self, key: str, args: list[str | bytes]) -> Any:
+        # A command about this client's writes (WAIT, WAITAOF) goes to the primary of ``key``'s
+        # slot on a cluster: the server that took them.
         try:
             if isinstance(self._client, GlideClusterClient):
                 route = SlotKeyRoute(SlotType.PRIMARY, key)
-                reply = await self._client.custom_command(args, route=route)
-            else:
-                reply = await self._client.custom_command(args)
+                return await self._client.custom_command(args, route=route)
+            return await self._client.custom_command(args)
         except GlideError as exc:
             raise self._failure(exc) from exc
-        return int(reply)
 
     async def scan(self, match: str, *, count: int = 1000) -> list[str]:
         """Every key matching the glob ``match``, on every primary of a cluster: SCAN a cursor

@@ -17,19 +17,14 @@ _NO_ROW = 'fixedsize=true, width=0.85, fontsize=11, fillcolor="#f4f4f4", color="
 
 def job_dot() -> str:
     """The job state machine in DOT."""
-    from echomq_trio.states import EDGES, EXPIRES, Place
+    from echomq_trio.states import EXPIRES, Place, arrows
 
     def ident(p: Place, end: bool = False) -> str:
         if p is Place.NONE:  # drawn twice: where a job comes from, and where it ends
             return "gone" if end else "new"
         return p.name.lower()
 
-    pairs: dict[tuple[Place, Place], list[str]] = {}
-    for e in EDGES:
-        if isinstance(e.source, Place) and isinstance(e.target, Place):
-            names = pairs.setdefault((e.source, e.target), [])
-            if e.script not in names:
-                names.append(e.script)
+    pairs = arrows()
     lines = [
         "digraph jobs {",
         '  graph [rankdir=TB, bgcolor="transparent", nodesep=0.25, ranksep=0.5];',
