@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from codemojex import ids
-from codemojex.chat import UPDATES_QUEUE, room_of_chat
+from codemojex.chat import UPDATES_QUEUE, ChatGame, room_of_chat
 from codemojex.game import board, current_round, get_room
 from codemojex.game.rounds import Round
 from codemojex.standin import TelegramStandIn, open_stand_in
@@ -73,7 +73,7 @@ async def test_a_group_upgraded_mid_game_plays_on_under_the_new_id(bus: Bus, que
         assert room is not None
         rnd = await current_round(bus, room)
         u.user_says(old, alice, "".join(rnd.secret), name="Alice", chat_title=TITLE)
-        await tg.wait_deliveries(1, alice)
+        await delivered(tg, 1, alice, game)
 
         # Bob guesses just before the upgrade, and the game reaches it only after: the old
         # group's lane is held until the new supergroup has been played in.
@@ -85,17 +85,17 @@ async def test_a_group_upgraded_mid_game_plays_on_under_the_new_id(bus: Bus, que
         await wait_for(lambda: _moved(bus, room, new))
 
         u.user_says(new, carol, worse(rnd, 2), name="Carol", chat_title=TITLE)
-        await tg.wait_deliveries(1, carol)
+        await delivered(tg, 1, carol, game)
         await lanes.resume(bus, queue, str(old))
-        await tg.wait_deliveries(1, bob)  # his guess counted in the same round
+        await delivered(tg, 1, bob, game)  # his guess counted in the same round
         await wait_for(lambda: game.statistics().upgrades == 2)  # both messages, one move
 
         u.user_says(new, carol, "/top", name="Carol", chat_title=TITLE)
-        (top,) = await _next(tg, new, 1)
+        (top,) = await _next(tg, new, 1, game)
         u.user_says(new, bob, "/me", name="Bob", chat_title=TITLE)
-        (me,) = await _next(tg, new, 2)
+        (me,) = await _next(tg, new, 2, game)
         await end_now(bus, queue, rnd)
-        (results,) = await _next(tg, new, 3)
+        (results,) = await _next(tg, new, 3, game)
 
     standings = await board.top(bus, board.round_board(room, rnd.id))
     assert len(standings) == 3 and standings[0].percentage == 100
@@ -133,7 +133,7 @@ async def test_a_send_answered_with_the_move_carries_the_game_over(bus: Bus, que
         assert room is not None
         first = await current_round(bus, room)
         u.user_says(old, alice, "".join(first.secret), name="Alice", chat_title=TITLE)
-        await tg.wait_deliveries(1, alice)
+        await delivered(tg, 1, alice)
         sent_to_old = requests_to(tg, old)
         tg.migrate(old, new, announce=False)
 
@@ -143,10 +143,10 @@ async def test_a_send_answered_with_the_move_carries_the_game_over(bus: Bus, que
         u.user_says(new, bob, "/top", name="Bob", chat_title=TITLE)
         (top,) = await _next(tg, new, 2)
         u.user_says(new, bob, "/round", name="Bob", chat_title=TITLE)
-        await tg.wait_deliveries(5, new)  # and the announcement, the reply, the start
+        await delivered(tg, 5, new)  # and the announcement, the reply, the start
         second = await current_round(bus, room)
         u.user_says(new, bob, "".join(second.secret), name="Bob", chat_title=TITLE)
-        await tg.wait_deliveries(1, bob)
+        await delivered(tg, 1, bob)
         assert requests_to(tg, old) == sent_to_old + 1
         assert tg.statistics().statuses.get(400, 0) == 1
 
@@ -193,13 +193,13 @@ async def test_the_service_plays_on_in_the_supergroup(standalone_only: str, tmp_
             rnd = await current_round(bus, room)
             u.user_says(old, alice, "".join(rnd.secret), name="Alice", chat_title=TITLE)
             with trio.fail_after(60):
-                await tg.wait_deliveries(1, alice)
+                await delivered(tg, 1, alice)
             sent_to_old = requests_to(tg, old)
             tg.migrate(old, new)
             u.user_says(new, bob, worse(rnd, 3), name="Bob", chat_title=TITLE)
             u.user_says(new, bob, "/top", name="Bob", chat_title=TITLE)
             with trio.fail_after(60):
-                await tg.wait_deliveries(1, bob)
+                await delivered(tg, 1, bob)
                 top = await _first(tg, new, "🏆")
             await end_now(bus, UPDATES_QUEUE, rnd)
             with trio.fail_after(60):
@@ -238,7 +238,7 @@ async def started(tg: TelegramStandIn, chat: int) -> None:
     """Wait for the four texts a new game's first round sends ``chat`` (the room, the round,
     its reply, its start reminder: the reminder may come first when the round starts at once),
     so that nothing more is on its way there."""
-    await tg.wait_deliveries(4, chat)
+    await delivered(tg, 4, chat)
     kinds = sorted(t.split()[0] for t in shown(tg, chat))
     assert kinds == sorted(["🎮", "🎲", "The", "⏰"]), (shown(tg, chat), tg.requests)
 
@@ -246,14 +246,31 @@ async def started(tg: TelegramStandIn, chat: int) -> None:
 async def _first(tg: TelegramStandIn, chat: int, prefix: str) -> str:
     """The first text delivered to ``chat`` that starts with ``prefix``, once there is one."""
     while not (found := [t for t in shown(tg, chat) if t.startswith(prefix)]):
-        await tg.wait_deliveries(tg.delivered(chat) + 1, chat)
+        await delivered(tg, tg.delivered(chat) + 1, chat)
     return found[0]
 
 
-async def _next(tg: TelegramStandIn, chat: int, count: int) -> list[str]:
+async def _next(
+    tg: TelegramStandIn, chat: int, count: int, game: ChatGame | None = None
+) -> list[str]:
     """The last of the first ``count`` texts delivered to ``chat``, once they are."""
-    await tg.wait_deliveries(count, chat)
+    await delivered(tg, count, chat, game)
     return shown(tg, chat)[count - 1 : count]
+
+
+async def delivered(
+    tg: TelegramStandIn, count: int, chat: int, game: ChatGame | None = None, within_s: float = 45
+) -> None:
+    """Wait for ``count`` deliveries to ``chat``; after ``within_s``, fail saying what came
+    (a step of these tests that hangs names itself and what the game and the stand-in saw)."""
+    with trio.move_on_after(within_s):
+        await tg.wait_deliveries(count, chat)
+        return
+    seen = game.statistics() if game is not None else None
+    raise AssertionError(
+        f"{count} deliveries to {chat} awaited {within_s} s; delivered there: "
+        f"{shown(tg, chat)}; the last requests: {list(tg.requests)[-12:]}; game: {seen}"
+    )
 
 
 def _rank(top: str, name: str) -> int:
