@@ -131,7 +131,10 @@ class ProgressReporter(Protocol):
 @attrs.frozen
 class Job:
     """A claimed job. ``token`` (the lease number) is the fencing token: present it to settle
-    the job. ``attempts`` counts the attempts spent, this one included.
+    the job. ``attempts`` counts the attempts spent, this one included. ``group`` is its lane
+    (``None``: flat), ``timeout_ms`` its deadline per attempt (``None``: the consumer's) and
+    ``priority`` the priority it was admitted with (0: none), kept across retries, deferrals,
+    releases and reaps.
 
     A job a ``Consumer`` hands its handler carries the consumer's progress reporter (private,
     set by the consumer, no part of equality or repr): ``await job.progress(value)``."""
@@ -144,6 +147,7 @@ class Job:
     lease_deadline_ms: int
     group: str | None = None
     timeout_ms: int | None = None  # the job's own deadline per attempt (``timeout_ms`` at enqueue)
+    priority: int = 0  # its priority (``priority`` at enqueue or registration; 0: none)
     _reporter: ProgressReporter | None = attrs.field(
         default=None, eq=False, repr=False, kw_only=True
     )

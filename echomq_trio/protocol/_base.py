@@ -109,7 +109,7 @@ def _outcomes(raw: Iterable[object]) -> list[Outcome]:
 REPLY_FIELDS: dict[str, tuple[str, ...]] = {
     "audit_ack": ("acked", "trimmed"),
     "claim": ("lease_deadline", "jobs..."),
-    "claim/job": ("id", "payload", "attempts", "token", "group", "timeout_ms"),
+    "claim/job": ("id", "payload", "attempts", "token", "group", "options"),
     "clock": ("recorded", "step", "step_at", "carried", "more", "now"),
     "count_lanes": ("lanes", "waiting"),
     "debounce": ("outcome", "id", "at", "absorbed"),

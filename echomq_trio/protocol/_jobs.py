@@ -265,14 +265,15 @@ def claim_call(k: QueueKeys, batch: int, lease_ms: int, holder: str = "") -> Cal
 _DEADLINE = REPLY_FIELDS["claim"].index("lease_deadline")
 _JOBS_FROM = REPLY_FIELDS["claim"].index("jobs...")
 _JOB = REPLY_FIELDS["claim/job"]
-_ID, _PAYLOAD, _ATTEMPTS, _TOKEN, _GROUP, _TIMEOUT = (
-    _JOB.index(name) for name in ("id", "payload", "attempts", "token", "group", "timeout_ms")
+_ID, _PAYLOAD, _ATTEMPTS, _TOKEN, _GROUP, _OPTIONS = (
+    _JOB.index(name) for name in ("id", "payload", "attempts", "token", "group", "options")
 )
 
 
 def claim_reply(raw: Sequence[Any], queue: str) -> list[Job]:
-    """``{lease deadline, then per job: id, payload, attempts, token, group or '', timeout ms
-    or ''}``."""
+    """``{lease deadline, then per job: id, payload, attempts, token, group or '', options}``:
+    options ``''`` (none), the timeout ms (a timeout alone) or ``{timeout ms or '', priority}``
+    (a priority): a job without a priority costs what it did before priorities."""
     if len(raw) < _JOBS_FROM:
         raise ValueError(f"claim answered {len(raw)} fields, expected a deadline and jobs")
     if (len(raw) - _JOBS_FROM) % len(_JOB):
@@ -285,11 +286,14 @@ def claim_reply(raw: Sequence[Any], queue: str) -> list[Job]:
         if not isinstance(payload, bytes):
             payload = str(payload).encode()
         group = raw[i + _GROUP]
-        timeout = raw[i + _TIMEOUT]
+        timeout = raw[i + _OPTIONS]
+        priority = 0
+        if isinstance(timeout, list):
+            timeout, priority = timeout[0], int(timeout[1])
         jobs.append(
             Job(queue, as_text(raw[i + _ID]), payload, int(raw[i + _ATTEMPTS]),
                 int(raw[i + _TOKEN]), deadline, as_text(group) if group else None,
-                int(timeout) if timeout else None)
+                int(timeout) if timeout else None, priority)
         )  # fmt: skip
     return jobs
 

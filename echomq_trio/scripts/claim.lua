@@ -19,13 +19,17 @@
 -- retry too: a job not started again by its expiry is not run again. A claim expires at most
 -- EXPIRE_MAX jobs per call (then it leaves a wake token, so the next claim goes on); an
 -- expired job is out of its lane, so it never blocks a strictly ordered lane.
--- Returns {lease deadline, then per job: id, payload, attempts, token, group or '', timeout ms
--- or ''}.
+-- Returns {lease deadline, then per job: id, payload, attempts, token, group or '', options}:
+-- options is '' (none), the job's timeout ms (a timeout alone), or {timeout ms or '', priority}
+-- (a priority, with or without a timeout), so a job without a priority answers what it did
+-- before priorities, byte for byte. The priority is read from the score the job was popped at:
+-- a job waits in pending and in its lane at minus its priority (_bus.lua's wait_score, the only
+-- writer of either), so it costs no read of the row.
 -- meta.lease_max keeps the longest lease ms granted; meta.paused (the queue is paused),
 -- meta.max_active (a cap on its jobs in flight) and meta.expired are read with it (one HMGET
 -- per call).
 -- fields: lease_deadline, jobs...
--- fields of each job: id, payload, attempts, token, group, timeout_ms
+-- fields of each job: id, payload, attempts, token, group, options
 -- cost: O(batch + SKIP_MAX) (each step O(log n)); one HMGET of meta (with a cap, one ZCARD);
 -- per job 3 commands (its row read and written, its event), per lane turn 3 (in a queue with
 -- lanes paused, waiting, limited or weighted, up to 5 more); per call one ZADD, one LPUSH, RPUSH
@@ -60,8 +64,8 @@ local flat_left = true  -- the flat set may hold jobs (a claim never adds to it)
 local from_lanes, emptied = 0, 0  -- counted in metrics once, at the end
 local expired, drop_expired = 0, m[4] == 'drop'
 
--- Lease a job taken out of its set (true), or expire it (false: never leased).
-local function take(id, g)
+-- Lease a job taken out of its set at `score` (true), or expire it (false: never leased).
+local function take(id, g, score)
   local row = qp .. KEY.job .. id
   local f = redis.call('HMGET', row, 'attempts', 'lease', 'payload', 'timeout_ms', 'expires_ms')
   if f[5] and tonumber(f[5]) <= now then
@@ -80,7 +84,11 @@ local function take(id, g)
   out[#out + 1] = attempts
   out[#out + 1] = token
   out[#out + 1] = g
-  out[#out + 1] = f[4] or ''
+  if score == '0' then
+    out[#out + 1] = f[4] or ''
+  else
+    out[#out + 1] = {f[4] or '', 0 - tonumber(score)}
+  end
   emit(qp, 'claimed', id, 'attempt', attempts)
   return true
 end
@@ -94,7 +102,7 @@ local function take_flat(n)
     local popped = redis.call('ZPOPMIN', KEYS[1], ask)
     if #popped / 2 < ask then flat_left = false end
     for i = 1, #popped, 2 do
-      if take(popped[i], '') then got = got + 1 end
+      if take(popped[i], '', popped[i + 1]) then got = got + 1 end
     end
   end
   return got
@@ -152,7 +160,7 @@ while want > 0 do
     local popped = redis.call('ZPOPMIN', lane, n)
     local got = 0  -- leased; the others expired
     for i = 1, #popped, 2 do
-      if take(popped[i], g) then got = got + 1 end
+      if take(popped[i], g, popped[i + 1]) then got = got + 1 end
     end
     from_lanes = from_lanes + #popped / 2
     want = want - got

@@ -57,6 +57,7 @@ class InMemoryQueue:
 
     payloads: dict[str, bytes] = attrs.field(factory=dict)
     groups: dict[str, str] = attrs.field(factory=dict)
+    priorities: dict[str, int] = attrs.field(factory=dict)  # by id; absent: 0
     pending: list[str] = attrs.field(factory=list)
     active: dict[str, Lease] = attrs.field(factory=dict)
     schedule: dict[str, int] = attrs.field(factory=dict)  # run-at ms by id
@@ -78,11 +79,16 @@ class InMemoryQueue:
     def now_ms(self) -> int:
         return round(trio.current_time() * 1000)
 
-    def enqueue(self, job_id: str, payload: bytes = b"x", group: str = "") -> None:
+    def enqueue(
+        self, job_id: str, payload: bytes = b"x", group: str = "", priority: int = 0
+    ) -> None:
         """A job at the end of the queue (``group``: its lane's name, carried to the consumer
-        as a claimed job's group; this queue keeps one order for every lane)."""
+        as a claimed job's group; ``priority`` carried as its priority, as the claim script
+        answers it; this queue keeps one order for every lane and priority)."""
         self.payloads[job_id] = payload
         self.groups[job_id] = group
+        if priority:
+            self.priorities[job_id] = priority
         self.pending.append(job_id)
         self._woken.set()
 
@@ -132,6 +138,7 @@ class InMemoryQueue:
             self._tokens += 1
             self.active[job_id] = Lease(self._tokens, deadline)
             self.attempts[job_id] = self.attempts.get(job_id, 0) + 1
+            priority = self.priorities.get(job_id, 0)
             jobs += _reply(
                 "claim/job",
                 id=job_id,
@@ -139,7 +146,7 @@ class InMemoryQueue:
                 attempts=self.attempts[job_id],
                 token=self._tokens,
                 group=self.groups[job_id],
-                timeout_ms="",
+                options=["", priority] if priority else "",
             )
         del self.pending[:batch]
         return _reply("claim", lease_deadline=deadline, jobs=jobs)

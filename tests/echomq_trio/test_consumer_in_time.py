@@ -213,3 +213,28 @@ async def test_a_lane_task_ends_after_its_idle_time_and_a_new_job_of_its_lane_st
     assert handled[1][2] == pytest.approx(handled[0][2])
     assert ended_after == pytest.approx(5.0, abs=0.1)  # a's task: 5 s after its last job
     assert consumer.statistics().lane_tasks >= 3
+
+
+@pytest.mark.parametrize("per_lane", [False, True], ids=["one-pool", "per-lane"])
+async def test_a_handler_sees_each_job_s_priority_flat_and_in_a_lane(
+    autojump_clock: trio.testing.MockClock, per_lane: bool
+) -> None:
+    """The claim's reply carries a job's priority (0 for none) to the handler, flat and in a
+    lane, with the one pool of handlers and with a task per lane."""
+    q = InMemoryQueue()
+    seen: dict[str, int] = {}
+
+    async def handler(job: Job) -> None:
+        seen[job.id] = job.priority
+
+    high, low, plain, lane = (ids.generate("JOB") for _ in range(4))
+    q.enqueue(high, priority=7)
+    q.enqueue(low, priority=-2)
+    q.enqueue(plain)
+    q.enqueue(lane, group="a", priority=3)
+    consumer = Consumer(Bus(q), QUEUE, handler, per_lane=per_lane)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await wait_for(lambda: len(q.acked) == 4)
+        nursery.cancel_scope.cancel()
+    assert seen == {high: 7, low: -2, plain: 0, lane: 3}

@@ -13,7 +13,7 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from echomq_trio import Bus, ids, jobs, lanes, open_bus, repeat
+from echomq_trio import Bus, ids, jobs, lanes, open_bus, protocol, repeat
 from echomq_trio.jobs import PRIORITY_MAX, PRIORITY_MIN, Job, Outcome
 from tests.support import echomq, wait_for
 
@@ -52,6 +52,7 @@ async def test_a_job_keeps_its_priority_through_retry_release_reap_and_replay(
     async def head(lease_ms: int = 30_000) -> Job:
         (job,) = await jobs.claim(bus, queue, 1, lease_ms)
         assert job.id == high  # ahead of the older job of priority 0, every time
+        assert job.priority == 3  # and the claimed job knows it, every time
         return job
 
     # retry: to the schedule, and back at its place when due
@@ -134,6 +135,52 @@ async def test_a_strict_lane_keeps_its_order_by_priority_across_retries_and_defe
     await lanes.enqueue(bus, queue, "chat", "3", job_id=urgent, priority=2)
     assert await jobs.defer(bus, queue, first, job.token, 0) is Outcome.DEFERRED
     assert [j.id for j in await lanes.jobs(bus, queue, "chat")] == [urgent, first, second]
+
+
+async def test_a_claimed_job_knows_its_priority_on_every_path(bus: Bus, queue: str) -> None:
+    flat, timed, lane, scheduled, plain = (jid() for _ in range(5))
+    await jobs.enqueue(bus, queue, "flat", job_id=flat, priority=-3)
+    await jobs.enqueue(bus, queue, "timed", job_id=timed, priority=4, timeout_ms=250)
+    await lanes.enqueue(bus, queue, "L", "lane", job_id=lane, priority=PRIORITY_MAX)
+    await jobs.enqueue_in(bus, queue, "scheduled", 0, job_id=scheduled, priority=PRIORITY_MIN)
+    await jobs.enqueue(bus, queue, "plain", job_id=plain, timeout_ms=900)
+    await repeat.register(bus, queue, "every", 60_000, "fired", group="R", priority=2)
+    assert (await jobs.promote(bus, queue)).moved == 1
+    assert (await repeat.fire(bus, queue)).fired == 1
+    claimed = {j.payload.decode(): j for j in await jobs.claim(bus, queue, 10)}
+    assert {name: (j.priority, j.timeout_ms) for name, j in claimed.items()} == {
+        "flat": (-3, None), "timed": (4, 250), "lane": (PRIORITY_MAX, None),
+        "scheduled": (PRIORITY_MIN, None), "plain": (0, 900), "fired": (2, None),
+    }  # fmt: skip
+    # retried (to the schedule and back), and in its lane after a deferral: still known
+    job = claimed["timed"]
+    assert await jobs.retry(bus, queue, job.id, job.token, 0, 10, "again") is Outcome.SCHEDULED
+    job = claimed["lane"]
+    assert await jobs.defer(bus, queue, job.id, job.token, 0) is Outcome.DEFERRED
+    assert (await jobs.promote(bus, queue)).moved == 1
+    again = {j.id: j.priority for j in await jobs.claim(bus, queue, 10)}
+    assert again == {timed: 4, lane: PRIORITY_MAX}
+
+
+async def test_the_claim_answers_a_job_without_a_priority_as_before_priorities(
+    bus: Bus, queue: str
+) -> None:
+    # The options field of a job without a priority is '' or its timeout, as it was before
+    # priorities (no byte more on the hot path); a job with one answers a pair.
+    plain, timed, high = jid(), jid(), jid()
+    await jobs.enqueue(bus, queue, "plain", job_id=plain)
+    await jobs.enqueue(bus, queue, "timed", job_id=timed, timeout_ms=700)
+    await jobs.enqueue(bus, queue, "high", job_id=high, priority=9, timeout_ms=800)
+    call = protocol.claim_call(bus.keys(queue), 10, 30_000)
+    raw = await bus.run(protocol.Call(call.script, call.keys, call.args))
+    width = len(protocol.REPLY_FIELDS["claim/job"])
+    at = protocol.REPLY_FIELDS["claim/job"].index("options")
+    options = {bytes(raw[i]).decode(): raw[i + at] for i in range(1, len(raw), width)}
+    assert {k: v if isinstance(v, list) else bytes(v) for k, v in options.items()} == {
+        plain: b"",
+        timed: b"700",
+        high: [b"800", 9],
+    }
 
 
 async def test_the_priority_shows_in_get_job_and_lists(bus: Bus, queue: str) -> None:
@@ -272,6 +319,7 @@ async def test_the_claimed_order_is_the_model_s(
             elif step == "claim":
                 got = await jobs.claim(bus, queue, arg)
                 assert [j.id for j in got] == model.claim(arg)
+                assert [j.priority for j in got] == [model.priority[j.id] for j in got]
                 held += got
             elif held:
                 job = held.pop(arg % len(held))

@@ -350,6 +350,7 @@ def test_only_job_ids_are_admitted(k: QueueKeys, bad: str) -> None:
 jobs_st = st.builds(
     Job, st.just("q"), job_ids, st.binary(max_size=50), st.integers(1, 100), tokens,
     st.just(0), st.none() | names, st.none() | st.integers(1, 2**40),
+    st.just(0) | st.integers(PRIORITY_MIN, PRIORITY_MAX),
 )  # fmt: skip
 
 
@@ -365,8 +366,11 @@ def test_claim_round_trip(
                                                                        "a1b2c3")  # fmt: skip
     raw: list[Any] = [deadline]
     for j in claimed:
+        # options: '' or the timeout alone, as before priorities; a pair with a priority
+        timeout = str(j.timeout_ms or "").encode()
+        options = [timeout, j.priority] if j.priority else timeout
         raw += [kind(j.id.encode()) if kind is bytes else j.id, j.payload, j.attempts, j.token,
-                (j.group or "").encode(), str(j.timeout_ms or "").encode()]  # fmt: skip
+                (j.group or "").encode(), options]  # fmt: skip
     expected = [attrs.evolve(j, queue=k.name, lease_deadline_ms=deadline) for j in claimed]
     assert protocol.claim_reply(raw, k.name) == expected
 
