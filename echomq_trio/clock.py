@@ -12,11 +12,12 @@ once on the queue's meta (the prelude's ``witness``), whichever caller sees it f
 What a step does (``scripts/README.md``, "When the clock steps"): a wait of a length (a lane's
 wait, a retry's backoff, a deferral, ``enqueue_in``) keeps its length, carried across by the
 metronome (``clock.lua``); a lease is never shortened under a live holder (no lease is reaped
-for ``REAP_GRACE_MS`` after a step, so holders renew first); a time given as a time
-(``enqueue_at``, a recurring schedule's anchor) keeps its wall-clock meaning; a recurring
-schedule is never more than one period away. The queue's meta keeps the sum of every step
-recorded (``clock_total``, ``jobs.clock_total``): an application reads its own times across
-steps by noting the sum when it writes a time and adding what it grew by since
+for ``REAP_GRACE_MS`` after a step, so holders renew first); an expiry given as a length
+(``expires_in``) moves with the step, one given as a time (``expires_at``) does not; a time
+given as a time (``enqueue_at``, a recurring schedule's anchor) keeps its wall-clock meaning;
+a recurring schedule is never more than one period away. The queue's meta keeps the sum of
+every step recorded (``clock_total``, ``jobs.clock_total``): an application reads its own times
+across steps by noting the sum when it writes a time and adding what it grew by since
 (codemojex's rounds), or keeps a clock of its own that the steps do not move (the prelude's
 ``steady_ms``: codemojex's rate limiter).
 

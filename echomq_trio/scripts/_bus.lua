@@ -84,11 +84,15 @@
 --                              an even RUN keeps score/member pairs whole); DEL takes no key
 --   expiry(arg, now)           an admission's expiry argument ('' none, server ms, '+ms' from
 --                              now) as the absolute server ms a row keeps (expires_ms), or nil
+--   expiry_fields(arg, at, out)
+--                              append to out the row fields of an expiry at `at` (from arg):
+--                              expires_ms, and expires_in_ms (its length) for a relative one, so
+--                              clock.lua carries a length across a step of the clock
 --   row_options(timeout, priority, expires, now)
 --                              an admission's per-job options as its ARGV give them ('' for
 --                              none each): the row fields beside the payload (timeout_ms,
---                              priority, expires_ms), the priority (nil for 0) and the expiry
---                              (absolute server ms, or nil)
+--                              priority, expires_ms, expires_in_ms), the priority (nil for 0)
+--                              and the expiry (absolute server ms, or nil)
 --   expire(qp, id, now, drop, attempts)
 --                              a job met past its expires_ms, out of its set: dead with the
 --                              reason 'expired' (or deleted with drop), counted (metrics.expired)
@@ -464,6 +468,18 @@ local function expiry(arg, now)
   return tonumber(arg)
 end
 
+-- An expiry given as a length ('+ms') keeps it beside its time (expires_in_ms): a step of the
+-- server clock moves such a deadline with it, as it moves a wait of a length (clock.lua); an
+-- expiry given as a time keeps its wall-clock meaning.
+local function expiry_fields(arg, at, out)
+  out[#out + 1] = 'expires_ms'
+  out[#out + 1] = at
+  if string.sub(arg, 1, 1) == '+' then
+    out[#out + 1] = 'expires_in_ms'
+    out[#out + 1] = string.sub(arg, 2)
+  end
+end
+
 local function row_options(timeout, priority, expires, now)
   local more = {}
   if timeout ~= '' then more = {'timeout_ms', timeout} end
@@ -473,10 +489,7 @@ local function row_options(timeout, priority, expires, now)
     more[#more + 1] = priority
   end
   local at = expiry(expires, now)
-  if at then
-    more[#more + 1] = 'expires_ms'
-    more[#more + 1] = at
-  end
+  if at then expiry_fields(expires, at, more) end
   return more, prio, at
 end
 

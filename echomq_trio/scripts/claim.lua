@@ -18,7 +18,9 @@
 -- (meta.expired = 'drop'), counted in metrics.expired (_bus.lua's expire). That holds for a
 -- retry too: a job not started again by its expiry is not run again. A claim expires at most
 -- EXPIRE_MAX jobs per call (then it leaves a wake token, so the next claim goes on); an
--- expired job is out of its lane, so it never blocks a strictly ordered lane.
+-- expired job is out of its lane, so it never blocks a strictly ordered lane. While a step of
+-- the server clock is carried (meta.clock_fix, clock.lua) a claim expires nothing: an expiry
+-- given as a length may not be carried yet, so a job that looks expired is leased.
 -- Returns {lease deadline, then per job: id, payload, attempts, token, group or '', options}:
 -- options is '' (none), the job's timeout ms (a timeout alone), or {timeout ms or '', priority}
 -- (a priority, with or without a timeout), so a job without a priority answers what it did
@@ -26,8 +28,8 @@
 -- a job waits in pending and in its lane at minus its priority (_bus.lua's wait_score, the only
 -- writer of either), so it costs no read of the row.
 -- meta.lease_max keeps the longest lease ms granted; meta.paused (the queue is paused),
--- meta.max_active (a cap on its jobs in flight) and meta.expired are read with it (one HMGET
--- per call).
+-- meta.max_active (a cap on its jobs in flight), meta.expired and meta.clock_fix are read with
+-- it (one HMGET per call).
 -- fields: lease_deadline, jobs...
 -- fields of each job: id, payload, attempts, token, group, options
 -- cost: O(batch + SKIP_MAX) (each step O(log n)); one HMGET of meta (with a cap, one ZCARD);
@@ -46,7 +48,8 @@ local deadline = now + tonumber(ARGV[3])
 -- can pass, for carrying leases across a step of the clock, clock.lua); the queue's pause
 -- (paused: nothing is claimed) and its cap on jobs in flight (max_active: at most that many in
 -- active, so at most the cap less active's size is claimed). See queue_pause, queue_limit.
-local m = redis.call('HMGET', qp .. KEY.meta, 'lease_max', 'paused', 'max_active', 'expired')
+local m = redis.call('HMGET', qp .. KEY.meta, 'lease_max', 'paused', 'max_active', 'expired',
+  'clock_fix')
 if m[2] then return {deadline} end
 if m[3] then
   local room = tonumber(m[3]) - redis.call('ZCARD', qp .. KEY.active)
@@ -63,12 +66,13 @@ local leased = {}  -- score, id pairs: one ZADD to active at the end
 local flat_left = true  -- the flat set may hold jobs (a claim never adds to it)
 local from_lanes, emptied = 0, 0  -- counted in metrics once, at the end
 local expired, drop_expired = 0, m[4] == 'drop'
+local carrying = m[5] and true or false  -- a step of the clock is being carried: expire none
 
 -- Lease a job taken out of its set at `score` (true), or expire it (false: never leased).
 local function take(id, g, score)
   local row = qp .. KEY.job .. id
   local f = redis.call('HMGET', row, 'attempts', 'lease', 'payload', 'timeout_ms', 'expires_ms')
-  if f[5] and tonumber(f[5]) <= now then
+  if f[5] and tonumber(f[5]) <= now and not carrying then
     expire(qp, id, now, drop_expired, f[1] or '0')
     expired = expired + 1
     return false

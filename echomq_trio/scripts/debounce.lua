@@ -40,10 +40,11 @@ else
   unset[#unset + 1] = 'timeout_ms'
 end
 if expires then
-  set[#set + 1] = 'expires_ms'
-  set[#set + 1] = expires
-else
-  unset[#unset + 1] = 'expires_ms'
+  expiry_fields(ARGV[8], expires, set)
+end
+if not expires or string.sub(ARGV[8], 1, 1) ~= '+' then
+  unset[#unset + 1] = 'expires_in_ms'  -- none, or a time: no length to carry across a step
+  if not expires then unset[#unset + 1] = 'expires_ms' end
 end
 
 local cur = redis.call('GET', dkey)

@@ -13,7 +13,7 @@ local state = job_state(qp, id, job.state)
 if not state then return 'gone' end
 if state ~= 'dead' then return 'not_dead' end
 redis.call('ZREM', KEYS[1], id)
-redis.call('HDEL', qp .. KEY.job .. id, 'attempts', 'expires_ms')  -- none: 0, no expiry
+redis.call('HDEL', qp .. KEY.job .. id, 'attempts', 'expires_ms', 'expires_in_ms')  -- none: 0
 wake(qp, to_waiting(qp, id, job.group, now_ms(), nil, tonumber(job.priority)))
 emit(qp, 'replayed', id)
 return 'replayed'

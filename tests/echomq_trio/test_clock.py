@@ -236,3 +236,101 @@ async def test_after_a_step_forward_a_live_holder_s_lease_is_not_reaped_before_i
         assert metronome.statistics().reaped == 0
         info = await jobs.get_job(bus, queue, held.id)
         assert info is not None and info.state == "active"
+
+
+# --- expiries across a step ----------------------------------------------------------------------
+
+
+async def _expired(bus: Bus, queue: str, ids: list[str]) -> bool:
+    """Every job of ``ids`` is dead as expired."""
+    infos = [await jobs.get_job(bus, queue, i) for i in ids]
+    return all(i is not None and i.state == "dead" and i.last_error == "expired" for i in infos)
+
+
+async def _expires_in(bus: Bus, queue: str, job_id: str) -> int:
+    """How far ahead of the server's now the job's expiry is, ms."""
+    info = await jobs.get_job(bus, queue, job_id)
+    assert info is not None and info.expires_ms is not None
+    return info.expires_ms - await bus.transport.server_time_ms()
+
+
+@pytest.mark.timeout_s(90)
+async def test_after_a_step_back_an_expiry_in_keeps_its_length_and_one_at_its_wall_clock_time(
+    stepping_server: SteppingServer, queue: str
+) -> None:
+    """A step back of an hour: a job that must start within 4 s expires within about 4 s, not
+    an hour and 4 s later; one that must start by a time still waits for that time."""
+    async with open_bus(stepping_server.url) as bus:
+        now = await bus.transport.server_time_ms()
+        flat = (await jobs.enqueue(bus, queue, "flat", expires_in=4_000)).id
+        in_lane = (await lanes.enqueue(bus, queue, "chat", "lane", expires_in=4_000)).id
+        at_time = (await jobs.enqueue(bus, queue, "at", expires_at=now + 4_000)).id
+        metronome = Metronome(bus, queue, beat_ms=200)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(metronome.run)
+            await _step_once_beaten(metronome, stepping_server, -3600)
+            await wait_for(lambda: metronome.statistics().clock_steps == 1, timeout=10)
+            # swept by the metronome as their (carried) deadlines pass
+            await wait_for(lambda: _expired(bus, queue, [flat, in_lane]), timeout=10)
+            left = await _expires_in(bus, queue, at_time)
+            assert HOUR_MS - 10_000 < left <= HOUR_MS + 4_000
+            nursery.cancel_scope.cancel()
+        info = await jobs.get_job(bus, queue, at_time)
+        assert info is not None and info.state == "pending"
+
+
+@pytest.mark.timeout_s(90)
+async def test_after_a_step_forward_an_expiry_in_keeps_its_length_and_one_at_has_passed(
+    stepping_server: SteppingServer, queue: str
+) -> None:
+    """A step forward of an hour expires the job that had to start by a time now passed, and
+    none of those given a length: they still have (about) what they had, and run."""
+    async with open_bus(stepping_server.url) as bus:
+        now = await bus.transport.server_time_ms()
+        flat = (await jobs.enqueue(bus, queue, "flat", expires_in=30_000)).id
+        in_lane = (await lanes.enqueue(bus, queue, "chat", "lane", expires_in=30_000)).id
+        later = (await jobs.enqueue_in(bus, queue, "later", 1_000, expires_in=30_000)).id
+        at_time = (await jobs.enqueue(bus, queue, "at", expires_at=now + 30_000)).id
+        metronome = Metronome(bus, queue, beat_ms=200)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(metronome.run)
+            await _step_once_beaten(metronome, stepping_server, 3600)
+            await wait_for(lambda: metronome.statistics().clock_steps == 1, timeout=10)
+            await wait_for(lambda: _expired(bus, queue, [at_time]), timeout=10)
+            beats = metronome.statistics().beats
+            await wait_for(lambda: metronome.statistics().beats >= beats + 3, timeout=10)
+            for job_id in (flat, in_lane, later):
+                assert 15_000 < await _expires_in(bus, queue, job_id) <= 30_000
+            await wait_for(lambda: _promoted(bus, queue, later), timeout=10)
+            nursery.cancel_scope.cancel()
+        claimed = await jobs.claim(bus, queue, 10)
+        assert sorted(j.id for j in claimed) == sorted([flat, in_lane, later])
+
+
+async def _promoted(bus: Bus, queue: str, job_id: str) -> bool:
+    info = await jobs.get_job(bus, queue, job_id)
+    return info is not None and info.state == "pending"
+
+
+@pytest.mark.timeout_s(60)
+async def test_a_claim_while_a_step_is_carried_expires_nothing(
+    stepping_server: SteppingServer, queue: str
+) -> None:
+    """Carried one expiry at a time after a step forward of an hour, the jobs not carried yet
+    look an hour past their expiry: a claim meanwhile leases them (their expiries may be
+    lengths not carried yet) rather than expiring them."""
+    async with open_bus(stepping_server.url) as bus:
+        admitted = [
+            (await jobs.enqueue(bus, queue, str(i), expires_in=20_000 + 1_000 * i)).id
+            for i in range(3)
+        ]
+        w = await _witnessed(bus)
+        await stepping_server.step(3600)
+        c = await jobs.carry_clock(bus, queue, w.args(trio.current_time()), batch=1)
+        assert c.recorded_ms > 0 and c.carried == 1 and c.more
+        claimed = await jobs.claim(bus, queue, 10)
+        assert sorted(j.id for j in claimed) == sorted(admitted)
+        while c.more:
+            c = await jobs.carry_clock(bus, queue, batch=1)
+        counts = await jobs.counts(bus, queue)
+        assert counts.expired_total == 0 and counts.active == 3

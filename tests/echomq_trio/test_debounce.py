@@ -115,6 +115,23 @@ async def test_keys_are_apart_and_the_latest_options_win(bus: Bus, queue: str) -
     assert (await jobs.counts(bus, queue)).scheduled == 2
 
 
+async def test_the_latest_expiry_keeps_its_kind_a_length_or_a_time(bus: Bus, queue: str) -> None:
+    """An expiry given as a length keeps its length in the row (``expires_in_ms``: a step of the
+    clock moves it), one given as a time does not; the latest enqueue's kind wins."""
+    row = bus.keys(queue).job
+
+    async def enqueue(**expiry: int) -> list[bytes | None]:
+        got = await jobs.enqueue(bus, queue, "x", debounce="k", debounce_ms=LONG_MS, **expiry)
+        fields = await bus.command("HMGET", row(got.id), "expires_ms", "expires_in_ms")
+        return [None if f is None else bytes(f) for f in fields]
+
+    assert (await enqueue(expires_in=LONG_MS))[1] == str(LONG_MS).encode()
+    now = await bus.transport.server_time_ms()
+    assert await enqueue(expires_at=now + LONG_MS) == [str(now + LONG_MS).encode(), None]
+    assert (await enqueue(expires_in=7_000))[1] == b"7000"
+    assert await enqueue() == [None, None]
+
+
 async def test_a_lane_job_is_debounced_then_joins_its_lane(bus: Bus, queue: str) -> None:
     first = await lanes.enqueue(bus, queue, "chat", "1", debounce="k", debounce_ms=LONG_MS)
     again = await lanes.enqueue(bus, queue, "chat", "2", debounce="k", debounce_ms=1,
