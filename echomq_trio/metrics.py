@@ -24,7 +24,8 @@ Two kinds of numbers, named so that they never clash:
   in every process that reads it.
 
   - ``echomq_jobs{queue,state}`` (gauge): jobs ``pending`` (lanes included), ``scheduled``,
-    ``active``, ``dead``, ``cancelled`` now.
+    ``active``, ``dead``, ``cancelled``, ``waiting_children`` (flows' parents waiting for their
+    children) now.
   - ``echomq_lanes{queue,state}`` (gauge): lanes ``with_jobs``, ``paused``, ``waiting``.
   - ``echomq_repeats{queue}`` (gauge): recurring schedules registered.
   - ``echomq_queue_paused{queue}`` (gauge): 1 while the queue is paused (``queues.pause``: it
@@ -122,7 +123,7 @@ class Readings(Protocol):
     async def read(self) -> None: ...
 
 
-_DEPTH = ("pending", "scheduled", "active", "dead", "cancelled")
+_DEPTH = ("pending", "scheduled", "active", "dead", "cancelled", "waiting_children")
 _LANES = (("with_jobs", "lanes"), ("paused", "paused_lanes"), ("waiting", "waiting_lanes"))
 _TOTALS = (("completed", "completed_total"), ("retried", "retried_total"),
            ("dead", "dead_total"), ("deferred", "deferred_total"),

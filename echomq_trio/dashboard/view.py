@@ -120,7 +120,8 @@ def queue_row(name: str, history: History, sample_s: float) -> dict[str, Any]:
     retried = deltas(history.totals(name, "retried_total"))
     minutes = history.span_ms(name) / 60_000
     counts = {} if c is None else {
-        "pending": c.pending, "scheduled": c.scheduled, "active": c.active, "dead": c.dead,
+        "pending": c.pending, "scheduled": c.scheduled, "active": c.active,
+        "waiting_children": c.waiting_children, "dead": c.dead,
         "lanes": c.lanes, "paused_lanes": c.paused_lanes, "waiting_lanes": c.waiting_lanes,
         "repeats": c.repeats, "completed_total": c.completed_total,
         "retried_total": c.retried_total, "expired_total": c.expired_total,

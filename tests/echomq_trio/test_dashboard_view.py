@@ -1,6 +1,7 @@
 """The dashboard's view model, without a server: throughput from running totals, charts of
 numbers only, lane states in words, names paged by cursor, and the page's query checked."""
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -24,6 +25,8 @@ def test_throughput_is_the_growth_of_the_totals_between_samples() -> None:
     assert row["done_per_min"] == 12.5 and row["retries_per_min"] == 1.0
     assert row["counts"]["pending"] == 1 and row["window"] == "2 min"
     assert row["counts"]["expired_total"] == 0
+    history.add("q", NOW + 4 * 60_000, attrs.evolve(_counts(40), waiting_children=2))
+    assert view.queue_row("q", history, 60.0)["counts"]["waiting_children"] == 2
     history.retain(["other"])
     assert history.latest("q") is None
 

@@ -7,6 +7,7 @@ standalone server and a 3-node cluster."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 from typing import Any
 
@@ -448,6 +449,11 @@ async def test_the_cli_shows_a_flow_as_a_tree(standalone_only: str, queue: str) 
     tree = json.loads(out.stdout)
     assert (tree["parent"], tree["parent_state"]) == ([queue, root], "waiting_children")
     assert [c["id"] for c in tree["children"]] == [leaf]
+    # stats counts the parents waiting (root; mid is pending now)
+    out = await echomq("stats", queue, url=standalone_only)
+    assert re.search(r"^waiting_children +1$", out.stdout.decode(), re.M), out.stdout.decode()
+    out = await echomq("--json", "stats", queue, url=standalone_only)
+    assert json.loads(out.stdout)["waiting_children"] == 1
 
 
 # --- the dashboard --------------------------------------------------------------------------------
@@ -496,6 +502,7 @@ async def test_the_dashboard_page_draws_the_tree(standalone_only: str, queue: st
     from tools.browser import open_page
 
     root, mid, leaf = jid(), jid(), jid()
+    queue = "!" + queue  # first by name, so in the first page of the list of queues
     async with open_bus(standalone_only) as bus:
         flow = Flow("root", [Flow("mid", [Flow("leaf", job_id=leaf)], job_id=mid)], job_id=root)
         assert (await flows.add(bus, queue, flow)).ok
@@ -511,6 +518,16 @@ async def test_the_dashboard_page_draws_the_tree(standalone_only: str, queue: st
                     return queue in await page.evaluate(title)
 
                 await wait_for(detailed, timeout=30, step=0.1)  # the page is live
+                # the queue's list counts its two parents waiting: root and mid
+                flows_count = (
+                    f'(document.querySelector(\'tr[data-queue="{queue}"] '
+                    'td[data-count="waiting_children"]\') || {}).textContent || null'
+                )
+
+                async def counted() -> bool:
+                    return await page.evaluate(flows_count) == "2"
+
+                await wait_for(counted, timeout=30, step=0.1)
                 await page.evaluate(f"document.getElementById('job-id').value = '{mid}'")
                 await page.evaluate("document.querySelector('#job-find button').click()")
                 tree = "(document.getElementById('flow-tree') || {}).innerText || ''"

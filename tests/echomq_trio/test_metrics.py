@@ -16,7 +16,9 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 from prometheus_client import CollectorRegistry
 
-from echomq_trio import Bury, Bus, Consumer, Job, Metronome, RetryIn, jobs, memory
+from echomq_trio import Bury, Bus, Consumer, Job, Metronome, RetryIn, flows, jobs, memory
+from echomq_trio.flows import Flow
+from echomq_trio.jobs import Outcome
 from echomq_trio.metrics import CONTENT_TYPE_LATEST, BusMetrics, QueueReadings, render
 from tests.support import parse, value, wait_for
 
@@ -133,6 +135,26 @@ async def test_a_scrape_during_a_burst_matches_what_the_bus_reports(bus: Bus, qu
     assert promoted == 15
     assert value(got, "echomq_scheduled_lateness_seconds_count", queue=queue) == promoted
     assert value(got, "echomq_scheduled_lateness_seconds_sum", queue=queue) >= 0
+
+
+async def test_parents_waiting_for_their_children_are_a_state_of_the_jobs_gauge(
+    bus: Bus, queue: str
+) -> None:
+    root = Flow("root", [Flow("mid", [Flow("leaf")]), Flow("other")])
+    assert (await flows.add(bus, queue, root)).ok
+    registry = CollectorRegistry()
+    readings = QueueReadings(bus, [queue], registry)
+    got = parse((await render(registry, [readings])).decode())
+    counts = await jobs.counts(bus, queue)
+    assert counts.waiting_children == 2  # root and mid
+    for state in ("pending", "waiting_children"):
+        assert value(got, "echomq_jobs", queue=queue, state=state) == getattr(counts, state)
+    # the leaf and the other child run; mid, then root, are released
+    while done := await jobs.claim(bus, queue, 10):
+        for job in done:
+            assert await jobs.ack(bus, queue, job.id, job.token) is Outcome.ACKED
+    got = parse((await render(registry, [readings])).decode())
+    assert value(got, "echomq_jobs", queue=queue, state="waiting_children") == 0
 
 
 async def test_without_metrics_the_metronome_asks_for_no_lateness(bus: Bus, queue: str) -> None:
