@@ -28,7 +28,8 @@
 --                              '' for the root: nothing to do):
 --                              'completed' (value its result, nil for none), or 'dead',
 --                              'cancelled', 'deleted' (value the error). Its parent, while it
---                              waits for its children, counts it and moves to pending after its
+--                              waits for its children, counts it (once: a child replayed that
+--                              ends again is not counted again) and moves to pending after its
 --                              last; a failure (by the child's on_fail: 'fail' unless 'ignore')
 --                              kills the parent instead, and that one's parent in turn
 --   flow_cancel(qp, id, reason, by, now)
@@ -557,7 +558,9 @@ local function flow_end(qp, id, ref, how, value, now)
     if how == 'dead' then code = 'd:' .. value end
   end
   if code then
-    redis.call('HSET', pqp .. KEY.flow .. pid, flow_ref_of(qp, id), code)
+    -- A child ends once for its parent: one that ended already (dead under 'ignore', then
+    -- replayed) has its record updated but is not counted again.
+    if redis.call('HSET', pqp .. KEY.flow .. pid, flow_ref_of(qp, id), code) == 0 then return end
     if redis.call('HINCRBY', prow, 'unfinished', -1) > 0 then return end
     redis.call('ZREM', pqp .. KEY.parents, pid)
     redis.call('HDEL', prow, 'state')

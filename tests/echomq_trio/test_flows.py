@@ -251,6 +251,28 @@ async def test_an_ignored_failure_lets_the_parent_go_on(bus: Bus, queue: str) ->
     assert ended == {bad: ("dead", "boom"), good: ("completed", None)}
 
 
+async def test_a_child_that_died_ignored_then_replayed_is_counted_once(
+    bus: Bus, queue: str
+) -> None:
+    """A child dead under ``IGNORE`` has ended for its parent; replayed and done, it ends again
+    but is not counted again: the parent still waits for its other child."""
+    p, bad, other = jid(), jid(), jid()
+    flow = Flow("p", [Flow("bad", job_id=bad, on_failure=OnFailure.IGNORE),
+                      Flow("other", job_id=other)], job_id=p)  # fmt: skip
+    assert (await flows.add(bus, queue, flow)).ok
+    held = {j.id: j for j in await jobs.claim(bus, queue, 2)}
+    assert await jobs.retry(bus, queue, bad, held[bad].token, 0, 1, "boom") is Outcome.DEAD
+    assert await jobs.replay(bus, queue, bad) is Outcome.REPLAYED
+    (again,) = await jobs.claim(bus, queue, 1)
+    assert again.id == bad
+    assert await jobs.ack(bus, queue, bad, again.token) is Outcome.ACKED
+    assert await state(bus, queue, p) is JobState.WAITING_CHILDREN
+    ended = {k.id: k.state for k in await flows.children(bus, queue, p)}
+    assert ended == {bad: "completed", other: "active"}  # its record is its latest end
+    assert await jobs.ack(bus, queue, other, held[other].token) is Outcome.ACKED
+    assert await state(bus, queue, p) is JobState.PENDING
+
+
 async def test_a_cancelled_or_deleted_child_fails_or_is_ignored(bus: Bus, queue: str) -> None:
     p, a, b = jid(), jid(), jid()
     assert (await flows.add(bus, queue, Flow("p", [Flow("a", job_id=a), Flow("b", job_id=b)],

@@ -23,7 +23,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from echomq_trio import Bus, jobs, lanes, protocol, queues, repeat, states
+from echomq_trio import Bus, flows, ids, jobs, lanes, protocol, queues, repeat, states
+from echomq_trio.flows import Flow, OnFailure
 from echomq_trio.results import Cancelled, Outcome, Registered
 from echomq_trio.states import EDGES, JobState, LaneState, Place, RepeatState, next_place
 from tests.support import wait_for
@@ -174,6 +175,10 @@ class Model:
     due: bool = False  # scheduled: its time has come
     lease_ms: int = 0  # active: the lease it was given
     debounce: str | None = None  # its debounce key (never claimed: it takes enqueues in)
+    parent: str | None = None  # a flow's child: its parent (in this queue)
+    ignore: bool = False  # a flow's child: its failure is ignored (OnFailure.IGNORE)
+    children: tuple[str, ...] = ()  # a flow's parent: its children
+    ended: set[str] = attrs.field(factory=set)  # a flow's parent: the children counted ended
 
 
 @attrs.define
@@ -356,6 +361,55 @@ class Lifecycle(RuleBasedStateMachine):
                 job_id, "promote", "expired, the queue drops expired jobs" if drop else "expired"
             )
 
+    # --- flows ------------------------------------------------------------------------------------
+
+    @rule(ignore=st.lists(st.booleans(), min_size=1, max_size=2))
+    def add_flow(self, ignore: list[bool]) -> None:
+        """A parent with flat children in this queue, each failing its parent or ignored."""
+        parent = ids.generate("JOB")
+        kids = tuple(ids.generate("JOB") for _ in ignore)  # minted after it: newer
+        flow = Flow("p", [Flow("c", job_id=k, on_failure=OnFailure.IGNORE if i else OnFailure.FAIL)
+                          for k, i in zip(kids, ignore, strict=True)], job_id=parent)  # fmt: skip
+        assert self.run(flows.add, flow).ok
+        self.jobs[parent] = Model(Place.NONE, None, children=kids)
+        self.move(parent, "flow_add", "a parent")
+        for k, i in zip(kids, ignore, strict=True):
+            self.jobs[k] = Model(Place.NONE, None, parent=parent, ignore=i)
+            self.move(k, "flow_add", "a child without children")
+
+    def child_ended(self, job_id: str, how: str) -> None:
+        """A job ended (``how``: completed, died, cancelled, deleted): its parent, while it
+        waits, counts it once (completed, or a failure ignored) and goes on after its last, or
+        dies of a failure that is not ignored."""
+        m = self.jobs[job_id]
+        p = None if m.parent is None else self.jobs[m.parent]
+        if m.parent is None or p is None or p.place is not Place.WAITING_CHILDREN:
+            return
+        script = {"completed": "ack", "died": "retry", "cancelled": "cancel",
+                  "deleted": "delete"}[how]  # fmt: skip
+        if how == "completed" or m.ignore:
+            if job_id in p.ended:
+                return  # ended before (dead, ignored, then replayed): counted once
+            p.ended.add(job_id)
+            if len(p.ended) == len(p.children):
+                last = "its last child completed" if how == "completed" else (
+                    f"its last child {how} (on_fail ignore)")  # fmt: skip
+                self.move(m.parent, script, last)
+        else:
+            self.move(m.parent, script, f"a child {how} (on_fail fail)")
+
+    @precondition(lambda self: self.where(Place.WAITING_CHILDREN))
+    @rule(data=st.data())
+    def cancel_parent(self, data: st.DataObject | None) -> None:
+        """A parent cancelled while it waits takes its waiting children with it; a running
+        child runs on."""
+        parent = self.pick(data, self.where(Place.WAITING_CHILDREN))
+        assert self.run(jobs.cancel, parent, reason="walk") is Cancelled.CANCELLED
+        self.move(parent, "cancel")
+        for k in self.jobs[parent].children:
+            if self.jobs[k].place in (Place.PENDING, Place.SCHEDULED):
+                self.move(k, "cancel")
+
     # --- claiming ---------------------------------------------------------------------------------
 
     def claimable(self) -> int:
@@ -411,6 +465,7 @@ class Lifecycle(RuleBasedStateMachine):
         else:
             case = "" if m.place is Place.ACTIVE else "reaped, not claimed again (its token holds)"
         self.move(job_id, "ack", case)
+        self.child_ended(job_id, "completed")
 
     @rule(on=st.booleans())
     def keep_results(self, on: bool) -> None:
@@ -465,6 +520,8 @@ class Lifecycle(RuleBasedStateMachine):
                        buried=how == "bury")  # fmt: skip
         assert got is word
         self.move(job_id, "retry", case)
+        if word is Outcome.DEAD:
+            self.child_ended(job_id, "died")
         m.due = delay == "now"
         if m.place is Place.LANE_WAITING:
             self.held(job_id)
@@ -633,6 +690,7 @@ class Lifecycle(RuleBasedStateMachine):
         else:
             assert got is Outcome.DELETED
             self.move(job_id, "delete")  # a waiting lane keeps its wait
+            self.child_ended(job_id, "deleted")
 
     # --- cancelling -------------------------------------------------------------------------------
 
@@ -643,6 +701,7 @@ class Lifecycle(RuleBasedStateMachine):
         m = self.jobs[job_id]
         assert self.run(jobs.cancel, job_id, reason="walk") is Cancelled.CANCELLED
         self.move(job_id, "cancel")
+        self.child_ended(job_id, "cancelled")
         assert self.run(jobs.cancel, job_id) is Cancelled.ALREADY_DONE
         if m.token is not None:  # whoever held it last cannot settle it
             assert self.run(jobs.ack, job_id, m.token) is Outcome.STALE
@@ -679,9 +738,10 @@ class Lifecycle(RuleBasedStateMachine):
     def counts_lanes_and_repeats_are_the_model(self) -> None:
         c = self.run(jobs.counts)
         pending = self.where(Place.PENDING, Place.LANE, Place.LANE_WAITING)
-        assert (c.pending, c.scheduled, c.active, c.dead, c.cancelled) == (
+        assert (c.pending, c.scheduled, c.active, c.dead, c.cancelled, c.waiting_children) == (
             len(pending), len(self.where(Place.SCHEDULED)), len(self.where(Place.ACTIVE)),
             len(self.where(Place.DEAD)), len(self.where(Place.CANCELLED)),
+            len(self.where(Place.WAITING_CHILDREN)),
         ), c  # fmt: skip
         assert c.lanes == len({self.jobs[i].group for i in pending} - {None}), c
         assert c.waiting_lanes == len(self.waiting), c
@@ -714,8 +774,49 @@ async def test_the_scripts_move_jobs_as_the_table_says(standalone_only: str) -> 
 
 
 # A walk along every move of the table a job or a recurring schedule can make without a step of
-# the clock (``clock``), each step checked as in the stateful test; ``pick`` takes the newest job.
+# the clock (``clock``), flows' included, each step checked as in the stateful test; ``pick``
+# takes the newest job.
 WALK: list[tuple[str, dict[str, Any]]] = [
+    # flows: a parent's children (each newer than it, so picked first) end every way
+    ("add_flow", {"ignore": [False]}),
+    ("claim", {"batch": 1, "short": False}),
+    ("ack", {"data": None}),  # its last child completed: the parent is pending
+    ("claim", {"batch": 1, "short": False}),
+    ("ack", {"data": None}),
+    ("add_flow", {"ignore": [False]}),
+    ("claim", {"batch": 1, "short": False}),
+    ("retry", {"data": None, "delay": "now", "how": "bury"}),  # the parent dies with it
+    ("replay_or_discard", {"data": None, "keep": False}),  # the child
+    ("replay_or_discard", {"data": None, "keep": False}),  # the parent
+    ("add_flow", {"ignore": [True, True]}),
+    ("claim", {"batch": 2, "short": False}),
+    ("retry", {"data": None, "delay": "now", "how": "spent"}),  # ignored: the parent waits
+    ("replay_or_discard", {"data": None, "keep": True}),  # ended already: counted once
+    ("claim", {"batch": 1, "short": False}),
+    ("ack", {"data": None}),  # still waits for its other child
+    ("retry", {"data": None, "delay": "now", "how": "bury"}),  # its last, ignored: pending
+    ("replay_or_discard", {"data": None, "keep": False}),
+    ("claim", {"batch": 1, "short": False}),
+    ("ack", {"data": None}),
+    ("add_flow", {"ignore": [False, True]}),
+    ("cancel_parent", {"data": None}),  # its waiting children with it
+    ("discard_cancelled", {"data": None}),
+    ("discard_cancelled", {"data": None}),
+    ("discard_cancelled", {"data": None}),
+    ("add_flow", {"ignore": [False]}),
+    ("cancel", {"data": None}),  # the child: the parent dies
+    ("discard_cancelled", {"data": None}),
+    ("replay_or_discard", {"data": None, "keep": False}),
+    ("add_flow", {"ignore": [True]}),
+    ("cancel", {"data": None}),  # the child, ignored: the parent is pending
+    ("discard_cancelled", {"data": None}),
+    ("delete", {"data": None}),  # the parent, pending now
+    ("add_flow", {"ignore": [False]}),
+    ("delete", {"data": None}),  # the child: the parent dies
+    ("replay_or_discard", {"data": None, "keep": False}),
+    ("add_flow", {"ignore": [True]}),
+    ("delete", {"data": None}),  # the child, ignored: the parent is pending
+    ("delete", {"data": None}),
     ("keep_results", {"on": True}),
     ("take_in", {"lane": None, "when": "now"}),
     ("claim", {"batch": 1, "short": True}),
@@ -849,7 +950,5 @@ async def test_a_walk_makes_every_move_of_the_table_on_the_server(standalone_onl
         Lifecycle.bus = bus
         walked = await trio.to_thread.run_sync(walk)
     moves = {(e.source, e.script, e.case) for e in EDGES if not isinstance(e.source, LaneState)}
-    # a flow's moves are walked by tests/echomq_trio/test_flows.py (every one, on the server)
-    moves = {m for m in moves if m[1] != "flow_add" and m[0] is not Place.WAITING_CHILDREN}
     left = {m for m in moves if m[1] != "clock"} - walked
     assert not left, sorted((s.value, script, case) for s, script, case in left)
