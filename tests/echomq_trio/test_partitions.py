@@ -1,0 +1,259 @@
+"""Partitioned queues: the partitions' names and the lane hash (pure), then a partitioned queue
+on a real server and on the 3-node cluster: every job runs once, a lane keeps its order, counts
+add up, and ``create`` is idempotent and refuses what it must."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import trio
+import trio.lowlevel
+from hypothesis import given
+from hypothesis import strategies as st
+
+from echomq_trio import Bus, Job, ids, jobs, lanes, partitions
+from echomq_trio._partitioning import MAX_PARTITIONED_NAME_BYTES, MAX_PARTITIONS, slot_range
+from echomq_trio.keys import queue_keys
+from echomq_trio.resp._cluster import SLOTS, key_slot
+from echomq_trio.results import Cancelled, Counts
+from tests.support import wait_for
+
+queue_names = st.text(
+    st.characters(codec="utf-8", exclude_characters="{}"), min_size=1, max_size=40
+).filter(lambda s: s.isprintable() and not any(c.isspace() for c in s))
+
+
+def slot_of(queue: str) -> int:
+    return key_slot(queue_keys(queue).meta)
+
+
+# --- pure -----------------------------------------------------------------------------------------
+
+
+def test_one_partition_is_the_plain_queue() -> None:
+    assert partitions.partition_names("orders", 1) == ("orders",)
+
+
+@given(queue=queue_names, n=st.integers(1, 12))
+def test_names_are_valid_distinct_and_one_per_range_of_the_slots(queue: str, n: int) -> None:
+    got = partitions.partition_names(queue, n)
+    assert len(got) == n and got[0] == queue and len(set(got)) == n
+    for name in got:
+        queue_keys(name)  # a valid queue name: raises otherwise
+        slots = {key_slot(k) for k in (queue_keys(name).meta, queue_keys(name).pending)}
+        assert slots == {slot_of(name)}, "every key of a partition in its one slot"
+    ranges = [slot_of(name) * n // SLOTS for name in got]
+    assert sorted(ranges) == list(range(n)), "one partition in each of the n ranges"
+    first = ranges[0]
+    for i, name in enumerate(got[1:], 1):
+        share = slot_range((first + i) % n, n)
+        assert share.start < slot_of(name) < share.stop - 1, "one slot clear of the range's edges"
+
+
+def test_three_partitions_land_on_the_three_primaries_of_an_even_split() -> None:
+    # form_cluster's split (and redis-cli's, which rounds the other way at the edges)
+    for split in ([(0, 5460), (5461, 10921), (10922, 16383)],
+                  [(0, 5460), (5461, 10922), (10923, 16383)]):  # fmt: skip
+        for queue in ("orders", "notify", "t.0123456789", "x" * MAX_PARTITIONED_NAME_BYTES):
+            owners = {
+                next(i for i, (lo, hi) in enumerate(split) if lo <= slot_of(name) <= hi)
+                for name in partitions.partition_names(queue, 3)
+            }
+            assert owners == {0, 1, 2}, queue
+
+
+def test_names_are_deterministic_fixed_values() -> None:
+    # fixed expected values: a change of the naming rule strands every partitioned queue's data
+    assert partitions.partition_names("orders", 3) == ("orders", "orders~p1.0", "orders~p2.3")
+    assert partitions.partition_names("notify", 2) == partitions.partition_names("notify", 2)
+
+
+def test_bad_counts_and_long_names_are_refused_in_one_line() -> None:
+    with pytest.raises(ValueError, match="too long to partition"):
+        partitions.partition_names("x" * (MAX_PARTITIONED_NAME_BYTES + 1), 2)
+    partitions.partition_names("x" * (MAX_PARTITIONED_NAME_BYTES + 1), 1)  # a plain queue: fine
+    with pytest.raises(ValueError, match="partitions must be from 1 to"):
+        partitions.partition_names("orders", 0)
+    with pytest.raises(ValueError, match="partitions must be from 1 to"):
+        partitions.partition_names("orders", MAX_PARTITIONS + 1)
+    with pytest.raises(TypeError, match="partitions must be an int"):
+        partitions.partition_names("orders", True)
+    with pytest.raises(ValueError, match="braces"):
+        partitions.partition_names("a{b}", 2)
+
+
+def test_the_lane_hash_is_crc32_fixed_values() -> None:
+    assert [partitions.route(g, 3) for g in ("chat1", "-1001234567890", "A", "B")] == [2, 2, 2, 1]
+    # zlib's CRC-32 of the UTF-8 bytes: chat1 3048880307, ü 1675192789, chat42 897520198
+    assert [partitions.route(g, 7) for g in ("chat1", "A", "ü", "chat42")] == [4, 2, 4, 1]
+    assert partitions.route("anything", 1) == 0
+
+
+def test_the_lane_hash_is_the_same_in_another_process() -> None:
+    groups = [f"chat{i}" for i in range(50)]
+    here = [partitions.route(g, 5) for g in groups]
+    code = ("from echomq_trio import partitions; "
+            f"print([partitions.route(g, 5) for g in {groups!r}])")  # fmt: skip
+    there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True, env={**os.environ, "PYTHONHASHSEED": "12345"})  # fmt: skip
+    assert there.stdout.strip() == repr(here)
+
+
+def test_sum_of_counts_adds_every_field() -> None:
+    fields = [f.name for f in Counts.__attrs_attrs__ if f.name != "exists"]  # type: ignore[attr-defined]
+    a = Counts(exists=False, **{f: 1 for f in fields})
+    b = Counts(exists=True, **{f: i for i, f in enumerate(fields)})
+    total = partitions.sum_counts([a, b])
+    assert total.exists is True
+    assert [getattr(total, f) for f in fields] == [1 + i for i in range(len(fields))]
+
+
+# --- on a server ----------------------------------------------------------------------------------
+
+
+@pytest.mark.cluster
+async def test_create_is_idempotent_and_open_reads_the_count(bus: Bus, queue: str) -> None:
+    pq = await partitions.create(bus, queue, 3)
+    assert pq.names == partitions.partition_names(queue, 3)
+    again = await partitions.create(bus, queue, 3)
+    assert again.names == pq.names
+    opened = await partitions.open(bus, queue)
+    assert opened.names == pq.names and opened.n == 3
+    plain = await partitions.open(bus, queue + ".plain")
+    assert plain.names == (queue + ".plain",)
+    with pytest.raises(ValueError, match=r"has 3 partitions, not 2: .*dissolve"):
+        await partitions.create(bus, queue, 2)
+    with pytest.raises(ValueError, match="is partition 1 of queue"):
+        await partitions.open(bus, pq.names[1])
+
+
+@pytest.mark.cluster
+async def test_create_refuses_a_queue_with_jobs_and_a_partition_name_in_use(
+    bus: Bus, queue: str
+) -> None:
+    await jobs.enqueue(bus, queue, "x")
+    with pytest.raises(ValueError, match=r"holds jobs: .*drain"):
+        await partitions.create(bus, queue, 2)
+    assert (await partitions.create(bus, queue, 1)).names == (queue,)  # a plain queue: fine
+    other = queue + ".b"
+    await jobs.enqueue(bus, partitions.partition_names(other, 3)[2], "squatter")
+    with pytest.raises(ValueError, match=r"partition 2 of .* holds another queue's data"):
+        await partitions.create(bus, other, 3)
+    assert await bus.command("HGET", bus.keys(other).meta, "partitions") is None
+
+
+@pytest.mark.cluster
+async def test_dissolve_then_create_anew_changes_the_count(bus: Bus, queue: str) -> None:
+    pq = await partitions.create(bus, queue, 3)
+    await pq.lane_enqueue("chat1", "a")
+    with pytest.raises(ValueError, match="still holds jobs"):
+        await partitions.dissolve(bus, queue)
+    (job,) = await jobs.claim(bus, pq.partition_of("chat1"), 1)
+    assert await jobs.ack(bus, pq.partition_of("chat1"), job.id, job.token) == jobs.Outcome.ACKED
+    assert await partitions.dissolve(bus, queue) == 3
+    assert (await partitions.open(bus, queue)).n == 1
+    assert (await partitions.create(bus, queue, 2)).n == 2
+
+
+@pytest.mark.cluster
+async def test_every_job_runs_once_and_counts_add_up(bus: Bus, queue: str) -> None:
+    pq = await partitions.create(bus, queue, 3)
+    flat = [(await pq.enqueue(f"f{i}")).id for i in range(30)]
+    batch = [a.id for a in await pq.enqueue_many([f"b{i}" for i in range(30)])]
+    laned = [(await pq.lane_enqueue(f"chat{i % 6}", f"l{i}")).id for i in range(30)]
+    later = (await pq.enqueue_in("s", 1)).id
+    every = {*flat, *batch, *laned, later}
+    assert len(every) == 91
+    per_partition = [(await jobs.counts(bus, q)).pending for q in pq.names]
+    assert all(p > 0 for p in per_partition), per_partition  # spread over all three
+    c = await pq.counts()
+    assert (c.exists, c.pending + c.scheduled, c.lanes) == (True, 91, 6)
+    seen: list[str] = []
+
+    async def handler(job: Job) -> None:
+        seen.append(job.id)
+
+    consumer = partitions.PartitionedConsumer(pq, handler, concurrency=4)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await nursery.start(partitions.PartitionedMetronome(pq, beat_ms=50).run)
+        await wait_for(lambda: len(seen) >= len(every), timeout=30)
+        await wait_for(lambda: consumer.statistics().acked == len(every), timeout=30)
+        nursery.cancel_scope.cancel()
+    assert sorted(seen) == sorted(every), "each job once"
+    c = await pq.counts()
+    assert (c.pending, c.scheduled, c.active, c.completed_total) == (0, 0, 0, 91)
+
+
+@pytest.mark.cluster
+async def test_a_lane_keeps_its_order_in_its_partition(bus: Bus, queue: str) -> None:
+    pq = await partitions.create(bus, queue, 3)
+    groups = [f"chat{i}" for i in range(6)]
+    sent: dict[str, list[str]] = {g: [] for g in groups}
+    for i in range(60):
+        g = groups[i % 6]
+        sent[g].append((await pq.lane_enqueue(g, f"{g}:{i}", limit=1)).id)
+    for g in groups:
+        assert [j.id for j in await pq.lane_jobs(g)] == sent[g]
+        assert [j.id for j in await lanes.jobs(bus, pq.partition_of(g), g)] == sent[g]
+    (status,) = await pq.lane_status(["chat3"])
+    assert (status.group, status.depth, status.limit) == ("chat3", 10, 1)
+    got: dict[str, list[str]] = {g: [] for g in groups}
+
+    async def handler(job: Job) -> None:
+        assert job.group is not None
+        got[job.group].append(job.id)
+        await trio.lowlevel.checkpoint()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(partitions.PartitionedConsumer(pq, handler, concurrency=8).run)
+        await wait_for(lambda: got == sent, timeout=30)
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.cluster
+async def test_a_job_is_found_and_cancelled_by_id_in_its_partition(bus: Bus, queue: str) -> None:
+    pq = await partitions.create(bus, queue, 3)
+    given_id = ids.generate("JOB")
+    a = await pq.enqueue("x", job_id=given_id)
+    assert (await pq.enqueue("y", job_id=given_id)).outcome is jobs.Outcome.DUPLICATE
+    b = await pq.lane_enqueue("chat9", "z")
+    found = await pq.find(a.id)
+    assert found is not None and found[0] == pq.partition_of(given_id)
+    info = await pq.get_job(b.id)
+    assert info is not None and info.payload == b"z"
+    assert await pq.cancel(b.id, "no longer wanted") is Cancelled.CANCELLED
+    assert await pq.cancel(b.id) is Cancelled.ALREADY_DONE
+    assert await pq.cancel(ids.generate("JOB")) is Cancelled.NOT_FOUND
+    assert await pq.get_job(ids.generate("JOB")) is None
+
+
+@pytest.mark.cluster
+async def test_a_recurring_schedule_fires_once_per_occurrence(bus: Bus, queue: str) -> None:
+    pq = await partitions.create(bus, queue, 3)
+    await pq.register("tick", every_ms=100, template="t")
+    await pq.register("lane-tick", every_ms=100, template="l", group="chat2")
+    fired: list[tuple[str | None, bytes]] = []
+
+    async def handler(job: Job) -> None:
+        fired.append((job.group, job.payload))
+
+    held = [(await jobs.counts(bus, q)).repeats for q in pq.names]
+    assert held[0] >= 1 and sum(held) == 2, "each registration in one partition"
+    assert (await jobs.counts(bus, pq.partition_of("chat2"))).repeats >= 1
+    metronome = partitions.PartitionedMetronome(pq, beat_ms=20)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(partitions.PartitionedConsumer(pq, handler, concurrency=2).run)
+        await nursery.start(metronome.run)
+        await wait_for(lambda: {p for _, p in fired} == {b"t", b"l"}, timeout=30)
+        assert await pq.cancel_repeat("tick") and await pq.cancel_repeat("lane-tick")
+        assert not await pq.cancel_repeat("tick")
+        # every occurrence fired is one job, run once: none fired twice
+        await wait_for(lambda: len(fired) == metronome.statistics().fired, timeout=30)
+        nursery.cancel_scope.cancel()
+    assert {g for g, p in fired if p == b"l"} == {"chat2"}
+    assert {g for g, p in fired if p == b"t"} == {None}
+    assert (await pq.counts()).repeats == 0
