@@ -258,22 +258,25 @@ class PartitionedQueue:
         queue = self.partition_of(group)
         return await lanes.configure(self.bus, queue, group, limit=limit, weight=weight)
 
-    async def lane_status(self, groups: Sequence[str]) -> list[LaneStatus]:
-        """``lanes.status`` of the ``groups`` named (at least one), each read in its partition
-        (one call per partition, concurrently); in the order named."""
+    async def lane_status(self, groups: Sequence[str] = ()) -> list[LaneStatus]:
+        """``lanes.status``: of the ``groups`` named, each read in its partition, in the order
+        named; or when none are named, of every listed lane of every partition, in name order
+        (each partition paged as ``lanes.status`` pages it). One call per partition,
+        concurrently. Read only."""
         if not groups:
-            raise ValueError("lane_status needs the groups to read (a listing of every lane "
-                             "of a partitioned queue is not there yet)")  # fmt: skip
+            parts = await _each([self._status_in(q, ()) for q in self.names])
+            return sorted((s for part in parts for s in part), key=lambda s: s.group)
         where: dict[str, list[str]] = {}
         for group in dict.fromkeys(groups):
             where.setdefault(self.partition_of(group), []).append(group)
-
-        def call(queue: str, named: list[str]) -> Callable[[], Awaitable[list[LaneStatus]]]:
-            return lambda: lanes.status(self.bus, queue, named)
-
-        found = {s.group: s for part in await _each([call(q, g) for q, g in where.items()])
-                 for s in part}  # fmt: skip
+        parts = await _each([self._status_in(q, g) for q, g in where.items()])
+        found = {s.group: s for part in parts for s in part}
         return [found[group] for group in groups]
+
+    def _status_in(
+        self, queue: str, groups: Sequence[str]
+    ) -> Callable[[], Awaitable[list[LaneStatus]]]:
+        return lambda: lanes.status(self.bus, queue, groups)
 
     async def lane_jobs(self, group: str, offset: int = 0, limit: int = 100) -> list[JobInfo]:
         """``lanes.jobs``: the jobs waiting in a lane, in its partition."""

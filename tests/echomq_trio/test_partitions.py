@@ -11,10 +11,10 @@ import sys
 import pytest
 import trio
 import trio.lowlevel
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from echomq_trio import Bus, Job, ids, jobs, lanes, partitions
+from echomq_trio import Bus, Job, ids, jobs, lanes, open_bus, partitions
 from echomq_trio._partitioning import MAX_PARTITIONED_NAME_BYTES, MAX_PARTITIONS, slot_range
 from echomq_trio.keys import queue_keys
 from echomq_trio.resp._cluster import SLOTS, key_slot
@@ -257,3 +257,79 @@ async def test_a_recurring_schedule_fires_once_per_occurrence(bus: Bus, queue: s
     assert {g for g, p in fired if p == b"l"} == {"chat2"}
     assert {g for g, p in fired if p == b"t"} == {None}
     assert (await pq.counts()).repeats == 0
+
+
+# --- against a model ----------------------------------------------------------------------------
+
+# A plan: jobs admitted one by one to lanes (by index), flat or in batches, with priorities off.
+plan_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("lane"), st.integers(0, 7), st.integers(1, 4)),
+        st.tuples(st.just("flat"), st.just(0), st.integers(1, 5)),
+        st.tuples(st.just("batch"), st.just(0), st.integers(1, 12)),
+    ),
+    min_size=1,
+    max_size=14,
+)
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout_s(240)
+@settings(
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(n=st.integers(1, 4), steps=plan_steps)
+async def test_lane_order_and_counters_agree_with_a_model(
+    server_url: str, n: int, steps: list[tuple[str, int, int]]
+) -> None:
+    # A bus per example, not the async ``bus`` fixture (see test_lanes' property tests).
+    async with open_bus(server_url) as bus:
+        pq = await partitions.create(bus, "pm." + ids.generate("JOB"), n)
+        model_lanes: dict[str, list[str]] = {}
+        model_flat: set[str] = set()
+        for kind, lane, count in steps:
+            if kind == "lane":
+                group = f"chat{lane}"
+                for _ in range(count):
+                    model_lanes.setdefault(group, []).append(
+                        (await pq.lane_enqueue(group, group, limit=1)).id
+                    )
+            elif kind == "flat":
+                model_flat |= {(await pq.enqueue("f")).id for _ in range(count)}
+            else:
+                model_flat |= {a.id for a in await pq.enqueue_many(["b"] * count)}
+        total = len(model_flat) + sum(map(len, model_lanes.values()))
+        c = await pq.counts()
+        assert (c.pending, c.lanes, c.active, c.completed_total) == (total, len(model_lanes), 0, 0)
+        for group, sent in model_lanes.items():
+            assert [j.id for j in await pq.lane_jobs(group)] == sent
+        depths = [s.depth for s in await pq.lane_status(list(model_lanes))]
+        assert depths == [len(sent) for sent in model_lanes.values()]
+        got_lanes: dict[str, list[str]] = {}
+        got_flat: list[str] = []
+
+        running: dict[str, int] = {}
+
+        async def handler(job: Job) -> None:
+            if job.group is None:
+                got_flat.append(job.id)
+                return
+            running[job.group] = running.get(job.group, 0) + 1
+            try:
+                assert running[job.group] == 1, "a limit-1 lane ran two jobs at once"
+                got_lanes.setdefault(job.group, []).append(job.id)
+                await trio.lowlevel.checkpoint()
+            finally:
+                running[job.group] -= 1
+
+        consumer = partitions.PartitionedConsumer(pq, handler, concurrency=3)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(consumer.run)
+            await wait_for(lambda: consumer.statistics().acked == total, timeout=60)
+            nursery.cancel_scope.cancel()
+        assert got_lanes == model_lanes, "each lane in its order, each job once"
+        assert sorted(got_flat) == sorted(model_flat) and len(got_flat) == len(model_flat)
+        c = await pq.counts()
+        assert (c.pending, c.lanes, c.active, c.completed_total) == (0, 0, 0, total)
