@@ -54,7 +54,7 @@ from echomq_trio._partitioning import (
 )
 from echomq_trio._replies import as_text
 from echomq_trio.bus import Bus
-from echomq_trio.consumer import Consumer, ConsumerStats, Handler
+from echomq_trio.consumer import Consumer, ConsumerStats, Handler, StopConsumer
 from echomq_trio.metronome import Metronome, MetronomeStats
 from echomq_trio.protocol import Item
 from echomq_trio.results import (
@@ -77,6 +77,7 @@ __all__ = [
     "open",
     "partition_names",
     "route",
+    "sum_counts",
 ]
 
 T = TypeVar("T")
@@ -427,16 +428,17 @@ async def dissolve(bus: Bus, queue: str) -> int:
     """Undo ``create`` on a drained queue: forget its partition count and its partitions'
     marks, so ``create`` can make it anew with another count (the procedure to change it).
     Refused (``ValueError``) while any partition holds jobs or recurring schedules. Returns how
-    many partitions it had. Idempotent: a cancelled call may have forgotten some marks; call
-    again (a queue never partitioned answers 1)."""
+    many partitions it had. Idempotent: a cancelled call may have forgotten some marks but not
+    the count; call again (a queue never partitioned, or dissolved, answers 1)."""
     pq = await open(bus, queue)
     parts = await _each([_counter(bus, q) for q in pq.names])
     busy = [name for name, c in zip(pq.names, parts, strict=True) if _has_jobs(c)]
     if busy:
         raise ValueError(f"queue {queue!r} still holds jobs in {len(busy)} of its {pq.n} "
                          f"partitions ({busy[0]!r}...): drain them first")  # fmt: skip
+    if pq.n > 1:  # the marks first, the count last: a call again after a cancel finishes
+        await _each([_unmarker(bus, name) for name in pq.names[1:]])
     await bus.command("HDEL", bus.keys(queue).meta, COUNT_FIELD)
-    await _each([_unmarker(bus, name) for name in pq.names[1:]])
     return pq.n
 
 
@@ -452,8 +454,8 @@ class PartitionedConsumer:
     given (``concurrency`` and the rest, as ``Consumer`` takes them: each partition's consumer
     runs up to ``concurrency`` handlers, ``n`` times that in all). Run it with
     ``nursery.start(pc.run)``: it returns once every partition is being claimed; cancel the
-    nursery to stop them all, each as a ``Consumer`` stops. A consumer that stops by itself
-    (``StopConsumer``) stops the others too."""
+    nursery to stop them all, each as a ``Consumer`` stops. A handler's ``StopConsumer`` stops
+    every partition's consumer (each hands back what it holds) and ``run`` raises it."""
 
     def __init__(self, queue: PartitionedQueue, handler: Handler, **settings: Any) -> None:
         self.queue = queue
@@ -497,13 +499,22 @@ def _sum_stats(cls: type[S], parts: Sequence[S]) -> S:
 async def _run_all(
     runs: Sequence[Callable[..., Awaitable[None]]], task_status: trio.TaskStatus[None]
 ) -> None:
+    """Start each of ``runs`` in turn, then report started; a run that ends (or raises
+    ``StopConsumer``) stops the others, and its ``StopConsumer`` is raised as it is, as
+    ``Consumer.run`` raises it (any other error comes in the nursery's exception group)."""
+    stopped: list[StopConsumer] = []
     async with trio.open_nursery() as nursery:
 
         async def one(run: Callable[..., Awaitable[None]], *, task_status: trio.TaskStatus[None]
                       = trio.TASK_STATUS_IGNORED) -> None:  # fmt: skip
-            await run(task_status=task_status)
+            try:
+                await run(task_status=task_status)
+            except StopConsumer as exc:
+                stopped.append(exc)
             nursery.cancel_scope.cancel()  # one stopped by itself: stop the others
 
         for run in runs:
             await nursery.start(one, run)
         task_status.started()
+    if stopped:
+        raise stopped[0]

@@ -14,7 +14,7 @@ import trio.lowlevel
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from echomq_trio import Bus, Job, ids, jobs, lanes, open_bus, partitions
+from echomq_trio import Bus, Job, StopConsumer, ids, jobs, lanes, open_bus, partitions
 from echomq_trio._partitioning import MAX_PARTITIONED_NAME_BYTES, MAX_PARTITIONS, slot_range
 from echomq_trio.keys import queue_keys
 from echomq_trio.resp._cluster import SLOTS, key_slot
@@ -333,3 +333,20 @@ async def test_lane_order_and_counters_agree_with_a_model(
         assert sorted(got_flat) == sorted(model_flat) and len(got_flat) == len(model_flat)
         c = await pq.counts()
         assert (c.pending, c.lanes, c.active, c.completed_total) == (0, 0, 0, total)
+
+
+@pytest.mark.cluster
+async def test_a_handler_s_stop_stops_every_partition_and_hands_its_jobs_back(
+    bus: Bus, queue: str
+) -> None:
+    pq = await partitions.create(bus, queue, 3)
+    await pq.enqueue_many([f"j{i}" for i in range(30)])
+
+    async def handler(job: Job) -> None:
+        raise StopConsumer("credential revoked")
+
+    consumer = partitions.PartitionedConsumer(pq, handler, concurrency=2)
+    with pytest.raises(StopConsumer, match="credential revoked"):
+        await consumer.run()  # raised as it is, as Consumer.run raises it
+    c = await pq.counts()
+    assert (c.pending, c.active, c.completed_total) == (30, 0, 0), "every job handed back"
