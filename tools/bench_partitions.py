@@ -25,7 +25,8 @@ What each number means, per run:
   holds it (lanes are few, so their hash shares them out unevenly: 200 lanes fall 65/60/75).
 * ``spread``: max / min of ``server_ms`` (and of ``cpu_ms``) over the three primaries, and
   ``off_mean``: the largest distance of a primary's ``server_ms`` from their mean, as a
-  fraction (issue 28's goal: within 0.20 with 3 partitions).
+  fraction (issue 28's goal: within 0.20 with 3 partitions). ``top``: per primary, the three
+  commands that took the most of its time (calls, ms).
 
 This machine has 2 cores for the client (one Python process) and three servers: the client is
 the bottleneck, so 3 partitions cannot show more throughput here than 1; the spread of the
@@ -126,14 +127,14 @@ async def _cpu_ms(port: int) -> float:
     return (float(fields["used_cpu_sys"]) + float(fields["used_cpu_user"])) * 1000
 
 
-async def _server_ms(port: int) -> float:
-    fields = await _info(port, "commandstats")
-    usec = 0
-    for key, value in fields.items():
+async def _commands(port: int) -> dict[str, tuple[int, int]]:
+    """Each command's calls and usec since the stats were reset (``INFO commandstats``)."""
+    out = {}
+    for key, value in (await _info(port, "commandstats")).items():
         if key.startswith("cmdstat_"):
             parts = dict(p.split("=", 1) for p in value.split(","))
-            usec += int(parts["usec"])
-    return usec / 1000
+            out[key.removeprefix("cmdstat_")] = (int(parts["calls"]), int(parts["usec"]))
+    return out
 
 
 async def one_run(ports: list[int], n: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -169,7 +170,8 @@ async def one_run(ports: list[int], n: int, args: argparse.Namespace) -> dict[st
         node_of = [_node(key_slot(bus.keys(name).meta), len(ports)) for name in pq.names]
     if counts.completed_total != total or counts.pending or counts.active:
         raise RuntimeError(f"{n} partitions: jobs left or lost: {counts}")
-    server = [await _server_ms(p) for p in ports]
+    commands = [await _commands(p) for p in ports]
+    server = [sum(usec for _, usec in c.values()) / 1000 for c in commands]
     cpu = [await _cpu_ms(p) - b for p, b in zip(ports, cpu_before, strict=True)]
     mean = statistics.mean(server)
     return {
@@ -178,8 +180,8 @@ async def one_run(ports: list[int], n: int, args: argparse.Namespace) -> dict[st
         "per_s": round(total / (end - start)),
         "drain_per_s": round(total / (end - admitted)),
         "nodes": [
-            {"server_ms": round(s, 1), "cpu_ms": round(c, 1)}
-            for s, c in zip(server, cpu, strict=True)
+            {"server_ms": round(s, 1), "cpu_ms": round(c, 1), "top": _top(cs)}
+            for s, c, cs in zip(server, cpu, commands, strict=True)
         ],
         # jobs each partition ran, and the primary (by index) that holds it
         "partitions_jobs": done,
@@ -188,6 +190,12 @@ async def one_run(ports: list[int], n: int, args: argparse.Namespace) -> dict[st
         "cpu_spread": round(max(cpu) / max(min(cpu), 0.001), 3),
         "off_mean": round(max(abs(s - mean) for s in server) / mean, 3),
     }
+
+
+def _top(commands: dict[str, tuple[int, int]]) -> dict[str, list[int]]:
+    """The three commands that took the most server time: name -> [calls, ms]."""
+    ranked = sorted(commands.items(), key=lambda kv: -kv[1][1])[:3]
+    return {name: [calls, round(usec / 1000)] for name, (calls, usec) in ranked}
 
 
 def _median(runs: list[dict[str, Any]], field: str) -> float:
