@@ -29,11 +29,12 @@ Theory of operation:
   consistent snapshot, their sum is not one instant); a lane's status and jobs are read in its
   partition; a job by id (``get_job``, ``cancel``, ``result``) is looked for in every partition
   at once (a lane job's partition is its lane's, not its id's).
-* What stays per partition (read ``docs/howto/partitions.md``): the queue-wide pause and the
-  cap on jobs in flight (``queues``: a cap set on each partition is a cap per partition, ``n``
-  times the cap in all), listings of jobs by state, events, the audit, retention, the CLI, the
-  dashboard and the metrics, which see each partition as a queue of its own. Changing ``n``:
-  drain the queue, ``dissolve`` it, ``create`` it anew.
+* Controls: ``pause``/``resume`` and ``keep_results`` set every partition at once. What stays
+  per partition (read ``docs/howto/partitions.md``): the cap on jobs in flight (``queues``: a
+  cap set on each partition is a cap per partition, ``n`` times the cap in all), listings of
+  jobs by state, events, the audit, retention, the CLI, the dashboard and the metrics, which
+  see each partition as a queue of its own. Changing ``n``: drain the queue, ``dissolve`` it,
+  ``create`` it anew.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from typing import Any, TypeVar
 import attrs
 import trio
 
-from echomq_trio import jobs, lanes, protocol, repeat
+from echomq_trio import jobs, lanes, protocol, queues, repeat
 from echomq_trio._partitioning import (
     MAX_PARTITIONED_NAME_BYTES,
     MAX_PARTITIONS,
@@ -290,6 +291,32 @@ class PartitionedQueue:
         partition was used). Each partition's counts are one snapshot; their sum is not one
         instant (a job settled in one partition while another is read is counted as it was)."""
         return sum_counts(await _each([_counter(self.bus, q) for q in self.names]))
+
+    async def pause(self) -> bool:
+        """``queues.pause`` of every partition at once: no consumer claims from the queue until
+        ``resume``. ``True`` if this call paused any partition. A cancelled call may have paused
+        some: call again."""
+        return any(await _each([self._control_in(queues.pause, q) for q in self.names]))
+
+    async def resume(self) -> bool:
+        """``queues.resume`` of every partition at once; ``True`` if any was paused. A cancelled
+        call may have resumed some: call again."""
+        return any(await _each([self._control_in(queues.resume, q) for q in self.names]))
+
+    def _control_in(
+        self, fn: Callable[[Bus, str], Awaitable[bool]], queue: str
+    ) -> Callable[[], Awaitable[bool]]:
+        return lambda: fn(self.bus, queue)
+
+    async def keep_results(self, ttl_ms: int) -> int:
+        """``jobs.keep_results`` on every partition at once (``result`` needs it on the one
+        that holds the job); the TTL in effect. A cancelled call may have set some: call
+        again."""
+        (ttl, *_) = await _each([self._keep_in(q, ttl_ms) for q in self.names])
+        return ttl
+
+    def _keep_in(self, queue: str, ttl_ms: int) -> Callable[[], Awaitable[int]]:
+        return lambda: jobs.keep_results(self.bus, queue, ttl_ms)
 
     # --- a job by id --------------------------------------------------------------------------
 

@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 
 from echomq_trio import Bus, Job, StopConsumer, ids, jobs, lanes, open_bus, partitions
 from echomq_trio._partitioning import MAX_PARTITIONED_NAME_BYTES, MAX_PARTITIONS, slot_range
+from echomq_trio.errors import JobNotFound
+from echomq_trio.jobs import Outcome
 from echomq_trio.keys import queue_keys
 from echomq_trio.resp._cluster import SLOTS, key_slot
 from echomq_trio.results import Cancelled, Counts
@@ -152,7 +154,7 @@ async def test_dissolve_then_create_anew_changes_the_count(bus: Bus, queue: str)
     with pytest.raises(ValueError, match="still holds jobs"):
         await partitions.dissolve(bus, queue)
     (job,) = await jobs.claim(bus, pq.partition_of("chat1"), 1)
-    assert await jobs.ack(bus, pq.partition_of("chat1"), job.id, job.token) == jobs.Outcome.ACKED
+    assert await jobs.ack(bus, pq.partition_of("chat1"), job.id, job.token) == Outcome.ACKED
     assert await partitions.dissolve(bus, queue) == 3
     assert (await partitions.open(bus, queue)).n == 1
     assert (await partitions.create(bus, queue, 2)).n == 2
@@ -219,7 +221,7 @@ async def test_a_job_is_found_and_cancelled_by_id_in_its_partition(bus: Bus, que
     pq = await partitions.create(bus, queue, 3)
     given_id = ids.generate("JOB")
     a = await pq.enqueue("x", job_id=given_id)
-    assert (await pq.enqueue("y", job_id=given_id)).outcome is jobs.Outcome.DUPLICATE
+    assert (await pq.enqueue("y", job_id=given_id)).outcome is Outcome.DUPLICATE
     b = await pq.lane_enqueue("chat9", "z")
     found = await pq.find(a.id)
     assert found is not None and found[0] == pq.partition_of(given_id)
@@ -350,3 +352,54 @@ async def test_a_handler_s_stop_stops_every_partition_and_hands_its_jobs_back(
         await consumer.run()  # raised as it is, as Consumer.run raises it
     c = await pq.counts()
     assert (c.pending, c.active, c.completed_total) == (30, 0, 0), "every job handed back"
+
+
+@pytest.mark.cluster
+async def test_a_key_or_a_debounce_key_meets_its_other_enqueues(bus: Bus, queue: str) -> None:
+    pq = await partitions.create(bus, queue, 3)
+    first = await pq.enqueue("a", key="order:7")
+    assert first.outcome is Outcome.ENQUEUED
+    assert (await pq.enqueue("b", key="order:7")).outcome is Outcome.DUPLICATE
+    d1 = await pq.enqueue("v1", debounce="user:1", debounce_ms=60_000)
+    d2 = await pq.enqueue("v2", debounce="user:1", debounce_ms=60_000)
+    assert (d2.outcome, d2.id, d2.absorbed) == (Outcome.DEBOUNCED, d1.id, 2)
+    found = await pq.find(d1.id)
+    assert found is not None and found[0] == pq.partition_of("user:1")
+    assert found[1].payload == b"v2"
+    batch = [(ids.generate("JOB"), f"p{i}") for i in range(12)]
+    assert all(a.ok for a in await pq.enqueue_many(batch))
+    again = await pq.enqueue_many(batch)  # a retried batch: each id meets itself
+    assert [a.outcome for a in again] == [Outcome.DUPLICATE] * 12
+    assert [a.id for a in again] == [job_id for job_id, _ in batch]
+
+
+@pytest.mark.cluster
+async def test_pause_and_resume_hold_every_partition(bus: Bus, queue: str) -> None:
+    pq = await partitions.create(bus, queue, 3)
+    await pq.enqueue_many([f"j{i}" for i in range(9)])
+    assert await pq.pause() is True
+    assert await pq.pause() is False
+    for name in pq.names:
+        assert await jobs.claim(bus, name, 10) == []
+    assert await pq.resume() is True
+    claimed = [j for name in pq.names for j in await jobs.claim(bus, name, 10)]
+    assert len(claimed) == 9
+
+
+@pytest.mark.cluster
+async def test_a_result_is_read_from_the_partition_that_holds_its_job(bus: Bus, queue: str) -> None:
+    pq = await partitions.create(bus, queue, 3)
+    assert await pq.keep_results(60_000) == 60_000
+    admitted = [await pq.enqueue(f"j{i}") for i in range(3)]  # one in each partition, in turn
+    assert len({(await pq.find(a.id) or ("", None))[0] for a in admitted}) == 3
+
+    async def handler(job: Job) -> bytes:
+        return b"done:" + job.payload
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(partitions.PartitionedConsumer(pq, handler, concurrency=2).run)
+        results = [await pq.result(a.id, timeout_s=30) for a in admitted]
+        nursery.cancel_scope.cancel()
+    assert results == [b"done:j0", b"done:j1", b"done:j2"]
+    with pytest.raises(JobNotFound):
+        await pq.result(ids.generate("JOB"), timeout_s=5)
