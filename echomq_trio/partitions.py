@@ -66,6 +66,7 @@ from echomq_trio.results import (
     LaneStatus,
     Registered,
 )
+from echomq_trio.worker import Serve
 
 __all__ = [
     "MAX_PARTITIONED_NAME_BYTES",
@@ -317,6 +318,12 @@ class PartitionedQueue:
 
     def _keep_in(self, queue: str, ttl_ms: int) -> Callable[[], Awaitable[int]]:
         return lambda: jobs.keep_results(self.bus, queue, ttl_ms)
+
+    def serve(self, handler: Handler, **settings: Any) -> list[Serve]:
+        """One ``worker.Serve`` per partition, each with ``handler`` and the ``settings`` given
+        (``concurrency`` and the rest, per partition), for ``open_worker``: a ``Worker`` then
+        runs a consumer and a metronome on every partition, with its grace period."""
+        return [Serve(name, handler, **settings) for name in self.names]
 
     # --- a job by id --------------------------------------------------------------------------
 

@@ -14,7 +14,17 @@ import trio.lowlevel
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from echomq_trio import Bus, Job, StopConsumer, ids, jobs, lanes, open_bus, partitions
+from echomq_trio import (
+    Bus,
+    Job,
+    StopConsumer,
+    ids,
+    jobs,
+    lanes,
+    open_bus,
+    open_worker,
+    partitions,
+)
 from echomq_trio._partitioning import MAX_PARTITIONED_NAME_BYTES, MAX_PARTITIONS, slot_range
 from echomq_trio.errors import JobNotFound
 from echomq_trio.jobs import Outcome
@@ -403,3 +413,18 @@ async def test_a_result_is_read_from_the_partition_that_holds_its_job(bus: Bus, 
     assert results == [b"done:j0", b"done:j1", b"done:j2"]
     with pytest.raises(JobNotFound):
         await pq.result(ids.generate("JOB"), timeout_s=5)
+
+
+@pytest.mark.cluster
+async def test_a_worker_serves_every_partition(bus: Bus, queue: str) -> None:
+    pq = await partitions.create(bus, queue, 3)
+    await pq.enqueue_many([f"j{i}" for i in range(12)])
+    await pq.enqueue_in("later", 1)
+    seen: list[bytes] = []
+
+    async def handler(job: Job) -> None:
+        seen.append(job.payload)
+
+    async with open_worker(bus, pq.serve(handler, concurrency=2, beat_ms=50)):
+        await wait_for(lambda: len(seen) == 13, timeout=30)
+    assert sorted(seen) == sorted([f"j{i}".encode() for i in range(12)] + [b"later"])
