@@ -47,6 +47,7 @@ import attrs
 import trio
 
 from echomq_trio import jobs, lanes, protocol, queues, repeat
+from echomq_trio._checks import check_name
 from echomq_trio._partitioning import (
     MAX_PARTITIONED_NAME_BYTES,
     MAX_PARTITIONS,
@@ -92,7 +93,9 @@ CHANGE_N = "drain it, partitions.dissolve it, then create it anew (docs/howto/pa
 
 
 async def _each(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
-    """Run ``calls`` concurrently; their answers in order (the first error cancels the rest)."""
+    """Run ``calls`` concurrently; their answers in order. The first error cancels the rest and
+    is raised as itself, as the call of one partition raises it (the others' errors, when there
+    are more, are its ``__cause__``); a cancellation is left as trio raises it."""
     if len(calls) == 1:
         return [await calls[0]()]
     out: list[T | None] = [None] * len(calls)
@@ -100,10 +103,24 @@ async def _each(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
     async def one(i: int) -> None:
         out[i] = await calls[i]()
 
-    async with trio.open_nursery() as nursery:
-        for i in range(len(calls)):
-            nursery.start_soon(one, i)
+    try:
+        async with trio.open_nursery() as nursery:
+            for i in range(len(calls)):
+                nursery.start_soon(one, i)
+    except BaseExceptionGroup as group:
+        leaves = _leaves(group)
+        if not all(isinstance(e, Exception) for e in leaves):
+            raise  # a cancellation (or an interrupt) stays as trio raises it
+        raise leaves[0] from (group if len(leaves) > 1 else None)
     return out  # type: ignore[return-value]  # every slot is filled once the nursery is done
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    """The exceptions in ``group``, its nested groups opened."""
+    out: list[BaseException] = []
+    for e in group.exceptions:
+        out += _leaves(e) if isinstance(e, BaseExceptionGroup) else [e]
+    return out
 
 
 Meta = tuple[int | None, str | None, int | None]  # a count, the queue of, an index
@@ -148,7 +165,7 @@ class PartitionedQueue:
     def partition_of(self, group: str) -> str:
         """The partition (its queue name) of lane ``group``, or of a debounce key, an
         idempotency key or a given job id."""
-        return self.names[route(group, len(self.names))]
+        return self.names[route(check_name("lane group or key", group), len(self.names))]
 
     def _next(self) -> str:
         return self.names[next(self._turn) % len(self.names)]
@@ -176,7 +193,8 @@ class PartitionedQueue:
         """``jobs.enqueue_many``: each job to the partition of its id (minted here when not
         given), one call per partition, concurrently; answers in input order. A cancelled call
         may have admitted some: call again with the same ids (they answer ``DUPLICATE``)."""
-        pairs = protocol.with_ids(items)
+        # every id and payload checked before any I/O: a bad one admits nothing anywhere
+        pairs = protocol.checked_pairs(protocol.with_ids(items), self.bus.max_payload_bytes)
         if len(self.names) == 1:
             return await jobs.enqueue_many(self.bus, self.name, pairs, **options)
         where: dict[str, list[int]] = {}

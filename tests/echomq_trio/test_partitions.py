@@ -428,3 +428,18 @@ async def test_a_worker_serves_every_partition(bus: Bus, queue: str) -> None:
     async with open_worker(bus, pq.serve(handler, concurrency=2, beat_ms=50)):
         await wait_for(lambda: len(seen) == 13, timeout=30)
     assert sorted(seen) == sorted([f"j{i}".encode() for i in range(12)] + [b"later"])
+
+
+@pytest.mark.cluster
+async def test_bad_input_is_one_plain_error_and_admits_nothing(bus: Bus, queue: str) -> None:
+    pq = await partitions.create(bus, queue, 3)
+    too_big = b"x" * (bus.max_payload_bytes + 1)
+    with pytest.raises(ValueError, match="payload"):
+        await pq.enqueue_many([f"j{i}" for i in range(9)] + [too_big])
+    with pytest.raises(ValueError, match="priority"):
+        await pq.enqueue_many([f"j{i}" for i in range(9)], priority=10**9)
+    with pytest.raises(ValueError, match="group"):
+        await pq.lane_enqueue("has space", "x")
+    with pytest.raises(ValueError, match="group"):
+        await pq.lane_enqueue(None, "x")  # type: ignore[arg-type]
+    assert (await pq.counts()).pending == 0
