@@ -27,14 +27,14 @@ Theory of operation:
   times that many handlers. ``PartitionedMetronome`` runs a ``Metronome`` per partition.
 * Reading: ``counts`` sums the partitions' counts (read concurrently: each partition's is one
   consistent snapshot, their sum is not one instant); a lane's status and jobs are read in its
-  partition; a job by id (``get_job``, ``cancel``, ``result``) is looked for in every partition
-  at once (a lane job's partition is its lane's, not its id's).
+  partition; a job by id (``get_job``, ``cancel``, ``result``, ``replay``...) is looked for in
+  every partition at once (a lane job's partition is its lane's, not its id's); listings of jobs
+  by state (``list_jobs``, ``dead_jobs``) merge every partition's first page.
 * Controls: ``pause``/``resume`` and ``keep_results`` set every partition at once. What stays
   per partition (read ``docs/howto/partitions.md``): the cap on jobs in flight (``queues``: a
-  cap set on each partition is a cap per partition, ``n`` times the cap in all), listings of
-  jobs by state, events, the audit, retention, the CLI, the dashboard and the metrics, which
-  see each partition as a queue of its own. Changing ``n``: drain the queue, ``dissolve`` it,
-  ``create`` it anew.
+  cap set on each partition is a cap per partition, ``n`` times the cap in all), events, the
+  audit, retention, the CLI, the dashboard and the metrics, which see each partition as a queue
+  of its own. Changing ``n``: drain the queue, ``dissolve`` it, ``create`` it anew.
 """
 
 from __future__ import annotations
@@ -65,8 +65,10 @@ from echomq_trio.results import (
     Counts,
     JobInfo,
     LaneStatus,
+    Outcome,
     Registered,
 )
+from echomq_trio.states import JobState
 from echomq_trio.worker import Serve
 
 __all__ = [
@@ -376,13 +378,70 @@ class PartitionedQueue:
     ) -> Callable[[], Awaitable[Cancelled]]:
         return lambda: jobs.cancel(self.bus, queue, job_id, reason, by)
 
+    async def holder(self, job_id: str) -> str:
+        """The partition whose queue holds job ``job_id``'s row (one ``EXISTS`` per partition,
+        at once), or partition 0 (``name``) when none does: a job never moves between
+        partitions, so a call made there answers for the whole queue. Read only."""
+        keys = [self.bus.keys(q).job(job_id) for q in self.names]  # checks the id, before I/O
+        held = await _each([self._exists(key) for key in keys])
+        return next((q for q, h in zip(self.names, held, strict=True) if h), self.name)
+
+    def _exists(self, key: str) -> Callable[[], Awaitable[bool]]:
+        async def exists() -> bool:
+            return bool(await self.bus.command("EXISTS", key))
+
+        return exists
+
     async def result(self, job_id: str, *, timeout_s: float) -> bytes | None:
-        """``jobs.result`` in the partition that holds the job (looked for first; a job in no
+        """``jobs.result`` in the partition that holds the job (``holder``; a job in no
         partition is asked of partition 0, which raises as ``jobs.result`` does). Every
-        partition must keep results (``jobs.keep_results`` on each ``names``)."""
-        found = await self.find(job_id)
-        queue = self.name if found is None else found[0]
+        partition must keep results (``keep_results``)."""
+        queue = await self.holder(job_id)
         return await jobs.result(self.bus, queue, job_id, timeout_s=timeout_s)
+
+    async def replay(self, job_id: str) -> Outcome:
+        """``jobs.replay`` in the partition that holds the job (``holder``)."""
+        return await jobs.replay(self.bus, await self.holder(job_id), job_id)
+
+    async def discard(self, job_id: str) -> Outcome:
+        """``jobs.discard`` in the partition that holds the job (``holder``)."""
+        return await jobs.discard(self.bus, await self.holder(job_id), job_id)
+
+    async def delete(self, job_id: str) -> Outcome:
+        """``jobs.delete`` in the partition that holds the job (``holder``)."""
+        return await jobs.delete(self.bus, await self.holder(job_id), job_id)
+
+    # --- listings -----------------------------------------------------------------------------
+
+    async def list_jobs(
+        self, state: JobState | str, offset: int = 0, limit: int = 100
+    ) -> list[JobInfo]:
+        """``jobs.list_jobs`` of the whole queue: the first ``offset + limit`` of each partition
+        (at once), merged in the order of one queue's set, ``[offset:offset + limit]`` of that:
+        ``pending`` highest priority first, then by id (mint order); the other states by score
+        (run-at, lease deadline, time of death or of the cancel), then id. So a page costs
+        ``n`` times ``offset + limit`` rows: page with a small ``offset``. Read only."""
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset must be an int >= 0, got {offset!r}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+        pending = JobState(state) is JobState.PENDING  # a bad state raises, before any I/O
+        parts = await _each([self._list_in(q, state, offset + limit) for q in self.names])
+        rows = [row for part in parts for row in part]
+        if pending:
+            rows.sort(key=lambda r: (-r.priority, r.id))
+        else:
+            rows.sort(key=lambda r: (r.score_ms or 0, r.id))
+        return rows[offset : offset + limit]
+
+    def _list_in(
+        self, queue: str, state: JobState | str, limit: int
+    ) -> Callable[[], Awaitable[list[JobInfo]]]:
+        return lambda: jobs.list_jobs(self.bus, queue, state, 0, limit)
+
+    async def dead_jobs(self, offset: int = 0, limit: int = 100) -> list[JobInfo]:
+        """``jobs.dead_jobs`` of the whole queue: oldest death first (``list_jobs``)."""
+        return await self.list_jobs(JobState.DEAD, offset, limit)
 
     # --- recurring schedules ------------------------------------------------------------------
 

@@ -443,3 +443,36 @@ async def test_bad_input_is_one_plain_error_and_admits_nothing(bus: Bus, queue: 
     with pytest.raises(ValueError, match="group"):
         await pq.lane_enqueue(None, "x")  # type: ignore[arg-type]
     assert (await pq.counts()).pending == 0
+
+
+@pytest.mark.cluster
+async def test_dead_jobs_are_listed_replayed_and_discarded_across_partitions(
+    bus: Bus, queue: str
+) -> None:
+    pq = await partitions.create(bus, queue, 3)
+    admitted = [(await pq.enqueue(f"j{i}")).id for i in range(6)]
+
+    async def handler(job: Job) -> None:
+        raise RuntimeError("boom " + job.payload.decode())
+
+    consumer = partitions.PartitionedConsumer(pq, handler, concurrency=1, max_attempts=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await wait_for(lambda: consumer.statistics().dead == 6, timeout=30)
+        nursery.cancel_scope.cancel()
+    dead = await pq.dead_jobs()
+    assert sorted(j.id for j in dead) == sorted(admitted)
+    assert [(j.score_ms, j.id) for j in dead] == sorted((j.score_ms or 0, j.id) for j in dead)
+    assert len({await pq.holder(j.id) for j in dead}) == 3, "dead in every partition"
+    page = await pq.dead_jobs(offset=2, limit=3)
+    assert [j.id for j in page] == [j.id for j in dead[2:5]]
+    assert await pq.replay(dead[0].id) is Outcome.REPLAYED
+    assert await pq.discard(dead[1].id) is Outcome.DISCARDED
+    assert await pq.discard(dead[1].id) is Outcome.GONE
+    assert await pq.holder(dead[1].id) == pq.name  # in no partition: partition 0 answers
+    c = await pq.counts()
+    assert (c.dead, c.pending) == (4, 1)
+    (waiting,) = await pq.list_jobs("pending")
+    assert waiting.id == dead[0].id
+    with pytest.raises(ValueError, match="nope"):
+        await pq.list_jobs("nope")
