@@ -74,11 +74,13 @@ from echomq_trio.worker import Serve
 __all__ = [
     "MAX_PARTITIONED_NAME_BYTES",
     "MAX_PARTITIONS",
+    "Membership",
     "PartitionedConsumer",
     "PartitionedMetronome",
     "PartitionedQueue",
     "create",
     "dissolve",
+    "membership",
     "open",
     "partition_names",
     "route",
@@ -471,6 +473,24 @@ def sum_counts(parts: Sequence[Counts]) -> Counts:
         values = [getattr(c, field.name) for c in parts]
         sums[field.name] = any(values) if field.name == "exists" else sum(values)
     return Counts(**sums)  # type: ignore[arg-type]  # each field has its type
+
+
+@attrs.frozen
+class Membership:
+    """What a queue's ``meta`` says of partitions (``membership``): ``partitions``, the count
+    ``create`` recorded on a partitioned queue's partition 0 (``None``: none recorded, a plain
+    queue), and on partition ``index`` > 0 of queue ``of``, those two."""
+
+    partitions: int | None
+    of: str | None
+    index: int | None
+
+
+async def membership(bus: Bus, queue: str) -> Membership:
+    """Whether ``queue`` is a partitioned queue (``partitions``), a partition of one (``of``,
+    ``index``), or neither: one ``HMGET`` of its ``meta``, for tools that list queues (``echomq
+    queues`` folds each partition into its queue). Read only."""
+    return Membership(*await _read(bus, queue))
 
 
 async def open(bus: Bus, queue: str) -> PartitionedQueue:  # partitions.open
