@@ -66,6 +66,7 @@ from echomq_trio import (
     retention,
 )
 from echomq_trio._opening import open_bus
+from echomq_trio._partition_meta import queue_counts
 from echomq_trio.bus import Bus
 from echomq_trio.errors import (
     AuthenticationFailed,
@@ -133,10 +134,10 @@ async def _lanes(bus: Bus, queue: str, limit: int) -> list[lanes.LaneStatus]:
 
 
 async def _stats(bus: Bus, args: argparse.Namespace) -> Any:
-    c = await _known(bus, args.queue)
+    await _known(bus, args.queue)
     n = (await partitions.membership(bus, args.queue)).partitions or 1
-    if n > 1:  # a partitioned queue: its partitions' counts added up (retention, controls: 0's)
-        c = await (await partitions.open(bus, args.queue)).counts()
+    # a partitioned queue: its partitions' counts added up (its retention, controls: 0's)
+    c = await queue_counts(bus, args.queue)
     kept = await retention.get(bus, args.queue)
     control = await queues.control(bus, args.queue)
     if args.json:  # the counts' fields, the retention and the controls under their own names

@@ -48,13 +48,23 @@ import trio
 
 from echomq_trio import jobs, lanes, protocol, queues, repeat
 from echomq_trio._checks import check_name
+from echomq_trio._partition_meta import (
+    COUNT_FIELD,
+    INDEX_FIELD,
+    OF_FIELD,
+    Membership,
+    Meta,
+    each,
+    membership,
+    read_meta,
+    sum_counts,
+)
 from echomq_trio._partitioning import (
     MAX_PARTITIONED_NAME_BYTES,
     MAX_PARTITIONS,
     partition_names,
     route,
 )
-from echomq_trio._replies import as_text
 from echomq_trio.bus import Bus
 from echomq_trio.consumer import Consumer, ConsumerStats, Handler, StopConsumer
 from echomq_trio.metronome import Metronome, MetronomeStats
@@ -71,6 +81,7 @@ from echomq_trio.results import (
 from echomq_trio.states import JobState
 from echomq_trio.worker import Serve
 
+CHANGE_N = "drain it, partitions.dissolve it, then create it anew (docs/howto/partitions.md)"
 __all__ = [
     "MAX_PARTITIONED_NAME_BYTES",
     "MAX_PARTITIONS",
@@ -86,61 +97,6 @@ __all__ = [
     "route",
     "sum_counts",
 ]
-
-T = TypeVar("T")
-
-# Fields of a partition's meta hash (keys.SCHEMA's meta).
-COUNT_FIELD = "partitions"  # partition 0's: how many partitions the queue has
-OF_FIELD = "partition_of"  # partition i > 0's: the queue it belongs to
-INDEX_FIELD = "partition"  # partition i > 0's: its index
-CHANGE_N = "drain it, partitions.dissolve it, then create it anew (docs/howto/partitions.md)"
-
-
-async def _each(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
-    """Run ``calls`` concurrently; their answers in order. The first error cancels the rest and
-    is raised as itself, as the call of one partition raises it (the others' errors, when there
-    are more, are its ``__cause__``); a cancellation is left as trio raises it."""
-    if len(calls) == 1:
-        return [await calls[0]()]
-    out: list[T | None] = [None] * len(calls)
-
-    async def one(i: int) -> None:
-        out[i] = await calls[i]()
-
-    try:
-        async with trio.open_nursery() as nursery:
-            for i in range(len(calls)):
-                nursery.start_soon(one, i)
-    except BaseExceptionGroup as group:
-        leaves = _leaves(group)
-        if not all(isinstance(e, Exception) for e in leaves):
-            raise  # a cancellation (or an interrupt) stays as trio raises it
-        raise leaves[0] from (group if len(leaves) > 1 else None)
-    return out  # type: ignore[return-value]  # every slot is filled once the nursery is done
-
-
-def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
-    """The exceptions in ``group``, its nested groups opened."""
-    out: list[BaseException] = []
-    for e in group.exceptions:
-        out += _leaves(e) if isinstance(e, BaseExceptionGroup) else [e]
-    return out
-
-
-Meta = tuple[int | None, str | None, int | None]  # a count, the queue of, an index
-
-
-def _int(reply: object) -> int | None:
-    return None if reply is None else int(as_text(reply))
-
-
-async def _read(bus: Bus, queue: str) -> Meta:
-    """``queue``'s meta: its partition count, the queue it is a partition of, and its index."""
-    reply = await bus.command("HMGET", bus.keys(queue).meta, COUNT_FIELD, OF_FIELD, INDEX_FIELD)
-    if not isinstance(reply, list) or len(reply) != 3:
-        raise ValueError(f"HMGET answered {reply!r}, not three fields")
-    count, of, index = reply
-    return _int(count), None if of is None else as_text(of), _int(index)
 
 
 def _not_a_partition(queue: str, of: str | None, index: int | None) -> None:
@@ -209,7 +165,7 @@ class PartitionedQueue:
         def call(queue: str, idx: list[int]) -> Callable[[], Awaitable[list[Admitted]]]:
             return lambda: jobs.enqueue_many(self.bus, queue, [pairs[i] for i in idx], **options)
 
-        answers = await _each([call(queue, idx) for queue, idx in parts])
+        answers = await each([call(queue, idx) for queue, idx in parts])
         out: list[Admitted | None] = [None] * len(pairs)
         for (_, idx), admitted in zip(parts, answers, strict=True):
             for i, a in zip(idx, admitted, strict=True):
@@ -289,12 +245,12 @@ class PartitionedQueue:
         (each partition paged as ``lanes.status`` pages it). One call per partition,
         concurrently. Read only."""
         if not groups:
-            parts = await _each([self._status_in(q, ()) for q in self.names])
+            parts = await each([self._status_in(q, ()) for q in self.names])
             return sorted((s for part in parts for s in part), key=lambda s: s.group)
         where: dict[str, list[str]] = {}
         for group in dict.fromkeys(groups):
             where.setdefault(self.partition_of(group), []).append(group)
-        parts = await _each([self._status_in(q, g) for q, g in where.items()])
+        parts = await each([self._status_in(q, g) for q, g in where.items()])
         found = {s.group: s for part in parts for s in part}
         return [found[group] for group in groups]
 
@@ -313,18 +269,18 @@ class PartitionedQueue:
         """``jobs.counts`` of every partition, read concurrently and added up (``exists``: any
         partition was used). Each partition's counts are one snapshot; their sum is not one
         instant (a job settled in one partition while another is read is counted as it was)."""
-        return sum_counts(await _each([_counter(self.bus, q) for q in self.names]))
+        return sum_counts(await each([_counter(self.bus, q) for q in self.names]))
 
     async def pause(self) -> bool:
         """``queues.pause`` of every partition at once: no consumer claims from the queue until
         ``resume``. ``True`` if this call paused any partition. A cancelled call may have paused
         some: call again."""
-        return any(await _each([self._control_in(queues.pause, q) for q in self.names]))
+        return any(await each([self._control_in(queues.pause, q) for q in self.names]))
 
     async def resume(self) -> bool:
         """``queues.resume`` of every partition at once; ``True`` if any was paused. A cancelled
         call may have resumed some: call again."""
-        return any(await _each([self._control_in(queues.resume, q) for q in self.names]))
+        return any(await each([self._control_in(queues.resume, q) for q in self.names]))
 
     def _control_in(
         self, fn: Callable[[Bus, str], Awaitable[bool]], queue: str
@@ -335,7 +291,7 @@ class PartitionedQueue:
         """``jobs.keep_results`` on every partition at once (``result`` needs it on the one
         that holds the job); the TTL in effect. A cancelled call may have set some: call
         again."""
-        (ttl, *_) = await _each([self._keep_in(q, ttl_ms) for q in self.names])
+        (ttl, *_) = await each([self._keep_in(q, ttl_ms) for q in self.names])
         return ttl
 
     def _keep_in(self, queue: str, ttl_ms: int) -> Callable[[], Awaitable[int]]:
@@ -352,7 +308,7 @@ class PartitionedQueue:
     async def find(self, job_id: str) -> tuple[str, JobInfo] | None:
         """The partition that holds job ``job_id`` and its row (every partition asked at once),
         or ``None``. Read only."""
-        rows = await _each([self._get_in(q, job_id) for q in self.names])
+        rows = await each([self._get_in(q, job_id) for q in self.names])
         for queue, row in zip(self.names, rows, strict=True):
             if row is not None:
                 return queue, row
@@ -369,7 +325,7 @@ class PartitionedQueue:
     async def cancel(self, job_id: str, reason: str = "", by: str = "") -> Cancelled:
         """``jobs.cancel`` in every partition at once (only the one that holds the job has it):
         its answer, or ``NOT_FOUND`` from all."""
-        answers = await _each([self._cancel_in(q, job_id, reason, by) for q in self.names])
+        answers = await each([self._cancel_in(q, job_id, reason, by) for q in self.names])
         for answer in (Cancelled.CANCELLED, Cancelled.ALREADY_DONE):
             if answer in answers:
                 return answer
@@ -385,7 +341,7 @@ class PartitionedQueue:
         at once), or partition 0 (``name``) when none does: a job never moves between
         partitions, so a call made there answers for the whole queue. Read only."""
         keys = [self.bus.keys(q).job(job_id) for q in self.names]  # checks the id, before I/O
-        held = await _each([self._exists(key) for key in keys])
+        held = await each([self._exists(key) for key in keys])
         return next((q for q, h in zip(self.names, held, strict=True) if h), self.name)
 
     def _exists(self, key: str) -> Callable[[], Awaitable[bool]]:
@@ -428,7 +384,7 @@ class PartitionedQueue:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"limit must be an int >= 1, got {limit!r}")
         pending = JobState(state) is JobState.PENDING  # a bad state raises, before any I/O
-        parts = await _each([self._list_in(q, state, offset + limit) for q in self.names])
+        parts = await each([self._list_in(q, state, offset + limit) for q in self.names])
         rows = [row for part in parts for row in part]
         if pending:
             rows.sort(key=lambda r: (-r.priority, r.id))
@@ -460,43 +416,16 @@ class PartitionedQueue:
 
     async def cancel_repeat(self, name: str) -> bool:
         """``repeat.cancel`` in every partition at once; ``True`` if any held ``name``."""
-        return any(await _each([self._cancel_repeat_in(q, name) for q in self.names]))
+        return any(await each([self._cancel_repeat_in(q, name) for q in self.names]))
 
     def _cancel_repeat_in(self, queue: str, name: str) -> Callable[[], Awaitable[bool]]:
         return lambda: repeat.cancel(self.bus, queue, name)
 
 
-def sum_counts(parts: Sequence[Counts]) -> Counts:
-    """The counts of a queue made of ``parts`` (pure): every field added up, ``exists`` if any."""
-    sums: dict[str, int | bool] = {}
-    for field in attrs.fields(Counts):
-        values = [getattr(c, field.name) for c in parts]
-        sums[field.name] = any(values) if field.name == "exists" else sum(values)
-    return Counts(**sums)  # type: ignore[arg-type]  # each field has its type
-
-
-@attrs.frozen
-class Membership:
-    """What a queue's ``meta`` says of partitions (``membership``): ``partitions``, the count
-    ``create`` recorded on a partitioned queue's partition 0 (``None``: none recorded, a plain
-    queue), and on partition ``index`` > 0 of queue ``of``, those two."""
-
-    partitions: int | None
-    of: str | None
-    index: int | None
-
-
-async def membership(bus: Bus, queue: str) -> Membership:
-    """Whether ``queue`` is a partitioned queue (``partitions``), a partition of one (``of``,
-    ``index``), or neither: one ``HMGET`` of its ``meta``, for tools that list queues (``echomq
-    queues`` folds each partition into its queue). Read only."""
-    return Membership(*await _read(bus, queue))
-
-
 async def open(bus: Bus, queue: str) -> PartitionedQueue:  # partitions.open
     """A handle on ``queue`` with as many partitions as ``create`` recorded (one, a plain queue,
     when it never did). One ``HMGET``; ``ValueError`` if ``queue`` is another queue's partition."""
-    count, of, index = await _read(bus, queue)
+    count, of, index = await read_meta(bus, queue)
     _not_a_partition(queue, of, index)
     return PartitionedQueue(bus, queue, partition_names(queue, count or 1))
 
@@ -516,7 +445,7 @@ async def create(bus: Bus, queue: str, n: int) -> PartitionedQueue:
     queue. Create a queue before its first job: a job admitted to the plain queue while this
     runs stays in partition 0 (served, but a lane's later jobs may go elsewhere)."""
     names = partition_names(queue, n)  # a bad name or count raises here, before any I/O
-    count, of, index = await _read(bus, queue)
+    count, of, index = await read_meta(bus, queue)
     _not_a_partition(queue, of, index)
     if count is not None and count != n:
         raise ValueError(f"queue {queue!r} has {count} partitions, not {n}: to change that, "
@@ -525,8 +454,8 @@ async def create(bus: Bus, queue: str, n: int) -> PartitionedQueue:
         return PartitionedQueue(bus, queue, names)
     if count is None and _has_jobs(await jobs.counts(bus, queue)):
         raise ValueError(f"queue {queue!r} holds jobs: to partition it, {CHANGE_N}")
-    others = await _each([_reader(bus, name) for name in names[1:]])
-    contents = await _each([_counter(bus, name) for name in names[1:]])
+    others = await each([_reader(bus, name) for name in names[1:]])
+    contents = await each([_counter(bus, name) for name in names[1:]])
     for i, name in enumerate(names[1:], 1):
         other_count, other_of, other_index = others[i - 1]
         if (other_of, other_index) == (queue, i):
@@ -534,9 +463,9 @@ async def create(bus: Bus, queue: str, n: int) -> PartitionedQueue:
         if other_of is not None or other_count is not None or _has_jobs(contents[i - 1]):
             raise ValueError(f"queue {name!r}, partition {i} of {queue!r}, holds another "
                              f"queue's data: move or delete it first")  # fmt: skip
-    await _each([_marker(bus, name, queue, i) for i, name in enumerate(names[1:], 1)])
+    await each([_marker(bus, name, queue, i) for i, name in enumerate(names[1:], 1)])
     if await bus.command("HSETNX", bus.keys(queue).meta, COUNT_FIELD, n) == 0:
-        now = (await _read(bus, queue))[0]
+        now = (await read_meta(bus, queue))[0]
         if now != n:  # another create won, with another count
             raise ValueError(f"queue {queue!r} has {now} partitions, not {n}: to change that, "
                              f"{CHANGE_N}")  # fmt: skip
@@ -544,7 +473,7 @@ async def create(bus: Bus, queue: str, n: int) -> PartitionedQueue:
 
 
 def _reader(bus: Bus, queue: str) -> Callable[[], Awaitable[Meta]]:
-    return lambda: _read(bus, queue)
+    return lambda: read_meta(bus, queue)
 
 
 def _marker(bus: Bus, queue: str, of: str, i: int) -> Callable[[], Awaitable[object]]:
@@ -562,13 +491,13 @@ async def dissolve(bus: Bus, queue: str) -> int:
     many partitions it had. Idempotent: a cancelled call may have forgotten some marks but not
     the count; call again (a queue never partitioned, or dissolved, answers 1)."""
     pq = await open(bus, queue)
-    parts = await _each([_counter(bus, q) for q in pq.names])
+    parts = await each([_counter(bus, q) for q in pq.names])
     busy = [name for name, c in zip(pq.names, parts, strict=True) if _has_jobs(c)]
     if busy:
         raise ValueError(f"queue {queue!r} still holds jobs in {len(busy)} of its {pq.n} "
                          f"partitions ({busy[0]!r}...): drain them first")  # fmt: skip
     if pq.n > 1:  # the marks first, the count last: a call again after a cancel finishes
-        await _each([_unmarker(bus, name) for name in pq.names[1:]])
+        await each([_unmarker(bus, name) for name in pq.names[1:]])
     await bus.command("HDEL", bus.keys(queue).meta, COUNT_FIELD)
     return pq.n
 

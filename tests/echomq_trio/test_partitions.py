@@ -21,6 +21,7 @@ from echomq_trio import (
     ids,
     jobs,
     lanes,
+    metrics,
     open_bus,
     open_worker,
     partitions,
@@ -476,3 +477,14 @@ async def test_dead_jobs_are_listed_replayed_and_discarded_across_partitions(
     assert waiting.id == dead[0].id
     with pytest.raises(ValueError, match="nope"):
         await pq.list_jobs("nope")
+
+
+@pytest.mark.cluster
+async def test_the_metrics_read_a_partitioned_queue_as_one(bus: Bus, queue: str) -> None:
+    pq = await partitions.create(bus, queue, 3)
+    await pq.enqueue_many([f"j{i}" for i in range(7)])
+    await pq.lane_enqueue("chat1", "x")
+    readings = metrics.QueueReadings(bus, [queue])
+    await readings.read()
+    assert (readings.last()[queue].pending, readings.last()[queue].lanes) == (8, 1)
+    assert (await jobs.counts(bus, queue)).pending < 8  # partition 0 alone holds fewer
