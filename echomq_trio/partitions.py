@@ -24,7 +24,8 @@ Theory of operation:
 * Consuming: ``PartitionedConsumer`` runs one ordinary ``Consumer`` per partition in a nursery.
   Each claims its own partition, so none starves and an empty one parks on its wake list (no
   server work). Each has the ``concurrency`` it is given: ``n`` partitions run up to ``n``
-  times that many handlers. ``PartitionedMetronome`` runs a ``Metronome`` per partition.
+  times that many handlers. ``PartitionedMetronome`` runs a ``Metronome`` per partition;
+  ``PartitionedQueue.serve`` gives a ``worker.Serve`` per partition, for ``open_worker``.
 * Reading: ``counts`` sums the partitions' counts (read concurrently: each partition's is one
   consistent snapshot, their sum is not one instant); a lane's status and jobs are read in its
   partition; a job by id (``get_job``, ``cancel``, ``result``, ``replay``...) is looked for in
