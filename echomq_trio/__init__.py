@@ -26,7 +26,9 @@ calls in tests.
 A handler's result can be kept with its finished job and waited for from any process
 (``jobs.keep_results``, ``jobs.result``, ``JobHandle``), and a handler reports progress with
 ``await job.progress(value)``. ``flows`` admits trees of jobs in which a parent runs only after
-its children have ended, and reads their results.
+its children have ended, and reads their results. ``partitions`` spreads one queue over
+several hash slots (so over every primary of a cluster): a queue of ``n`` ordinary queues,
+routed by lane.
 """
 
 from echomq_trio import (
@@ -40,6 +42,7 @@ from echomq_trio import (
     lanes,
     memory,
     metrics,
+    partitions,
     queues,
     repeat,
     retention,
@@ -145,6 +148,7 @@ __all__ = [
     "metrics",
     "open_bus",
     "open_worker",
+    "partitions",
     "queues",
     "repeat",
     "retention",

@@ -58,6 +58,7 @@ from echomq_trio import (
     ids,
     jobs,
     lanes,
+    partitions,
     protocol,
     queues,
     repair,
@@ -65,6 +66,7 @@ from echomq_trio import (
     retention,
 )
 from echomq_trio._opening import open_bus
+from echomq_trio._partition_meta import queue_counts
 from echomq_trio.bus import Bus
 from echomq_trio.errors import (
     AuthenticationFailed,
@@ -132,12 +134,16 @@ async def _lanes(bus: Bus, queue: str, limit: int) -> list[lanes.LaneStatus]:
 
 
 async def _stats(bus: Bus, args: argparse.Namespace) -> Any:
-    c = await _known(bus, args.queue)
+    await _known(bus, args.queue)
+    n = (await partitions.membership(bus, args.queue)).partitions or 1
+    # a partitioned queue: its partitions' counts added up (its retention, controls: 0's)
+    c = await queue_counts(bus, args.queue)
     kept = await retention.get(bus, args.queue)
     control = await queues.control(bus, args.queue)
     if args.json:  # the counts' fields, the retention and the controls under their own names
-        return _jsonable(c) | {"retention": kept, "control": _jsonable(control)}
+        return _jsonable(c) | {"partitions": n, "retention": kept, "control": _jsonable(control)}
     rows = [(f.name, getattr(c, f.name)) for f in attrs.fields(jobs.Counts) if f.name != "exists"]
+    rows += [("partitions", n)] if n > 1 else []
     rows += [
         (f"retention.{f.name}", _bound(getattr(kept, f.name))) for f in attrs.fields(Retention)
     ]
@@ -459,18 +465,25 @@ async def _tail(bus: Bus, args: argparse.Namespace) -> Any:
 
 async def _queues(bus: Bus, args: argparse.Namespace) -> Any:
     names = await queues.queue_names(bus)
-    counted = [(name, await jobs.counts(bus, name), await queues.control(bus, name))
-               for name in names]  # fmt: skip
+    # a partitioned queue is one row: each partition's counts folded into its queue's
+    # (partitions.membership); its controls are partition 0's
+    parts: dict[str, list[jobs.Counts]] = {}
+    for name in names:
+        of = (await partitions.membership(bus, name)).of
+        parts.setdefault(of or name, []).append(await jobs.counts(bus, name))
+    counted = [(name, partitions.sum_counts(cs), len(cs), await queues.control(bus, name))
+               for name, cs in sorted(parts.items())]  # fmt: skip
     if args.json:
-        return [{"queue": name} | _jsonable(c) | {"control": _jsonable(ctl)}
-                for name, c, ctl in counted]  # fmt: skip
+        return [{"queue": name} | _jsonable(c) | {"partitions": n, "control": _jsonable(ctl)}
+                for name, c, n, ctl in counted]  # fmt: skip
     if not counted:
         return f"no queues on {bus.url}"
     return _table(
         ["queue", "pending", "scheduled", "active", "dead", "lanes", "repeats", "completed",
-         "paused", "max_active"],
+         "paused", "max_active", "partitions"],
         [(name, c.pending, c.scheduled, c.active, c.dead, c.lanes, c.repeats, c.completed_total,
-          "yes" if ctl.paused else "-", ctl.max_active or "-") for name, c, ctl in counted],
+          "yes" if ctl.paused else "-", ctl.max_active or "-", n)
+         for name, c, n, ctl in counted],
     )  # fmt: skip
 
 
@@ -567,7 +580,8 @@ def _parser() -> argparse.ArgumentParser:
     def command(name: str, help: str) -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help, description=help, parents=[common])
 
-    s = command("stats", "jobs per state and running totals")
+    s = command("stats", "jobs per state and running totals (of every partition of a "
+                "partitioned queue)")  # fmt: skip
     s.add_argument("queue")
     s = command("ls", "list jobs in a state, recurring schedules, or lanes")
     s.add_argument("queue")
@@ -627,7 +641,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--limit", type=int, help="with --state: delete at most N jobs")
     s = command("tail", "follow the queue's events (Ctrl-C to stop)")
     s.add_argument("queue")
-    command("queues", "every queue on the server, with its counts")
+    command("queues", "every queue on the server, with its counts (a partitioned queue's "
+            "partitions folded into its row)")  # fmt: skip
     s = command("dashboard", "serve the bus dashboard (a web page; Ctrl-C to stop)")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (%(default)s)")
     s.add_argument("--port", type=int, default=8090, help="port (%(default)s; 0: any free one)")

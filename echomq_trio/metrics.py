@@ -20,8 +20,9 @@ Two kinds of numbers, named so that they never clash:
     run-at, or the end of its backoff or deferral). It is the metronome's lateness; the wait in
     pending until a consumer claims the job is not in it.
 
-* The server's state (``QueueReadings``), read per scrape with ``jobs.counts``: the same answer
-  in every process that reads it.
+* The server's state (``QueueReadings``), read per scrape with ``jobs.counts`` (of every
+  partition of a partitioned queue, added up: ``echomq_trio.partitions``): the same answer in
+  every process that reads it.
 
   - ``echomq_jobs{queue,state}`` (gauge): jobs ``pending`` (lanes included), ``scheduled``,
     ``active``, ``dead``, ``cancelled``, ``waiting_children`` (flows' parents waiting for their
@@ -63,7 +64,8 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from echomq_trio import jobs, memory, queues
+from echomq_trio import memory, queues
+from echomq_trio._partition_meta import queue_counts
 from echomq_trio.bus import Bus
 from echomq_trio.results import Counts, QueueControl
 from echomq_trio.storage import Storage, read_storage
@@ -131,8 +133,9 @@ _TOTALS = (("completed", "completed_total"), ("retried", "retried_total"),
 
 
 class QueueReadings(Collector):
-    """The server's state of ``queues``: ``await read()`` fetches it (one ``jobs.counts`` per
-    queue; ``BusError`` when the server cannot be read, and the last reading stays), and the
+    """The server's state of ``queues``: ``await read()`` fetches it (per queue an ``HMGET`` of
+    its partition count and one ``jobs.counts``, one per partition of a partitioned queue, added
+    up; ``BusError`` when the server cannot be read, and the last reading stays), and the
     registry's collection reports the last reading. Registers into ``registry`` when given."""
 
     def __init__(
@@ -150,7 +153,8 @@ class QueueReadings(Collector):
             registry.register(self)
 
     async def read(self) -> None:
-        fresh = {queue: await jobs.counts(self.bus, queue) for queue in self.queues}
+        # a partitioned queue's partitions added up (echomq_trio.partitions)
+        fresh = {queue: await queue_counts(self.bus, queue) for queue in self.queues}
         controls = {queue: await queues.control(self.bus, queue) for queue in self.queues}
         self._memory = await memory.memory_use(self.bus)
         self._storage = await read_storage(self.bus)

@@ -37,6 +37,7 @@ BUS_SURFACE = {
     "echomq_trio.memory": "how full the server is",
     "echomq_trio.metrics": "Prometheus metrics",
     "echomq_trio.metronome": "Metronome",
+    "echomq_trio.partitions": "a queue spread over several hash slots (a cluster's primaries)",
     "echomq_trio.protocol": "each script's Call, for Bus.run and pipelines",
     "echomq_trio.queues": "listing queues",
     "echomq_trio.repair": "echomq repair and restore",

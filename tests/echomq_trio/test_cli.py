@@ -11,7 +11,7 @@ import httpx
 import pytest
 import trio
 
-from echomq_trio import Bus, ids, jobs, open_bus, repeat, retention
+from echomq_trio import Bus, ids, jobs, open_bus, partitions, repeat, retention
 from echomq_trio.server import free_port
 from tests.support import ROOT
 
@@ -287,3 +287,25 @@ async def test_a_reader_that_stops_early_ends_tail_quietly(standalone_url: str, 
         finally:
             proc.kill()
             await proc.wait()
+
+
+async def test_a_partitioned_queue_is_one_row_and_its_stats_add_up(
+    standalone_url: str, queue: str
+) -> None:
+    async with open_bus(standalone_url) as bus:
+        pq = await partitions.create(bus, queue, 3)
+        await pq.enqueue_many([f"j{i}" for i in range(9)])
+        await pq.lane_enqueue("chat1", "x")
+    out = await echomq("queues", url=standalone_url)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.decode().splitlines()
+    (line,) = [x for x in lines if x.startswith(queue + " ")]
+    assert line.split()[1] == "10" and line.split()[-1] == "3"  # pending, partitions
+    assert not [x for x in lines if x.startswith(queue + "~p")], "partitions folded in"
+    listed = json.loads((await echomq("--json", "queues", url=standalone_url)).stdout)
+    (mine,) = [q for q in listed if q["queue"].startswith(queue)]
+    assert (mine["queue"], mine["pending"], mine["lanes"], mine["partitions"]) == (queue, 10, 1, 3)
+    stats = json.loads((await echomq("--json", "stats", queue, url=standalone_url)).stdout)
+    assert (stats["pending"], stats["partitions"]) == (10, 3)
+    text = (await echomq("stats", queue, url=standalone_url)).stdout.decode()
+    assert re.search(r"^partitions\s+3$", text, re.M), text

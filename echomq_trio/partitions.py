@@ -1,0 +1,581 @@
+"""Partitioned queues: one queue spread over ``n`` hash slots, so over every primary of a cluster.
+
+Every queue lives in one hash slot (all its keys share the tag of its name), so one queue can use
+one primary's CPU and no more. A queue created with ``n`` partitions is ``n`` ordinary queues,
+routed in Python: no script knows of partitions, and each partition is a complete queue of
+today's layout.
+
+Theory of operation:
+
+* Names (``partition_names``, pure): partition 0 is the queue itself, so one partition is
+  exactly a plain queue; partition i > 0 is the queue ``q~p<i>.<k>``, its name chosen so the
+  partitions' slots fall in ``n`` different ranges of the slots (``echomq_trio._partitioning``).
+* The count is recorded in partition 0's ``meta`` (field ``partitions``) by ``create``; each
+  other partition's ``meta`` names its queue and index (``partition_of``, ``partition``). ``open``
+  reads the count (1 for a queue never partitioned) and returns a ``PartitionedQueue``: a frozen
+  handle with nothing cached anywhere else (not on the ``Bus``, not in a module global).
+* Routing: a lane (group) belongs to partition ``crc32(group) % n``, so all of its jobs are in
+  one ordinary queue and its order, limit, pause and wait stay exact. So do a debounce key's
+  enqueues, an idempotency key's and a given job id's (a retried enqueue meets the first in
+  the same partition, so it is idempotent as on a plain queue). Other flat jobs go round-robin
+  (a counter on the handle); a batch goes by its ids (the bus mints them first), one call per
+  partition, concurrently. A recurring schedule lives in partition 0, or in its lane's
+  partition when it fires into a lane: one partition holds it, so each occurrence fires once.
+* Consuming: ``PartitionedConsumer`` runs one ordinary ``Consumer`` per partition in a nursery.
+  Each claims its own partition, so none starves and an empty one parks on its wake list (no
+  server work). Each has the ``concurrency`` it is given: ``n`` partitions run up to ``n``
+  times that many handlers. ``PartitionedMetronome`` runs a ``Metronome`` per partition;
+  ``PartitionedQueue.serve`` gives a ``worker.Serve`` per partition, for ``open_worker``.
+* Reading: ``counts`` sums the partitions' counts (read concurrently: each partition's is one
+  consistent snapshot, their sum is not one instant); a lane's status and jobs are read in its
+  partition; a job by id (``get_job``, ``cancel``, ``result``, ``replay``...) is looked for in
+  every partition at once (a lane job's partition is its lane's, not its id's); listings of jobs
+  by state (``list_jobs``, ``dead_jobs``) merge every partition's first page.
+* Controls: ``pause``/``resume`` and ``keep_results`` set every partition at once. What stays
+  per partition (read ``docs/howto/partitions.md``): the cap on jobs in flight (``queues``: a
+  cap set on each partition is a cap per partition, ``n`` times the cap in all), events, the
+  audit, retention, the CLI, the dashboard and the metrics, which see each partition as a queue
+  of its own. Changing ``n``: drain the queue, ``dissolve`` it, ``create`` it anew.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import attrs
+import trio
+
+from echomq_trio import jobs, lanes, protocol, queues, repeat
+from echomq_trio._checks import check_name
+from echomq_trio._partition_meta import (
+    COUNT_FIELD,
+    INDEX_FIELD,
+    OF_FIELD,
+    Membership,
+    Meta,
+    each,
+    membership,
+    read_meta,
+    sum_counts,
+)
+from echomq_trio._partitioning import (
+    MAX_PARTITIONED_NAME_BYTES,
+    MAX_PARTITIONS,
+    partition_names,
+    route,
+)
+from echomq_trio.bus import Bus
+from echomq_trio.consumer import Consumer, ConsumerStats, Handler, StopConsumer
+from echomq_trio.metronome import Metronome, MetronomeStats
+from echomq_trio.protocol import Item
+from echomq_trio.results import (
+    Admitted,
+    Cancelled,
+    Counts,
+    JobInfo,
+    LaneStatus,
+    Outcome,
+    Registered,
+)
+from echomq_trio.states import JobState
+from echomq_trio.worker import Serve
+
+CHANGE_N = "drain it, partitions.dissolve it, then create it anew (docs/howto/partitions.md)"
+__all__ = [
+    "MAX_PARTITIONED_NAME_BYTES",
+    "MAX_PARTITIONS",
+    "Membership",
+    "PartitionedConsumer",
+    "PartitionedMetronome",
+    "PartitionedQueue",
+    "create",
+    "dissolve",
+    "membership",
+    "open",
+    "partition_names",
+    "route",
+    "sum_counts",
+]
+
+
+def _not_a_partition(queue: str, of: str | None, index: int | None) -> None:
+    if of is not None and of != queue:
+        raise ValueError(f"queue {queue!r} is partition {index} of queue {of!r}: use {of!r}")
+
+
+@attrs.frozen(eq=False)
+class PartitionedQueue:
+    """A handle on a partitioned queue (``open``, ``create``): its ``bus``, its ``name`` and its
+    partitions' ``names`` (``names[0] == name``). Each method routes to the partition that
+    holds what it names and runs the function of ``jobs``, ``lanes`` or ``repeat`` of the same
+    name there, with the same options and answers; cancellation is as there. The round-robin
+    counter of flat jobs is the handle's own (share a handle, or not: either spreads evenly)."""
+
+    bus: Bus
+    name: str
+    names: tuple[str, ...]
+    _turn: Iterator[int] = attrs.field(factory=itertools.count, repr=False, alias="_turn")
+
+    @property
+    def n(self) -> int:
+        """How many partitions."""
+        return len(self.names)
+
+    def partition_of(self, group: str) -> str:
+        """The partition (its queue name) of lane ``group``, or of a debounce key, an
+        idempotency key or a given job id."""
+        return self.names[route(check_name("lane group or key", group), len(self.names))]
+
+    def _next(self) -> str:
+        return self.names[next(self._turn) % len(self.names)]
+
+    # --- admission ----------------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        payload: str | bytes,
+        *,
+        job_id: str | None = None,
+        key: str | None = None,
+        debounce: str | None = None,
+        **options: Any,
+    ) -> Admitted:
+        """``jobs.enqueue`` (its ``options``) in the partition of ``debounce``, else of ``key``,
+        else of ``job_id``, else the next partition in turn."""
+        by = debounce if debounce is not None else key if key is not None else job_id
+        queue = self._next() if by is None else self.partition_of(by)
+        return await jobs.enqueue(
+            self.bus, queue, payload, job_id=job_id, key=key, debounce=debounce, **options
+        )
+
+    async def enqueue_many(self, items: Iterable[Item], **options: Any) -> list[Admitted]:
+        """``jobs.enqueue_many``: each job to the partition of its id (minted here when not
+        given), one call per partition, concurrently; answers in input order. A cancelled call
+        may have admitted some: call again with the same ids (they answer ``DUPLICATE``)."""
+        # every id and payload checked before any I/O: a bad one admits nothing anywhere
+        pairs = protocol.checked_pairs(protocol.with_ids(items), self.bus.max_payload_bytes)
+        if len(self.names) == 1:
+            return await jobs.enqueue_many(self.bus, self.name, pairs, **options)
+        where: dict[str, list[int]] = {}
+        for i, (job_id, _) in enumerate(pairs):
+            where.setdefault(self.partition_of(job_id), []).append(i)
+        parts = list(where.items())
+
+        def call(queue: str, idx: list[int]) -> Callable[[], Awaitable[list[Admitted]]]:
+            return lambda: jobs.enqueue_many(self.bus, queue, [pairs[i] for i in idx], **options)
+
+        answers = await each([call(queue, idx) for queue, idx in parts])
+        out: list[Admitted | None] = [None] * len(pairs)
+        for (_, idx), admitted in zip(parts, answers, strict=True):
+            for i, a in zip(idx, admitted, strict=True):
+                out[i] = a
+        return out  # type: ignore[return-value]  # every item has its answer
+
+    def _scheduled(self, job_id: str | None, group: str | None) -> str:
+        by = group if group is not None else job_id
+        return self._next() if by is None else self.partition_of(by)
+
+    async def enqueue_at(
+        self,
+        payload: str | bytes,
+        run_at_ms: Any,
+        *,
+        job_id: str | None = None,
+        group: str | None = None,
+        **options: Any,
+    ) -> Admitted:
+        """``jobs.enqueue_at`` in the partition of ``group`` (its lane), else of ``job_id``, else
+        the next in turn."""
+        queue = self._scheduled(job_id, group)
+        return await jobs.enqueue_at(
+            self.bus, queue, payload, run_at_ms, job_id=job_id, group=group, **options
+        )
+
+    async def enqueue_in(
+        self,
+        payload: str | bytes,
+        delay_ms: Any,
+        *,
+        job_id: str | None = None,
+        group: str | None = None,
+        **options: Any,
+    ) -> Admitted:
+        """``jobs.enqueue_in``, routed as ``enqueue_at``."""
+        queue = self._scheduled(job_id, group)
+        return await jobs.enqueue_in(
+            self.bus, queue, payload, delay_ms, job_id=job_id, group=group, **options
+        )
+
+    async def lane_enqueue(self, group: str, payload: str | bytes, **options: Any) -> Admitted:
+        """``lanes.enqueue`` in the lane's partition (a ``debounce`` key too: it meets the key's
+        other enqueues of this lane)."""
+        return await lanes.enqueue(self.bus, self.partition_of(group), group, payload, **options)
+
+    async def lane_enqueue_many(
+        self, group: str, items: Iterable[Item], **options: Any
+    ) -> list[Admitted]:
+        """``lanes.enqueue_many`` in the lane's partition."""
+        return await lanes.enqueue_many(self.bus, self.partition_of(group), group, items, **options)
+
+    # --- lanes --------------------------------------------------------------------------------
+
+    async def pause_lane(self, group: str) -> None:
+        """``lanes.pause`` in the lane's partition."""
+        await lanes.pause(self.bus, self.partition_of(group), group)
+
+    async def pause_lane_until(self, group: str, at_ms: int) -> int:
+        """``lanes.pause_until`` in the lane's partition."""
+        return await lanes.pause_until(self.bus, self.partition_of(group), group, at_ms)
+
+    async def resume_lane(self, group: str) -> bool:
+        """``lanes.resume`` in the lane's partition."""
+        return await lanes.resume(self.bus, self.partition_of(group), group)
+
+    async def configure_lane(
+        self, group: str, *, limit: int | None = None, weight: int | None = None
+    ) -> tuple[int | None, int]:
+        """``lanes.configure`` in the lane's partition."""
+        queue = self.partition_of(group)
+        return await lanes.configure(self.bus, queue, group, limit=limit, weight=weight)
+
+    async def lane_status(self, groups: Sequence[str] = ()) -> list[LaneStatus]:
+        """``lanes.status``: of the ``groups`` named, each read in its partition, in the order
+        named; or when none are named, of every listed lane of every partition, in name order
+        (each partition paged as ``lanes.status`` pages it). One call per partition,
+        concurrently. Read only."""
+        if not groups:
+            parts = await each([self._status_in(q, ()) for q in self.names])
+            return sorted((s for part in parts for s in part), key=lambda s: s.group)
+        where: dict[str, list[str]] = {}
+        for group in dict.fromkeys(groups):
+            where.setdefault(self.partition_of(group), []).append(group)
+        parts = await each([self._status_in(q, g) for q, g in where.items()])
+        found = {s.group: s for part in parts for s in part}
+        return [found[group] for group in groups]
+
+    def _status_in(
+        self, queue: str, groups: Sequence[str]
+    ) -> Callable[[], Awaitable[list[LaneStatus]]]:
+        return lambda: lanes.status(self.bus, queue, groups)
+
+    async def lane_jobs(self, group: str, offset: int = 0, limit: int = 100) -> list[JobInfo]:
+        """``lanes.jobs``: the jobs waiting in a lane, in its partition."""
+        return await lanes.jobs(self.bus, self.partition_of(group), group, offset, limit)
+
+    # --- the whole queue ----------------------------------------------------------------------
+
+    async def counts(self) -> Counts:
+        """``jobs.counts`` of every partition, read concurrently and added up (``exists``: any
+        partition was used). Each partition's counts are one snapshot; their sum is not one
+        instant (a job settled in one partition while another is read is counted as it was)."""
+        return sum_counts(await each([_counter(self.bus, q) for q in self.names]))
+
+    async def pause(self) -> bool:
+        """``queues.pause`` of every partition at once: no consumer claims from the queue until
+        ``resume``. ``True`` if this call paused any partition. A cancelled call may have paused
+        some: call again."""
+        return any(await each([self._control_in(queues.pause, q) for q in self.names]))
+
+    async def resume(self) -> bool:
+        """``queues.resume`` of every partition at once; ``True`` if any was paused. A cancelled
+        call may have resumed some: call again."""
+        return any(await each([self._control_in(queues.resume, q) for q in self.names]))
+
+    def _control_in(
+        self, fn: Callable[[Bus, str], Awaitable[bool]], queue: str
+    ) -> Callable[[], Awaitable[bool]]:
+        return lambda: fn(self.bus, queue)
+
+    async def keep_results(self, ttl_ms: int) -> int:
+        """``jobs.keep_results`` on every partition at once (``result`` needs it on the one
+        that holds the job); the TTL in effect. A cancelled call may have set some: call
+        again."""
+        (ttl, *_) = await each([self._keep_in(q, ttl_ms) for q in self.names])
+        return ttl
+
+    def _keep_in(self, queue: str, ttl_ms: int) -> Callable[[], Awaitable[int]]:
+        return lambda: jobs.keep_results(self.bus, queue, ttl_ms)
+
+    def serve(self, handler: Handler, **settings: Any) -> list[Serve]:
+        """One ``worker.Serve`` per partition, each with ``handler`` and the ``settings`` given
+        (``concurrency`` and the rest, per partition), for ``open_worker``: a ``Worker`` then
+        runs a consumer and a metronome on every partition, with its grace period."""
+        return [Serve(name, handler, **settings) for name in self.names]
+
+    # --- a job by id --------------------------------------------------------------------------
+
+    async def find(self, job_id: str) -> tuple[str, JobInfo] | None:
+        """The partition that holds job ``job_id`` and its row (every partition asked at once),
+        or ``None``. Read only."""
+        rows = await each([self._get_in(q, job_id) for q in self.names])
+        for queue, row in zip(self.names, rows, strict=True):
+            if row is not None:
+                return queue, row
+        return None
+
+    def _get_in(self, queue: str, job_id: str) -> Callable[[], Awaitable[JobInfo | None]]:
+        return lambda: jobs.get_job(self.bus, queue, job_id)
+
+    async def get_job(self, job_id: str) -> JobInfo | None:
+        """``jobs.get_job``, looked for in every partition at once."""
+        found = await self.find(job_id)
+        return None if found is None else found[1]
+
+    async def cancel(self, job_id: str, reason: str = "", by: str = "") -> Cancelled:
+        """``jobs.cancel`` in every partition at once (only the one that holds the job has it):
+        its answer, or ``NOT_FOUND`` from all."""
+        answers = await each([self._cancel_in(q, job_id, reason, by) for q in self.names])
+        for answer in (Cancelled.CANCELLED, Cancelled.ALREADY_DONE):
+            if answer in answers:
+                return answer
+        return Cancelled.NOT_FOUND
+
+    def _cancel_in(
+        self, queue: str, job_id: str, reason: str, by: str
+    ) -> Callable[[], Awaitable[Cancelled]]:
+        return lambda: jobs.cancel(self.bus, queue, job_id, reason, by)
+
+    async def holder(self, job_id: str) -> str:
+        """The partition whose queue holds job ``job_id``'s row (one ``EXISTS`` per partition,
+        at once), or partition 0 (``name``) when none does: a job never moves between
+        partitions, so a call made there answers for the whole queue. Read only."""
+        keys = [self.bus.keys(q).job(job_id) for q in self.names]  # checks the id, before I/O
+        held = await each([self._exists(key) for key in keys])
+        return next((q for q, h in zip(self.names, held, strict=True) if h), self.name)
+
+    def _exists(self, key: str) -> Callable[[], Awaitable[bool]]:
+        async def exists() -> bool:
+            return bool(await self.bus.command("EXISTS", key))
+
+        return exists
+
+    async def result(self, job_id: str, *, timeout_s: float) -> bytes | None:
+        """``jobs.result`` in the partition that holds the job (``holder``; a job in no
+        partition is asked of partition 0, which raises as ``jobs.result`` does). Every
+        partition must keep results (``keep_results``)."""
+        queue = await self.holder(job_id)
+        return await jobs.result(self.bus, queue, job_id, timeout_s=timeout_s)
+
+    async def replay(self, job_id: str) -> Outcome:
+        """``jobs.replay`` in the partition that holds the job (``holder``)."""
+        return await jobs.replay(self.bus, await self.holder(job_id), job_id)
+
+    async def discard(self, job_id: str) -> Outcome:
+        """``jobs.discard`` in the partition that holds the job (``holder``)."""
+        return await jobs.discard(self.bus, await self.holder(job_id), job_id)
+
+    async def delete(self, job_id: str) -> Outcome:
+        """``jobs.delete`` in the partition that holds the job (``holder``)."""
+        return await jobs.delete(self.bus, await self.holder(job_id), job_id)
+
+    # --- listings -----------------------------------------------------------------------------
+
+    async def list_jobs(
+        self, state: JobState | str, offset: int = 0, limit: int = 100
+    ) -> list[JobInfo]:
+        """``jobs.list_jobs`` of the whole queue: the first ``offset + limit`` of each partition
+        (at once), merged in the order of one queue's set, ``[offset:offset + limit]`` of that:
+        ``pending`` highest priority first, then by id (mint order); the other states by score
+        (run-at, lease deadline, time of death or of the cancel), then id. So a page costs
+        ``n`` times ``offset + limit`` rows: page with a small ``offset``. Read only."""
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset must be an int >= 0, got {offset!r}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+        pending = JobState(state) is JobState.PENDING  # a bad state raises, before any I/O
+        parts = await each([self._list_in(q, state, offset + limit) for q in self.names])
+        rows = [row for part in parts for row in part]
+        if pending:
+            rows.sort(key=lambda r: (-r.priority, r.id))
+        else:
+            rows.sort(key=lambda r: (r.score_ms or 0, r.id))
+        return rows[offset : offset + limit]
+
+    def _list_in(
+        self, queue: str, state: JobState | str, limit: int
+    ) -> Callable[[], Awaitable[list[JobInfo]]]:
+        return lambda: jobs.list_jobs(self.bus, queue, state, 0, limit)
+
+    async def dead_jobs(self, offset: int = 0, limit: int = 100) -> list[JobInfo]:
+        """``jobs.dead_jobs`` of the whole queue: oldest death first (``list_jobs``)."""
+        return await self.list_jobs(JobState.DEAD, offset, limit)
+
+    # --- recurring schedules ------------------------------------------------------------------
+
+    async def register(
+        self, name: str, *, group: str | None = None, **options: Any
+    ) -> tuple[Registered, int]:
+        """``repeat.register`` in partition 0, or, with ``group``, in the lane's partition (its
+        jobs join their lane in order with the lane's other jobs). One partition holds each
+        registration, so each occurrence fires once whatever ``n`` is; a name registered
+        again with a lane of another partition is a second registration (``cancel_repeat``
+        it first)."""
+        queue = self.name if group is None else self.partition_of(group)
+        return await repeat.register(self.bus, queue, name, group=group, **options)
+
+    async def cancel_repeat(self, name: str) -> bool:
+        """``repeat.cancel`` in every partition at once; ``True`` if any held ``name``."""
+        return any(await each([self._cancel_repeat_in(q, name) for q in self.names]))
+
+    def _cancel_repeat_in(self, queue: str, name: str) -> Callable[[], Awaitable[bool]]:
+        return lambda: repeat.cancel(self.bus, queue, name)
+
+
+async def open(bus: Bus, queue: str) -> PartitionedQueue:  # partitions.open
+    """A handle on ``queue`` with as many partitions as ``create`` recorded (one, a plain queue,
+    when it never did). One ``HMGET``; ``ValueError`` if ``queue`` is another queue's partition."""
+    count, of, index = await read_meta(bus, queue)
+    _not_a_partition(queue, of, index)
+    return PartitionedQueue(bus, queue, partition_names(queue, count or 1))
+
+
+def _has_jobs(c: Counts) -> bool:
+    return any((c.pending, c.scheduled, c.active, c.dead, c.cancelled, c.repeats,
+                c.waiting_children))  # fmt: skip
+
+
+async def create(bus: Bus, queue: str, n: int) -> PartitionedQueue:
+    """Make ``queue`` a queue of ``n`` partitions (1 to ``MAX_PARTITIONS``) and return its
+    handle. Idempotent for the same ``n`` (a call again completes one that was cancelled).
+    ``ValueError`` (one line, saying what to do) when the queue has another count already, when
+    ``n > 1`` and the queue holds jobs or recurring schedules (its lanes' jobs would be left in
+    partition 0), when a partition's name holds another queue's data, or when ``queue`` is a
+    partition itself; checked before anything is written. ``n = 1`` writes nothing: a plain
+    queue. Create a queue before its first job: a job admitted to the plain queue while this
+    runs stays in partition 0 (served, but a lane's later jobs may go elsewhere)."""
+    names = partition_names(queue, n)  # a bad name or count raises here, before any I/O
+    count, of, index = await read_meta(bus, queue)
+    _not_a_partition(queue, of, index)
+    if count is not None and count != n:
+        raise ValueError(f"queue {queue!r} has {count} partitions, not {n}: to change that, "
+                         f"{CHANGE_N}")  # fmt: skip
+    if n == 1 and count is None:
+        return PartitionedQueue(bus, queue, names)
+    if count is None and _has_jobs(await jobs.counts(bus, queue)):
+        raise ValueError(f"queue {queue!r} holds jobs: to partition it, {CHANGE_N}")
+    others = await each([_reader(bus, name) for name in names[1:]])
+    contents = await each([_counter(bus, name) for name in names[1:]])
+    for i, name in enumerate(names[1:], 1):
+        other_count, other_of, other_index = others[i - 1]
+        if (other_of, other_index) == (queue, i):
+            continue  # marked as this partition already (a create run before)
+        if other_of is not None or other_count is not None or _has_jobs(contents[i - 1]):
+            raise ValueError(f"queue {name!r}, partition {i} of {queue!r}, holds another "
+                             f"queue's data: move or delete it first")  # fmt: skip
+    await each([_marker(bus, name, queue, i) for i, name in enumerate(names[1:], 1)])
+    if await bus.command("HSETNX", bus.keys(queue).meta, COUNT_FIELD, n) == 0:
+        now = (await read_meta(bus, queue))[0]
+        if now != n:  # another create won, with another count
+            raise ValueError(f"queue {queue!r} has {now} partitions, not {n}: to change that, "
+                             f"{CHANGE_N}")  # fmt: skip
+    return PartitionedQueue(bus, queue, names)
+
+
+def _reader(bus: Bus, queue: str) -> Callable[[], Awaitable[Meta]]:
+    return lambda: read_meta(bus, queue)
+
+
+def _marker(bus: Bus, queue: str, of: str, i: int) -> Callable[[], Awaitable[object]]:
+    return lambda: bus.command("HSET", bus.keys(queue).meta, OF_FIELD, of, INDEX_FIELD, i)
+
+
+def _counter(bus: Bus, queue: str) -> Callable[[], Awaitable[Counts]]:
+    return lambda: jobs.counts(bus, queue)
+
+
+async def dissolve(bus: Bus, queue: str) -> int:
+    """Undo ``create`` on a drained queue: forget its partition count and its partitions'
+    marks, so ``create`` can make it anew with another count (the procedure to change it).
+    Refused (``ValueError``) while any partition holds jobs or recurring schedules. Returns how
+    many partitions it had. Idempotent: a cancelled call may have forgotten some marks but not
+    the count; call again (a queue never partitioned, or dissolved, answers 1)."""
+    pq = await open(bus, queue)
+    parts = await each([_counter(bus, q) for q in pq.names])
+    busy = [name for name, c in zip(pq.names, parts, strict=True) if _has_jobs(c)]
+    if busy:
+        raise ValueError(f"queue {queue!r} still holds jobs in {len(busy)} of its {pq.n} "
+                         f"partitions ({busy[0]!r}...): drain them first")  # fmt: skip
+    if pq.n > 1:  # the marks first, the count last: a call again after a cancel finishes
+        await each([_unmarker(bus, name) for name in pq.names[1:]])
+    await bus.command("HDEL", bus.keys(queue).meta, COUNT_FIELD)
+    return pq.n
+
+
+def _unmarker(bus: Bus, queue: str) -> Callable[[], Awaitable[object]]:
+    return lambda: bus.command("HDEL", bus.keys(queue).meta, OF_FIELD, INDEX_FIELD)
+
+
+# --- consuming --------------------------------------------------------------------------------
+
+
+class PartitionedConsumer:
+    """One ordinary ``Consumer`` per partition (``consumers``), each with the ``settings``
+    given (``concurrency`` and the rest, as ``Consumer`` takes them: each partition's consumer
+    runs up to ``concurrency`` handlers, ``n`` times that in all). Run it with
+    ``nursery.start(pc.run)``: it returns once every partition is being claimed; cancel the
+    nursery to stop them all, each as a ``Consumer`` stops. A handler's ``StopConsumer`` stops
+    every partition's consumer (each hands back what it holds) and ``run`` raises it."""
+
+    def __init__(self, queue: PartitionedQueue, handler: Handler, **settings: Any) -> None:
+        self.queue = queue
+        self.consumers = tuple(Consumer(queue.bus, name, handler, **settings)
+                               for name in queue.names)  # fmt: skip
+
+    def statistics(self) -> ConsumerStats:
+        """The partitions' consumers' counters, added up."""
+        return _sum_stats(ConsumerStats, [c.statistics() for c in self.consumers])
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Claim and handle jobs of every partition until cancelled."""
+        await _run_all([c.run for c in self.consumers], task_status)
+
+
+class PartitionedMetronome:
+    """One ``Metronome`` per partition (``metronomes``), each with the ``settings`` given; run
+    it with ``nursery.start(pm.run)``, cancel its nursery to stop them."""
+
+    def __init__(self, queue: PartitionedQueue, **settings: Any) -> None:
+        self.queue = queue
+        self.metronomes = tuple(Metronome(queue.bus, name, **settings) for name in queue.names)
+
+    def statistics(self) -> MetronomeStats:
+        """The partitions' metronomes' counters, added up."""
+        return _sum_stats(MetronomeStats, [m.statistics() for m in self.metronomes])
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Promote, fire and reap in every partition until cancelled."""
+        await _run_all([m.run for m in self.metronomes], task_status)
+
+
+S = TypeVar("S")
+
+
+def _sum_stats(cls: type[S], parts: Sequence[S]) -> S:
+    return cls(**{f.name: sum(getattr(p, f.name) for p in parts)
+                  for f in attrs.fields(cls)})  # type: ignore[arg-type]  # fmt: skip
+
+
+async def _run_all(
+    runs: Sequence[Callable[..., Awaitable[None]]], task_status: trio.TaskStatus[None]
+) -> None:
+    """Start each of ``runs`` in turn, then report started; a run that ends (or raises
+    ``StopConsumer``) stops the others, and its ``StopConsumer`` is raised as it is, as
+    ``Consumer.run`` raises it (any other error comes in the nursery's exception group)."""
+    stopped: list[StopConsumer] = []
+    async with trio.open_nursery() as nursery:
+
+        async def one(run: Callable[..., Awaitable[None]], *, task_status: trio.TaskStatus[None]
+                      = trio.TASK_STATUS_IGNORED) -> None:  # fmt: skip
+            try:
+                await run(task_status=task_status)
+            except StopConsumer as exc:
+                stopped.append(exc)
+            nursery.cancel_scope.cancel()  # one stopped by itself: stop the others
+
+        for run in runs:
+            await nursery.start(one, run)
+        task_status.started()
+    if stopped:
+        raise stopped[0]
