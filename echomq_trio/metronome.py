@@ -100,6 +100,7 @@ class Metronome:
         self._witness = Witness()
         self._cron_clock = cron_clock
         self._promote_sent = 0.0  # when the last promote was sent (trio clock)
+        self._due_at: float | None = None  # when the next promote is to find jobs due (trio)
 
     def statistics(self) -> MetronomeStats:
         """A snapshot of the counters."""
@@ -136,7 +137,9 @@ class Metronome:
             self._count(reaped=r.reaped)
             more = more or r.reaped >= self.batch or r.carrying
         self._count(beats=1)
+        now = trio.current_time()
         if more:
+            self._due_at = now if p.moved >= self.batch or p.lanes_resumed >= self.batch else None
             return 0.0
         # Each due time is counted from when the call that read the server clock was sent
         # (its clock was read after that), not from now: the later calls of this beat would
@@ -144,22 +147,25 @@ class Metronome:
         # server's clock to the microsecond: the wait ends DUE_MARGIN_S past the due ms (waking
         # early costs one more promote, which moves nothing before its time, and a sleep of a
         # whole ms, the least trio's epoll sleeps). Fire tells whole ms: up to one ms late.
-        now = trio.current_time()
         wait = self.beat_s
+        self._due_at = None
+        if p.next_due_ms is not None:
+            promote_now = p.server_now_ms + p.server_now_us / 1000 - DUE_MARGIN_S * 1000
+            self._due_at = self._promote_sent + (p.next_due_ms - promote_now) / 1000
+            wait = min(wait, max(0.0, self._due_at - now))
         # A cron registration fire could not move (``f.wanted``: its zone unknown here; logged)
         # stays due: wait the beat rather than its run.
-        fire_due = None if f.wanted else f.next_due_ms
-        promote_now = p.server_now_ms + p.server_now_us / 1000 - DUE_MARGIN_S * 1000
-        for due_ms, now_ms, sent in (
-            (p.next_due_ms, promote_now, self._promote_sent),
-            (fire_due, f.server_now_ms, fire_sent),
-        ):
-            if due_ms is not None:
-                wait = min(wait, max(0.0, sent + (due_ms - now_ms) / 1000 - now))
+        if f.next_due_ms is not None and not f.wanted:
+            wait = min(wait, max(0.0, fire_sent + (f.next_due_ms - f.server_now_ms) / 1000 - now))
         return wait
 
     async def _promote(self) -> jobs.Promoted:
         sent = self._promote_sent = trio.current_time()
+        if self._due_at is not None and sent >= self._due_at:
+            # Jobs are due: the consumers parked on this bus claim now, their claims right
+            # behind this promote on the connection (no await before it is sent; _parking).
+            self._due_at = None
+            self.bus.parking.nudge(self.queue)
         p = await jobs.promote(
             self.bus, self.queue, self.batch, lateness=self._lateness is not None,
             witness=self._witness.args(sent),
