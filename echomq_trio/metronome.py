@@ -7,11 +7,14 @@ job runs close to its time rather than up to a beat late. A long wait is spent p
 queue's tick list (a newly scheduled job that becomes the earliest pushes a tick and wakes it);
 the server's blocking timeout is coarse (about 100 ms), so the last stretch before a due job is
 slept locally in short steps, the last of them to the instant (``_timer.sleep_until``: a trio
-sleep ends up to a ms late). Promote tells the server's clock to the microsecond, so the wake
-is timed to within the due ms. Promote and reap are atomic scripts on the server clock, so any
-number of metronomes on one queue move each job exactly once. A beat that fails (the server
-unreachable) is tried again after ``backoff.reconnect_delay_s``; ``statistics()`` counts beats,
-what they moved and the failures.
+sleep ends up to a ms late). Promote tells the server's clock to the microsecond, and the wake is
+timed by the least upper bound of the server clock's lead over the recent promotes
+(``_server_clock``: the last one alone, after an idle spell, is early now and then). Just before
+a promote it timed for a due job, it nudges the consumers parked on its own bus
+(``_parking``): their claims go right behind the promote and are answered with it. Promote
+and reap are atomic scripts on the server clock, so any number of metronomes on one queue move
+each job exactly once. A beat that fails (the server unreachable) is tried again after
+``backoff.reconnect_delay_s``; ``statistics()`` counts beats, what they moved and the failures.
 
 Each beat's promote carries the metronome's witness of the server clock (``clock.Witness``: the
 server time its last beat read, and how much time its own monotonic clock says has passed), so a
@@ -35,6 +38,7 @@ import attrs
 import trio
 
 from echomq_trio import jobs, repeat
+from echomq_trio._server_clock import ServerClock
 from echomq_trio._timer import sleep_until
 from echomq_trio.backoff import reconnect_delay_s
 from echomq_trio.bus import Bus
@@ -101,6 +105,7 @@ class Metronome:
         self._cron_clock = cron_clock
         self._promote_sent = 0.0  # when the last promote was sent (trio clock)
         self._due_at: float | None = None  # when the next promote is to find jobs due (trio)
+        self._server_clock = ServerClock()  # the server clock's lead, from promotes' answers
 
     def statistics(self) -> MetronomeStats:
         """A snapshot of the counters."""
@@ -144,15 +149,17 @@ class Metronome:
         # Each due time is counted from when the call that read the server clock was sent
         # (its clock was read after that), not from now: the later calls of this beat would
         # otherwise add their round trips to every scheduled job's lateness. Promote tells the
-        # server's clock to the microsecond: the wait ends DUE_MARGIN_S past the due ms (waking
-        # early costs one more promote, which moves nothing before its time, and a sleep of a
-        # whole ms, the least trio's epoll sleeps). Fire tells whole ms: up to one ms late.
+        # server's clock to the microsecond: the wait ends DUE_MARGIN_S past the due ms by the
+        # least upper bound of the server's lead over the recent promotes (_server_clock:
+        # waking early costs one more promote, which moves nothing before its time). Fire
+        # tells whole ms: up to one ms late.
         wait = self.beat_s
         self._due_at = None
         if p.next_due_ms is not None:
-            promote_now = p.server_now_ms + p.server_now_us / 1000 - DUE_MARGIN_S * 1000
-            self._due_at = self._promote_sent + (p.next_due_ms - promote_now) / 1000
-            wait = min(wait, max(0.0, self._due_at - now))
+            at = self._server_clock.local_time_of(p.next_due_ms, now)
+            if at is not None:
+                self._due_at = at + DUE_MARGIN_S
+                wait = min(wait, max(0.0, self._due_at - now))
         # A cron registration fire could not move (``f.wanted``: its zone unknown here; logged)
         # stays due: wait the beat rather than its run.
         if f.next_due_ms is not None and not f.wanted:
@@ -170,7 +177,9 @@ class Metronome:
             self.bus, self.queue, self.batch, lateness=self._lateness is not None,
             witness=self._witness.args(sent),
         )  # fmt: skip
-        self._witness.observe(p.server_now_ms, sent, trio.current_time())
+        answered = trio.current_time()
+        self._witness.observe(p.server_now_ms, sent, answered)
+        self._server_clock.observe(sent, answered, p.server_now_ms + p.server_now_us / 1000)
         return p
 
     async def carry(self) -> None:

@@ -17,7 +17,8 @@ deadline 30 ms (light) or 2 ms (load) ahead on the metronome's timer (``_timer.s
 then a ``PING`` on the bus's connection: how late the sleep ended (``sleep``), and the deadline to
 the ``PING``'s answer (``+ ping``): a wake and one round trip, what a scheduled job's lateness
 cannot go below here (the promote's own work and the claim's come on top). Its p99 beside the
-total's tells the machine's tail from the bus's."""
+total's tells the machine's tail from the bus's. Last, how many promotes were sent and how many
+of them woke too early (moved nothing, with a job due within a ms of the server's reading)."""
 
 from __future__ import annotations
 
@@ -32,15 +33,24 @@ from echomq_trio import Consumer, Job, Metronome, jobs, open_bus
 from echomq_trio._timer import sleep_until
 
 beats: list[tuple[float, float]] = []  # (sent, answered) wall ms of each promote that moved jobs
+promotes: list[tuple[int, float]] = []  # (jobs moved, next due - server now ms) of each promote
 _promote = Metronome._promote
 
 
 async def _timed_promote(self: Metronome) -> Any:
     sent = time.time() * 1000
     p = await _promote(self)
+    ahead = -1.0 if p.next_due_ms is None else p.next_due_ms - p.server_now_ms
+    promotes.append((p.moved, ahead - getattr(p, "server_now_us", 0) / 1000))
     if p.moved:
         beats.append((sent, time.time() * 1000))
     return p
+
+
+def _early_wakes() -> int:
+    """Promotes that moved nothing with a job due within the ms after the server's reading: the
+    metronome woke before the server's clock reached the due ms (each costs a beat more)."""
+    return sum(1 for moved, ahead in promotes if not moved and 0 < ahead <= 1)
 
 
 Metronome._promote = _timed_promote  # type: ignore[method-assign]
@@ -53,6 +63,7 @@ def _pct(values: list[float], pct: float) -> float:
 
 async def run(bus: Any, queue: str, count: int, step_ms: int, lead_ms: int = 500) -> None:
     beats.clear()
+    promotes.clear()
     starts: list[tuple[int, float]] = []
     done = trio.Event()
 
@@ -86,6 +97,7 @@ async def run(bus: Any, queue: str, count: int, step_ms: int, lead_ms: int = 500
         parts["to handler"].append(start - answered)
         parts["total"].append(start - due)
     _show(parts)
+    print(f"  promotes {len(promotes)}, of them early wakes {_early_wakes()}")
 
 
 def _show(parts: dict[str, list[float]]) -> None:
