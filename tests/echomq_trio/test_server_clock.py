@@ -7,7 +7,7 @@ it."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from echomq_trio._server_clock import DRIFT, KEEP, WINDOW_S, ServerClock
@@ -20,6 +20,7 @@ def _reading(sent: float, way_out: float, drift: float = 0.0) -> float:
     return (sent + way_out + OFFSET_S + drift * (sent + way_out)) * 1000
 
 
+@settings(deadline=None)  # pure and quick; a loaded machine is not its fault
 @given(
     calls=st.lists(
         st.tuples(
