@@ -103,7 +103,6 @@ class Metronome:
         self._lateness = None if metrics is None else metrics.lateness.labels(queue)
         self._witness = Witness()
         self._cron_clock = cron_clock
-        self._promote_sent = 0.0  # when the last promote was sent (trio clock)
         self._due_at: float | None = None  # when the next promote is to find jobs due (trio)
         self._server_clock = ServerClock()  # the server clock's lead, from promotes' answers
 
@@ -167,7 +166,7 @@ class Metronome:
         return wait
 
     async def _promote(self) -> jobs.Promoted:
-        sent = self._promote_sent = trio.current_time()
+        sent = trio.current_time()
         if self._due_at is not None and sent >= self._due_at:
             # Jobs are due: the consumers parked on this bus claim now, their claims right
             # behind this promote on the connection (no await before it is sent; _parking).
