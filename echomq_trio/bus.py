@@ -16,7 +16,6 @@ import trio
 from echomq_trio._checks import DEFAULT_MAX_PAYLOAD_BYTES
 from echomq_trio._gather import Gatherer
 from echomq_trio._not_now import delay_s, not_now
-from echomq_trio._parking import ParkingLot
 from echomq_trio.clock import StepLog
 from echomq_trio.durability import (
     Durability,
@@ -91,8 +90,6 @@ class Bus:
     # The steps of the server clock this bus's metronomes have logged (each queue records a
     # step on its own; the process tells of it once).
     steps: StepLog = attrs.field(factory=StepLog, init=False, repr=False)
-    # The parkings of this bus's consumers, by queue: its metronomes nudge them (_parking).
-    parking: ParkingLot = attrs.field(factory=ParkingLot, init=False, repr=False)
     # With an embedded server: whether it can write its data, and where (``open_bus`` runs it).
     storage: StorageWatch | None = attrs.field(default=None, init=False, repr=False)
     # The views of this bus with another durability (``with_durability``), one per durability.
@@ -145,7 +142,7 @@ class Bus:
             durable = DurableCalls(wires, durability) if isinstance(durability, Waiting) else None
             view = Bus(self.transport, self.server, self.max_payload_bytes, durability,
                        durable=durable, holder=self.holder)  # fmt: skip
-            view.steps, view.storage, view.parking = self.steps, self.storage, self.parking
+            view.steps, view.storage = self.steps, self.storage
             self._views[durability] = view
         return view
 

@@ -89,11 +89,10 @@ import trio
 
 from echomq_trio import _leases, jobs, protocol
 from echomq_trio._claim_window import ClaimWindow, HoldAhead
-from echomq_trio._parking import Parking
 from echomq_trio._progress import PROGRESS_INTERVAL_S, ProgressBook
 from echomq_trio.backoff import Exponential, Jitter, Policy
 from echomq_trio.bus import Bus
-from echomq_trio.errors import BusError, level_of
+from echomq_trio.errors import BusError, ConnectionLost, RequestTimedOut, level_of
 from echomq_trio.jobs import Job, Outcome
 from echomq_trio.metrics import BusMetrics
 from echomq_trio.settlement import (
@@ -111,6 +110,7 @@ from echomq_trio.settlement import (
     Transition,
     decide,
 )
+from echomq_trio.transport import Transport
 
 __all__ = [
     "Ack",
@@ -163,7 +163,6 @@ class ConsumerStats:
     cancelled: int = 0  # handlers stopped because their job was cancelled (``jobs.cancel``)
     held: int = 0
     lane_tasks: int = 0  # per-lane dispatch: lane tasks started
-    nudged: int = 0  # parks ended by a metronome of this bus about to promote jobs due
 
 
 @attrs.frozen
@@ -338,7 +337,6 @@ class Consumer:
         done_send, done_recv = trio.open_memory_channel[_Settle](self._max_held)
         handler_scope = trio.CancelScope()
         shield = trio.CancelScope(shield=True)
-        parking: Parking | None = None
 
         def begin_stop(grace_s: float) -> None:
             if not self._stopping:
@@ -354,10 +352,7 @@ class Consumer:
 
         try:
             async with self.bus.transport.blocking() as parker, trio.open_nursery() as outer:
-                parking = Parking(parker, self.bus.keys(self.queue).wake)
-                outer.start_soon(parking.run)
-                self.bus.parking.add(self.queue, parking)
-                outer.start_soon(self._claim_loop, work_send, parking, slots)
+                outer.start_soon(self._claim_loop, work_send, parker, slots)
                 outer.start_soon(self._watch, partial(begin_stop, self.grace_s))
                 task_status.started()
                 with shield:
@@ -394,8 +389,6 @@ class Consumer:
                         watch_scope.cancel()
                 outer.cancel_scope.cancel()
         finally:
-            if parking is not None:
-                self.bus.parking.remove(self.queue, parking)
             self._gone.clear()
             await self._release_held()
         if self._stopped_by is not None:
@@ -408,8 +401,9 @@ class Consumer:
             begin_stop()
 
     async def _claim_loop(
-        self, work_send: trio.MemorySendChannel[Job], parking: Parking, slots: trio.Semaphore
+        self, work_send: trio.MemorySendChannel[Job], parker: Transport, slots: trio.Semaphore
     ) -> None:
+        wake = self.bus.keys(self.queue).wake
         self._next_check = trio.current_time() + OVERDUE_BEATS * self.beat_ms / 1000
         kept = 0  # slots the claimer keeps back: held ahead, only what the handlers' pace wants
         async with work_send:
@@ -434,8 +428,10 @@ class Consumer:
                     work_send.send_nowait(job)
                 if len(claimed) < want:
                     await self._look_for_overdue_jobs()
-                    if await parking.park(self.beat_ms / 1000):
-                        self._count(nudged=1)
+                    try:
+                        await parker.blpop(wake, self.beat_ms / 1000)
+                    except (ConnectionLost, RequestTimedOut):
+                        await trio.sleep(min(self.beat_ms / 1000, 0.5))
 
     async def _wait_for_room(self, slots: trio.Semaphore, kept: int) -> int:
         """Untuned: keep back the free slots beyond what the handlers' pace wants ahead (give

@@ -9,9 +9,7 @@ the server's blocking timeout is coarse (about 100 ms), so the last stretch befo
 slept locally in short steps, the last of them to the instant (``_timer.sleep_until``: a trio
 sleep ends up to a ms late). Promote tells the server's clock to the microsecond, and the wake is
 timed by the least upper bound of the server clock's lead over the recent promotes
-(``_server_clock``: the last one alone, after an idle spell, is early now and then). Just before
-a promote it timed for a due job, it nudges the consumers parked on its own bus
-(``_parking``): their claims go right behind the promote and are answered with it. Promote
+(``_server_clock``: the last one alone, after an idle spell, is early now and then). Promote
 and reap are atomic scripts on the server clock, so any number of metronomes on one queue move
 each job exactly once. A beat that fails (the server unreachable) is tried again after
 ``backoff.reconnect_delay_s``; ``statistics()`` counts beats, what they moved and the failures.
@@ -103,7 +101,6 @@ class Metronome:
         self._lateness = None if metrics is None else metrics.lateness.labels(queue)
         self._witness = Witness()
         self._cron_clock = cron_clock
-        self._due_at: float | None = None  # when the next promote is to find jobs due (trio)
         self._server_clock = ServerClock()  # the server clock's lead, from promotes' answers
 
     def statistics(self) -> MetronomeStats:
@@ -141,9 +138,7 @@ class Metronome:
             self._count(reaped=r.reaped)
             more = more or r.reaped >= self.batch or r.carrying
         self._count(beats=1)
-        now = trio.current_time()
         if more:
-            self._due_at = now if p.moved >= self.batch or p.lanes_resumed >= self.batch else None
             return 0.0
         # Each due time is counted from when the call that read the server clock was sent
         # (its clock was read after that), not from now: the later calls of this beat would
@@ -152,13 +147,12 @@ class Metronome:
         # least upper bound of the server's lead over the recent promotes (_server_clock:
         # waking early costs one more promote, which moves nothing before its time). Fire
         # tells whole ms: up to one ms late.
+        now = trio.current_time()
         wait = self.beat_s
-        self._due_at = None
         if p.next_due_ms is not None:
             at = self._server_clock.local_time_of(p.next_due_ms, now)
             if at is not None:
-                self._due_at = at + DUE_MARGIN_S
-                wait = min(wait, max(0.0, self._due_at - now))
+                wait = min(wait, max(0.0, at + DUE_MARGIN_S - now))
         # A cron registration fire could not move (``f.wanted``: its zone unknown here; logged)
         # stays due: wait the beat rather than its run.
         if f.next_due_ms is not None and not f.wanted:
@@ -167,11 +161,6 @@ class Metronome:
 
     async def _promote(self) -> jobs.Promoted:
         sent = trio.current_time()
-        if self._due_at is not None and sent >= self._due_at:
-            # Jobs are due: the consumers parked on this bus claim now, their claims right
-            # behind this promote on the connection (no await before it is sent; _parking).
-            self._due_at = None
-            self.bus.parking.nudge(self.queue)
         p = await jobs.promote(
             self.bus, self.queue, self.batch, lateness=self._lateness is not None,
             witness=self._witness.args(sent),

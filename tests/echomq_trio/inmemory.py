@@ -12,8 +12,7 @@ replies are built by the field names of ``protocol.REPLY_FIELDS``, so a change o
 shape fails here too.
 
 Each call is recorded with the virtual time it was made (``calls``); ``fail`` makes the calls
-of a script raise an error (``ConnectionLost``) until a virtual time. Script calls run in the
-order they were made, as one connection's requests do (``latency_s``: each there and back).
+of a script raise an error (``ConnectionLost``) until a virtual time.
 """
 
 from __future__ import annotations
@@ -75,10 +74,6 @@ class InMemoryQueue:
     _woken: trio.Event = attrs.field(factory=trio.Event)
     _ticked: trio.Event = attrs.field(factory=trio.Event)
     _refusing: dict[str, tuple[float, type[Exception]]] = attrs.field(factory=dict)
-    _sent: int = 0  # script calls made (each one's ticket: its place in the order)
-    _served: int = 0  # the ticket whose turn it is
-    _finished: set[int] = attrs.field(factory=set)  # tickets run (or given up), not yet passed
-    _turn: trio.Event = attrs.field(factory=trio.Event)  # set when a ticket is passed
 
     def now_ms(self) -> int:
         return round(trio.current_time() * 1000)
@@ -113,25 +108,11 @@ class InMemoryQueue:
     # --- Transport -------------------------------------------------------------------------
 
     async def script(self, name: str, keys: Sequence[str], args: Sequence[str | bytes]) -> Any:
-        """Run in the order called, as one connection's requests are (calls that arrive
-        together are not left to the scheduler's order)."""
         self.calls.append((trio.current_time(), name))
-        ticket = self._sent
-        self._sent += 1
-        try:
-            await trio.lowlevel.checkpoint()
-            if self.latency_s:
-                await trio.sleep(self.latency_s / 2)
-            while self._served < ticket:
-                await self._turn.wait()
-            reply = self._script(name, args)
-        finally:
-            self._finished.add(ticket)
-            while self._served in self._finished:
-                self._finished.remove(self._served)
-                self._served += 1
-            self._turn.set()
-            self._turn = trio.Event()
+        await trio.lowlevel.checkpoint()
+        if self.latency_s:
+            await trio.sleep(self.latency_s / 2)
+        reply = self._script(name, args)
         if self.latency_s:
             await trio.sleep(self.latency_s / 2)
         return reply

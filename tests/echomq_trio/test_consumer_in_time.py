@@ -13,7 +13,7 @@ import pytest
 import trio
 import trio.testing
 
-from echomq_trio import Bus, Consumer, Metronome, ids
+from echomq_trio import Bus, Consumer, ids
 from echomq_trio.backoff import reconnect_delay_s
 from echomq_trio.consumer import OVERDUE_BEATS
 from echomq_trio.jobs import Job
@@ -213,47 +213,3 @@ async def test_a_lane_task_ends_after_its_idle_time_and_a_new_job_of_its_lane_st
     assert handled[1][2] == pytest.approx(handled[0][2])
     assert ended_after == pytest.approx(5.0, abs=0.1)  # a's task: 5 s after its last job
     assert consumer.statistics().lane_tasks >= 3
-
-
-@pytest.mark.timeout_s(600)
-async def test_a_metronome_of_its_bus_nudges_the_parked_consumer_whose_claim_rides_its_promote(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    """Every call takes 4 ms there and back, in the order sent (one connection). A metronome
-    about to promote jobs it knows due nudges the consumer parked on its bus, whose claim goes
-    right behind the promote: each handler starts as the promote's answer comes back, one round
-    trip after the promote was sent (the wake list's way takes a claim's round trip more). A
-    consumer on another bus (another process) is not nudged: woken by the wake list alone, its
-    claim comes a round trip later and finds the jobs taken."""
-    q = InMemoryQueue(latency_s=0.004)
-    due = {ids.generate("JOB"): at for at in (1_000, 1_250, 1_731, 2_500, 4_004)}
-    for job_id, at in due.items():
-        q.schedule_at(job_id, at)
-    started: dict[str, float] = {}
-
-    async def handler(job: Job) -> None:
-        started[job.id] = trio.current_time()
-
-    bus = Bus(q)
-    near = Consumer(bus, QUEUE, handler)
-    far = Consumer(Bus(q), QUEUE, handler)  # a bus of its own: no metronome nudges it
-    async with trio.open_nursery() as nursery:
-        await nursery.start(Metronome(bus, QUEUE, beat_ms=1_000).run)
-        await nursery.start(near.run)
-        await wait_for(lambda: len(started) == len(due), timeout=60)
-        await nursery.start(far.run)
-        again = {ids.generate("JOB"): q.now_ms() + at for at in (500, 900)}
-        for job_id, at in again.items():
-            q.schedule_at(job_id, at)
-        due.update(again)
-        await wait_for(lambda: len(started) == len(due), timeout=60)
-        nursery.cancel_scope.cancel()
-    assert sorted(q.acked) == sorted(due)  # each once
-    promotes = q.times("promote")
-    for job_id, at in due.items():
-        sent = max(t for t in promotes if t <= started[job_id])
-        assert started[job_id] - sent == pytest.approx(q.latency_s), (job_id, at, sent)
-        assert started[job_id] >= at / 1000  # never early
-    assert near.statistics().nudged == len(due)  # a due time each
-    assert far.statistics().nudged == far.statistics().claimed == 0
-    assert len(q.times("BLPOP")) >= 2 * len(again)  # far was parked, and woken, each time
