@@ -7,11 +7,12 @@ job runs close to its time rather than up to a beat late. A long wait is spent p
 queue's tick list (a newly scheduled job that becomes the earliest pushes a tick and wakes it);
 the server's blocking timeout is coarse (about 100 ms), so the last stretch before a due job is
 slept locally in short steps, the last of them to the instant (``_timer.sleep_until``: a trio
-sleep ends up to a ms late). Promote tells the server's clock to the microsecond, so the wake
-is timed to within the due ms. Promote and reap are atomic scripts on the server clock, so any
-number of metronomes on one queue move each job exactly once. A beat that fails (the server
-unreachable) is tried again after ``backoff.reconnect_delay_s``; ``statistics()`` counts beats,
-what they moved and the failures.
+sleep ends up to a ms late). Promote tells the server's clock to the microsecond, and the wake is
+timed by the least upper bound of the server clock's lead over the recent promotes
+(``_server_clock``: the last one alone, after an idle spell, is early now and then). Promote
+and reap are atomic scripts on the server clock, so any number of metronomes on one queue move
+each job exactly once. A beat that fails (the server unreachable) is tried again after
+``backoff.reconnect_delay_s``; ``statistics()`` counts beats, what they moved and the failures.
 
 Each beat's promote carries the metronome's witness of the server clock (``clock.Witness``: the
 server time its last beat read, and how much time its own monotonic clock says has passed), so a
@@ -35,6 +36,7 @@ import attrs
 import trio
 
 from echomq_trio import jobs, repeat
+from echomq_trio._server_clock import ServerClock
 from echomq_trio._timer import sleep_until
 from echomq_trio.backoff import reconnect_delay_s
 from echomq_trio.bus import Bus
@@ -99,7 +101,7 @@ class Metronome:
         self._lateness = None if metrics is None else metrics.lateness.labels(queue)
         self._witness = Witness()
         self._cron_clock = cron_clock
-        self._promote_sent = 0.0  # when the last promote was sent (trio clock)
+        self._server_clock = ServerClock()  # the server clock's lead, from promotes' answers
 
     def statistics(self) -> MetronomeStats:
         """A snapshot of the counters."""
@@ -141,30 +143,31 @@ class Metronome:
         # Each due time is counted from when the call that read the server clock was sent
         # (its clock was read after that), not from now: the later calls of this beat would
         # otherwise add their round trips to every scheduled job's lateness. Promote tells the
-        # server's clock to the microsecond: the wait ends DUE_MARGIN_S past the due ms (waking
-        # early costs one more promote, which moves nothing before its time, and a sleep of a
-        # whole ms, the least trio's epoll sleeps). Fire tells whole ms: up to one ms late.
+        # server's clock to the microsecond: the wait ends DUE_MARGIN_S past the due ms by the
+        # least upper bound of the server's lead over the recent promotes (_server_clock:
+        # waking early costs one more promote, which moves nothing before its time). Fire
+        # tells whole ms: up to one ms late.
         now = trio.current_time()
         wait = self.beat_s
+        if p.next_due_ms is not None:
+            at = self._server_clock.local_time_of(p.next_due_ms, now)
+            if at is not None:
+                wait = min(wait, max(0.0, at + DUE_MARGIN_S - now))
         # A cron registration fire could not move (``f.wanted``: its zone unknown here; logged)
         # stays due: wait the beat rather than its run.
-        fire_due = None if f.wanted else f.next_due_ms
-        promote_now = p.server_now_ms + p.server_now_us / 1000 - DUE_MARGIN_S * 1000
-        for due_ms, now_ms, sent in (
-            (p.next_due_ms, promote_now, self._promote_sent),
-            (fire_due, f.server_now_ms, fire_sent),
-        ):
-            if due_ms is not None:
-                wait = min(wait, max(0.0, sent + (due_ms - now_ms) / 1000 - now))
+        if f.next_due_ms is not None and not f.wanted:
+            wait = min(wait, max(0.0, fire_sent + (f.next_due_ms - f.server_now_ms) / 1000 - now))
         return wait
 
     async def _promote(self) -> jobs.Promoted:
-        sent = self._promote_sent = trio.current_time()
+        sent = trio.current_time()
         p = await jobs.promote(
             self.bus, self.queue, self.batch, lateness=self._lateness is not None,
             witness=self._witness.args(sent),
         )  # fmt: skip
-        self._witness.observe(p.server_now_ms, sent, trio.current_time())
+        answered = trio.current_time()
+        self._witness.observe(p.server_now_ms, sent, answered)
+        self._server_clock.observe(sent, answered, p.server_now_ms + p.server_now_us / 1000)
         return p
 
     async def carry(self) -> None:

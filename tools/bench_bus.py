@@ -31,7 +31,8 @@ What each number means (rates are operations per second of wall time):
   i * 2 ms (500 jobs/s coming due for 2 s), a ``Metronome(beat_ms=1000)`` and a ``Consumer`` in
   this process. Lateness is server time when the handler starts minus run-at; server time is
   estimated as local ``time.time()`` plus an offset measured once (the lowest-round-trip of 20
-  ``TIME`` samples), so it carries an error of up to about half that round trip. Reported as
+  ``TIME`` samples, read to the microsecond), so it carries an error of up to about half that
+  round trip. Reported as
   p50/p99/max/min/count. Goal: p99 <= 10 ms. ``early_count`` counts jobs that started more than
   1 ms before their run-at (should be 0: a job must never run early).
 * ``ratios``: each rate divided by a SET rate; ``goals``: whether each goal was met;
@@ -177,11 +178,10 @@ async def _clock_offset(bus: Bus, samples: int = 20) -> tuple[float, float]:
     best: tuple[float, float] | None = None
     for _ in range(samples):
         before = time.time() * 1000
-        server = await bus.transport.server_time_ms()
+        secs, micros = await bus.transport.command("TIME")  # to the microsecond
         after = time.time() * 1000
         rtt = after - before
-        # TIME is truncated to whole ms, so the true server time is up to 1 ms later.
-        offset = server + 0.5 - (before + after) / 2
+        offset = int(secs) * 1000 + int(micros) / 1000 - (before + after) / 2
         if best is None or rtt < best[1]:
             best = (offset, rtt)
     assert best is not None

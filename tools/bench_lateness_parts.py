@@ -10,7 +10,15 @@ handler's start (the wake push, the consumer's ``BLPOP`` returning, its claim, t
 The low percentiles (p10, p25) show the parts' systematic share where a loaded machine's
 scheduling swamps p50 and p99.
 Under load one beat moves several jobs, so the parts are each job's from the last beat before
-its handler started (a job moved a beat earlier can show a negative wake)."""
+its handler started (a job moved a beat earlier can show a negative wake).
+
+Before each load, the machine's floor in the same run (``floor``): 100 times, a sleep to a
+deadline 30 ms (light) or 2 ms (load) ahead on the metronome's timer (``_timer.sleep_until``),
+then a ``PING`` on the bus's connection: how late the sleep ended (``sleep``), and the deadline to
+the ``PING``'s answer (``+ ping``): a wake and one round trip, what a scheduled job's lateness
+cannot go below here (the promote's own work and the claim's come on top). Its p99 beside the
+total's tells the machine's tail from the bus's. Last, how many promotes were sent and how many
+of them woke too early (moved nothing, with a job due within a ms of the server's reading)."""
 
 from __future__ import annotations
 
@@ -22,17 +30,27 @@ from typing import Any
 import trio
 
 from echomq_trio import Consumer, Job, Metronome, jobs, open_bus
+from echomq_trio._timer import sleep_until
 
 beats: list[tuple[float, float]] = []  # (sent, answered) wall ms of each promote that moved jobs
+promotes: list[tuple[int, float]] = []  # (jobs moved, next due - server now ms) of each promote
 _promote = Metronome._promote
 
 
 async def _timed_promote(self: Metronome) -> Any:
     sent = time.time() * 1000
     p = await _promote(self)
+    ahead = -1.0 if p.next_due_ms is None else p.next_due_ms - p.server_now_ms
+    promotes.append((p.moved, ahead - getattr(p, "server_now_us", 0) / 1000))
     if p.moved:
         beats.append((sent, time.time() * 1000))
     return p
+
+
+def _early_wakes() -> int:
+    """Promotes that moved nothing with a job due within the ms after the server's reading: the
+    metronome woke before the server's clock reached the due ms (each costs a beat more)."""
+    return sum(1 for moved, ahead in promotes if not moved and 0 < ahead <= 1)
 
 
 Metronome._promote = _timed_promote  # type: ignore[method-assign]
@@ -45,6 +63,7 @@ def _pct(values: list[float], pct: float) -> float:
 
 async def run(bus: Any, queue: str, count: int, step_ms: int, lead_ms: int = 500) -> None:
     beats.clear()
+    promotes.clear()
     starts: list[tuple[int, float]] = []
     done = trio.Event()
 
@@ -77,16 +96,34 @@ async def run(bus: Any, queue: str, count: int, step_ms: int, lead_ms: int = 500
         parts["promote"].append(answered - sent)
         parts["to handler"].append(start - answered)
         parts["total"].append(start - due)
+    _show(parts)
+    print(f"  promotes {len(promotes)}, of them early wakes {_early_wakes()}")
+
+
+def _show(parts: dict[str, list[float]]) -> None:
     for name, values in parts.items():
         print(f"  {name:11s} p10 {_pct(values, 10):6.2f}  p25 {_pct(values, 25):6.2f}  "
               f"p50 {_pct(values, 50):6.2f}  p99 {_pct(values, 99):6.2f}  "
               f"min {min(values):6.2f} ms")  # fmt: skip
 
 
+async def floor(bus: Any, step_ms: int, count: int = 100) -> None:
+    parts: dict[str, list[float]] = {"floor sleep": [], "  + ping": []}
+    for _ in range(count):
+        deadline = trio.current_time() + step_ms / 1000
+        await sleep_until(deadline)
+        woke = trio.current_time()
+        await bus.transport.command("PING")
+        parts["floor sleep"].append((woke - deadline) * 1000)
+        parts["  + ping"].append((trio.current_time() - deadline) * 1000)
+    _show(parts)
+
+
 async def main(url: str, transport: str) -> None:
     async with open_bus(url, transport=transport) as bus:
         for name, count, step_ms in (("light", 100, 30), ("load", 1_000, 2)):
             print(f"{name}: {count} jobs {step_ms} ms apart")
+            await floor(bus, step_ms)
             await run(bus, f"parts-{name}-{time.time_ns()}", count, step_ms)
 
 

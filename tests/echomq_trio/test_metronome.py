@@ -4,7 +4,17 @@ import attrs
 import pytest
 import trio
 
-from echomq_trio import Bus, ConnectionLost, Consumer, Job, Metronome, MetronomeStats, ids, jobs
+from echomq_trio import (
+    Bus,
+    ConnectionLost,
+    Consumer,
+    Job,
+    Metronome,
+    MetronomeStats,
+    ids,
+    jobs,
+    open_bus,
+)
 from echomq_trio.testing import FaultyTransport, scripts
 from tests.support import wait_for
 
@@ -30,6 +40,37 @@ async def test_scheduled_job_is_claimed_after_its_run_at_never_before(bus: Bus, 
         assert handled[a] >= at, "claimed before its run-at"
     # Loose bound: the metronome sleeps to the earliest due job, not to the next 1 s beat.
     assert max(handled[a] - at for a, at in run_ats.items()) < 900
+
+
+@pytest.mark.cluster
+async def test_scheduled_jobs_run_once_by_the_consumer_of_the_metronomes_bus_and_one_elsewhere(
+    bus: Bus, queue: str, server_url: str
+) -> None:
+    """A consumer on the metronome's bus and one on another bus (another process's), both woken
+    by the wake list: every job runs once, none before its run-at on the server's clock."""
+    now = await bus.transport.server_time_ms()
+    run_ats = {ids.generate("JOB"): now + 300 + 37 * i for i in range(20)}
+    for job_id, at in run_ats.items():
+        await jobs.enqueue_at(bus, queue, "x", at, job_id=job_id)
+    handled: dict[str, list[int]] = {}
+
+    async def handler(job: Job) -> None:
+        handled.setdefault(job.id, []).append(await bus.transport.server_time_ms())
+
+    async with open_bus(server_url) as other:
+        near = Consumer(bus, queue, handler, concurrency=4)
+        far = Consumer(other, queue, handler, concurrency=4)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(Metronome(bus, queue, beat_ms=1000).run)
+            await nursery.start(near.run)
+            await nursery.start(far.run)
+            await wait_for(lambda: len(handled) == len(run_ats))
+            await wait_for(lambda: near.statistics().acked + far.statistics().acked == 20)
+            nursery.cancel_scope.cancel()
+    for job_id, at in run_ats.items():
+        (started,) = handled[job_id]
+        assert started >= at, "claimed before its run-at"
+    assert near.statistics().claimed + far.statistics().claimed == len(run_ats)
 
 
 async def test_an_earlier_job_scheduled_during_a_long_sleep_wakes_the_metronome(
