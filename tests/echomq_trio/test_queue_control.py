@@ -287,7 +287,7 @@ async def test_the_cli_pauses_resumes_and_caps_and_stats_shows_them(
     assert await queues.control(bus, queue) == queues.QueueControl(None, None)
     await run("pause", queue)
     (line,) = [x for x in (await run("queues"))[1].splitlines() if x.startswith(queue + " ")]
-    assert line.split()[-2:] == ["yes", "-"]  # paused, no cap
+    assert line.split()[-3:] == ["yes", "-", "1"]  # paused, no cap, one partition
     (mine,) = [q for q in json.loads((await run("--json", "queues"))[1]) if q["queue"] == queue]
     assert mine["control"]["paused_since_ms"] > 0 and mine["control"]["max_active"] is None
     code, _, err = await run("limit", queue, "0")
