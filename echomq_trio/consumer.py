@@ -277,6 +277,7 @@ class Consumer:
         self.grace_s = grace_s
         self._max_held = concurrency + self.prefetch
         self._held: dict[str, Job] = {}  # bounded: at most _max_held (the claim's semaphore)
+        self._settling: set[str] = set()  # of them, those whose settlement is on its way
         self._stats = ConsumerStats()
         self._stopping = False
         # When idle, look now and then for overdue scheduled jobs (no metronome); warn once.
@@ -681,7 +682,11 @@ class Consumer:
                         batch.append(done.receive_nowait())
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
-                await self._settle(batch)
+                self._settling.update(d.job.id for d in batch)
+                try:
+                    await self._settle(batch)
+                finally:
+                    self._settling.difference_update(d.job.id for d in batch)
                 for d in batch:
                     if self._held.pop(d.job.id, None) is not None:
                         slots.release()
@@ -751,11 +756,14 @@ class Consumer:
             await _leases.renew(self.bus, self.queue, self._held, self.lease_ms, self._lost)
 
     def _lost(self, job_ids: Sequence[str]) -> None:
-        """A renewal found these leases gone: stop their handlers (or never start them)."""
-        self._count(lost_leases=len(job_ids))
-        for job_id in job_ids:
-            if job_id in self._held:
-                self._stop_handler(job_id, _LOST)
+        """A renewal found these leases gone: stop their handlers (or never start them). A job
+        settled meanwhile is not lost (a renewal sent while its ack was on its way, or answered
+        after it, finds the lease gone because the ack ended it)."""
+        lost = [j for j in job_ids if j in self._held and j not in self._settling]
+        if lost:
+            self._count(lost_leases=len(lost))
+        for job_id in lost:
+            self._stop_handler(job_id, _LOST)
 
     def _stop_handler(self, job_id: str, why: _Forget) -> None:
         if job_id in self._gone:
