@@ -5,8 +5,8 @@ Run ``python tools/bench_bus.py [--url URL] [--quick] [--transport {glide,trio}]
 in a temporary directory). The machine this was written for has 2 noisy cores, so every figure is
 measured in the same run and the JSON carries ratios against plain SET round trips, which are
 less sensitive to that noise than absolute numbers. Stops by itself within about four minutes (a
-hard limit cancels it). ``--transport`` is ``open_bus``'s (``glide`` by default; ``trio``:
-``echomq_trio.resp``), for this process and its worker alike.
+hard limit cancels it). ``--transport`` is ``open_bus``'s (``trio`` by default, the bus's own,
+``echomq_trio.resp``; or ``glide``), for this process and its worker alike.
 
 What each number means (rates are operations per second of wall time):
 
