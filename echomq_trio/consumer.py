@@ -209,7 +209,9 @@ class Consumer:
     progress (``Job.progress``). ``timeout_s`` is the deadline of a handler whose job has no
     ``timeout_ms`` of its own (``None``: none), and ``cancel_poll_s`` how often, while handlers
     run, the consumer asks the server whether any of their jobs was cancelled (see the module's
-    notes)."""
+    notes). ``metrics_queue`` is the ``queue`` label of its metrics (default: ``queue``): a
+    partitioned queue's consumers (``partitions.PartitionedConsumer``) count under the queue's
+    name, one series for the queue however many partitions it has."""
 
     def __init__(
         self,
@@ -233,6 +235,7 @@ class Consumer:
         progress_interval_s: float = PROGRESS_INTERVAL_S,
         timeout_s: float | None = None,
         cancel_poll_s: float = CANCEL_POLL_S,
+        metrics_queue: str | None = None,
     ) -> None:
         bus.keys(queue)  # validates the name
         for name, value in [
@@ -283,9 +286,11 @@ class Consumer:
         # When idle, look now and then for overdue scheduled jobs (no metronome); warn once.
         self._metronome_check = metronome_check
         self._next_check = 0.0
-        # Process-local instruments (echomq_trio.metrics), bound to this queue once; None: none.
-        self._claim_sizes = None if metrics is None else metrics.claim_batch.labels(queue)
-        self._settled = None if metrics is None else metrics.settled(queue)
+        # Process-local instruments (echomq_trio.metrics), bound to this queue's label once
+        # (metrics_queue: a partitioned queue's name); None: none.
+        label = queue if metrics_queue is None else metrics_queue
+        self._claim_sizes = None if metrics is None else metrics.claim_batch.labels(label)
+        self._settled = None if metrics is None else metrics.settled(label)
         self.per_lane = per_lane
         self.lane_idle_s = lane_idle_s
         self.claim_gate = claim_gate

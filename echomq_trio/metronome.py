@@ -72,7 +72,9 @@ class Metronome:
     """Run with ``nursery.start(metronome.run)``; cancel its nursery to stop it. With ``metrics``
     (``echomq_trio.metrics.BusMetrics``) it observes how late each job it promotes was (the
     server answers it with the move); without, nothing. ``cron_clock`` (``repeat.Clock``) is
-    what cron schedules count as now, for tests and simulations; by default the server's now."""
+    what cron schedules count as now, for tests and simulations; by default the server's now.
+    ``metrics_queue`` is the ``queue`` label of its metrics (default: ``queue``; a partitioned
+    queue's metronomes, ``partitions.PartitionedMetronome``, observe under the queue's name)."""
 
     def __init__(
         self,
@@ -84,6 +86,7 @@ class Metronome:
         metrics: BusMetrics | None = None,
         reap_grace_ms: int = REAP_GRACE_MS,
         cron_clock: repeat.Clock | None = None,
+        metrics_queue: str | None = None,
     ) -> None:
         bus.keys(queue)
         if not isinstance(beat_ms, int) or beat_ms <= 0:
@@ -98,7 +101,8 @@ class Metronome:
         self.beat_s = beat_ms / 1000
         self.batch = batch
         self._stats = MetronomeStats()
-        self._lateness = None if metrics is None else metrics.lateness.labels(queue)
+        label = queue if metrics_queue is None else metrics_queue
+        self._lateness = None if metrics is None else metrics.lateness.labels(label)
         self._witness = Witness()
         self._cron_clock = cron_clock
         self._server_clock = ServerClock()  # the server clock's lead, from promotes' answers

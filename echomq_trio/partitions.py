@@ -41,14 +41,14 @@ Theory of operation:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import attrs
 import trio
 
-from echomq_trio import jobs, lanes, protocol, queues, repeat
-from echomq_trio._checks import check_name
+from echomq_trio import audit, events, jobs, lanes, protocol, queues, repeat, retention
+from echomq_trio._checks import check_name, check_stream_id
 from echomq_trio._partition_meta import (
     COUNT_FIELD,
     INDEX_FIELD,
@@ -66,22 +66,29 @@ from echomq_trio._partitioning import (
     partition_names,
     route,
 )
+from echomq_trio._stream_merge import id_key, merge_page
 from echomq_trio.bus import Bus
 from echomq_trio.consumer import Consumer, ConsumerStats, Handler, StopConsumer
+from echomq_trio.events import Event
 from echomq_trio.metronome import Metronome, MetronomeStats
 from echomq_trio.protocol import Item
 from echomq_trio.results import (
+    Acknowledged,
     Admitted,
+    AuditRecord,
     Cancelled,
     Counts,
     JobInfo,
     LaneStatus,
     Outcome,
     Registered,
+    Registration,
+    Retention,
 )
 from echomq_trio.states import JobState
 from echomq_trio.worker import Serve
 
+FOLLOW_PAGE = 500  # events read per partition per round by follow_events, as events.follow
 CHANGE_N = "drain it, partitions.dissolve it, then create it anew (docs/howto/partitions.md)"
 __all__ = [
     "MAX_PARTITIONED_NAME_BYTES",
@@ -302,6 +309,7 @@ class PartitionedQueue:
         """One ``worker.Serve`` per partition, each with ``handler`` and the ``settings`` given
         (``concurrency`` and the rest, per partition), for ``open_worker``: a ``Worker`` then
         runs a consumer and a metronome on every partition, with its grace period."""
+        settings.setdefault("metrics_queue", self.name)  # one series per queue (metrics)
         return [Serve(name, handler, **settings) for name in self.names]
 
     # --- a job by id --------------------------------------------------------------------------
@@ -422,6 +430,213 @@ class PartitionedQueue:
     def _cancel_repeat_in(self, queue: str, name: str) -> Callable[[], Awaitable[bool]]:
         return lambda: repeat.cancel(self.bus, queue, name)
 
+    # --- one queue for readers and operators: events, audit, settings, bulk repairs ----------
+    # (the CLI and the dashboard see a partitioned queue through these; each runs the function
+    # of ``events``, ``audit``, ``retention``, ``queues`` or ``jobs`` it names on every
+    # partition)
+
+    async def list_repeats(self, limit: int = 1000, offset: int = 0) -> list[Registration]:
+        """``repeat.list_repeats`` of the whole queue: each partition's first ``offset + limit``
+        (at once), merged soonest next run first (then by name), ``[offset:offset + limit]`` of
+        that. Read only."""
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset must be an int >= 0, got {offset!r}")
+        if self.n == 1:
+            return await repeat.list_repeats(self.bus, self.name, limit, offset)
+        parts = await each([self._repeats_in(q, offset + limit) for q in self.names])
+        rows = sorted((r for part in parts for r in part), key=lambda r: (r.next_run_ms, r.name))
+        return rows[offset : offset + limit]
+
+    def _repeats_in(self, queue: str, limit: int) -> Callable[[], Awaitable[list[Registration]]]:
+        return lambda: repeat.list_repeats(self.bus, queue, limit)
+
+    async def read_events(
+        self, after: str = "-", count: int = 100, *, stream: str = "events"
+    ) -> list[tuple[str, Event]]:
+        """``events.read`` of every partition at once, merged in time order (stream ids
+        ``(ms, seq)``, ``_stream_merge``): ``(partition, event)`` pairs after stream id
+        ``after``, ``count`` of them (a few more when events of several partitions share the
+        last one's id), so that the next page is the one after the last pair's id: no event is
+        skipped or read twice. Read only."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"count must be an int >= 1, got {count!r}")
+        check_stream_id("after", after, ("-",))
+        pages = await each([self._events_in(q, after, count, stream) for q in self.names])
+        return [(self.names[i], e) for i, e in merge_page(pages, count)]
+
+    def _events_in(
+        self, queue: str, after: str, count: int, stream: str
+    ) -> Callable[[], Awaitable[list[Event]]]:
+        return lambda: events.read(self.bus, queue, after, count, stream=stream)
+
+    async def follow_events(
+        self, after: str | None = None, *, poll_s: float = 0.2, stream: str = "events"
+    ) -> AsyncIterator[tuple[str, Event]]:
+        """``events.follow`` of every partition: ``(partition, event)`` pairs as they arrive,
+        from after ``after`` (default: from now on, each partition from its newest event), in
+        time order (stream ids, ``read_events``). Each round takes the server's time, then reads
+        every partition after its own cursor at once, and yields the events older than that
+        time: every partition had written those before it was read, so a later round never
+        yields an older one (on a cluster, as far as its primaries' clocks agree). A round that
+        yields nothing sleeps ``poll_s`` (cancellable). A malformed ``after`` raises
+        ``ValueError`` on the first iteration, before any I/O."""
+        if after is not None:
+            check_stream_id("after", after, ("-",))
+            cursors = [after] * self.n
+        else:
+            cursors = await each([self._last_in(q, stream) for q in self.names])
+        while True:
+            now = await self.bus.transport.server_time_ms() if self.n > 1 else None
+            reads = zip(self.names, cursors, strict=True)
+            pages = await each([self._events_in(q, c, FOLLOW_PAGE, stream) for q, c in reads])
+            batch = [(i, e) for i, e in merge_page(pages, FOLLOW_PAGE)
+                     if now is None or e.time_ms < now]  # fmt: skip
+            for i, event in batch:
+                cursors[i] = event.stream_id
+                yield self.names[i], event
+            if not batch:
+                await trio.sleep(poll_s)
+
+    def _last_in(self, queue: str, stream: str) -> Callable[[], Awaitable[str]]:
+        return lambda: events.last_id(self.bus, queue, stream=stream)
+
+    async def enable_audit(self, on: bool = True) -> None:
+        """``audit.enable`` on every partition at once (``on=False``: stop). A cancelled call
+        may have set some: call again."""
+        await each([self._audit_in(q, on) for q in self.names])
+
+    def _audit_in(self, queue: str, on: bool) -> Callable[[], Awaitable[None]]:
+        return lambda: audit.enable(self.bus, queue, on)
+
+    async def create_audit_group(self, group: str, start: str = "0") -> bool:
+        """``audit.create_group`` on every partition's audit stream at once; ``True`` if any
+        partition's group was new."""
+        return any(await each([self._group_in(q, group, start) for q in self.names]))
+
+    def _group_in(self, queue: str, group: str, start: str) -> Callable[[], Awaitable[bool]]:
+        return lambda: audit.create_group(self.bus, queue, group, start)
+
+    async def read_audit(
+        self, group: str, consumer: str, count: int = 100, *, pending: bool = False
+    ) -> list[tuple[str, AuditRecord]]:
+        """``audit.read`` of every partition at once: ``(partition, record)`` pairs, up to
+        ``count`` per partition, in time order. Acknowledge each in its partition
+        (``ack_and_trim_audit`` takes the pairs' partitions and stream ids). A cancelled call
+        leaves records pending as ``audit.read`` does (read them with ``pending=True``)."""
+        parts = await each([self._read_audit_in(q, group, consumer, count, pending)
+                            for q in self.names])  # fmt: skip
+        rows = [(i, r) for i, part in enumerate(parts) for r in part]
+        rows.sort(key=lambda t: (id_key(t[1].stream_id), t[0]))
+        return [(self.names[i], r) for i, r in rows]
+
+    def _read_audit_in(
+        self, queue: str, group: str, consumer: str, count: int, pending: bool
+    ) -> Callable[[], Awaitable[list[AuditRecord]]]:
+        return lambda: audit.read(self.bus, queue, group, consumer, count, pending=pending)
+
+    async def ack_and_trim_audit(
+        self, group: str, records: Iterable[tuple[str, str]]
+    ) -> Acknowledged:
+        """``audit.ack_and_trim`` of ``(partition, stream id)`` pairs, in each partition (every
+        partition trims, with or without ids), at once; the answers added up. ``ValueError`` for
+        a partition not of this queue, before any I/O."""
+        ids: dict[str, list[str]] = {q: [] for q in self.names}
+        for queue, stream_id in records:
+            if queue not in ids:
+                raise ValueError(f"{queue!r} is not a partition of queue {self.name!r}")
+            ids[queue].append(stream_id)
+        got = await each([self._ack_in(q, group, s) for q, s in ids.items()])
+        return Acknowledged(sum(a.acked for a in got), sum(a.trimmed for a in got))
+
+    def _ack_in(
+        self, queue: str, group: str, stream_ids: list[str]
+    ) -> Callable[[], Awaitable[Acknowledged]]:
+        return lambda: audit.ack_and_trim(self.bus, queue, group, stream_ids)
+
+    async def configure_retention(self, **settings: Any) -> Retention:
+        """``retention.configure`` (its ``settings``) on every partition at once: each keeps
+        what one queue would (a ``dead_max`` bounds each partition's dead set: up to ``n`` times
+        that in all). A cancelled call may have set some: call again."""
+        (kept, *_) = await each([self._retention_in(q, settings) for q in self.names])
+        return kept
+
+    def _retention_in(
+        self, queue: str, settings: dict[str, Any]
+    ) -> Callable[[], Awaitable[Retention]]:
+        return lambda: retention.configure(self.bus, queue, **settings)
+
+    async def retention(self) -> Retention:
+        """``retention.get`` of partition 0 (``configure_retention`` sets every partition
+        alike). Read only."""
+        return await retention.get(self.bus, self.name)
+
+    async def set_expired(self, action: str) -> str:
+        """``queues.set_expired`` on every partition at once; the setting in effect.
+        ``ValueError`` for a bad word, before any I/O. A cancelled call may have set some: call
+        again."""
+        (now, *_) = await each([self._expired_in(q, action) for q in self.names])
+        return now
+
+    def _expired_in(self, queue: str, action: str) -> Callable[[], Awaitable[str]]:
+        return lambda: queues.set_expired(self.bus, queue, action)
+
+    async def delete_all(
+        self,
+        state: JobState | str,
+        *,
+        group: str | None = None,
+        older_than_ms: int | None = None,
+        limit: int | None = None,
+        page: int = 1000,
+    ) -> int:
+        """``jobs.delete_page`` until done (at most ``limit`` deleted; ``None``: every match)
+        in the lane's partition with ``group``, else in each partition in turn (so ``limit`` is
+        exact); ``page`` jobs looked at per call. How many it deleted. A cancelled call may have
+        deleted some: call again (the deleted are gone)."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                  or limit < 1):  # fmt: skip
+            raise ValueError(f"limit must be an int >= 1 or None, got {limit!r}")
+        where = self.names if group is None else (self.partition_of(group),)
+        deleted = 0
+        for queue in where:
+            cursor: str | None = None
+            while limit is None or deleted < limit:
+                size = page if limit is None else min(page, limit - deleted)
+                got = await jobs.delete_page(
+                    self.bus, queue, state, group=group, older_than_ms=older_than_ms,
+                    limit=size, cursor=cursor,
+                )  # fmt: skip
+                deleted, cursor = deleted + got.deleted, got.next
+                if cursor is None:
+                    break
+        return deleted
+
+    async def replay_all(self, reason: str | None = None, *, page: int = 100) -> int:
+        """Replay every dead job (whose last error contains ``reason``) of every partition, at
+        once, a page of ``page`` at a time: one script per job, in each partition at most as
+        many as were dead there at the start (a job that dies again meanwhile is not replayed
+        twice). How many it replayed. A cancelled call may have replayed some: call again."""
+        return sum(await each([self._replay_in(q, reason, page) for q in self.names]))
+
+    def _replay_in(self, queue: str, reason: str | None, page: int) -> Callable[[], Awaitable[int]]:
+        async def replay_all() -> int:
+            dead = (await jobs.counts(self.bus, queue)).dead
+            replayed, offset = 0, 0
+            while replayed < dead:
+                rows = await jobs.dead_jobs(self.bus, queue, offset, page)
+                if not rows:
+                    break
+                for info in rows:
+                    if reason is not None and reason not in (info.last_error or ""):
+                        offset += 1
+                    elif replayed < dead and await jobs.replay(self.bus, queue, info.id) is (
+                        Outcome.REPLAYED
+                    ):
+                        replayed += 1
+            return replayed
+
+        return replay_all
+
 
 async def open(bus: Bus, queue: str) -> PartitionedQueue:  # partitions.open
     """A handle on ``queue`` with as many partitions as ``create`` recorded (one, a plain queue,
@@ -520,6 +735,7 @@ class PartitionedConsumer:
 
     def __init__(self, queue: PartitionedQueue, handler: Handler, **settings: Any) -> None:
         self.queue = queue
+        settings.setdefault("metrics_queue", queue.name)  # one series per queue (metrics)
         self.consumers = tuple(Consumer(queue.bus, name, handler, **settings)
                                for name in queue.names)  # fmt: skip
 
@@ -538,6 +754,7 @@ class PartitionedMetronome:
 
     def __init__(self, queue: PartitionedQueue, **settings: Any) -> None:
         self.queue = queue
+        settings.setdefault("metrics_queue", queue.name)  # one series per queue (metrics)
         self.metronomes = tuple(Metronome(queue.bus, name, **settings) for name in queue.names)
 
     def statistics(self) -> MetronomeStats:

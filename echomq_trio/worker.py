@@ -56,7 +56,9 @@ class Serve:
     """One queue a ``Worker`` serves: its handler, and its consumers' settings (the meanings and
     defaults of ``Consumer``'s). ``consumers`` consumers run on it, each with ``concurrency``
     handler tasks (``per_lane=True``: a task per lane, at most ``concurrency`` running);
-    ``metronome=False`` leaves promoting and reaping to a metronome elsewhere."""
+    ``metronome=False`` leaves promoting and reaping to a metronome elsewhere; ``metrics_queue``
+    is the ``queue`` label of their metrics (default: ``queue``; a partition's ``Serve`` from
+    ``PartitionedQueue.serve`` has its queue's name)."""
 
     queue: str
     handler: Handler
@@ -74,6 +76,7 @@ class Serve:
     claim_gate: ClaimGate | None = attrs.field(default=None, kw_only=True)
     timeout_s: float | None = attrs.field(default=None, kw_only=True)
     cancel_poll_s: float = attrs.field(default=CANCEL_POLL_S, kw_only=True)
+    metrics_queue: str | None = attrs.field(default=None, kw_only=True)
 
 
 class WorkerState(Enum):
@@ -112,7 +115,7 @@ class WorkerStats:
 
 def _consumer_settings(s: Serve) -> dict[str, Any]:
     names = ("concurrency", "prefetch", "claim_batch", "lease_ms", "beat_ms", "max_attempts")
-    lanes = ("per_lane", "lane_idle_s", "claim_gate", "timeout_s", "cancel_poll_s")
+    lanes = ("per_lane", "lane_idle_s", "claim_gate", "timeout_s", "cancel_poll_s", "metrics_queue")
     return {n: getattr(s, n) for n in (*names, "backoff", *lanes)}
 
 
@@ -158,7 +161,7 @@ class Worker:
             ]  # fmt: skip
             if s.metronome:
                 self._metronomes[s.queue] = Metronome(
-                    bus, s.queue, beat_ms=s.beat_ms, metrics=metrics
+                    bus, s.queue, beat_ms=s.beat_ms, metrics=metrics, metrics_queue=s.metrics_queue
                 )
         self._state = WorkerState.NEW
         self._stop = trio.Event()
