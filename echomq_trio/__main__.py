@@ -53,11 +53,9 @@ import trio
 from echomq_trio import (
     _address,
     cron,
-    events,
     flows,
     ids,
     jobs,
-    lanes,
     partitions,
     protocol,
     queues,
@@ -65,6 +63,7 @@ from echomq_trio import (
     repeat,
     retention,
 )
+from echomq_trio._cli_queue import lanes_of, open_queue
 from echomq_trio._opening import open_bus
 from echomq_trio._partition_meta import queue_counts
 from echomq_trio.bus import Bus
@@ -75,6 +74,7 @@ from echomq_trio.errors import (
     JobError,
     ResultTimedOut,
 )
+from echomq_trio.partitions import PartitionedQueue
 from echomq_trio.results import Retention
 from servicekit import humane
 from servicekit.cli import CliError, Stopped, cancel_on_signal, silence_stdout
@@ -84,7 +84,6 @@ DEFAULT_URL = "redis://127.0.0.1:6379"
 # ``python -m codemojex.run`` (codemojex.settings.Settings.data_dir; a test checks they agree).
 FOUND_DATA_DIR = Path("codemojex-data")
 REPLAY_PAGE = 100  # dead jobs read per round trip by `replay --all`
-REPLAYED = jobs.Outcome.REPLAYED
 DELETE_PAGE = 1000  # jobs looked at per round trip by `delete --state`
 
 
@@ -119,18 +118,11 @@ async def _known(bus: Bus, queue: str) -> jobs.Counts:
     return counts
 
 
-async def _lanes(bus: Bus, queue: str, limit: int) -> list[lanes.LaneStatus]:
-    """``limit`` lanes (the lane index's first pages: never every lane of a large queue), by
-    name."""
-    found: dict[str, lanes.LaneStatus] = {}
-    after: str | None = ""
-    while after is not None and len(found) < limit:
-        page = await lanes.status_page(
-            bus, queue, after, min(limit - len(found), lanes.LANE_PAGE_MAX)
-        )
-        found |= {lane.group: lane for lane in page.lanes}
-        after = page.next
-    return [found[group] for group in sorted(found)][:limit]
+async def _opened(bus: Bus, queue: str) -> PartitionedQueue:
+    """The queue a command names, known (``_known``), as one queue (``open_queue``)."""
+    pq = await open_queue(bus, queue)
+    await _known(bus, queue)
+    return pq
 
 
 async def _stats(bus: Bus, args: argparse.Namespace) -> Any:
@@ -174,10 +166,10 @@ def _bound(value: object) -> object:
 
 
 async def _ls(bus: Bus, args: argparse.Namespace) -> Any:
-    await _known(bus, args.queue)
+    pq = await _opened(bus, args.queue)
     now = await bus.transport.server_time_ms()
     if args.what == "repeat":
-        regs = await repeat.list_repeats(bus, args.queue, args.limit)
+        regs = await pq.list_repeats(args.limit)
         if args.json:
             return [{**attrs.asdict(r), "next_runs": repeat.next_runs(r)} for r in regs]
         return _table(
@@ -188,7 +180,7 @@ async def _ls(bus: Bus, args: argparse.Namespace) -> Any:
               _short(r.template)) for r in regs],
         )  # fmt: skip
     if args.what == "lanes":
-        status = await _lanes(bus, args.queue, args.limit)
+        status = await lanes_of(pq, args.limit)
         if args.json:
             return status
         return _table(
@@ -196,11 +188,11 @@ async def _ls(bus: Bus, args: argparse.Namespace) -> Any:
             [(s.group, s.depth, s.in_flight, s.limit or "-", s.weight, "yes" if s.paused else "",
               humane.at(s.wait_until_ms, now), "yes" if s.on_ring else "") for s in status],
         )  # fmt: skip
-    rows = await jobs.list_jobs(bus, args.queue, args.what, 0, args.limit)
+    rows = await pq.list_jobs(args.what, 0, args.limit)
     if args.what == "pending":
-        for lane in await _lanes(bus, args.queue, args.limit):
+        for lane in await lanes_of(pq, args.limit):
             if len(rows) < args.limit and lane.depth:
-                rows += await lanes.jobs(bus, args.queue, lane.group, 0, args.limit - len(rows))
+                rows += await pq.lane_jobs(lane.group, 0, args.limit - len(rows))
     if args.json:
         return rows
     when_title = {"scheduled": "run_at", "active": "lease_until", "dead": "died"}.get(args.what, "")
@@ -220,10 +212,11 @@ def _job_id(value: str) -> str:
 
 
 async def _show(bus: Bus, args: argparse.Namespace) -> Any:
-    await _known(bus, args.queue)
-    info = await jobs.get_job(bus, args.queue, _job_id(args.job_id))
-    if info is None:
+    pq = await _opened(bus, args.queue)
+    found = await pq.find(_job_id(args.job_id))
+    if found is None:
         raise CliError(f"no job {args.job_id} in {args.queue!r} (never enqueued, or finished)")
+    where, info = found
     if args.json:
         return info
     now = await bus.transport.server_time_ms()
@@ -243,31 +236,36 @@ async def _show(bus: Bus, args: argparse.Namespace) -> Any:
         rows.append(("finished", humane.at(info.finished_ms, now)))
     if info.result is not None:
         rows.append(("result", _short(info.result, 200)))
-    row = await flows.tree(bus, args.queue, info.id, max_jobs=1)
+    if pq.n > 1:  # which partition holds it (a flow's jobs are in that one)
+        rows.append(("partition", f"{pq.names.index(where)} ({where})"))
+    row = await flows.tree(bus, where, info.id, max_jobs=1)
     if row is not None and row.parent is not None:
-        rows.append(("parent", f"{_ref(*row.parent, args.queue)} ({row.parent_state or 'gone'})"))
+        rows.append(("parent", f"{_ref(*row.parent, pq)} ({row.parent_state or 'gone'})"))
     if row is not None and row.unfinished is not None:
-        kids = await flows.children(bus, args.queue, info.id)
+        kids = await flows.children(bus, where, info.id)
         states = ", ".join(f"{c.id} {c.state or 'gone'}" for c in kids)
         rows.append(("children", f"{row.unfinished} of {len(kids)} not ended: {states}"))
     return _table(["field", "value"], rows)
 
 
-def _ref(queue: str, job_id: str, here: str) -> str:
-    """A job of a flow as the CLI names it: its id, and its queue when not ``here``."""
-    return job_id if queue == here else f"{queue}/{job_id}"
+def _ref(queue: str, job_id: str, here: PartitionedQueue) -> str:
+    """A job of a flow as the CLI names it: its id, and its queue when not ``here`` (the queue
+    the command names, any of its partitions)."""
+    return job_id if queue in here.names else f"{queue}/{job_id}"
 
 
 async def _flow(bus: Bus, args: argparse.Namespace) -> Any:
-    await _known(bus, args.queue)
-    tree = await flows.tree(bus, args.queue, _job_id(args.job_id), max_jobs=args.limit)
+    pq = await _opened(bus, args.queue)
+    job_id = _job_id(args.job_id)
+    where = await pq.holder(job_id) if pq.n > 1 else pq.name
+    tree = await flows.tree(bus, where, job_id, max_jobs=args.limit)
     if tree is None:
         raise CliError(f"no job {args.job_id} in {args.queue!r} (never enqueued, or finished)")
     if args.json:
         return tree
     lines = []
     if tree.parent is not None:
-        lines.append(f"parent {_ref(*tree.parent, args.queue)} ({tree.parent_state or 'gone'})")
+        lines.append(f"parent {_ref(*tree.parent, pq)} ({tree.parent_state or 'gone'})")
     for depth, node in flows.outline(tree):
         note = ""
         if node.unfinished:
@@ -276,7 +274,7 @@ async def _flow(bus: Bus, args: argparse.Namespace) -> Any:
             note += f"  ignored: {node.error}"
         elif node.result is not None:
             note += f"  result: {_short(node.result)}"
-        lines.append(f"{'  ' * depth}{_ref(node.queue, node.id, args.queue)}  "
+        lines.append(f"{'  ' * depth}{_ref(node.queue, node.id, pq)}  "
                      f"{node.state or 'gone'}{note}")  # fmt: skip
         if node.more:
             lines.append(f"{'  ' * (depth + 1)}... {node.more} more")
@@ -287,10 +285,10 @@ RESULT_TIMED_OUT = 124  # the exit status of `echomq result` past its --timeout,
 
 
 async def _result(bus: Bus, args: argparse.Namespace) -> Any:
-    await _known(bus, args.queue)
+    pq = await _opened(bus, args.queue)
     job_id = _job_id(args.job_id)
     try:
-        got = await jobs.result(bus, args.queue, job_id, timeout_s=args.timeout)
+        got = await pq.result(job_id, timeout_s=args.timeout)
     except ResultTimedOut as exc:
         raise CliError(str(exc), RESULT_TIMED_OUT) from None
     except JobError as exc:
@@ -301,37 +299,21 @@ async def _result(bus: Bus, args: argparse.Namespace) -> Any:
 
 
 async def _replay(bus: Bus, args: argparse.Namespace) -> Any:
-    known = await _known(bus, args.queue)
+    pq = await _opened(bus, args.queue)
     if args.all == (args.job_id is not None):
         raise CliError("replay needs a JOB_ID or --all (not both)", status=2)
     if args.all:
-        return await _replay_all(bus, args, known.dead)
+        replayed = await pq.replay_all(args.reason, page=REPLAY_PAGE)
+        return {"replayed": replayed} if args.json else f"replayed {replayed} dead jobs"
     if args.reason is not None:
         raise CliError("--reason goes with --all", status=2)
     args.job_id = _job_id(args.job_id)
-    outcome = await jobs.replay(bus, args.queue, args.job_id)
+    outcome = await pq.replay(args.job_id)
     if outcome is jobs.Outcome.GONE:
         raise CliError(f"no job {args.job_id} in {args.queue!r}")
     if outcome is jobs.Outcome.NOT_DEAD:
         raise CliError(f"job {args.job_id} is not dead; only dead jobs can be replayed")
     return {"replayed": args.job_id} if args.json else f"replayed {args.job_id}"
-
-
-async def _replay_all(bus: Bus, args: argparse.Namespace, dead: int) -> Any:
-    """Replay every dead job (whose last error contains ``--reason``), a page at a time: one
-    script per job, at most as many as were dead at the start (a job that dies again while
-    this runs is not replayed twice)."""
-    replayed, offset = 0, 0
-    while replayed < dead:
-        page = await jobs.dead_jobs(bus, args.queue, offset, REPLAY_PAGE)
-        if not page:
-            break
-        for info in page:
-            if args.reason is not None and args.reason not in (info.last_error or ""):
-                offset += 1
-            elif replayed < dead and await jobs.replay(bus, args.queue, info.id) is REPLAYED:
-                replayed += 1
-    return {"replayed": replayed} if args.json else f"replayed {replayed} dead jobs"
 
 
 def _who() -> str:
@@ -343,10 +325,10 @@ def _who() -> str:
 
 
 async def _cancel(bus: Bus, args: argparse.Namespace) -> Any:
-    await _known(bus, args.queue)
+    pq = await _opened(bus, args.queue)
     args.job_id = _job_id(args.job_id)
     by = args.by if args.by is not None else _who()
-    outcome = await jobs.cancel(bus, args.queue, args.job_id, args.reason, by)
+    outcome = await pq.cancel(args.job_id, args.reason, by)
     if outcome is jobs.Cancelled.NOT_FOUND:
         raise CliError(f"no job {args.job_id} in {args.queue!r} (never enqueued, or finished)")
     if outcome is jobs.Cancelled.ALREADY_DONE:
@@ -355,23 +337,23 @@ async def _cancel(bus: Bus, args: argparse.Namespace) -> Any:
 
 
 async def _cancel_repeat(bus: Bus, args: argparse.Namespace) -> Any:
-    await _known(bus, args.queue)
-    if not await repeat.cancel(bus, args.queue, args.name):
+    pq = await _opened(bus, args.queue)
+    if not await pq.cancel_repeat(args.name):
         raise CliError(f"no recurring schedule {args.name!r} in {args.queue!r}")
     return {"cancelled": args.name} if args.json else f"cancelled {args.name}"
 
 
 async def _pause(bus: Bus, args: argparse.Namespace) -> Any:
-    await _known(bus, args.queue)
-    now = await queues.pause(bus, args.queue)
+    pq = await _opened(bus, args.queue)
+    now = await pq.pause()
     if args.json:
         return {"queue": args.queue, "paused": True, "already": not now}
     return f"paused {args.queue}" if now else f"{args.queue} was paused already"
 
 
 async def _resume(bus: Bus, args: argparse.Namespace) -> Any:
-    await _known(bus, args.queue)
-    was = await queues.resume(bus, args.queue)
+    pq = await _opened(bus, args.queue)
+    was = await pq.resume()
     if args.json:
         return {"queue": args.queue, "paused": False, "was_paused": was}
     return f"resumed {args.queue}" if was else f"{args.queue} was not paused"
@@ -392,6 +374,10 @@ def _cap(text: str) -> int | None:
 
 async def _limit(bus: Bus, args: argparse.Namespace) -> Any:
     cap = _cap(args.max_active)
+    if (await open_queue(bus, args.queue)).n > 1:
+        raise CliError(f"{args.queue} is a partitioned queue: a cap set here would cap each "
+                       f"partition, not the queue; a queue-wide cap is set with the partitions' "
+                       f"cap (docs/howto/partitions.md)")  # fmt: skip
     await _known(bus, args.queue)
     now, active = await queues.set_limit(bus, args.queue, cap)
     if args.json:
@@ -402,8 +388,8 @@ async def _limit(bus: Bus, args: argparse.Namespace) -> Any:
 
 
 async def _expired(bus: Bus, args: argparse.Namespace) -> Any:
-    await _known(bus, args.queue)
-    now = await queues.set_expired(bus, args.queue, args.action)
+    pq = await _opened(bus, args.queue)
+    now = await pq.set_expired(args.action)
     if args.json:
         return {"queue": args.queue, "expired": now}
     kept = "kept dead (reason: expired)" if now == "dead" else "deleted (counted)"
@@ -415,30 +401,23 @@ async def _delete(bus: Bus, args: argparse.Namespace) -> Any:
         raise CliError("delete needs a JOB_ID or --state (not both)", status=2)
     if args.job_id is not None and (args.group, args.older_than, args.limit) != (None,) * 3:
         raise CliError("--group, --older-than and --limit go with --state", status=2)
-    await _known(bus, args.queue)
+    pq = await _opened(bus, args.queue)
     if args.job_id is not None:
-        return await _delete_one(bus, args, _job_id(args.job_id))
+        return await _delete_one(pq, args, _job_id(args.job_id))
     older = None if args.older_than is None else round(args.older_than * 1000)
     most = args.limit
     if most is not None and most < 1:
         raise CliError(f"--limit must be >= 1, got {most}", status=2)
-    deleted, cursor = 0, None
-    while most is None or deleted < most:
-        size = DELETE_PAGE if most is None else min(DELETE_PAGE, most - deleted)
-        page = await jobs.delete_page(
-            bus, args.queue, args.state, group=args.group, older_than_ms=older, limit=size,
-            cursor=cursor,
-        )  # fmt: skip
-        deleted, cursor = deleted + page.deleted, page.next
-        if cursor is None:
-            break
+    deleted = await pq.delete_all(
+        args.state, group=args.group, older_than_ms=older, limit=most, page=DELETE_PAGE
+    )
     if args.json:
         return {"deleted": deleted}
     return f"deleted {deleted} {args.state} jobs"
 
 
-async def _delete_one(bus: Bus, args: argparse.Namespace, job_id: str) -> Any:
-    outcome = await jobs.delete(bus, args.queue, job_id)
+async def _delete_one(pq: PartitionedQueue, args: argparse.Namespace, job_id: str) -> Any:
+    outcome = await pq.delete(job_id)
     if outcome is jobs.Outcome.GONE:
         raise CliError(f"no job {job_id} in {args.queue!r} (never enqueued, or finished)")
     if outcome is jobs.Outcome.RUNNING:
@@ -452,10 +431,12 @@ async def _delete_one(bus: Bus, args: argparse.Namespace, job_id: str) -> Any:
 
 
 async def _tail(bus: Bus, args: argparse.Namespace) -> Any:
-    await _known(bus, args.queue)
-    async for event in events.follow(bus, args.queue):
+    pq = await _opened(bus, args.queue)
+    # a partitioned queue: every partition's events, each round's in time order
+    async for where, event in pq.follow_events():
         if args.json:
-            print(json.dumps(_jsonable(event) | {"time_ms": event.time_ms}), flush=True)
+            part = {"partition": pq.names.index(where)} if pq.n > 1 else {}
+            print(json.dumps(_jsonable(event) | {"time_ms": event.time_ms} | part), flush=True)
         else:
             extra = " ".join(f"{k}={v}" for k, v in event.fields.items())
             when = humane.iso(event.time_ms)
