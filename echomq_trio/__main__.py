@@ -63,7 +63,7 @@ from echomq_trio import (
     repeat,
     retention,
 )
-from echomq_trio._cli_queue import lanes_of, open_queue
+from echomq_trio._one_queue import lanes_of, open_queue
 from echomq_trio._opening import open_bus
 from echomq_trio._partition_meta import queue_counts
 from echomq_trio.bus import Bus

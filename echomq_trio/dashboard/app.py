@@ -44,11 +44,15 @@ from urllib.parse import parse_qsl
 
 import trio
 
-from echomq_trio import flows, jobs, lanes, queues, repeat
+from echomq_trio import flows, jobs, lanes, queues
 from echomq_trio._checks import check_group, check_job_id, check_queue
+from echomq_trio._one_queue import open_one
+from echomq_trio._partition_meta import membership
 from echomq_trio.bus import Bus
 from echomq_trio.dashboard import view
 from echomq_trio.errors import BusError
+from echomq_trio.partitions import PartitionedQueue
+from echomq_trio.results import JobInfo
 from echomq_trio.storage import read_storage, storage_note
 from servicekit import humane
 from servicekit.asgi import Response, answer, serve_app
@@ -65,20 +69,36 @@ TOKEN_HEADER = b"x-echomq-token"
 _JSON = b"application/json"
 
 
-async def _resume(bus: Bus, queue: str, group: str) -> str:
-    return "resumed" if await lanes.resume(bus, queue, group) else "not_held"
+# Each action runs on the queue as one queue (``_one_queue.open_one``): a partitioned queue's
+# job in the partition that holds it, a lane in its partition, a pause on every partition.
 
 
-async def _pause_queue(bus: Bus, queue: str) -> str:
-    return "paused" if await queues.pause(bus, queue) else "already"
+async def _replay(pq: PartitionedQueue, job_id: str) -> object:
+    return await pq.replay(job_id)
 
 
-async def _resume_queue(bus: Bus, queue: str) -> str:
-    return "resumed" if await queues.resume(bus, queue) else "not_paused"
+async def _discard(pq: PartitionedQueue, job_id: str) -> object:
+    return await pq.discard(job_id)
 
 
-async def _cancel(bus: Bus, queue: str, job_id: str) -> str:
-    return str(await jobs.cancel(bus, queue, job_id, by="dashboard"))
+async def _delete(pq: PartitionedQueue, job_id: str) -> object:
+    return await pq.delete(job_id)
+
+
+async def _resume(pq: PartitionedQueue, group: str) -> str:
+    return "resumed" if await pq.resume_lane(group) else "not_held"
+
+
+async def _pause_queue(pq: PartitionedQueue) -> str:
+    return "paused" if await pq.pause() else "already"
+
+
+async def _resume_queue(pq: PartitionedQueue) -> str:
+    return "resumed" if await pq.resume() else "not_paused"
+
+
+async def _cancel(pq: PartitionedQueue, job_id: str) -> str:
+    return str(await pq.cancel(job_id, by="dashboard"))
 
 
 def _nothing(_: object) -> str:
@@ -88,9 +108,9 @@ def _nothing(_: object) -> str:
 # The state-changing requests: path -> (the parameter naming what to change, its check, the call);
 # a request about the whole queue names nothing more ('').
 _ACTIONS: dict[str, tuple[str, Callable[[object], str], Callable[..., Awaitable[object]]]] = {
-    "/replay": ("job", check_job_id, jobs.replay),
-    "/discard": ("job", check_job_id, jobs.discard),
-    "/delete": ("job", check_job_id, jobs.delete),
+    "/replay": ("job", check_job_id, _replay),
+    "/discard": ("job", check_job_id, _discard),
+    "/delete": ("job", check_job_id, _delete),
     "/cancel": ("job", check_job_id, _cancel),
     "/resume": ("lane", check_group, _resume),
     "/pause_queue": ("", _nothing, _pause_queue),
@@ -133,7 +153,8 @@ class Dashboard:
         self.names_every_s = names_every_s
         self.emoji_font = emoji_font  # served as emoji.ttf, for payloads' emoji
         self.history = view.History(keep=keep)
-        self._names: list[str] = []
+        self._names: list[str] = []  # the queues, by name (a partitioned queue's once)
+        self._queues: dict[str, PartitionedQueue] = {}  # each as one queue (its partitions)
         # Bounded by the event streams connected now (see the module's docstring).
         self._streams: Counter[view.Query] = Counter()  # what they ask for -> how many ask it
         self._views: dict[view.Query, bytes] = {}  # each of those views, as of the last sample
@@ -154,7 +175,8 @@ class Dashboard:
         while True:
             try:
                 if trio.current_time() - listed_at >= self.names_every_s:
-                    self._names = await queues.queue_names(self.bus)
+                    self._queues = await self._list()
+                    self._names = sorted(self._queues)
                     self.history.retain(self._names)
                     listed_at = trio.current_time()
                 await self.sample()
@@ -164,12 +186,20 @@ class Dashboard:
                 await self._wake.wait()
             self._wake = trio.Event()
 
+    async def _list(self) -> dict[str, PartitionedQueue]:
+        """The server's queues, each partition folded into its queue (``echomq queues`` does
+        the same): one ``HMGET`` per queue found, and one per queue listed."""
+        found = await queues.queue_names(self.bus)
+        names = sorted({(await membership(self.bus, name)).of or name for name in found})
+        return {name: (await open_one(self.bus, name))[0] for name in names}
+
     async def sample(self) -> None:
-        """Read every known queue's counts once, render the view each event stream asks for
-        (once for all the streams that ask the same) and wake the streams."""
+        """Read every known queue's counts once (a partitioned queue's partitions', added up),
+        render the view each event stream asks for (once for all the streams that ask the
+        same) and wake the streams."""
         now = await self.bus.transport.server_time_ms()
         for name in self._names:
-            self.history.add(name, now, await jobs.counts(self.bus, name))
+            self.history.add(name, now, await self._queues[name].counts())
         self._views = {query: await self._event(query) for query in list(self._streams)}
         self._sampled.set()
         self._sampled = trio.Event()
@@ -185,40 +215,49 @@ class Dashboard:
             "now": humane.iso(now),
             # the server's own trouble, for a banner: it refuses writes (storage_note)
             "alert": storage_note(await read_storage(self.bus)),
-            "queues": [view.queue_row(n, self.history, self.sample_s) for n in names],
+            "queues": [
+                view.queue_row(n, self.history, self.sample_s, self._count(n)) for n in names
+            ],
             "queues_next": next_names,
             "queue": await self._detail(shown, query, now) if shown else None,
         }
 
+    def _count(self, name: str) -> int:
+        """How many partitions queue ``name`` has (1: a plain queue)."""
+        pq = self._queues.get(name)
+        return 1 if pq is None else pq.n
+
     async def _detail(self, queue: str, query: view.Query, now: int) -> dict[str, Any]:
+        # a partitioned queue's view is its partitions' merged (PartitionedQueue); a name not
+        # listed (a partition's own, or a queue made since) is opened now
+        pq = self._queues.get(queue) or (await open_one(self.bus, queue))[0]
         n = query.count
-        lane_count = min(n, lanes.LANE_PAGE_MAX)
-        page = await lanes.status_page(self.bus, queue, query.lanes_after, lane_count)
-        scheduled = await jobs.list_jobs(
-            self.bus, queue, jobs.JobState.SCHEDULED, query.scheduled, n + 1
-        )
-        dead = await jobs.dead_jobs(self.bus, queue, query.dead, n + 1)
-        regs = await repeat.list_repeats(self.bus, queue, n + 1, query.repeats)
-        control = await queues.control(self.bus, queue)
+        lane_rows, lanes_next = await self._lanes(pq, query.lanes_after, now, n)
+        scheduled = await _list(pq, jobs.JobState.SCHEDULED, query.scheduled, n + 1)
+        dead = await _list(pq, jobs.JobState.DEAD, query.dead, n + 1)
+        regs = await pq.list_repeats(n + 1, query.repeats)
+        control = await queues.control(self.bus, queue)  # partition 0's (pq.pause sets all)
         # Running jobs are read only when the last sample saw some: a view of an idle queue
         # costs no more than before (the list follows the samples, as the counts do).
         latest = self.history.latest(queue)
         running = (
-            await jobs.list_jobs(self.bus, queue, jobs.JobState.ACTIVE, query.running, n + 1)
+            await _list(pq, jobs.JobState.ACTIVE, query.running, n + 1)
             if latest is not None and latest.active
             else []
         )
-        one = await jobs.get_job(self.bus, queue, query.job) if query.job else None
-        # its flow (a parent, children), read only for a job asked for by id
-        flow = await flows.tree(self.bus, queue, query.job, max_jobs=50) if one else None
+        found = await pq.find(query.job) if query.job else None
+        one = None if found is None else found[1]
+        # its flow (a parent, children) in its partition, read only for a job asked for by id
+        flow = await flows.tree(self.bus, found[0], query.job, max_jobs=50) if found else None
         return {
             "name": queue,
+            "partitions": list(pq.names),  # a flow's job in any of them is of this queue
             "control": {
                 "paused": control.paused,
                 "paused_since": humane.at(control.paused_since_ms, now) if control.paused else None,
                 "max_active": control.max_active,
             },
-            "lanes": {"rows": [view.lane_row(x, now) for x in page.lanes], "next": page.next},
+            "lanes": {"rows": lane_rows, "next": lanes_next},
             "scheduled": _offset_page(
                 [view.job_row(j, now) for j in scheduled], query.scheduled, n
             ),
@@ -234,6 +273,26 @@ class Dashboard:
             if query.job
             else None,
         }
+
+    async def _lanes(
+        self, pq: PartitionedQueue, after: str, now: int, count: int
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """A page of the queue's lanes from the cursor ``after`` and the next page's cursor:
+        a partitioned queue's lanes partition by partition (``view.split_lane_cursor``; each
+        row says its partition), a plain queue's as ``lanes.status_page`` pages them."""
+        i, inner = view.split_lane_cursor(after)
+        while i < pq.n:
+            page = await lanes.status_page(
+                self.bus, pq.names[i], inner, min(count, lanes.LANE_PAGE_MAX)
+            )
+            rows = [view.lane_row(x, now) | ({"partition": i} if pq.n > 1 else {})
+                    for x in page.lanes]  # fmt: skip
+            if page.next is not None:
+                return rows, view.join_lane_cursor(i, page.next)
+            if rows or i + 1 == pq.n:  # this partition's last page: the next partition's next
+                return rows, view.join_lane_cursor(i + 1, "") if i + 1 < pq.n else None
+            i, inner = i + 1, ""  # an empty partition: the next one's first page
+        return [], None  # a cursor past the last partition
 
     # --- HTTP ----------------------------------------------------------------------------
 
@@ -286,7 +345,8 @@ class Dashboard:
         except (ValueError, UnicodeDecodeError) as exc:
             return _json(400, {"error": str(exc)})
         try:
-            outcome = await (call(self.bus, queue, subject) if parameter else call(self.bus, queue))
+            pq = (await open_one(self.bus, queue))[0]
+            outcome = await (call(pq, subject) if parameter else call(pq))
         except BusError:
             return _json(503, {"error": "the server is unavailable"})
         self._wake.set()  # sample now: the change shows at once
@@ -350,6 +410,15 @@ class Dashboard:
                 serve_app, self.app, host, port, "echomq_trio.dashboard.hypercorn"
             )
             task_status.started(url)
+
+
+async def _list(
+    pq: PartitionedQueue, state: jobs.JobState, offset: int, limit: int
+) -> list[JobInfo]:
+    """``jobs.list_jobs`` of a plain queue, or of a partitioned queue's partitions merged."""
+    if pq.n == 1:
+        return await jobs.list_jobs(pq.bus, pq.name, state, offset, limit)
+    return await pq.list_jobs(state, offset, limit)
 
 
 def _offset_page(rows: list[dict[str, Any]], offset: int, count: int) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -36,6 +37,7 @@ __all__ = [
     "flow_view",
     "job_row",
     "job_view",
+    "join_lane_cursor",
     "lane_row",
     "name_page",
     "parse_query",
@@ -44,11 +46,13 @@ __all__ = [
     "repeat_row",
     "running_row",
     "sparkline",
+    "split_lane_cursor",
 ]
 
 DEFAULT_PAGE = 20  # rows per list, and queues per page
 _OFFSETS = ("scheduled", "repeats", "dead", "running")
 _TEXT_SHOWN = 120  # payload characters shown
+_PARTITION_CURSOR = re.compile(r"p([1-9][0-9]{0,3})/(.*)", re.DOTALL)  # join_lane_cursor's
 
 
 @attrs.frozen
@@ -112,9 +116,10 @@ def sparkline(values: Sequence[int], *, width: int = 120, height: int = 28) -> s
     )
 
 
-def queue_row(name: str, history: History, sample_s: float) -> dict[str, Any]:
+def queue_row(name: str, history: History, sample_s: float, partitions: int = 1) -> dict[str, Any]:
     """One queue's line in the list: its counts now, and throughput and retries per sample
-    over the kept minutes (with their charts and per-minute rates)."""
+    over the kept minutes (with their charts and per-minute rates); a partitioned queue's
+    counts are its partitions' added up, and ``partitions`` says how many it has."""
     c = history.latest(name)
     done = deltas(history.totals(name, "completed_total"))
     retried = deltas(history.totals(name, "retried_total"))
@@ -128,6 +133,7 @@ def queue_row(name: str, history: History, sample_s: float) -> dict[str, Any]:
     }  # fmt: skip
     return {
         "name": name,
+        "partitions": partitions,
         "counts": counts,
         "done_per_min": round(sum(done) / minutes, 1) if minutes else 0,
         "retries_per_min": round(sum(retried) / minutes, 1) if minutes else 0,
@@ -277,6 +283,23 @@ def lane_row(lane: LaneStatus, now_ms: int) -> dict[str, Any]:
     }
 
 
+def split_lane_cursor(cursor: str) -> tuple[int, str]:
+    """A lane page's cursor as the partition it is in and ``lanes.status_page``'s cursor
+    there: a partitioned queue's pages go through its partitions in turn, its cursors
+    ``p<i>/<cursor>`` beyond partition 0 (``join_lane_cursor``); a plain queue's cursors are
+    ``status_page``'s own, in partition 0. ``ValueError`` for anything else."""
+    found = _PARTITION_CURSOR.fullmatch(cursor)
+    if found:
+        return int(found[1]), check_lane_cursor(found[2])
+    return 0, check_lane_cursor(cursor)
+
+
+def join_lane_cursor(partition: int, cursor: str) -> str:
+    """The cursor of the lane page at ``cursor`` in partition ``partition``
+    (``split_lane_cursor`` reads it back)."""
+    return cursor if partition == 0 else f"p{partition}/{cursor}"
+
+
 def name_page(names: Sequence[str], after: str, count: int) -> tuple[list[str], str | None]:
     """The ``count`` names after the cursor ``after`` (names are sorted; ``""``: from the first),
     and the next page's cursor (``None`` after the last)."""
@@ -334,10 +357,11 @@ def _query(given: Mapping[str, str]) -> Query:
     queue = given.get("queue", "")
     queues_after = given.get("queues_after", "")
     lanes_after = given.get("lanes_after", "")
+    split_lane_cursor(lanes_after)  # a lane page's cursor, of any partition, or ValueError
     return Query(
         queue=check_queue(queue) if queue else "",
         queues_after=check_queue(queues_after) if queues_after else "",
-        lanes_after=check_lane_cursor(lanes_after),
+        lanes_after=lanes_after,
         scheduled=numbers.get("scheduled", 0),
         repeats=numbers.get("repeats", 0),
         dead=numbers.get("dead", 0),

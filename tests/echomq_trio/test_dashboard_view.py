@@ -81,3 +81,26 @@ def test_the_query_is_read_or_refused_with_the_reason() -> None:
     }.items():
         with pytest.raises(ValueError, match=reason):
             view.parse_query(query)
+
+
+lane_cursors = st.one_of(
+    st.just(""),
+    st.builds(
+        lambda n, g: f"{n}:{g}", st.integers(0, 2**32), st.sampled_from(["", "chat-7", "a:b"])
+    ),
+)
+
+
+@given(st.integers(0, 999), lane_cursors)
+def test_a_partitioned_queue_s_lane_cursor_names_its_partition(i: int, cursor: str) -> None:
+    joined = view.join_lane_cursor(i, cursor)
+    assert view.split_lane_cursor(joined) == (i, cursor)
+    assert view.parse_query(f"lanes_after={joined}".encode()).lanes_after == joined
+    if i == 0:
+        assert joined == cursor, "a plain queue's cursors are lanes.status_page's own"
+
+
+def test_a_bad_partitioned_lane_cursor_is_refused() -> None:
+    for bad in ("p1/nope", "p0/1:", "p/1:", "p01/1:"):
+        with pytest.raises(ValueError, match="lane page cursor"):
+            view.split_lane_cursor(bad)

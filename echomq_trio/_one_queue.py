@@ -1,11 +1,12 @@
-"""How ``echomq``'s commands name a queue: by its name, a partitioned queue as one queue.
+"""How the tools name a queue (``echomq``'s commands, the dashboard): by its name, a
+partitioned queue as one queue.
 
-Every command that takes QUEUE opens it here (``open_queue``: one ``HMGET`` of its ``meta``)
-and works through the ``partitions.PartitionedQueue`` it gets, which routes each call to the
-partition that holds what it names, or to every partition. A plain queue is a handle of one
-partition, whose calls are the plain functions of ``jobs``, ``lanes`` and ``repeat``: its
-output is as it always was. A partition's own name (``q~p1.<k>``) still names that partition
-alone, for an operator who needs one; a line on stderr says which queue it is part of.
+A tool opens the queue it is given here (``open_one``: one ``HMGET`` of its ``meta``) and works
+through the ``partitions.PartitionedQueue`` it gets, which routes each call to the partition
+that holds what it names, or to every partition. A plain queue is a handle of one partition,
+whose calls are the plain functions of ``jobs``, ``lanes`` and ``repeat``: what a tool shows of
+it is as it always was. A partition's own name (``q~p1.<k>``) still names that partition alone,
+for an operator who needs one (``open_queue`` says so on stderr).
 """
 
 from __future__ import annotations
@@ -13,25 +14,33 @@ from __future__ import annotations
 import sys
 
 from echomq_trio import lanes
-from echomq_trio._partition_meta import membership
+from echomq_trio._partition_meta import Membership, membership
 from echomq_trio._partitioning import partition_names
 from echomq_trio.bus import Bus
 from echomq_trio.partitions import PartitionedQueue
 from echomq_trio.results import LaneStatus
 
-__all__ = ["lanes_of", "open_queue"]
+__all__ = ["lanes_of", "open_one", "open_queue"]
+
+
+async def open_one(bus: Bus, name: str) -> tuple[PartitionedQueue, Membership]:
+    """The queue ``name`` as one queue: every partition of a partitioned queue, or, when
+    ``name`` is a partition's, that partition alone; and what its ``meta`` says (which queue
+    a partition is of). Read only."""
+    meta = await membership(bus, name)
+    if meta.of is not None and meta.of != name:
+        return PartitionedQueue(bus, name, (name,)), meta
+    return PartitionedQueue(bus, name, partition_names(name, meta.partitions or 1)), meta
 
 
 async def open_queue(bus: Bus, name: str) -> PartitionedQueue:
-    """The queue ``name`` as one queue: every partition of a partitioned queue, or (``name``
-    is a partition's) that partition alone, said on stderr."""
-    meta = await membership(bus, name)
+    """``open_one`` for a command: naming a partition's own name is said on stderr."""
+    pq, meta = await open_one(bus, name)
     if meta.of is not None and meta.of != name:
         print(f"echomq: {name} is partition {meta.index} of queue {meta.of}: this command sees "
               f"that partition alone (name {meta.of} for the whole queue)",
               file=sys.stderr, flush=True)  # fmt: skip
-        return PartitionedQueue(bus, name, (name,))
-    return PartitionedQueue(bus, name, partition_names(name, meta.partitions or 1))
+    return pq
 
 
 async def lanes_of(pq: PartitionedQueue, limit: int) -> list[LaneStatus]:
