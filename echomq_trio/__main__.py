@@ -31,6 +31,9 @@ and exit status 1 (2 for bad usage); a record whose server does not answer is on
 directory. A reader that stops early (``echomq tail q | head``) ends the command quietly with
 exit status 141, as for a command killed by SIGPIPE: no traceback, and no error message. SIGINT
 (Ctrl-C) or SIGTERM stops a command cleanly with exit status 128 + N (130 for Ctrl-C).
+A partitioned queue (``echomq_trio.partitions``) is one queue to every command that takes
+QUEUE (``echomq_trio._one_queue``): its partitions merged, read or set at once; a partition's
+own name names that partition alone (said on stderr); ``limit`` refuses a partitioned queue.
 ``result`` waits for a job of a queue that keeps results (``jobs.result``) and prints its result
 (nothing for none); a dead, cancelled or unknown job is an error line and exit status 1, a job
 not finished within ``--timeout`` exit status 124 (as ``timeout(1)``).

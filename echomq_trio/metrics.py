@@ -6,7 +6,9 @@ Two kinds of numbers, named so that they never clash:
 
 * Process-local instruments (``BusMetrics``), observed as they happen by the consumers and
   metronomes this process runs: pass one ``BusMetrics`` as ``Consumer(..., metrics=...)`` and
-  ``Metronome(..., metrics=...)``; without it (the default, ``None``) they observe nothing.
+  ``Metronome(..., metrics=...)``; without it (the default, ``None``) they observe nothing. Their
+  ``queue`` label is the queue's name, a partitioned queue's for every partition
+  (``metrics_queue``, set by ``partitions.PartitionedConsumer`` and ``PartitionedMetronome``).
 
   - ``echomq_claim_batch_size{queue}`` (histogram): jobs per claim round trip that got any (an
     idle claim that gets none is not observed); its ``_count`` is such claims, its ``_sum`` the

@@ -25,17 +25,22 @@ Theory of operation:
   Each claims its own partition, so none starves and an empty one parks on its wake list (no
   server work). Each has the ``concurrency`` it is given: ``n`` partitions run up to ``n``
   times that many handlers. ``PartitionedMetronome`` runs a ``Metronome`` per partition;
-  ``PartitionedQueue.serve`` gives a ``worker.Serve`` per partition, for ``open_worker``.
+  ``PartitionedQueue.serve`` gives a ``worker.Serve`` per partition, for ``open_worker``. Their
+  metrics carry the queue's name (``metrics_queue``): one series per queue.
 * Reading: ``counts`` sums the partitions' counts (read concurrently: each partition's is one
   consistent snapshot, their sum is not one instant); a lane's status and jobs are read in its
   partition; a job by id (``get_job``, ``cancel``, ``result``, ``replay``...) is looked for in
   every partition at once (a lane job's partition is its lane's, not its id's); listings of jobs
-  by state (``list_jobs``, ``dead_jobs``) merge every partition's first page.
-* Controls: ``pause``/``resume`` and ``keep_results`` set every partition at once. What stays
-  per partition (read ``docs/howto/partitions.md``): the cap on jobs in flight (``queues``: a
-  cap set on each partition is a cap per partition, ``n`` times the cap in all), events, the
-  audit, retention, the CLI, the dashboard and the metrics, which see each partition as a queue
-  of its own. Changing ``n``: drain the queue, ``dissolve`` it, ``create`` it anew.
+  by state (``list_jobs``, ``dead_jobs``) and recurring schedules merge every partition's first
+  page; events (``read_events``, ``follow_events``) merge every partition's stream in time
+  order (``_stream_merge``), and the audit is read from every partition's.
+* Controls: ``pause``/``resume``, ``keep_results``, ``configure_retention``, ``enable_audit``
+  and ``set_expired`` set every partition at once; ``delete_all`` and ``replay_all`` repair
+  every partition. The CLI and the dashboard see one queue through these
+  (``echomq_trio._one_queue``). What stays per partition (read ``docs/howto/partitions.md``):
+  the cap on jobs in flight (``queues``: a cap set on each partition is a cap per partition,
+  ``n`` times the cap in all). Changing ``n``: drain the queue, ``dissolve`` it, ``create`` it
+  anew.
 """
 
 from __future__ import annotations
