@@ -66,7 +66,7 @@ from echomq_trio import (
     repeat,
     retention,
 )
-from echomq_trio._one_queue import lanes_of, open_queue
+from echomq_trio._one_queue import lanes_of, list_jobs, open_queue
 from echomq_trio._opening import open_bus
 from echomq_trio._partition_meta import queue_counts
 from echomq_trio.bus import Bus
@@ -191,7 +191,7 @@ async def _ls(bus: Bus, args: argparse.Namespace) -> Any:
             [(s.group, s.depth, s.in_flight, s.limit or "-", s.weight, "yes" if s.paused else "",
               humane.at(s.wait_until_ms, now), "yes" if s.on_ring else "") for s in status],
         )  # fmt: skip
-    rows = await pq.list_jobs(args.what, 0, args.limit)
+    rows = await list_jobs(pq, args.what, 0, args.limit)
     if args.what == "pending":
         for lane in await lanes_of(pq, args.limit):
             if len(rows) < args.limit and lane.depth:

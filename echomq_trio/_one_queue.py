@@ -13,24 +13,30 @@ from __future__ import annotations
 
 import sys
 
-from echomq_trio import lanes
+from echomq_trio import jobs, lanes
 from echomq_trio._partition_meta import Membership, membership
 from echomq_trio._partitioning import partition_names
 from echomq_trio.bus import Bus
 from echomq_trio.partitions import PartitionedQueue
-from echomq_trio.results import LaneStatus
+from echomq_trio.results import JobInfo, LaneStatus
+from echomq_trio.states import JobState
 
-__all__ = ["lanes_of", "open_one", "open_queue"]
+__all__ = ["handle", "lanes_of", "list_jobs", "open_one", "open_queue"]
+
+
+def handle(bus: Bus, name: str, meta: Membership) -> PartitionedQueue:
+    """The queue ``name`` whose ``meta`` is ``meta``, as one queue (pure): every partition of a
+    partitioned queue, or, when ``name`` is a partition's, that partition alone."""
+    if meta.of is not None and meta.of != name:
+        return PartitionedQueue(bus, name, (name,))
+    return PartitionedQueue(bus, name, partition_names(name, meta.partitions or 1))
 
 
 async def open_one(bus: Bus, name: str) -> tuple[PartitionedQueue, Membership]:
-    """The queue ``name`` as one queue: every partition of a partitioned queue, or, when
-    ``name`` is a partition's, that partition alone; and what its ``meta`` says (which queue
-    a partition is of). Read only."""
+    """``handle`` of the queue ``name``, and what its ``meta`` says (which queue a partition
+    is of): one ``HMGET``. Read only."""
     meta = await membership(bus, name)
-    if meta.of is not None and meta.of != name:
-        return PartitionedQueue(bus, name, (name,)), meta
-    return PartitionedQueue(bus, name, partition_names(name, meta.partitions or 1)), meta
+    return handle(bus, name, meta), meta
 
 
 async def open_queue(bus: Bus, name: str) -> PartitionedQueue:
@@ -41,6 +47,16 @@ async def open_queue(bus: Bus, name: str) -> PartitionedQueue:
               f"that partition alone (name {meta.of} for the whole queue)",
               file=sys.stderr, flush=True)  # fmt: skip
     return pq
+
+
+async def list_jobs(
+    pq: PartitionedQueue, state: JobState | str, offset: int, limit: int
+) -> list[JobInfo]:
+    """``jobs.list_jobs`` of a plain queue (as it always was), or of a partitioned queue's
+    partitions merged (``PartitionedQueue.list_jobs``). Read only."""
+    if pq.n == 1:
+        return await jobs.list_jobs(pq.bus, pq.name, state, offset, limit)
+    return await pq.list_jobs(state, offset, limit)
 
 
 async def lanes_of(pq: PartitionedQueue, limit: int) -> list[LaneStatus]:

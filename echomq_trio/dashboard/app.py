@@ -46,13 +46,12 @@ import trio
 
 from echomq_trio import flows, jobs, lanes, queues
 from echomq_trio._checks import check_group, check_job_id, check_queue
-from echomq_trio._one_queue import open_one
+from echomq_trio._one_queue import handle, list_jobs, open_one
 from echomq_trio._partition_meta import membership
 from echomq_trio.bus import Bus
 from echomq_trio.dashboard import view
 from echomq_trio.errors import BusError
 from echomq_trio.partitions import PartitionedQueue
-from echomq_trio.results import JobInfo
 from echomq_trio.storage import read_storage, storage_note
 from servicekit import humane
 from servicekit.asgi import Response, answer, serve_app
@@ -188,10 +187,14 @@ class Dashboard:
 
     async def _list(self) -> dict[str, PartitionedQueue]:
         """The server's queues, each partition folded into its queue (``echomq queues`` does
-        the same): one ``HMGET`` per queue found, and one per queue listed."""
-        found = await queues.queue_names(self.bus)
-        names = sorted({(await membership(self.bus, name)).of or name for name in found})
-        return {name: (await open_one(self.bus, name))[0] for name in names}
+        the same): one ``HMGET`` per queue found."""
+        metas = {
+            name: await membership(self.bus, name) for name in await queues.queue_names(self.bus)
+        }
+        names = sorted({meta.of or name for name, meta in metas.items()})
+        # a partitioned queue whose partition 0 was not found (yet) is read on its own
+        return {name: handle(self.bus, name, metas[name]) if name in metas
+                else (await open_one(self.bus, name))[0] for name in names}  # fmt: skip
 
     async def sample(self) -> None:
         """Read every known queue's counts once (a partitioned queue's partitions', added up),
@@ -233,15 +236,15 @@ class Dashboard:
         pq = self._queues.get(queue) or (await open_one(self.bus, queue))[0]
         n = query.count
         lane_rows, lanes_next = await self._lanes(pq, query.lanes_after, now, n)
-        scheduled = await _list(pq, jobs.JobState.SCHEDULED, query.scheduled, n + 1)
-        dead = await _list(pq, jobs.JobState.DEAD, query.dead, n + 1)
+        scheduled = await list_jobs(pq, jobs.JobState.SCHEDULED, query.scheduled, n + 1)
+        dead = await list_jobs(pq, jobs.JobState.DEAD, query.dead, n + 1)
         regs = await pq.list_repeats(n + 1, query.repeats)
         control = await queues.control(self.bus, queue)  # partition 0's (pq.pause sets all)
         # Running jobs are read only when the last sample saw some: a view of an idle queue
         # costs no more than before (the list follows the samples, as the counts do).
         latest = self.history.latest(queue)
         running = (
-            await _list(pq, jobs.JobState.ACTIVE, query.running, n + 1)
+            await list_jobs(pq, jobs.JobState.ACTIVE, query.running, n + 1)
             if latest is not None and latest.active
             else []
         )
@@ -410,15 +413,6 @@ class Dashboard:
                 serve_app, self.app, host, port, "echomq_trio.dashboard.hypercorn"
             )
             task_status.started(url)
-
-
-async def _list(
-    pq: PartitionedQueue, state: jobs.JobState, offset: int, limit: int
-) -> list[JobInfo]:
-    """``jobs.list_jobs`` of a plain queue, or of a partitioned queue's partitions merged."""
-    if pq.n == 1:
-        return await jobs.list_jobs(pq.bus, pq.name, state, offset, limit)
-    return await pq.list_jobs(state, offset, limit)
 
 
 def _offset_page(rows: list[dict[str, Any]], offset: int, count: int) -> dict[str, Any]:

@@ -66,6 +66,8 @@ async def test_ls_and_show_see_every_partition(standalone_url: str, queue: str) 
     shown = await _run(standalone_url, "show", queue, dead)
     assert re.search(rf"^partition\s+2 \({re.escape(pq.names[2])}\)$", shown, re.M), shown
     assert "HTTP 502" in shown
+    flow = await _run(standalone_url, "flow", queue, dead)
+    assert flow.strip() == f"{dead}  dead", "a job of any partition is of this queue"
     as_json = json.loads(await _run(standalone_url, "--json", "show", queue, laned[1]))
     assert as_json["group"] == groups[1]
     out = await echomq("ls", pq.names[1], "pending", url=standalone_url)
