@@ -68,7 +68,6 @@ from echomq_trio import (
 )
 from echomq_trio._one_queue import lanes_of, list_jobs, open_queue
 from echomq_trio._opening import open_bus
-from echomq_trio._partition_meta import queue_counts
 from echomq_trio.bus import Bus
 from echomq_trio.errors import (
     AuthenticationFailed,
@@ -129,10 +128,10 @@ async def _opened(bus: Bus, queue: str) -> PartitionedQueue:
 
 
 async def _stats(bus: Bus, args: argparse.Namespace) -> Any:
-    await _known(bus, args.queue)
-    n = (await partitions.membership(bus, args.queue)).partitions or 1
+    pq = await _opened(bus, args.queue)
+    n = pq.n
     # a partitioned queue: its partitions' counts added up (its retention, controls: 0's)
-    c = await queue_counts(bus, args.queue)
+    c = await pq.counts()
     kept = await retention.get(bus, args.queue)
     control = await queues.control(bus, args.queue)
     if args.json:  # the counts' fields, the retention and the controls under their own names
