@@ -63,6 +63,7 @@ def test_a_bad_count_is_refused() -> None:
 # --- on a server ----------------------------------------------------------------------------------
 
 
+@pytest.mark.cluster  # each partition's stream on its own primary
 async def test_events_of_every_partition_read_in_time_order(bus: Bus, queue: str) -> None:
     pq = await partitions.create(bus, queue, 3)
     admitted = [(await pq.enqueue(f"j{i}")).id for i in range(9)]  # three in each, in turn
@@ -83,6 +84,7 @@ async def test_events_of_every_partition_read_in_time_order(bus: Bus, queue: str
         await pq.read_events("nope")
 
 
+@pytest.mark.cluster  # each partition's stream on its own primary
 async def test_follow_events_follows_every_partition(bus: Bus, queue: str) -> None:
     pq = await partitions.create(bus, queue, 3)
     await pq.enqueue("before")  # not followed: from now on
@@ -113,6 +115,7 @@ async def test_follow_events_follows_every_partition(bus: Bus, queue: str) -> No
     assert {q for q, s, _ in seen if s in sent} == set(pq.names), "every partition's"
 
 
+@pytest.mark.cluster  # each partition's stream on its own primary
 async def test_the_audit_is_kept_read_and_trimmed_in_every_partition(bus: Bus, queue: str) -> None:
     pq = await partitions.create(bus, queue, 3)
     await pq.enable_audit()
