@@ -41,14 +41,17 @@ Theory of operation:
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import attrs
 import trio
 
+from echomq_trio import _partition_cap as _cap
 from echomq_trio import jobs, lanes, protocol, queues, repeat
 from echomq_trio._checks import check_name
+from echomq_trio._partition_cap import check_total
 from echomq_trio._partition_meta import (
     COUNT_FIELD,
     INDEX_FIELD,
@@ -66,8 +69,10 @@ from echomq_trio._partitioning import (
     partition_names,
     route,
 )
-from echomq_trio.bus import Bus
+from echomq_trio.backoff import reconnect_delay_s
+from echomq_trio.bus import Bus, new_holder
 from echomq_trio.consumer import Consumer, ConsumerStats, Handler, StopConsumer
+from echomq_trio.errors import BusError, level_of
 from echomq_trio.metronome import Metronome, MetronomeStats
 from echomq_trio.protocol import Item
 from echomq_trio.results import (
@@ -77,11 +82,15 @@ from echomq_trio.results import (
     JobInfo,
     LaneStatus,
     Outcome,
+    QueueCap,
     Registered,
 )
 from echomq_trio.states import JobState
 from echomq_trio.worker import Serve
 
+SHARE_MS = 200  # a PartitionedMetronome's period of the queue-wide cap's rounds
+SHARE_LEASE_ROUNDS = 5  # its lease on the rounds lasts this many periods past its last round
+log = logging.getLogger("echomq_trio.partitions")
 CHANGE_N = "drain it, partitions.dissolve it, then create it anew (docs/howto/partitions.md)"
 __all__ = [
     "MAX_PARTITIONED_NAME_BYTES",
@@ -90,6 +99,7 @@ __all__ = [
     "PartitionedConsumer",
     "PartitionedMetronome",
     "PartitionedQueue",
+    "QueueCap",
     "create",
     "dissolve",
     "membership",
@@ -297,6 +307,41 @@ class PartitionedQueue:
 
     def _keep_in(self, queue: str, ttl_ms: int) -> Callable[[], Awaitable[int]]:
         return lambda: jobs.keep_results(self.bus, queue, ttl_ms)
+
+    async def set_limit(self, total: int | None) -> QueueCap:
+        """Cap the jobs in flight of the whole queue, across every partition, consumer and
+        process, at ``total`` (>= 1), or clear the cap (``None``). The total is shared out as one
+        ordinary cap per partition (``queues.set_limit``'s), moved by rounds so that the
+        partitions together never hold more than ``total`` in flight: this call records the
+        total and runs a round at once, and every ``PartitionedMetronome`` runs one every
+        ``share_ms`` after. A total lowered below what runs takes nothing back (jobs leased
+        finish, claims wait); clearing removes every partition's cap. ``ValueError`` (one line)
+        for anything but an int >= 1 or ``None``, before any I/O. Returns ``limit()``'s reading
+        after.
+
+        Idempotent: a cancelled call may have recorded the total and moved some caps (the
+        invariant holds either way: see ``docs/howto/partitions.md``); call again."""
+        checked = check_total(total)
+        if checked is None:
+            await _cap.clear(self.bus, self.names)
+        else:
+            await _cap.start(self.bus, self.names, checked)
+        return await self.limit()
+
+    async def limit(self) -> QueueCap:
+        """The queue-wide cap on jobs in flight (``total``, ``None`` for none), the jobs in
+        flight in every partition (their sum: not one instant) and each partition's share
+        in effect. Read only: one command per partition and one more, concurrently."""
+        return await _cap.read(self.bus, self.names)
+
+    async def share_cap(self, *, holder: str = "", lease_ms: int = 0) -> list[int] | None:
+        """One round of the queue-wide cap (``PartitionedMetronome`` runs them): stamp every
+        partition with a new epoch, lower the caps above their share and raise those below it
+        within the room the total leaves. The shares aimed at, or ``None`` when no round ran
+        (no total; another ``holder``'s lease of ``lease_ms`` on the rounds runs; a newer round
+        fenced this one off). Rounds may race: each keeps the partitions' jobs in flight within
+        the total."""
+        return await _cap.share_round(self.bus, self.names, holder=holder, lease_ms=lease_ms)
 
     def serve(self, handler: Handler, **settings: Any) -> list[Serve]:
         """One ``worker.Serve`` per partition, each with ``handler`` and the ``settings`` given
@@ -533,20 +578,61 @@ class PartitionedConsumer:
 
 
 class PartitionedMetronome:
-    """One ``Metronome`` per partition (``metronomes``), each with the ``settings`` given; run
-    it with ``nursery.start(pm.run)``, cancel its nursery to stop them."""
+    """One ``Metronome`` per partition (``metronomes``), each with the ``settings`` given, and
+    the rounds of the queue-wide cap on jobs in flight (``PartitionedQueue.set_limit``): while
+    partition 0 holds a total, a round every ``share_ms`` (200 by default), run by one
+    metronome of all the processes' at a time (a lease on the rounds; any may take over when it
+    runs out), so the cap follows the work within a round. Without a total the cost is one
+    ``HMGET`` of partition 0's meta every ``beat_ms``. Run it with ``nursery.start(pm.run)``,
+    cancel its nursery to stop them."""
 
-    def __init__(self, queue: PartitionedQueue, **settings: Any) -> None:
+    def __init__(self, queue: PartitionedQueue, *, share_ms: int = SHARE_MS,
+                 **settings: Any) -> None:  # fmt: skip
+        if isinstance(share_ms, bool) or not isinstance(share_ms, int) or share_ms <= 0:
+            raise ValueError(f"share_ms must be a positive int, got {share_ms!r}")
         self.queue = queue
         self.metronomes = tuple(Metronome(queue.bus, name, **settings) for name in queue.names)
+        self.share_s = share_ms / 1000
+        self._holder = new_holder()
+        self.rounds = 0  # rounds run by this metronome (its share of the queue-wide cap)
 
     def statistics(self) -> MetronomeStats:
         """The partitions' metronomes' counters, added up."""
         return _sum_stats(MetronomeStats, [m.statistics() for m in self.metronomes])
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Promote, fire and reap in every partition until cancelled."""
-        await _run_all([m.run for m in self.metronomes], task_status)
+        """Promote, fire and reap in every partition, and share the queue's cap out, until
+        cancelled."""
+        runs = [m.run for m in self.metronomes]
+        if self.queue.n > 1:
+            runs.append(self._share)
+        await _run_all(runs, task_status)
+
+    async def _share(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """A round every ``share_s`` while the queue has a total, else a look every beat; a
+        round that fails is tried again after the reconnect delay (a round stopped midway
+        leaves the caps within the total)."""
+        task_status.started()
+        idle_s = max(self.share_s, self.metronomes[0].beat_s)
+        lease_ms = round(self.share_s * 1000 * SHARE_LEASE_ROUNDS)
+        k0 = self.queue.bus.keys(self.queue.name)
+        failures = 0
+        while True:
+            try:
+                begin = protocol.cap_total_call(k0, "begin", self._holder, lease_ms)
+                total, epoch = await self.queue.bus.run(begin)
+                if epoch:
+                    await _cap.share_round(self.queue.bus, self.queue.names, begun=(total, epoch))
+                    self.rounds += 1
+                failures = 0
+                wait = self.share_s if total is not None else idle_s
+            except BusError as exc:
+                failures += 1
+                wait = reconnect_delay_s(failures)
+                log.log(level_of(exc), "a round of %s's cap failed: %s", self.queue.name, exc)
+            await trio.sleep(wait)
 
 
 S = TypeVar("S")
