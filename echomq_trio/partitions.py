@@ -31,11 +31,15 @@ Theory of operation:
   partition; a job by id (``get_job``, ``cancel``, ``result``, ``replay``...) is looked for in
   every partition at once (a lane job's partition is its lane's, not its id's); listings of jobs
   by state (``list_jobs``, ``dead_jobs``) merge every partition's first page.
-* Controls: ``pause``/``resume`` and ``keep_results`` set every partition at once. What stays
-  per partition (read ``docs/howto/partitions.md``): the cap on jobs in flight (``queues``: a
-  cap set on each partition is a cap per partition, ``n`` times the cap in all), events, the
-  audit, retention, the CLI, the dashboard and the metrics, which see each partition as a queue
-  of its own. Changing ``n``: drain the queue, ``dissolve`` it, ``create`` it anew.
+* Controls: ``pause``/``resume`` and ``keep_results`` set every partition at once. The cap on
+  jobs in flight (``set_limit``) is the whole queue's: a total in partition 0, shared out as
+  one ordinary cap per partition by rounds (``echomq_trio._partition_cap``, the shares'
+  arithmetic in ``echomq_trio._cap_shares``) that ``set_limit`` runs once and every
+  ``PartitionedMetronome`` runs every ``share_ms``; an epoch fences them, so the partitions
+  never hold more than the total in flight, however rounds race or fail. What stays per
+  partition (read ``docs/howto/partitions.md``): events, the audit, retention, the CLI, the
+  dashboard and the metrics, which see each partition as a queue of its own. Changing ``n``:
+  drain the queue, ``dissolve`` it, ``create`` it anew.
 """
 
 from __future__ import annotations
