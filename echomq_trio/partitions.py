@@ -598,7 +598,20 @@ class PartitionedMetronome:
         self.metronomes = tuple(Metronome(queue.bus, name, **settings) for name in queue.names)
         self.share_s = share_ms / 1000
         self._holder = new_holder()
-        self.rounds = 0  # rounds run by this metronome (its share of the queue-wide cap)
+        self._rounds = 0
+        self._round_failures = 0
+
+    @property
+    def rounds(self) -> int:
+        """The rounds of the queue-wide cap this metronome has run (none while another
+        process's holds the lease on them, or while the queue has no total)."""
+        return self._rounds
+
+    @property
+    def round_failures(self) -> int:
+        """The rounds that failed (the server unreachable...): each tried again after the
+        reconnect delay, the caps within the total meanwhile."""
+        return self._round_failures
 
     def statistics(self) -> MetronomeStats:
         """The partitions' metronomes' counters, added up."""
@@ -629,11 +642,12 @@ class PartitionedMetronome:
                 total, epoch = await self.queue.bus.run(begin)
                 if epoch:
                     await _cap.share_round(self.queue.bus, self.queue.names, begun=(total, epoch))
-                    self.rounds += 1
+                    self._rounds += 1
                 failures = 0
                 wait = self.share_s if total is not None else idle_s
             except BusError as exc:
                 failures += 1
+                self._round_failures += 1
                 wait = reconnect_delay_s(failures)
                 log.log(level_of(exc), "a round of %s's cap failed: %s", self.queue.name, exc)
             await trio.sleep(wait)
