@@ -99,6 +99,7 @@ CHANGE_N = "drain it, partitions.dissolve it, then create it anew (docs/howto/pa
 __all__ = [
     "MAX_PARTITIONED_NAME_BYTES",
     "MAX_PARTITIONS",
+    "CapRounds",
     "Membership",
     "PartitionedConsumer",
     "PartitionedMetronome",
@@ -317,11 +318,11 @@ class PartitionedQueue:
         process, at ``total`` (>= 1), or clear the cap (``None``). The total is shared out as one
         ordinary cap per partition (``queues.set_limit``'s), moved by rounds so that the
         partitions together never hold more than ``total`` in flight: this call records the
-        total and runs a round at once, and every ``PartitionedMetronome`` runs one every
-        ``share_ms`` after. A total lowered below what runs takes nothing back (jobs leased
-        finish, claims wait); clearing removes every partition's cap. ``ValueError`` (one line)
-        for anything but an int >= 1 or ``None``, before any I/O. Returns ``limit()``'s reading
-        after.
+        total and runs a round at once, and every ``PartitionedMetronome`` (or ``CapRounds``)
+        runs one every ``share_ms`` after. A total lowered below what runs takes nothing back
+        (jobs leased finish, claims wait); clearing removes every partition's cap.
+        ``ValueError`` (one line) for anything but an int >= 1 or ``None``, before any I/O.
+        Returns ``limit()``'s reading after.
 
         Idempotent: a cancelled call may have recorded the total and moved some caps (the
         invariant holds either way: see ``docs/howto/partitions.md``); call again."""
@@ -583,35 +584,26 @@ class PartitionedConsumer:
 
 class PartitionedMetronome:
     """One ``Metronome`` per partition (``metronomes``), each with the ``settings`` given, and
-    the rounds of the queue-wide cap on jobs in flight (``PartitionedQueue.set_limit``): while
-    partition 0 holds a total, a round every ``share_ms`` (200 by default), run by one
-    metronome of all the processes' at a time (a lease on the rounds; any may take over when it
-    runs out), so the cap follows the work within a round. Without a total the cost is one
-    ``HMGET`` of partition 0's meta every ``beat_ms``. Run it with ``nursery.start(pm.run)``,
-    cancel its nursery to stop them."""
+    the rounds of the queue-wide cap on jobs in flight (``cap_rounds``, a ``CapRounds`` with
+    ``share_ms`` and the metronomes' ``beat_ms``; none for a queue of one partition). Run it
+    with ``nursery.start(pm.run)``, cancel its nursery to stop them."""
 
     def __init__(self, queue: PartitionedQueue, *, share_ms: int = SHARE_MS,
                  **settings: Any) -> None:  # fmt: skip
-        if isinstance(share_ms, bool) or not isinstance(share_ms, int) or share_ms <= 0:
-            raise ValueError(f"share_ms must be a positive int, got {share_ms!r}")
         self.queue = queue
         self.metronomes = tuple(Metronome(queue.bus, name, **settings) for name in queue.names)
-        self.share_s = share_ms / 1000
-        self._holder = new_holder()
-        self._rounds = 0
-        self._round_failures = 0
+        beat_ms = round(self.metronomes[0].beat_s * 1000)
+        self.cap_rounds = CapRounds(queue, share_ms=share_ms, beat_ms=beat_ms)
 
     @property
     def rounds(self) -> int:
-        """The rounds of the queue-wide cap this metronome has run (none while another
-        process's holds the lease on them, or while the queue has no total)."""
-        return self._rounds
+        """``cap_rounds.rounds``: the rounds of the queue-wide cap it has run."""
+        return self.cap_rounds.rounds
 
     @property
     def round_failures(self) -> int:
-        """The rounds that failed (the server unreachable...): each tried again after the
-        reconnect delay, the caps within the total meanwhile."""
-        return self._round_failures
+        """``cap_rounds.failures``."""
+        return self.cap_rounds.failures
 
     def statistics(self) -> MetronomeStats:
         """The partitions' metronomes' counters, added up."""
@@ -622,34 +614,70 @@ class PartitionedMetronome:
         cancelled."""
         runs = [m.run for m in self.metronomes]
         if self.queue.n > 1:
-            runs.append(self._share)
+            runs.append(self.cap_rounds.run)
         await _run_all(runs, task_status)
 
-    async def _share(
-        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        """A round every ``share_s`` while the queue has a total, else a look every beat; a
-        round that fails is tried again after the reconnect delay (a round stopped midway
-        leaves the caps within the total)."""
+
+class CapRounds:
+    """The rounds of a partitioned queue's cap on jobs in flight (``PartitionedQueue.set_limit``)
+    as one task: while partition 0 holds a total, a round every ``share_ms`` (200 by default),
+    run by one ``CapRounds`` of all the processes' at a time (a lease on the rounds that another
+    takes over when it runs out: a process that stops hands the rounds on within
+    ``SHARE_LEASE_ROUNDS`` periods), so the shares follow the work within a round. Without a
+    total it costs one call (an ``HMGET`` of partition 0's meta) every ``beat_ms``. A round that
+    fails is tried again after the reconnect delay; one stopped midway (failed, cancelled)
+    leaves the partitions within the total. ``PartitionedMetronome`` runs one; beside a
+    ``Worker`` (whose metronomes are per partition) start one with ``nursery.start(cr.run)``."""
+
+    def __init__(self, queue: PartitionedQueue, *, share_ms: int = SHARE_MS,
+                 beat_ms: int = 1_000) -> None:  # fmt: skip
+        for name, value in (("share_ms", share_ms), ("beat_ms", beat_ms)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        self.queue = queue
+        self.share_s = share_ms / 1000
+        self.idle_s = max(share_ms, beat_ms) / 1000
+        self._lease_ms = share_ms * SHARE_LEASE_ROUNDS
+        self._holder = new_holder()
+        self._rounds = 0
+        self._failures = 0
+
+    @property
+    def rounds(self) -> int:
+        """The rounds it has run (none while another's lease runs or the queue has no total)."""
+        return self._rounds
+
+    @property
+    def failures(self) -> int:
+        """The rounds that failed (the server unreachable...), each tried again."""
+        return self._failures
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """A round every ``share_ms`` while the queue has a total, else a look every
+        ``beat_ms``, until cancelled."""
+        bus, k0 = self.queue.bus, self.queue.bus.keys(self.queue.name)
         task_status.started()
-        idle_s = max(self.share_s, self.metronomes[0].beat_s)
-        lease_ms = round(self.share_s * 1000 * SHARE_LEASE_ROUNDS)
-        k0 = self.queue.bus.keys(self.queue.name)
         failures = 0
         while True:
             try:
-                begin = protocol.cap_total_call(k0, "begin", self._holder, lease_ms)
-                total, epoch = await self.queue.bus.run(begin)
+                begin = protocol.cap_total_call(k0, "begin", self._holder, self._lease_ms)
+                total, epoch = await bus.run(begin)
                 if epoch:
-                    await _cap.share_round(self.queue.bus, self.queue.names, begun=(total, epoch))
+                    await _cap.share_round(bus, self.queue.names, begun=(total, epoch))
                     self._rounds += 1
                 failures = 0
-                wait = self.share_s if total is not None else idle_s
+                wait = self.share_s if total is not None else self.idle_s
             except BusError as exc:
                 failures += 1
-                self._round_failures += 1
+                self._failures += 1
                 wait = reconnect_delay_s(failures)
                 log.log(level_of(exc), "a round of %s's cap failed: %s", self.queue.name, exc)
+            except BaseExceptionGroup as group:
+                # cancelled (stopping) as a call of the round failed: the stop, not the failure
+                cancelled = group.subgroup(trio.Cancelled)
+                if cancelled is None:
+                    raise
+                raise cancelled from None
             await trio.sleep(wait)
 
 
