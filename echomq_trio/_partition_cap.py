@@ -37,9 +37,10 @@ from echomq_trio._replies import as_text
 from echomq_trio.bus import Bus
 from echomq_trio.results import CapShare, QueueCap
 
-__all__ = ["TOTAL_FIELD", "check_total", "clear", "read", "share_round", "start"]
+__all__ = ["START_TRIES", "TOTAL_FIELD", "check_total", "clear", "read", "share_round", "start"]
 
 TOTAL_FIELD = "partitions_cap"  # partition 0's meta: the queue-wide cap on jobs in flight
+START_TRIES = 10  # rounds set_limit begins when newer ones fence its own off
 
 
 def check_total(total: object) -> int | None:
@@ -63,9 +64,22 @@ def _share(
 
 
 async def start(bus: Bus, names: Sequence[str], total: int) -> list[int] | None:
-    """Record ``total`` on partition 0 and run a round at once (``share_round``)."""
-    _, epoch = await bus.run(protocol.cap_total_call(bus.keys(names[0]), "set", total))
-    return await share_round(bus, names, begun=(total, epoch))
+    """Record ``total`` on partition 0 and run a round at once (``share_round``). A round
+    fenced off by a newer one (a metronome's, begun meanwhile) is begun anew, up to
+    ``START_TRIES`` times, so that on return a round begun after the total was recorded has
+    made its lowers (the newer one may not have yet); ``None`` when the total was cleared or
+    replaced meanwhile."""
+    k0 = bus.keys(names[0])
+    _, epoch = await bus.run(protocol.cap_total_call(k0, "set", total))
+    begun: tuple[int | None, int] = (total, epoch)
+    for _ in range(START_TRIES):
+        shares = await share_round(bus, names, begun=begun)
+        if shares is not None:
+            return shares
+        begun = await bus.run(protocol.cap_total_call(k0, "begin", "", 0))
+        if begun[0] != total:
+            return None  # cleared or replaced by another call: that call's round rules
+    return None
 
 
 async def clear(bus: Bus, names: Sequence[str]) -> None:

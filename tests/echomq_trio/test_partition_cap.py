@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -363,3 +363,38 @@ async def test_cap_rounds_stopped_as_a_round_s_call_fails_stop_cleanly(
         await nursery.start(rounds.run)
     assert stopped.fired and lost.fired
     assert (rounds.rounds, rounds.failures) == (0, 0)
+
+
+class Interloper(FaultyTransport):
+    """A real transport that runs ``hook`` once, just before the first ``lower`` of a round."""
+
+    def __init__(self, inner: Transport, hook: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(inner)
+        self.hook: Callable[[], Awaitable[None]] | None = hook
+
+    async def script(self, name: str, keys: Sequence[str], args: Sequence[str | bytes]) -> object:
+        if name == "cap_share" and args[1] == "lower" and self.hook is not None:
+            hook, self.hook = self.hook, None
+            await hook()
+        return await super().script(name, keys, args)
+
+
+async def test_set_limit_fenced_off_by_a_round_cut_midway_begins_its_round_anew(
+    bus: Bus, queue: str
+) -> None:
+    pq = await partitions.create(bus, queue, 3)
+    for q in pq.names:
+        await jobs.enqueue_many(bus, q, ["a", "b"])
+    other = FaultyTransport(bus.transport)
+    cut = other.fail(lambda c: c.name == "cap_share" and c.args[1] == "lower",
+                     ConnectionLost("cut"), times=10)  # fmt: skip
+    rival = partitions.PartitionedQueue(Bus(other), pq.name, pq.names)
+
+    async def newer_round_cut_after_its_stamps() -> None:
+        with pytest.raises(ConnectionLost):
+            await rival.share_cap()
+
+    mover = Interloper(bus.transport, newer_round_cut_after_its_stamps)
+    c = await partitions.PartitionedQueue(Bus(mover), pq.name, pq.names).set_limit(4)
+    assert cut.fired and mover.hook is None
+    assert None not in c.shares and sum(s or 0 for s in c.shares) == 4, c
