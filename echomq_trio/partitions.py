@@ -37,23 +37,28 @@ Theory of operation:
 * Controls: ``pause``/``resume``, ``keep_results``, ``configure_retention``, ``enable_audit``
   and ``set_expired`` set every partition at once; ``delete_all`` and ``replay_all`` repair
   every partition. The CLI and the dashboard see one queue through these
-  (``echomq_trio._one_queue``). What stays per partition (read ``docs/howto/partitions.md``):
-  the cap on jobs in flight (``queues``: a cap set on each partition is a cap per partition,
-  ``n`` times the cap in all). Changing ``n``: drain the queue, ``dissolve`` it, ``create`` it
-  anew.
+  (``echomq_trio._one_queue``). The cap on jobs in flight (``set_limit``) is the whole
+  queue's: a total in partition 0, shared out as one ordinary cap per partition by rounds
+  (``echomq_trio._partition_cap``, the shares' arithmetic in ``echomq_trio._cap_shares``) that
+  ``set_limit`` runs once and every ``PartitionedMetronome`` runs every ``share_ms``; an epoch
+  fences them, so the partitions never hold more than the total in flight, however rounds race
+  or fail. Changing ``n``: drain the queue, ``dissolve`` it, ``create`` it anew.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import attrs
 import trio
 
+from echomq_trio import _partition_cap as _cap
 from echomq_trio import audit, events, jobs, lanes, protocol, queues, repeat, retention
 from echomq_trio._checks import check_name, check_stream_id
+from echomq_trio._partition_cap import check_total
 from echomq_trio._partition_meta import (
     COUNT_FIELD,
     INDEX_FIELD,
@@ -72,8 +77,10 @@ from echomq_trio._partitioning import (
     route,
 )
 from echomq_trio._stream_merge import id_key, merge_page
-from echomq_trio.bus import Bus
+from echomq_trio.backoff import reconnect_delay_s
+from echomq_trio.bus import Bus, new_holder
 from echomq_trio.consumer import Consumer, ConsumerStats, Handler, StopConsumer
+from echomq_trio.errors import BusError, level_of
 from echomq_trio.events import Event
 from echomq_trio.metronome import Metronome, MetronomeStats
 from echomq_trio.protocol import Item
@@ -86,6 +93,7 @@ from echomq_trio.results import (
     JobInfo,
     LaneStatus,
     Outcome,
+    QueueCap,
     Registered,
     Registration,
     Retention,
@@ -94,14 +102,19 @@ from echomq_trio.states import JobState
 from echomq_trio.worker import Serve
 
 FOLLOW_PAGE = 500  # events read per partition per round by follow_events, as events.follow
+SHARE_MS = 200  # a PartitionedMetronome's period of the queue-wide cap's rounds
+SHARE_LEASE_ROUNDS = 5  # its lease on the rounds lasts this many periods past its last round
+log = logging.getLogger("echomq_trio.partitions")
 CHANGE_N = "drain it, partitions.dissolve it, then create it anew (docs/howto/partitions.md)"
 __all__ = [
     "MAX_PARTITIONED_NAME_BYTES",
     "MAX_PARTITIONS",
+    "CapRounds",
     "Membership",
     "PartitionedConsumer",
     "PartitionedMetronome",
     "PartitionedQueue",
+    "QueueCap",
     "create",
     "dissolve",
     "membership",
@@ -309,6 +322,41 @@ class PartitionedQueue:
 
     def _keep_in(self, queue: str, ttl_ms: int) -> Callable[[], Awaitable[int]]:
         return lambda: jobs.keep_results(self.bus, queue, ttl_ms)
+
+    async def set_limit(self, total: int | None) -> QueueCap:
+        """Cap the jobs in flight of the whole queue, across every partition, consumer and
+        process, at ``total`` (>= 1), or clear the cap (``None``). The total is shared out as one
+        ordinary cap per partition (``queues.set_limit``'s), moved by rounds so that the
+        partitions together never hold more than ``total`` in flight: this call records the
+        total and runs a round at once, and every ``PartitionedMetronome`` (or ``CapRounds``)
+        runs one every ``share_ms`` after. A total lowered below what runs takes nothing back
+        (jobs leased finish, claims wait); clearing removes every partition's cap.
+        ``ValueError`` (one line) for anything but an int >= 1 or ``None``, before any I/O.
+        Returns ``limit()``'s reading after.
+
+        Idempotent: a cancelled call may have recorded the total and moved some caps (the
+        invariant holds either way: see ``docs/howto/partitions.md``); call again."""
+        checked = check_total(total)
+        if checked is None:
+            await _cap.clear(self.bus, self.names)
+        else:
+            await _cap.start(self.bus, self.names, checked)
+        return await self.limit()
+
+    async def limit(self) -> QueueCap:
+        """The queue-wide cap on jobs in flight (``total``, ``None`` for none), the jobs in
+        flight in every partition (their sum: not one instant) and each partition's share
+        in effect. Read only: one command per partition and one more, concurrently."""
+        return await _cap.read(self.bus, self.names)
+
+    async def share_cap(self, *, holder: str = "", lease_ms: int = 0) -> list[int] | None:
+        """One round of the queue-wide cap (``PartitionedMetronome`` runs them): stamp every
+        partition with a new epoch, lower the caps above their share and raise those below it
+        within the room the total leaves. The shares aimed at, or ``None`` when no round ran
+        (no total; another ``holder``'s lease of ``lease_ms`` on the rounds runs; a newer round
+        fenced this one off). Rounds may race: each keeps the partitions' jobs in flight within
+        the total."""
+        return await _cap.share_round(self.bus, self.names, holder=holder, lease_ms=lease_ms)
 
     def serve(self, handler: Handler, **settings: Any) -> list[Serve]:
         """One ``worker.Serve`` per partition, each with ``handler`` and the ``settings`` given
@@ -754,21 +802,103 @@ class PartitionedConsumer:
 
 
 class PartitionedMetronome:
-    """One ``Metronome`` per partition (``metronomes``), each with the ``settings`` given; run
-    it with ``nursery.start(pm.run)``, cancel its nursery to stop them."""
+    """One ``Metronome`` per partition (``metronomes``), each with the ``settings`` given, and
+    the rounds of the queue-wide cap on jobs in flight (``cap_rounds``, a ``CapRounds`` with
+    ``share_ms`` and the metronomes' ``beat_ms``; none for a queue of one partition). Run it
+    with ``nursery.start(pm.run)``, cancel its nursery to stop them."""
 
-    def __init__(self, queue: PartitionedQueue, **settings: Any) -> None:
+    def __init__(self, queue: PartitionedQueue, *, share_ms: int = SHARE_MS,
+                 **settings: Any) -> None:  # fmt: skip
         self.queue = queue
         settings.setdefault("metrics_queue", queue.name)  # one series per queue (metrics)
         self.metronomes = tuple(Metronome(queue.bus, name, **settings) for name in queue.names)
+        beat_ms = round(self.metronomes[0].beat_s * 1000)
+        self.cap_rounds = CapRounds(queue, share_ms=share_ms, beat_ms=beat_ms)
+
+    @property
+    def rounds(self) -> int:
+        """``cap_rounds.rounds``: the rounds of the queue-wide cap it has run."""
+        return self.cap_rounds.rounds
+
+    @property
+    def round_failures(self) -> int:
+        """``cap_rounds.failures``."""
+        return self.cap_rounds.failures
 
     def statistics(self) -> MetronomeStats:
         """The partitions' metronomes' counters, added up."""
         return _sum_stats(MetronomeStats, [m.statistics() for m in self.metronomes])
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Promote, fire and reap in every partition until cancelled."""
-        await _run_all([m.run for m in self.metronomes], task_status)
+        """Promote, fire and reap in every partition, and share the queue's cap out, until
+        cancelled."""
+        runs = [m.run for m in self.metronomes]
+        if self.queue.n > 1:
+            runs.append(self.cap_rounds.run)
+        await _run_all(runs, task_status)
+
+
+class CapRounds:
+    """The rounds of a partitioned queue's cap on jobs in flight (``PartitionedQueue.set_limit``)
+    as one task: while partition 0 holds a total, a round every ``share_ms`` (200 by default),
+    run by one ``CapRounds`` of all the processes' at a time (a lease on the rounds that another
+    takes over when it runs out: a process that stops hands the rounds on within
+    ``SHARE_LEASE_ROUNDS`` periods), so the shares follow the work within a round. Without a
+    total it costs one call (an ``HMGET`` of partition 0's meta) every ``beat_ms``. A round that
+    fails is tried again after the reconnect delay; one stopped midway (failed, cancelled)
+    leaves the partitions within the total. ``PartitionedMetronome`` runs one; beside a
+    ``Worker`` (whose metronomes are per partition) start one with ``nursery.start(cr.run)``."""
+
+    def __init__(self, queue: PartitionedQueue, *, share_ms: int = SHARE_MS,
+                 beat_ms: int = 1_000) -> None:  # fmt: skip
+        for name, value in (("share_ms", share_ms), ("beat_ms", beat_ms)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        self.queue = queue
+        self.share_s = share_ms / 1000
+        self.idle_s = max(share_ms, beat_ms) / 1000
+        self._lease_ms = share_ms * SHARE_LEASE_ROUNDS
+        self._holder = new_holder()
+        self._rounds = 0
+        self._failures = 0
+
+    @property
+    def rounds(self) -> int:
+        """The rounds it has run (none while another's lease runs or the queue has no total)."""
+        return self._rounds
+
+    @property
+    def failures(self) -> int:
+        """The rounds that failed (the server unreachable...), each tried again."""
+        return self._failures
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """A round every ``share_ms`` while the queue has a total, else a look every
+        ``beat_ms``, until cancelled."""
+        bus, k0 = self.queue.bus, self.queue.bus.keys(self.queue.name)
+        task_status.started()
+        failures = 0
+        while True:
+            try:
+                begin = protocol.cap_total_call(k0, "begin", self._holder, self._lease_ms)
+                total, epoch = await bus.run(begin)
+                if epoch:
+                    await _cap.share_round(bus, self.queue.names, begun=(total, epoch))
+                    self._rounds += 1
+                failures = 0
+                wait = self.share_s if total is not None else self.idle_s
+            except BusError as exc:
+                failures += 1
+                self._failures += 1
+                wait = reconnect_delay_s(failures)
+                log.log(level_of(exc), "a round of %s's cap failed: %s", self.queue.name, exc)
+            except BaseExceptionGroup as group:
+                # cancelled (stopping) as a call of the round failed: the stop, not the failure
+                cancelled = group.subgroup(trio.Cancelled)
+                if cancelled is None:
+                    raise
+                raise cancelled from None
+            await trio.sleep(wait)
 
 
 S = TypeVar("S")

@@ -66,7 +66,9 @@ async def set_limit(bus: Bus, queue: str, max_active: int | None) -> tuple[int |
     or clear the cap (``None``). A claim then leases at most the cap less the jobs leased now; a
     cap lowered below them takes nothing back (they finish, and claims wait until fewer run).
     Jobs claimed ahead of their handlers (a consumer's prefetch) count as in flight. Returns the
-    cap in effect and the jobs in flight now.
+    cap in effect and the jobs in flight now. On a partition of a partitioned queue it caps
+    that partition alone, and while the queue has a total (``PartitionedQueue.set_limit``) the
+    next round of its shares overwrites it.
 
     Idempotent: a cancelled call may or may not have set the cap; call again."""
     return await bus.run(protocol.queue_limit_call(bus.keys(queue), max_active))

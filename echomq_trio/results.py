@@ -21,6 +21,7 @@ __all__ = [
     "AuditOutcome",
     "AuditRecord",
     "Cancelled",
+    "CapShare",
     "ChildEnd",
     "ClockCarried",
     "Counts",
@@ -35,6 +36,7 @@ __all__ = [
     "LaneStatus",
     "Outcome",
     "Promoted",
+    "QueueCap",
     "QueueControl",
     "Reaped",
     "Registered",
@@ -380,6 +382,31 @@ class Retention:
     dead_max_age_ms: int | None
     events: bool
     events_max_len: int
+
+
+@attrs.frozen
+class CapShare:
+    """One partition's reading in a round of its queue's cap (``protocol.cap_share_call``):
+    whether the epoch fence refused the call (``fenced``), the partition's cap in effect
+    (``max_active``, ``None`` for none), its jobs in flight (``active``) and its jobs waiting
+    to be claimed (``waiting``: pending, flat and in lanes)."""
+
+    fenced: bool
+    max_active: int | None
+    active: int
+    waiting: int
+
+
+@attrs.frozen
+class QueueCap:
+    """A partitioned queue's cap on jobs in flight across its partitions
+    (``PartitionedQueue.limit``): the total (``None``: none), the jobs in flight now in every
+    partition (``active``, a sum of readings, not one instant), and each partition's share in
+    effect (``shares``, in partition order; ``None`` for a partition without a cap)."""
+
+    total: int | None
+    active: int
+    shares: tuple[int | None, ...]
 
 
 @attrs.frozen

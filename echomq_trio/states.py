@@ -282,6 +282,8 @@ SCRIPTS: dict[str, Script] = {
         Script("queue_pause", ("paused", "already"), moves="a queue setting"),
         Script("queue_resume", ("resumed", "not_paused"), moves="a queue setting"),
         Script("queue_limit", returns="the cap in effect", moves="a queue setting"),
+        Script("cap_total", returns="the total and an epoch", moves="a queue setting"),
+        Script("cap_share", returns="a partition's cap, fenced", moves="a queue setting"),
         Script("queue_expired", returns="the setting in effect", moves="a queue setting"),
         Script("retention", returns="the settings in effect", moves="a queue setting"),
         Script("keep_results", returns="the TTL in effect", moves="a queue setting"),

@@ -108,6 +108,8 @@ def _outcomes(raw: Iterable[object]) -> list[Outcome]:
 # equal (tests/echomq_trio/test_scripts.py), so every decoder reads its reply by name.
 REPLY_FIELDS: dict[str, tuple[str, ...]] = {
     "audit_ack": ("acked", "trimmed"),
+    "cap_share": ("fenced", "max_active", "active", "waiting"),
+    "cap_total": ("total", "epoch"),
     "claim": ("lease_deadline", "jobs..."),
     "claim/job": ("id", "payload", "attempts", "token", "group", "options"),
     "clock": ("recorded", "step", "step_at", "carried", "more", "now"),

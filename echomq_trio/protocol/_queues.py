@@ -11,7 +11,7 @@ from echomq_trio._checks import check_group, check_int, check_job_id, check_ms
 from echomq_trio._replies import as_text
 from echomq_trio.keys import QueueKeys
 from echomq_trio.protocol._base import Call, _call, _named, outcome_reply
-from echomq_trio.results import DeletedPage, Outcome
+from echomq_trio.results import CapShare, DeletedPage, Outcome
 
 DELETE_PAGE_MAX = 1000  # most jobs one page of delete looks at
 DELETE_STATES = ("pending", "scheduled")  # the states delete_page takes jobs from
@@ -53,6 +53,50 @@ def queue_limit_reply(raw: Sequence[Any]) -> tuple[int | None, int]:
     """``(the cap in effect or None, jobs in active)``."""
     r = _named("queue_limit", raw)
     return int(r["max_active"]) or None, int(r["active"])
+
+
+CAP_SHARE_MODES = ("stamp", "lower", "raise", "clear")
+
+
+def cap_total_call(
+    k: QueueKeys, mode: str, arg: int | str = "", lease_ms: int = 0
+) -> Call[tuple[int | None, int]]:
+    """A partitioned queue's total cap on jobs in flight, on partition 0 (``k``): ``"set"`` it
+    to ``arg`` (>= 1), ``"clear"`` it, or ``"begin"`` a round (``arg``: the holder of a lease
+    of ``lease_ms`` on the rounds, or ``""`` for none). Answers ``(the total or None, the
+    epoch)`` (epoch 0: no round begun)."""
+    if mode == "set":
+        args = [k.prefix, mode, str(check_int("total", arg, 1))]
+    elif mode == "clear":
+        args = [k.prefix, mode]
+    elif mode == "begin":
+        args = [k.prefix, mode, str(arg), str(check_int("lease_ms", lease_ms, 0))]
+    else:
+        raise ValueError(f"cap_total's mode is set, clear or begin, not {mode!r}")
+    return _call("cap_total", k.meta, args, cap_total_reply)
+
+
+def cap_total_reply(raw: Sequence[Any]) -> tuple[int | None, int]:
+    """``(the total in effect or None, the epoch: 0 for no round begun)``."""
+    r = _named("cap_total", raw)
+    return int(r["total"]) or None, int(r["epoch"])
+
+
+def cap_share_call(k: QueueKeys, mode: str, epoch: int, cap: int = 0) -> Call[CapShare]:
+    """One partition's share of its queue's cap, fenced by the round's ``epoch``: ``"stamp"``
+    it, ``"lower"`` or ``"raise"`` its cap to ``cap`` (>= 0), or ``"clear"`` it."""
+    if mode not in CAP_SHARE_MODES:
+        raise ValueError(f"cap_share's mode is one of {', '.join(CAP_SHARE_MODES)}, not {mode!r}")
+    args = [k.prefix, mode, str(check_int("epoch", epoch, 1)), str(check_int("cap", cap, 0))]
+    return _call("cap_share", k.meta, args, cap_share_reply)
+
+
+def cap_share_reply(raw: Sequence[Any]) -> CapShare:
+    """A partition's reading (``CapShare``) after a ``cap_share`` call."""
+    r = _named("cap_share", raw)
+    cap = int(r["max_active"])
+    return CapShare(bool(int(r["fenced"])), None if cap < 0 else cap, int(r["active"]),
+                    int(r["waiting"]))  # fmt: skip
 
 
 def delete_call(k: QueueKeys, job_id: str) -> Call[Outcome]:
