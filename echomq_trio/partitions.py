@@ -31,6 +31,9 @@ Theory of operation:
   partition; a job by id (``get_job``, ``cancel``, ``result``, ``replay``...) is looked for in
   every partition at once (a lane job's partition is its lane's, not its id's); listings of jobs
   by state (``list_jobs``, ``dead_jobs``) merge every partition's first page.
+* Flows: ``add_flow`` puts a whole flow in one partition (the root id's, else the next in
+  turn), its jobs of the queue renamed to that partition's: a flow is one script, so one slot;
+  its reads (``flow_children``, ``children_results``, ``flow_tree``) go to the root's holder.
 * Controls: ``pause``/``resume`` and ``keep_results`` set every partition at once. What stays
   per partition (read ``docs/howto/partitions.md``): the cap on jobs in flight (``queues``: a
   cap set on each partition is a cap per partition, ``n`` times the cap in all), events, the
@@ -47,7 +50,7 @@ from typing import Any, TypeVar
 import attrs
 import trio
 
-from echomq_trio import jobs, lanes, protocol, queues, repeat
+from echomq_trio import flows, jobs, lanes, protocol, queues, repeat
 from echomq_trio._checks import check_name
 from echomq_trio._partition_meta import (
     COUNT_FIELD,
@@ -68,11 +71,13 @@ from echomq_trio._partitioning import (
 )
 from echomq_trio.bus import Bus
 from echomq_trio.consumer import Consumer, ConsumerStats, Handler, StopConsumer
+from echomq_trio.flows import Flow, FlowAdded, FlowTree
 from echomq_trio.metronome import Metronome, MetronomeStats
 from echomq_trio.protocol import Item
 from echomq_trio.results import (
     Admitted,
     Cancelled,
+    ChildEnd,
     Counts,
     JobInfo,
     LaneStatus,
@@ -421,6 +426,56 @@ class PartitionedQueue:
 
     def _cancel_repeat_in(self, queue: str, name: str) -> Callable[[], Awaitable[bool]]:
         return lambda: repeat.cancel(self.bus, queue, name)
+
+    # --- flows --------------------------------------------------------------------------------
+
+    async def add_flow(self, flow: Flow) -> FlowAdded:
+        """``flows.add`` of the whole ``flow`` in one partition: the partition of the root's
+        ``job_id`` when it has one (a retried ``add`` meets the first: ``DUPLICATE``), else the
+        next in turn. Every job of the flow whose queue is this queue's ``name`` (or, as in
+        ``flows.add``, none: its parent's) goes to that partition's queue; a job of another
+        queue stays in its queue, which on a cluster must share the partition's slot (a
+        ``ValueError`` before any I/O, as ``flows.add`` refuses it). The answer names the
+        partition's queue (``FlowAdded.root``); a handler reads its children where its job
+        is (``flows.children_results(bus, job.queue, job.id)``), a caller by the root's id
+        (``children_results``, ``flow_children``, ``flow_tree``). Cancellation is as
+        ``flows.add``'s: all of the flow or none of it."""
+        if not isinstance(flow, Flow):
+            raise TypeError(f"a flow must be a Flow, got {type(flow).__name__}")
+        if flow.queue not in (None, self.name):
+            raise ValueError(f"flow: its root's queue is {flow.queue!r}, not {self.name!r}: "
+                             f"use flows.add for another queue")  # fmt: skip
+        queue = self._next() if flow.job_id is None else self.partition_of(flow.job_id)
+        return await flows.add(self.bus, queue, _flow_in_partition(flow, self.name, queue))
+
+    async def flow_children(self, job_id: str) -> list[ChildEnd]:
+        """``flows.children`` of job ``job_id`` in the partition that holds it (``holder``)."""
+        return await flows.children(self.bus, await self.holder(job_id), job_id)
+
+    async def children_results(self, job_id: str) -> dict[str, bytes | None]:
+        """``flows.children_results`` of job ``job_id`` in the partition that holds it
+        (``holder``)."""
+        return await flows.children_results(self.bus, await self.holder(job_id), job_id)
+
+    async def flow_tree(self, job_id: str, *, max_jobs: int = 200) -> FlowTree | None:
+        """``flows.tree`` of job ``job_id`` in the partition that holds it (``holder``):
+        ``None`` when no partition does."""
+        return await flows.tree(self.bus, await self.holder(job_id), job_id, max_jobs=max_jobs)
+
+
+def _flow_in_partition(flow: Flow, queue: str, partition: str) -> Flow:
+    """``flow`` with every job whose queue is ``queue`` given ``partition`` instead, the root
+    included (pure; a job of no queue keeps none: it inherits its parent's, so the root's, as
+    in ``flows.add``). Anything that is not a ``Flow`` is left for ``flows.plan`` to refuse."""
+
+    def moved(node: Flow) -> Flow:
+        if not isinstance(node, Flow):
+            return node
+        kids = tuple(moved(c) for c in node.children)
+        return attrs.evolve(node, queue=partition if node.queue == queue else node.queue,
+                            children=kids)  # fmt: skip
+
+    return moved(flow)
 
 
 async def open(bus: Bus, queue: str) -> PartitionedQueue:  # partitions.open
