@@ -11,7 +11,8 @@ timed out): what a careful caller does, and idempotent (a second enqueue of a li
 ledger is this process's lists: the ids whose enqueue returned, and every run of a handler.
 
 Mid-burst, replication of one partition's primary is held back (``CLIENT PAUSE WRITE`` on its
-replica) so that the replica surely lacks that primary's latest writes; the primary is then
+replica) so that the replica surely lacks that primary's latest writes, and the consumer claims
+nothing more (its claim gate) so that the jobs admitted meanwhile still wait; the primary is then
 killed (``SIGKILL``) and its replica promoted (``CLUSTER FAILOVER TAKEOVER``), and the load goes
 on against the new primary, whose writes wait (and raise ``NotReplicated``, called again) until
 the killed node, started again on its files, follows it as its replica. Without ``Replicas``
@@ -21,7 +22,6 @@ the same run loses the jobs whose enqueue returned while replication was held ba
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -88,12 +88,11 @@ class Outcome:
 
 
 async def _chaos(root: Path, durability: Durability) -> Outcome:
-    """The run (see the module): returns once the load is over and, with ``Replicas``, every
-    job admitted has been handled (a job lost would make this wait until its deadline, so the
-    caller checks the ledger itself: without ``Replicas`` it returns at that deadline)."""
+    """The run (see the module): returns once the load is over and the queue holds nothing
+    waiting or running; the caller checks the ledger (a job lost is one that never ran)."""
     ledger = Ledger()
     holding = False
-    claims = trio.Event()  # set: the consumer claims (a gate it waits at while it is clear)
+    claims = trio.Event()  # the consumer's claim gate: it claims while this is set
     claims.set()
 
     async def gate() -> None:
@@ -117,7 +116,6 @@ async def _chaos(root: Path, durability: Durability) -> Outcome:
 
         async def admit(job_id: str, call: Callable[[], Awaitable[object]]) -> None:
             """Call until it returns, with the same id each time (idempotent)."""
-            nonlocal holding
             while True:
                 try:
                     await call()
@@ -180,16 +178,14 @@ async def _chaos(root: Path, durability: Durability) -> Outcome:
                 after = len(ledger.admitted)
                 await wait_for(lambda: len(ledger.admitted) >= after + 300, timeout=30)
                 stop.set()
-            admitted = set(ledger.admitted)
-            with contextlib.suppress(AssertionError):  # without Replicas some never come
-                await wait_for(lambda: admitted <= ledger.runs.keys(), timeout=20, step=0.05)
 
             async def settled() -> bool:
                 c = await pq.counts()
                 return (c.pending, c.scheduled, c.active) == (0, 0, 0)
 
-            with contextlib.suppress(AssertionError):
-                await wait_for(settled, timeout=10, step=0.05)
+            # Nothing waiting or running anywhere: every job the queue still has has run (a
+            # job whose lease died with its primary is active until the reaper hands it back).
+            await wait_for(settled, timeout=30, step=0.05)
             nursery.cancel_scope.cancel()
         stats = consumer.statistics()
         counts = await pq.counts()
@@ -259,4 +255,4 @@ async def test_without_replicas_the_same_kill_loses_jobs(tmp_path: Path) -> None
     lost = _lost(out.ledger)
     assert out.ledger.returned_while_held >= 20
     assert lost, out.ledger.errors
-    print(f"lost {len(lost)} of {out.ledger.returned_while_held} returned while held back")
+    print(f"lost {len(lost)} ({out.ledger.returned_while_held} returned while held back)")
