@@ -445,7 +445,7 @@ class PartitionedQueue:
         if flow.queue not in (None, self.name):
             raise ValueError(f"flow: its root's queue is {flow.queue!r}, not {self.name!r}: "
                              f"use flows.add for another queue")  # fmt: skip
-        queue = self._next() if flow.job_id is None else self.partition_of(flow.job_id)
+        queue = self.partition_of(flow.job_id) if flow.job_id else self._next()  # '': minted
         return await flows.add(self.bus, queue, _flow_in_partition(flow, self.name, queue))
 
     async def flow_children(self, job_id: str) -> list[ChildEnd]:
@@ -465,8 +465,9 @@ class PartitionedQueue:
 
 def _flow_in_partition(flow: Flow, queue: str, partition: str) -> Flow:
     """``flow`` with every job whose queue is ``queue`` given ``partition`` instead, the root
-    included (pure; a job of no queue keeps none: it inherits its parent's, so the root's, as
-    in ``flows.add``). Anything that is not a ``Flow`` is left for ``flows.plan`` to refuse."""
+    included (pure). A job of no queue keeps none: as in ``flows.add`` it inherits its
+    parent's, so under a job moved to ``partition`` it lands there too. Anything that is not a
+    ``Flow`` is left for ``flows.plan`` to refuse."""
 
     def moved(node: Flow) -> Flow:
         if not isinstance(node, Flow):
