@@ -139,7 +139,8 @@ async def test_a_flow_that_cannot_be_in_one_partition_is_refused_in_one_line(
     bus: Bus, queue: str
 ) -> None:
     """A root of another queue, or a non-flow, is refused before any I/O; on a cluster so is a
-    child of a queue outside the partition's slot (``flows.add``'s rule)."""
+    child of a queue outside the partition's slot (``flows.add``'s rule), while a job that
+    names the queue itself goes to the flow's partition."""
     pq = await partitions.create(bus, queue, 3)
     with pytest.raises(ValueError, match=r"use flows\.add"):
         await pq.add_flow(Flow("p", queue="elsewhere"))
@@ -147,8 +148,13 @@ async def test_a_flow_that_cannot_be_in_one_partition_is_refused_in_one_line(
         await pq.add_flow("p")  # type: ignore[arg-type]
     if bus.transport.spec.cluster:
         root = jid()
-        other = next(q for q in pq.names if q != pq.partition_of(root))
+        # another partition's name (the queue's own name would be renamed to the flow's)
+        other = next(q for q in pq.names[1:] if q != pq.partition_of(root))
         with pytest.raises(ValueError, match="share one slot"):
             await pq.add_flow(Flow("p", [Flow("c", queue=other)], job_id=root))
     c = await pq.counts()
     assert (c.pending, c.waiting_children) == (0, 0)
+    # Jobs that name the queue itself are the flow's partition's, wherever that is.
+    root = jid()
+    added = await pq.add_flow(Flow("p", [Flow("c", queue=pq.name)], queue=pq.name, job_id=root))
+    assert {j.queue for j in added.root.walk()} == {pq.partition_of(root)}
