@@ -376,12 +376,13 @@ def _cap(text: str) -> int | None:
 
 async def _limit(bus: Bus, args: argparse.Namespace) -> Any:
     cap = _cap(args.max_active)
-    if (await open_queue(bus, args.queue)).n > 1:
-        raise CliError(f"{args.queue} is a partitioned queue: a cap set here would cap each "
-                       f"partition, not the queue; a queue-wide cap is set with the partitions' "
-                       f"cap (docs/howto/partitions.md)")  # fmt: skip
-    await _known(bus, args.queue)
-    now, active = await queues.set_limit(bus, args.queue, cap)
+    pq = await open_queue(bus, args.queue)
+    if pq.n > 1:  # the whole queue's cap, shared out over its partitions
+        got = await pq.set_limit(cap)
+        now, active = got.total, got.active
+    else:
+        await _known(bus, args.queue)
+        now, active = await queues.set_limit(bus, args.queue, cap)
     if args.json:
         return {"queue": args.queue, "max_active": now, "active": active}
     if now is None:

@@ -34,6 +34,9 @@ Theory of operation:
   by state (``list_jobs``, ``dead_jobs``) and recurring schedules merge every partition's first
   page; events (``read_events``, ``follow_events``) merge every partition's stream in time
   order (``_stream_merge``), and the audit is read from every partition's.
+* Flows: ``add_flow`` puts a whole flow in one partition (the root id's, else the next in
+  turn), its jobs of the queue renamed to that partition's: a flow is one script, so one slot;
+  its reads (``flow_children``, ``children_results``, ``flow_tree``) go to the root's holder.
 * Controls: ``pause``/``resume``, ``keep_results``, ``configure_retention``, ``enable_audit``
   and ``set_expired`` set every partition at once; ``delete_all`` and ``replay_all`` repair
   every partition. The CLI and the dashboard see one queue through these
@@ -56,7 +59,7 @@ import attrs
 import trio
 
 from echomq_trio import _partition_cap as _cap
-from echomq_trio import audit, events, jobs, lanes, protocol, queues, repeat, retention
+from echomq_trio import audit, events, flows, jobs, lanes, protocol, queues, repeat, retention
 from echomq_trio._checks import check_name, check_stream_id
 from echomq_trio._partition_cap import check_total
 from echomq_trio._partition_meta import (
@@ -82,6 +85,7 @@ from echomq_trio.bus import Bus, new_holder
 from echomq_trio.consumer import Consumer, ConsumerStats, Handler, StopConsumer
 from echomq_trio.errors import BusError, level_of
 from echomq_trio.events import Event
+from echomq_trio.flows import Flow, FlowAdded, FlowTree
 from echomq_trio.metronome import Metronome, MetronomeStats
 from echomq_trio.protocol import Item
 from echomq_trio.results import (
@@ -89,6 +93,7 @@ from echomq_trio.results import (
     Admitted,
     AuditRecord,
     Cancelled,
+    ChildEnd,
     Counts,
     JobInfo,
     LaneStatus,
@@ -690,6 +695,57 @@ class PartitionedQueue:
 
         return replay_all
 
+    # --- flows --------------------------------------------------------------------------------
+
+    async def add_flow(self, flow: Flow) -> FlowAdded:
+        """``flows.add`` of the whole ``flow`` in one partition: the partition of the root's
+        ``job_id`` when it has one (a retried ``add`` meets the first: ``DUPLICATE``), else the
+        next in turn. Every job of the flow whose queue is this queue's ``name`` (or, as in
+        ``flows.add``, none: its parent's) goes to that partition's queue; a job of another
+        queue stays in its queue, which on a cluster must share the partition's slot (a
+        ``ValueError`` before any I/O, as ``flows.add`` refuses it). The answer names the
+        partition's queue (``FlowAdded.root``); a handler reads its children where its job
+        is (``flows.children_results(bus, job.queue, job.id)``), a caller by the root's id
+        (``children_results``, ``flow_children``, ``flow_tree``). Cancellation is as
+        ``flows.add``'s: all of the flow or none of it."""
+        if not isinstance(flow, Flow):
+            raise TypeError(f"a flow must be a Flow, got {type(flow).__name__}")
+        if flow.queue not in (None, self.name):
+            raise ValueError(f"flow: its root's queue is {flow.queue!r}, not {self.name!r}: "
+                             f"use flows.add for another queue")  # fmt: skip
+        queue = self.partition_of(flow.job_id) if flow.job_id else self._next()  # '': minted
+        return await flows.add(self.bus, queue, _flow_in_partition(flow, self.name, queue))
+
+    async def flow_children(self, job_id: str) -> list[ChildEnd]:
+        """``flows.children`` of job ``job_id`` in the partition that holds it (``holder``)."""
+        return await flows.children(self.bus, await self.holder(job_id), job_id)
+
+    async def children_results(self, job_id: str) -> dict[str, bytes | None]:
+        """``flows.children_results`` of job ``job_id`` in the partition that holds it
+        (``holder``)."""
+        return await flows.children_results(self.bus, await self.holder(job_id), job_id)
+
+    async def flow_tree(self, job_id: str, *, max_jobs: int = 200) -> FlowTree | None:
+        """``flows.tree`` of job ``job_id`` in the partition that holds it (``holder``):
+        ``None`` when no partition does."""
+        return await flows.tree(self.bus, await self.holder(job_id), job_id, max_jobs=max_jobs)
+
+
+def _flow_in_partition(flow: Flow, queue: str, partition: str) -> Flow:
+    """``flow`` with every job whose queue is ``queue`` given ``partition`` instead, the root
+    included (pure). A job of no queue keeps none: as in ``flows.add`` it inherits its
+    parent's, so under a job moved to ``partition`` it lands there too. Anything that is not a
+    ``Flow`` is left for ``flows.plan`` to refuse."""
+
+    def moved(node: Flow) -> Flow:
+        if not isinstance(node, Flow):
+            return node
+        kids = tuple(moved(c) for c in node.children)
+        return attrs.evolve(node, queue=partition if node.queue == queue else node.queue,
+                            children=kids)  # fmt: skip
+
+    return moved(flow)
+
 
 async def open(bus: Bus, queue: str) -> PartitionedQueue:  # partitions.open
     """A handle on ``queue`` with as many partitions as ``create`` recorded (one, a plain queue,
@@ -754,8 +810,9 @@ def _counter(bus: Bus, queue: str) -> Callable[[], Awaitable[Counts]]:
 
 
 async def dissolve(bus: Bus, queue: str) -> int:
-    """Undo ``create`` on a drained queue: forget its partition count and its partitions'
-    marks, so ``create`` can make it anew with another count (the procedure to change it).
+    """Undo ``create`` on a drained queue: forget its partition count, its partitions' marks and
+    its queue-wide cap on jobs in flight (``PartitionedQueue.set_limit``: set it again after
+    ``create``), so ``create`` can make it anew with another count (the procedure to change it).
     Refused (``ValueError``) while any partition holds jobs or recurring schedules. Returns how
     many partitions it had. Idempotent: a cancelled call may have forgotten some marks but not
     the count; call again (a queue never partitioned, or dissolved, answers 1)."""
@@ -765,7 +822,8 @@ async def dissolve(bus: Bus, queue: str) -> int:
     if busy:
         raise ValueError(f"queue {queue!r} still holds jobs in {len(busy)} of its {pq.n} "
                          f"partitions ({busy[0]!r}...): drain them first")  # fmt: skip
-    if pq.n > 1:  # the marks first, the count last: a call again after a cancel finishes
+    if pq.n > 1:  # the cap and marks first, the count last: a call again after a cancel finishes
+        await _cap.clear(bus, pq.names)  # a plain queue keeps no share of an old total
         await each([_unmarker(bus, name) for name in pq.names[1:]])
     await bus.command("HDEL", bus.keys(queue).meta, COUNT_FIELD)
     return pq.n

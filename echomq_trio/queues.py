@@ -23,6 +23,7 @@ claim reads anyway, so a queue that uses neither pays nothing for them):
 from __future__ import annotations
 
 from echomq_trio import protocol
+from echomq_trio._partition_cap import TOTAL_FIELD
 from echomq_trio.bus import Bus
 from echomq_trio.keys import META_GLOB, queue_of_meta
 from echomq_trio.results import QueueControl
@@ -91,10 +92,14 @@ async def expired_setting(bus: Bus, queue: str) -> str:
 
 async def control(bus: Bus, queue: str) -> QueueControl:
     """Whether the queue is paused (since when), its cap on jobs in flight and what a claim does
-    with an expired job. Read only (one ``HMGET``)."""
-    paused, cap, expired = await bus.transport.command(
-        "HMGET", bus.keys(queue).meta, "paused", "max_active", "expired"
+    with an expired job. Read only (one ``HMGET``). Of a partitioned queue's name
+    (``echomq_trio.partitions``), the cap is the whole queue's total (``pq.set_limit``), not
+    partition 0's share of it; its pause is partition 0's (``pq.pause`` pauses every one)."""
+    paused, cap, expired, total = await bus.transport.command(
+        "HMGET", bus.keys(queue).meta, "paused", "max_active", "expired", TOTAL_FIELD
     )
+    if total is not None:
+        cap = total
     return QueueControl(
         None if paused is None else int(paused),
         None if cap is None else int(cap),

@@ -111,9 +111,16 @@ async def test_repairs_and_controls_reach_every_partition(standalone_url: str, q
         out = await _run(standalone_url, "delete", queue, "--state", "pending")
         assert out.strip() == "deleted 1 pending jobs"
         assert (await pq.counts()).pending == 0
-        out = await echomq("limit", queue, "10", url=standalone_url)
-        assert out.returncode == 1 and b"partitioned queue" in out.stderr
-        assert len(out.stderr.decode().strip().splitlines()) == 1
+        # limit: the whole queue's cap, shared out over the partitions (never more in all)
+        out = await _run(standalone_url, "limit", queue, "10")
+        assert out.strip() == f"{queue}: at most 10 jobs in flight (0 in flight now)"
+        got = await pq.limit()
+        assert got.total == 10 and None not in got.shares
+        assert sum(s for s in got.shares if s is not None) == 10
+        assert (await queues.control(bus, queue)).max_active == 10  # the total, not a share
+        out = await _run(standalone_url, "limit", queue, "none")
+        assert out.strip() == f"{queue}: no cap on jobs in flight (0 in flight now)"
+        assert (await pq.limit()).total is None
         assert [(await queues.control(bus, q)).max_active for q in pq.names] == [None] * 3
 
 

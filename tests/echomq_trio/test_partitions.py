@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 import trio
@@ -18,6 +19,7 @@ from echomq_trio import (
     Bus,
     Job,
     StopConsumer,
+    events,
     ids,
     jobs,
     lanes,
@@ -25,6 +27,7 @@ from echomq_trio import (
     open_bus,
     open_worker,
     partitions,
+    queues,
 )
 from echomq_trio._partitioning import MAX_PARTITIONED_NAME_BYTES, MAX_PARTITIONS, slot_range
 from echomq_trio.errors import JobNotFound
@@ -161,6 +164,7 @@ async def test_create_refuses_a_queue_with_jobs_and_a_partition_name_in_use(
 @pytest.mark.cluster
 async def test_dissolve_then_create_anew_changes_the_count(bus: Bus, queue: str) -> None:
     pq = await partitions.create(bus, queue, 3)
+    await pq.set_limit(5)
     await pq.lane_enqueue("chat1", "a")
     with pytest.raises(ValueError, match="still holds jobs"):
         await partitions.dissolve(bus, queue)
@@ -168,6 +172,8 @@ async def test_dissolve_then_create_anew_changes_the_count(bus: Bus, queue: str)
     assert await jobs.ack(bus, pq.partition_of("chat1"), job.id, job.token) == Outcome.ACKED
     assert await partitions.dissolve(bus, queue) == 3
     assert (await partitions.open(bus, queue)).n == 1
+    # the queue-wide cap went with the partitions: the plain queue keeps no share of it
+    assert [(await queues.control(bus, q)).max_active for q in pq.names] == [None] * 3
     assert (await partitions.create(bus, queue, 2)).n == 2
 
 
@@ -346,6 +352,104 @@ async def test_lane_order_and_counters_agree_with_a_model(
         assert sorted(got_flat) == sorted(model_flat) and len(got_flat) == len(model_flat)
         c = await pq.counts()
         assert (c.pending, c.lanes, c.active, c.completed_total) == (0, 0, 0, total)
+
+
+# Recurring schedules: (every_ms, the lane they fire into by index, or None for flat jobs).
+schedules = st.lists(
+    st.tuples(st.sampled_from([60, 90, 150]), st.one_of(st.none(), st.integers(0, 5))),
+    min_size=1,
+    max_size=4,
+)
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout_s(240)
+@settings(
+    max_examples=8,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(n=st.integers(1, 4), plan=schedules)
+async def test_recurring_schedules_fire_once_per_occurrence_against_a_model(
+    server_url: str, n: int, plan: list[tuple[int, int | None]]
+) -> None:
+    """Schedules every N ms, flat or into strictly ordered lanes, served by two processes'
+    worth of metronomes (a ``PartitionedMetronome`` on each of two buses) on the server's own
+    clock (real time: it cannot be made virtual here), until each has fired three times. The
+    model: each registration is held by one partition (partition 0, or its lane's); each
+    occurrence fires at most once (the fired ``at`` of a schedule are distinct, on its grid
+    ``first + k * every_ms``; runs missed by late metronomes collapse, so none is required),
+    into a job run exactly once, in its lane when it has one, where no two run at once and
+    they run in the order they fired; the metronomes' ``fired`` counters, the fired events, the
+    consumer's acks and the queue's counters all agree."""
+    async with open_bus(server_url) as bus, open_bus(server_url) as other:
+        pq = await partitions.create(bus, "pr." + ids.generate("JOB"), n)
+        first: dict[str, int] = {}
+        model_home: dict[str, str] = {}
+        for i, (every, lane) in enumerate(plan):
+            name, group = f"r{i}", None if lane is None else f"chat{lane}"
+            if group is not None:
+                await pq.configure_lane(group, limit=1)
+            _, first[name] = await pq.register(name, every_ms=every, template=name, group=group)
+            model_home[name] = pq.name if group is None else pq.partition_of(group)
+        held = [(await jobs.counts(bus, q)).repeats for q in pq.names]
+        assert held == [sum(h == q for h in model_home.values()) for q in pq.names]
+        ran: list[tuple[str, str | None, str]] = []  # payload, lane, job id
+        running: dict[str, int] = {}
+
+        async def handler(job: Job) -> None:
+            if job.group is not None:
+                running[job.group] = running.get(job.group, 0) + 1
+                assert running[job.group] == 1, "a limit-1 lane ran two jobs at once"
+            ran.append((job.payload.decode(), job.group, job.id))
+            await trio.lowlevel.checkpoint()
+            if job.group is not None:
+                running[job.group] -= 1
+
+        def each_fired_thrice() -> bool:
+            per = Counter(p for p, _, _ in ran)
+            return all(per[name] >= 3 for name in first)
+
+        consumer = partitions.PartitionedConsumer(pq, handler, concurrency=3)
+        metronomes = [partitions.PartitionedMetronome(pq, beat_ms=20),
+                      partitions.PartitionedMetronome(await partitions.open(other, pq.name),
+                                                      beat_ms=20)]  # fmt: skip
+        async with trio.open_nursery() as nursery:
+            await nursery.start(consumer.run)
+            for m in metronomes:
+                await nursery.start(m.run)
+            await wait_for(each_fired_thrice, timeout=60)
+            for name in first:
+                assert await pq.cancel_repeat(name)
+            fired = [e for q in pq.names for e in await events.read(bus, q, count=100_000)
+                     if e.kind == "fired"]  # fmt: skip
+            await wait_for(lambda: consumer.statistics().acked == len(fired), timeout=30)
+            await wait_for(lambda: sum(m.statistics().fired for m in metronomes) == len(fired),
+                           timeout=10)  # fmt: skip
+            nursery.cancel_scope.cancel()
+        # Each occurrence at most once, on its grid, in its registration's partition.
+        for name, every in ((f"r{i}", e) for i, (e, _) in enumerate(plan)):
+            ats = [int(e.fields["at"]) for e in fired if e.fields["repeat"] == name]
+            assert len(ats) == len(set(ats)) >= 3, "an occurrence fired twice"
+            assert all(at >= first[name] and (at - first[name]) % every == 0 for at in ats)
+        for q in pq.names:
+            names = {e.fields["repeat"] for e in await events.read(bus, q, count=100_000)
+                     if e.kind == "fired"}  # fmt: skip
+            assert names == {m for m, home in model_home.items() if home == q}
+        # Each fired job run once, in its lane, a lane's in the order they fired.
+        occurrence = {e.subject: (int(e.fields["at"]), e.fields["repeat"]) for e in fired}
+        assert sorted(j for _, _, j in ran) == sorted(occurrence)
+        for payload, group, job_id in ran:
+            name = occurrence[job_id][1]
+            lane = plan[int(name[1:])][1]
+            assert (payload, group) == (name, None if lane is None else f"chat{lane}")
+        fire_order = {e.subject: i for i, e in enumerate(fired)}  # a lane is one stream's
+        for group in {g for _, g, _ in ran if g is not None}:
+            mine = [j for _, g, j in ran if g == group]
+            assert mine == sorted(mine, key=fire_order.__getitem__), f"lane {group} out of order"
+        c = await pq.counts()
+        assert (c.pending, c.active, c.repeats, c.lanes) == (0, 0, 0, 0)
+        assert c.completed_total == len(fired) == len(ran)
 
 
 @pytest.mark.cluster

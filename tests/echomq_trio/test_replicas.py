@@ -30,18 +30,16 @@ from echomq_trio.durability import (
     NotReplicated,
     Replicas,
 )
-from echomq_trio.errors import BusError, ConnectionLost, ServerError, WritesRefused
+from echomq_trio.errors import BusError, ConnectionLost, WritesRefused
 from echomq_trio.jobs import Job, Outcome
 from echomq_trio.resp import open_resp
-from echomq_trio.server import cluster_node_config, cluster_url, form_cluster, free_port
 from echomq_trio.testing import FaultyTransport, scripts
 from tests.echomq_trio.inmemory import InMemoryQueue
 from tests.echomq_trio.replicas import Pair, replicated_pair
+from tests.echomq_trio.replicas import replicated_cluster as cluster_of_pairs
 from tests.support import (
     PASSWORD,
     server_has_waitaof,
-    start_test_server,
-    stop_servers,
     wait_for,
 )
 
@@ -309,43 +307,13 @@ Cluster = tuple[str, list[int], list[subprocess.Popen[bytes]]]
 async def replicated_cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     """Two primaries (the slots halved) with a replica each: the cluster's URL, the primaries'
     ports and the replicas' processes (in the same order)."""
-    procs = []
-    primaries = [free_port(with_bus_port=True) for _ in range(2)]
-    replicas = [free_port(with_bus_port=True) for _ in range(2)]
-    try:
-        for port in primaries + replicas:
-            folder = tmp_path / f"node{port}"
-            procs.append(start_test_server(folder, cluster_node_config(folder, PASSWORD), port))
-        await form_cluster([f"redis://:{PASSWORD}@127.0.0.1:{p}" for p in primaries], primaries)
-        for primary, replica in zip(primaries, replicas, strict=True):
-            node_id = as_text(await _on(primary, "CLUSTER", "MYID"))
-            await _on(replica, "CLUSTER", "MEET", "127.0.0.1", str(primaries[0]))
-            await wait_for(partial(_replicate, replica, node_id), timeout=20, step=0.1)
-        for primary in primaries:
-            await wait_for(partial(_in_step, primary), timeout=30, step=0.05)
-        yield cluster_url(PASSWORD, primaries), primaries, procs[2:]
-    finally:
-        for proc in procs:
-            os.kill(proc.pid, signal.SIGCONT)
-        stop_servers(procs)
+    async with cluster_of_pairs(tmp_path, 2) as cluster:
+        yield cluster.url, cluster.primary_ports, cluster.procs[2:]
 
 
 async def _on(port: int, *args: str) -> object:
     async with open_resp(f"redis://:{PASSWORD}@127.0.0.1:{port}") as wire:
         return await wire.command(*args)
-
-
-async def _replicate(port: int, node_id: str) -> bool:
-    try:
-        await _on(port, "CLUSTER", "REPLICATE", node_id)
-    except ServerError:  # the primary is not known to this node yet: try again
-        return False
-    return True
-
-
-async def _in_step(port: int) -> bool:
-    info = as_text(await _on(port, "INFO", "replication"))
-    return "connected_slaves:1" in info and "state=online" in info
 
 
 @pytest.mark.server
