@@ -366,9 +366,15 @@ class PartitionedQueue:
     def serve(self, handler: Handler, **settings: Any) -> list[Serve]:
         """One ``worker.Serve`` per partition, each with ``handler`` and the ``settings`` given
         (``concurrency`` and the rest, per partition), for ``open_worker``: a ``Worker`` then
-        runs a consumer and a metronome on every partition, with its grace period."""
+        runs a consumer and a metronome on every partition, with its grace period, and beside
+        them the rounds of the queue-wide cap on jobs in flight (``CapRounds``, partition 0's
+        ``Serve.beside``; not with ``metronome=False``, which leaves them to elsewhere)."""
         settings.setdefault("metrics_queue", self.name)  # one series per queue (metrics)
-        return [Serve(name, handler, **settings) for name in self.names]
+        serves = [Serve(name, handler, **settings) for name in self.names]
+        if self.n > 1 and serves[0].metronome:
+            rounds = CapRounds(self, beat_ms=serves[0].beat_ms)
+            serves[0] = attrs.evolve(serves[0], beside=(*serves[0].beside, rounds.run))
+        return serves
 
     # --- a job by id --------------------------------------------------------------------------
 
@@ -904,8 +910,8 @@ class CapRounds:
     ``SHARE_LEASE_ROUNDS`` periods), so the shares follow the work within a round. Without a
     total it costs one call (an ``HMGET`` of partition 0's meta) every ``beat_ms``. A round that
     fails is tried again after the reconnect delay; one stopped midway (failed, cancelled)
-    leaves the partitions within the total. ``PartitionedMetronome`` runs one; beside a
-    ``Worker`` (whose metronomes are per partition) start one with ``nursery.start(cr.run)``."""
+    leaves the partitions within the total. ``PartitionedMetronome`` runs one, and so does a
+    ``Worker`` of ``PartitionedQueue.serve``'s entries."""
 
     def __init__(self, queue: PartitionedQueue, *, share_ms: int = SHARE_MS,
                  beat_ms: int = 1_000) -> None:  # fmt: skip

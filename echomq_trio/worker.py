@@ -24,7 +24,7 @@ Theory of operation:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from enum import Enum
 from typing import Any
@@ -58,7 +58,10 @@ class Serve:
     handler tasks (``per_lane=True``: a task per lane, at most ``concurrency`` running);
     ``metronome=False`` leaves promoting and reaping to a metronome elsewhere; ``metrics_queue``
     is the ``queue`` label of their metrics (default: ``queue``; a partition's ``Serve`` from
-    ``PartitionedQueue.serve`` has its queue's name)."""
+    ``PartitionedQueue.serve`` has its queue's name). ``beside``: tasks the worker runs beside
+    the metronomes while it serves (each started with ``nursery.start``, so it takes
+    ``task_status``; cancelled with them at the end); ``PartitionedQueue.serve`` runs its
+    queue-wide cap's rounds there."""
 
     queue: str
     handler: Handler
@@ -77,6 +80,7 @@ class Serve:
     timeout_s: float | None = attrs.field(default=None, kw_only=True)
     cancel_poll_s: float = attrs.field(default=CANCEL_POLL_S, kw_only=True)
     metrics_queue: str | None = attrs.field(default=None, kw_only=True)
+    beside: tuple[Callable[..., Awaitable[None]], ...] = attrs.field(default=(), kw_only=True)
 
 
 class WorkerState(Enum):
@@ -202,6 +206,9 @@ class Worker:
                 async with trio.open_nursery() as metronomes:
                     for m in self._metronomes.values():
                         await metronomes.start(m.run)
+                    for s in self._serves:
+                        for run in s.beside:
+                            await metronomes.start(run)
                     async with trio.open_nursery() as consumers:
                         for group in self._consumers.values():
                             for c in group:

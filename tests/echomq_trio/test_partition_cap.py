@@ -304,7 +304,7 @@ async def test_one_partition_is_a_plain_queue_with_its_cap(bus: Bus, queue: str)
     assert await pq.set_limit(None) == QueueCap(None, 0, (None,))
 
 
-async def test_beside_a_worker_cap_rounds_move_the_shares_to_the_work(bus: Bus, queue: str) -> None:
+async def test_a_worker_of_pq_serve_runs_the_rounds(bus: Bus, queue: str) -> None:
     pq = await partitions.create(bus, queue, 3)
     assert sorted(s or 0 for s in (await pq.set_limit(4)).shares) == [1, 1, 2]
     await jobs.enqueue_many(bus, pq.names[2], [f"j{i}" for i in range(8)])
@@ -317,14 +317,14 @@ async def test_beside_a_worker_cap_rounds_move_the_shares_to_the_work(bus: Bus, 
         finally:
             running.leave()
 
-    rounds = partitions.CapRounds(pq, share_ms=20, beat_ms=50)
-    async with open_worker(bus, pq.serve(handler, concurrency=8)), trio.open_nursery() as nursery:
-        await nursery.start(rounds.run)
+    serves = pq.serve(handler, concurrency=8)
+    assert len(serves[0].beside) == 1 and not any(s.beside for s in serves[1:])
+    assert not any(s.beside for s in pq.serve(handler, metronome=False)), "rounds elsewhere"
+    async with open_worker(bus, serves):  # no rounds started by hand: the worker runs them
         await wait_for(lambda: running.now == 4)  # the whole total, in the one busy partition
         assert (await pq.limit()).shares == (0, 0, 4)
         go.set()
-        nursery.cancel_scope.cancel()
-    assert running.most == 4 and rounds.rounds > 0
+    assert running.most == 4
 
 
 async def test_one_coordinator_holds_the_lease_on_the_rounds(bus: Bus, queue: str) -> None:
