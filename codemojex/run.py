@@ -72,7 +72,7 @@ from echomq_trio import (
 )
 from echomq_trio.dashboard import Dashboard, new_token
 from echomq_trio.durability import Durability, InMemory, OnDisk
-from echomq_trio.storage import read_storage, storage_note
+from echomq_trio.storage import has_waitaof, read_storage, storage_note
 from servicekit import humane
 from servicekit.cli import cancel_on_signal, first_error
 from servicekit.datadir import DataDir, InUse
@@ -199,13 +199,20 @@ async def _summary(
 
 async def _durability(url: str | None) -> tuple[Durability, str]:
     """``DURABILITY`` where the server keeps an append-only file (the embedded one always
-    does); a server given by ``--url`` without one can only hold notices in memory: said so."""
+    does); a server given by ``--url`` without one, or without ``WAITAOF`` to wait for it
+    (Redis 7.0), can only hold notices in memory: said so."""
     if url is not None:
         async with open_bus(url) as probe:
             if not (await read_storage(probe)).aof:
                 return InMemory(), (
                     f"the server at {probe.url} keeps no append-only file, so a notice is in its "
                     "memory only (set appendonly yes on it to have notify() wait for its disk)"
+                )
+            if not await has_waitaof(probe):
+                return InMemory(), (
+                    f"the server at {probe.url} has no WAITAOF (a Redis before 7.2), so notify() "
+                    "returns once a notice is in its memory, before its append-only file has it "
+                    "(Valkey or Redis 7.2+ lets notify() wait for its disk)"
                 )
     return DURABILITY, DURABILITY_TEXT
 

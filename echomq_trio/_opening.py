@@ -27,7 +27,7 @@ from echomq_trio.jobs import take_back
 from echomq_trio.queues import queue_names
 from echomq_trio.resp import open_trio
 from echomq_trio.server import start_server
-from echomq_trio.storage import StorageWatch, read_storage
+from echomq_trio.storage import StorageWatch, has_waitaof, read_storage
 from echomq_trio.transport import ConnectionSpec, Transport
 from echomq_trio.wire import open_wire, parse_url
 from servicekit.datadir import DataDir, write_private
@@ -130,7 +130,7 @@ async def _check_on_disk(bus: Bus, *, aof: bool) -> None:
             f"durability {name} on disk needs a server that keeps an append-only file, and "
             f"{bus.url} keeps none (set appendonly yes, or use InMemory)"
         )
-    if await bus.command("COMMAND", "INFO", "WAITAOF") in ([None], [], None):
+    if not await has_waitaof(bus):
         raise ServerError(
             f"durability {name} on disk needs WAITAOF (Valkey, Redis 7.2 and later), and "
             f"{bus.url} has none (an older Redis): use InMemory or Replicas without on_disk"

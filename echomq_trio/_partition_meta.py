@@ -41,7 +41,9 @@ INDEX_FIELD = "partition"  # partition i > 0's: its index
 async def each(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
     """Run ``calls`` concurrently; their answers in order. The first error cancels the rest and
     is raised as itself, as the call of one partition raises it (the others' errors, when there
-    are more, are its ``__cause__``); a cancellation is left as trio raises it."""
+    are more, are its ``__cause__``); a cancellation is left as trio raises it, and wins over
+    the errors of calls that failed as it came (the caller is stopping: its cancel scope takes
+    the cancellation, and no failure escapes the scope)."""
     if len(calls) == 1:
         return [await calls[0]()]
     out: list[T | None] = [None] * len(calls)
@@ -55,9 +57,12 @@ async def each(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
                 nursery.start_soon(one, i)
     except BaseExceptionGroup as group:
         leaves = leaves_of(group)
-        if not all(isinstance(e, Exception) for e in leaves):
-            raise  # a cancellation (or an interrupt) stays as trio raises it
-        raise leaves[0] from (group if len(leaves) > 1 else None)
+        if all(isinstance(e, Exception) for e in leaves):
+            raise leaves[0] from (group if len(leaves) > 1 else None)
+        if all(isinstance(e, (Exception, trio.Cancelled)) for e in leaves):
+            stop = group.subgroup(trio.Cancelled)  # stopping: the stop, not a failure
+            raise (stop or group) from None
+        raise  # an interrupt stays as trio raises it
     return out  # type: ignore[return-value]  # every slot is filled once the nursery is done
 
 

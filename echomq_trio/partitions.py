@@ -21,7 +21,8 @@ Theory of operation:
   (a counter on the handle); a batch goes by its ids (the bus mints them first), one call per
   partition, concurrently. A recurring schedule lives in partition 0, or in its lane's
   partition when it fires into a lane: one partition holds it, so each occurrence fires once.
-* Consuming: ``PartitionedConsumer`` runs one ordinary ``Consumer`` per partition in a nursery.
+* Consuming (``echomq_trio._partition_running``): ``PartitionedConsumer`` runs one ordinary
+  ``Consumer`` per partition in a nursery.
   Each claims its own partition, so none starves and an empty one parks on its wake list (no
   server work). Each has the ``concurrency`` it is given: ``n`` partitions run up to ``n``
   times that many handlers. ``PartitionedMetronome`` runs a ``Metronome`` per partition;
@@ -33,10 +34,13 @@ Theory of operation:
   every partition at once (a lane job's partition is its lane's, not its id's); listings of jobs
   by state (``list_jobs``, ``dead_jobs``) and recurring schedules merge every partition's first
   page; events (``read_events``, ``follow_events``) merge every partition's stream in time
-  order (``_stream_merge``), and the audit is read from every partition's.
+  order (``_stream_merge``).
 * Flows: ``add_flow`` puts a whole flow in one partition (the root id's, else the next in
   turn), its jobs of the queue renamed to that partition's: a flow is one script, so one slot;
   its reads (``flow_children``, ``children_results``, ``flow_tree``) go to the root's holder.
+* The audit: ``read_audit``, ``autoclaim_audit`` and ``forget_idle_audit_readers`` work in
+  every partition at once, records as ``(partition, record)`` pairs in time order;
+  ``ack_and_trim_audit`` takes the pairs back.
 * Controls: ``pause``/``resume``, ``keep_results``, ``configure_retention``, ``enable_audit``
   and ``set_expired`` set every partition at once; ``delete_all`` and ``replay_all`` repair
   every partition. The CLI and the dashboard see one queue through these
@@ -51,9 +55,8 @@ Theory of operation:
 from __future__ import annotations
 
 import itertools
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 import trio
@@ -73,6 +76,7 @@ from echomq_trio._partition_meta import (
     read_meta,
     sum_counts,
 )
+from echomq_trio._partition_running import CapRounds, PartitionedConsumer, PartitionedMetronome
 from echomq_trio._partitioning import (
     MAX_PARTITIONED_NAME_BYTES,
     MAX_PARTITIONS,
@@ -80,13 +84,10 @@ from echomq_trio._partitioning import (
     route,
 )
 from echomq_trio._stream_merge import id_key, merge_page
-from echomq_trio.backoff import reconnect_delay_s
-from echomq_trio.bus import Bus, new_holder
-from echomq_trio.consumer import Consumer, ConsumerStats, Handler, StopConsumer
-from echomq_trio.errors import BusError, level_of
+from echomq_trio.bus import Bus
+from echomq_trio.consumer import Handler
 from echomq_trio.events import Event
 from echomq_trio.flows import Flow, FlowAdded, FlowTree
-from echomq_trio.metronome import Metronome, MetronomeStats
 from echomq_trio.protocol import Item
 from echomq_trio.results import (
     Acknowledged,
@@ -107,9 +108,6 @@ from echomq_trio.states import JobState
 from echomq_trio.worker import Serve
 
 FOLLOW_PAGE = 500  # events read per partition per round by follow_events, as events.follow
-SHARE_MS = 200  # a PartitionedMetronome's period of the queue-wide cap's rounds
-SHARE_LEASE_ROUNDS = 5  # its lease on the rounds lasts this many periods past its last round
-log = logging.getLogger("echomq_trio.partitions")
 CHANGE_N = "drain it, partitions.dissolve it, then create it anew (docs/howto/partitions.md)"
 __all__ = [
     "MAX_PARTITIONED_NAME_BYTES",
@@ -589,14 +587,50 @@ class PartitionedQueue:
         leaves records pending as ``audit.read`` does (read them with ``pending=True``)."""
         parts = await each([self._read_audit_in(q, group, consumer, count, pending)
                             for q in self.names])  # fmt: skip
-        rows = [(i, r) for i, part in enumerate(parts) for r in part]
-        rows.sort(key=lambda t: (id_key(t[1].stream_id), t[0]))
-        return [(self.names[i], r) for i, r in rows]
+        return self._in_time_order(parts)
 
     def _read_audit_in(
         self, queue: str, group: str, consumer: str, count: int, pending: bool
     ) -> Callable[[], Awaitable[list[AuditRecord]]]:
         return lambda: audit.read(self.bus, queue, group, consumer, count, pending=pending)
+
+    async def autoclaim_audit(
+        self, group: str, consumer: str, min_idle_ms: int, count: int = 100
+    ) -> list[tuple[str, AuditRecord]]:
+        """``audit.autoclaim`` in every partition at once: the records another reader of
+        ``group`` was handed and has not acknowledged for ``min_idle_ms`` (it crashed), up to
+        ``count`` per partition, now ``consumer``'s, as ``(partition, record)`` pairs in time
+        order, as ``read_audit`` gives them. A cancelled call may have moved records the caller
+        never saw: read them with ``read_audit(..., pending=True)``."""
+        parts = await each([self._autoclaim_in(q, group, consumer, min_idle_ms, count)
+                            for q in self.names])  # fmt: skip
+        return self._in_time_order(parts)
+
+    def _autoclaim_in(
+        self, queue: str, group: str, consumer: str, min_idle_ms: int, count: int
+    ) -> Callable[[], Awaitable[list[AuditRecord]]]:
+        return lambda: audit.autoclaim(self.bus, queue, group, consumer, min_idle_ms, count)
+
+    def _in_time_order(self, parts: list[list[AuditRecord]]) -> list[tuple[str, AuditRecord]]:
+        rows = [(i, r) for i, part in enumerate(parts) for r in part]
+        rows.sort(key=lambda t: (id_key(t[1].stream_id), t[0]))
+        return [(self.names[i], r) for i, r in rows]
+
+    async def forget_idle_audit_readers(
+        self, group: str, idle_ms: int, *, keep: str | None = None
+    ) -> list[tuple[str, str]]:
+        """``audit.forget_idle_readers`` in every partition at once: ``(partition, reader)``
+        pairs removed, by partition. A reader is removed where it holds nothing and has been
+        idle long enough; where it still holds records (in another partition, say) it stays
+        until ``autoclaim_audit`` takes them. A cancelled call may or may not have run in each
+        partition (each is atomic); call again."""
+        parts = await each([self._forget_in(q, group, idle_ms, keep) for q in self.names])
+        return [(q, name) for q, names in zip(self.names, parts, strict=True) for name in names]
+
+    def _forget_in(
+        self, queue: str, group: str, idle_ms: int, keep: str | None
+    ) -> Callable[[], Awaitable[list[str]]]:
+        return lambda: audit.forget_idle_readers(self.bus, queue, group, idle_ms, keep=keep)
 
     async def ack_and_trim_audit(
         self, group: str, records: Iterable[tuple[str, str]]
@@ -837,161 +871,3 @@ async def dissolve(bus: Bus, queue: str) -> int:
 
 def _unmarker(bus: Bus, queue: str) -> Callable[[], Awaitable[object]]:
     return lambda: bus.command("HDEL", bus.keys(queue).meta, OF_FIELD, INDEX_FIELD)
-
-
-# --- consuming --------------------------------------------------------------------------------
-
-
-class PartitionedConsumer:
-    """One ordinary ``Consumer`` per partition (``consumers``), each with the ``settings``
-    given (``concurrency`` and the rest, as ``Consumer`` takes them: each partition's consumer
-    runs up to ``concurrency`` handlers, ``n`` times that in all). Run it with
-    ``nursery.start(pc.run)``: it returns once every partition is being claimed; cancel the
-    nursery to stop them all, each as a ``Consumer`` stops. A handler's ``StopConsumer`` stops
-    every partition's consumer (each hands back what it holds) and ``run`` raises it."""
-
-    def __init__(self, queue: PartitionedQueue, handler: Handler, **settings: Any) -> None:
-        self.queue = queue
-        settings.setdefault("metrics_queue", queue.name)  # one series per queue (metrics)
-        self.consumers = tuple(Consumer(queue.bus, name, handler, **settings)
-                               for name in queue.names)  # fmt: skip
-
-    def statistics(self) -> ConsumerStats:
-        """The partitions' consumers' counters, added up."""
-        return _sum_stats(ConsumerStats, [c.statistics() for c in self.consumers])
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Claim and handle jobs of every partition until cancelled."""
-        await _run_all([c.run for c in self.consumers], task_status)
-
-
-class PartitionedMetronome:
-    """One ``Metronome`` per partition (``metronomes``), each with the ``settings`` given, and
-    the rounds of the queue-wide cap on jobs in flight (``cap_rounds``, a ``CapRounds`` with
-    ``share_ms`` and the metronomes' ``beat_ms``; none for a queue of one partition). Run it
-    with ``nursery.start(pm.run)``, cancel its nursery to stop them."""
-
-    def __init__(self, queue: PartitionedQueue, *, share_ms: int = SHARE_MS,
-                 **settings: Any) -> None:  # fmt: skip
-        self.queue = queue
-        settings.setdefault("metrics_queue", queue.name)  # one series per queue (metrics)
-        self.metronomes = tuple(Metronome(queue.bus, name, **settings) for name in queue.names)
-        beat_ms = round(self.metronomes[0].beat_s * 1000)
-        self.cap_rounds = CapRounds(queue, share_ms=share_ms, beat_ms=beat_ms)
-
-    @property
-    def rounds(self) -> int:
-        """``cap_rounds.rounds``: the rounds of the queue-wide cap it has run."""
-        return self.cap_rounds.rounds
-
-    @property
-    def round_failures(self) -> int:
-        """``cap_rounds.failures``."""
-        return self.cap_rounds.failures
-
-    def statistics(self) -> MetronomeStats:
-        """The partitions' metronomes' counters, added up."""
-        return _sum_stats(MetronomeStats, [m.statistics() for m in self.metronomes])
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Promote, fire and reap in every partition, and share the queue's cap out, until
-        cancelled."""
-        runs = [m.run for m in self.metronomes]
-        if self.queue.n > 1:
-            runs.append(self.cap_rounds.run)
-        await _run_all(runs, task_status)
-
-
-class CapRounds:
-    """The rounds of a partitioned queue's cap on jobs in flight (``PartitionedQueue.set_limit``)
-    as one task: while partition 0 holds a total, a round every ``share_ms`` (200 by default),
-    run by one ``CapRounds`` of all the processes' at a time (a lease on the rounds that another
-    takes over when it runs out: a process that stops hands the rounds on within
-    ``SHARE_LEASE_ROUNDS`` periods), so the shares follow the work within a round. Without a
-    total it costs one call (an ``HMGET`` of partition 0's meta) every ``beat_ms``. A round that
-    fails is tried again after the reconnect delay; one stopped midway (failed, cancelled)
-    leaves the partitions within the total. ``PartitionedMetronome`` runs one, and so does a
-    ``Worker`` of ``PartitionedQueue.serve``'s entries."""
-
-    def __init__(self, queue: PartitionedQueue, *, share_ms: int = SHARE_MS,
-                 beat_ms: int = 1_000) -> None:  # fmt: skip
-        for name, value in (("share_ms", share_ms), ("beat_ms", beat_ms)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        self.queue = queue
-        self.share_s = share_ms / 1000
-        self.idle_s = max(share_ms, beat_ms) / 1000
-        self._lease_ms = share_ms * SHARE_LEASE_ROUNDS
-        self._holder = new_holder()
-        self._rounds = 0
-        self._failures = 0
-
-    @property
-    def rounds(self) -> int:
-        """The rounds it has run (none while another's lease runs or the queue has no total)."""
-        return self._rounds
-
-    @property
-    def failures(self) -> int:
-        """The rounds that failed (the server unreachable...), each tried again."""
-        return self._failures
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """A round every ``share_ms`` while the queue has a total, else a look every
-        ``beat_ms``, until cancelled."""
-        bus, k0 = self.queue.bus, self.queue.bus.keys(self.queue.name)
-        task_status.started()
-        failures = 0
-        while True:
-            try:
-                begin = protocol.cap_total_call(k0, "begin", self._holder, self._lease_ms)
-                total, epoch = await bus.run(begin)
-                if epoch:
-                    await _cap.share_round(bus, self.queue.names, begun=(total, epoch))
-                    self._rounds += 1
-                failures = 0
-                wait = self.share_s if total is not None else self.idle_s
-            except BusError as exc:
-                failures += 1
-                self._failures += 1
-                wait = reconnect_delay_s(failures)
-                log.log(level_of(exc), "a round of %s's cap failed: %s", self.queue.name, exc)
-            except BaseExceptionGroup as group:
-                # cancelled (stopping) as a call of the round failed: the stop, not the failure
-                cancelled = group.subgroup(trio.Cancelled)
-                if cancelled is None:
-                    raise
-                raise cancelled from None
-            await trio.sleep(wait)
-
-
-S = TypeVar("S")
-
-
-def _sum_stats(cls: type[S], parts: Sequence[S]) -> S:
-    return cls(**{f.name: sum(getattr(p, f.name) for p in parts)
-                  for f in attrs.fields(cls)})  # type: ignore[arg-type]  # fmt: skip
-
-
-async def _run_all(
-    runs: Sequence[Callable[..., Awaitable[None]]], task_status: trio.TaskStatus[None]
-) -> None:
-    """Start each of ``runs`` in turn, then report started; a run that ends (or raises
-    ``StopConsumer``) stops the others, and its ``StopConsumer`` is raised as it is, as
-    ``Consumer.run`` raises it (any other error comes in the nursery's exception group)."""
-    stopped: list[StopConsumer] = []
-    async with trio.open_nursery() as nursery:
-
-        async def one(run: Callable[..., Awaitable[None]], *, task_status: trio.TaskStatus[None]
-                      = trio.TASK_STATUS_IGNORED) -> None:  # fmt: skip
-            try:
-                await run(task_status=task_status)
-            except StopConsumer as exc:
-                stopped.append(exc)
-            nursery.cancel_scope.cancel()  # one stopped by itself: stop the others
-
-        for run in runs:
-            await nursery.start(one, run)
-        task_status.started()
-    if stopped:
-        raise stopped[0]

@@ -31,7 +31,15 @@ from echomq_trio.memory import size_text
 from echomq_trio.server import EmbeddedServer
 from echomq_trio.transport import Transport
 
-__all__ = ["Disk", "Storage", "StorageWatch", "disk_of", "read_storage", "storage_note"]
+__all__ = [
+    "Disk",
+    "Storage",
+    "StorageWatch",
+    "disk_of",
+    "has_waitaof",
+    "read_storage",
+    "storage_note",
+]
 
 log = logging.getLogger("echomq_trio.storage")
 
@@ -117,6 +125,14 @@ def _info_fields(text: str) -> dict[str, str]:
         if sep:
             out[name.strip()] = value.strip()
     return out
+
+
+async def has_waitaof(bus: _Served) -> bool:
+    """Whether the server has ``WAITAOF`` (Valkey, Redis 7.2 and later; not Redis 7.0), which
+    ``durability.OnDisk`` and ``Replicas(on_disk=True)`` wait with: one ``COMMAND INFO``.
+    ``BusError`` when the server cannot be read."""
+    reply = await bus.transport.command("COMMAND", "INFO", "WAITAOF")
+    return reply not in ([None], [], None)
 
 
 async def read_storage(bus: _Served) -> Storage:

@@ -282,20 +282,21 @@ class Dashboard:
     ) -> tuple[list[dict[str, Any]], str | None]:
         """A page of the queue's lanes from the cursor ``after`` and the next page's cursor:
         a partitioned queue's lanes partition by partition (``view.split_lane_cursor``; each
-        row says its partition), a plain queue's as ``lanes.status_page`` pages them."""
+        row says its partition), a page filled from the next partitions while it has room, a
+        plain queue's as ``lanes.status_page`` pages them."""
+        rows: list[dict[str, Any]] = []
         i, inner = view.split_lane_cursor(after)
-        while i < pq.n:
+        while i < pq.n and len(rows) < count:
             page = await lanes.status_page(
-                self.bus, pq.names[i], inner, min(count, lanes.LANE_PAGE_MAX)
+                self.bus, pq.names[i], inner, min(count - len(rows), lanes.LANE_PAGE_MAX)
             )
-            rows = [view.lane_row(x, now) | ({"partition": i} if pq.n > 1 else {})
-                    for x in page.lanes]  # fmt: skip
+            rows += [view.lane_row(x, now) | ({"partition": i} if pq.n > 1 else {})
+                     for x in page.lanes]  # fmt: skip
             if page.next is not None:
-                return rows, view.join_lane_cursor(i, page.next)
-            if rows or i + 1 == pq.n:  # this partition's last page: the next partition's next
-                return rows, view.join_lane_cursor(i + 1, "") if i + 1 < pq.n else None
-            i, inner = i + 1, ""  # an empty partition: the next one's first page
-        return [], None  # a cursor past the last partition
+                inner = page.next
+            else:  # this partition's last page: on to the next partition's first
+                i, inner = i + 1, ""
+        return rows, view.join_lane_cursor(i, inner) if i < pq.n else None
 
     # --- HTTP ----------------------------------------------------------------------------
 

@@ -20,7 +20,16 @@ from codemojex.game.rooms import room_key
 from codemojex.run import STAND_IN_TOKEN, telegram_endpoint
 from echomq_trio import events, jobs, open_bus
 from echomq_trio.server import start_server
-from tests.support import ROOT, Lines, parse, start_and_stop, start_service, stop_process, wait_for
+from tests.support import (
+    ROOT,
+    Lines,
+    parse,
+    server_has_waitaof,
+    start_and_stop,
+    start_service,
+    stop_process,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -285,6 +294,20 @@ async def test_the_first_screen_says_when_notices_wait_for_the_disk_and_when_the
         out = await start_and_stop(tmp_path / "url", r"durability: ", "--summary-every", "0",
                                    "--demo", "off", "--url", server.url)  # fmt: skip
     assert "keeps no append-only file, so a notice is in its memory only" in out.text()
+
+
+@pytest.mark.timeout_s(120)
+@pytest.mark.skipif(server_has_waitaof(), reason="a server without WAITAOF (Redis 7.0) only")
+async def test_a_server_without_waitaof_holds_notices_in_memory_and_the_first_screen_says_so(
+    tmp_path: Path,
+) -> None:
+    """A server given by --url that keeps an append-only file but has no WAITAOF to wait for
+    it (Redis 7.0): the service runs, notices in memory, and says so; no refusal."""
+    async with start_server(tmp_path / "d") as server:
+        out = await start_and_stop(tmp_path / "url", r"durability: ", "--summary-every", "0",
+                                   "--demo", "off", "--url", server.url)  # fmt: skip
+    assert "has no WAITAOF (a Redis before 7.2), so notify() returns once a notice is in its " \
+        "memory" in out.text()  # fmt: skip
 
 
 def test_the_digest_time_and_zone_are_settings(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -77,15 +77,20 @@ async def test_a_partitioned_queue_s_state_is_one_queue_s(bus: Bus, queue: str) 
         assert row["counts"]["pending"] == 9 and row["counts"]["dead"] == 3  # type: ignore[index]
 
         groups: list[str] = []
+        sizes: list[int] = []
         query = f"queue={queue}&count=2"
         while True:  # the lanes, page by page through every partition
             detail = (await client.get(f"{url}/state.json?{query}")).json()["queue"]
             groups += [r["group"] for r in detail["lanes"]["rows"]]
+            sizes.append(len(detail["lanes"]["rows"]))
             if detail["lanes"]["next"] is None:
                 break
             query = f"queue={queue}&count=2&lanes_after={detail['lanes']['next']}"
         assert sorted(groups) == sorted(g for part in by for g in part)
         assert len(groups) == len(set(groups)), "each lane once"
+        assert sizes[:4] == [2, 2, 2, 2], "a page is filled from the next partitions"
+        whole = (await client.get(f"{url}/state.json?queue={queue}")).json()["queue"]["lanes"]
+        assert (len(whole["rows"]), whole["next"]) == (9, None)  # every partition's, one page
 
         detail = (await client.get(f"{url}/state.json?queue={queue}")).json()["queue"]
         assert detail["partitions"] == list(pq.names)

@@ -26,14 +26,16 @@ from echomq_trio import (
 from echomq_trio.durability import DurableCalls, InMemory, NotDurable, OnDisk
 from echomq_trio.errors import PersistenceFailed
 from echomq_trio.server import start_server
-from echomq_trio.storage import read_storage
+from echomq_trio.storage import has_waitaof, read_storage
 from echomq_trio.testing import FaultyTransport
 from echomq_trio.wire import open_wire
 from tests.codemojex.test_full_disk import fill, small_disk
-from tests.support import server_has_waitaof, server_is_valkey, wait_for
-
-# OnDisk waits with WAITAOF: Valkey, Redis 7.2 and later (Debian 12's Redis 7.0 has none).
-needs_waitaof = pytest.mark.skipif(not server_has_waitaof(), reason="the server has no WAITAOF")
+from tests.support import (
+    needs_waitaof,
+    server_has_waitaof,
+    server_rewrites_its_manifest_at_a_start,
+    wait_for,
+)
 
 
 def test_which_calls_wait() -> None:
@@ -137,6 +139,12 @@ async def test_on_disk_needs_a_server_with_waitaof(standalone_url: str) -> None:
     with pytest.raises(ServerError, match=r"needs WAITAOF \(Valkey, Redis 7.2 and later\)"):
         async with open_bus(standalone_url, durability=OnDisk()):
             pass
+
+
+@pytest.mark.server
+async def test_has_waitaof_asks_the_server(standalone_url: str) -> None:
+    async with open_bus(standalone_url) as bus:
+        assert await has_waitaof(bus) == server_has_waitaof()  # by the binary's version
 
 
 @pytest.mark.server
@@ -254,8 +262,9 @@ async def test_a_first_start_on_a_full_disk_fails_at_once_with_the_server_s_reas
 @pytest.mark.slow
 @pytest.mark.timeout_s(60)
 @pytest.mark.skipif(
-    server_is_valkey(), reason="Redis 8's behaviour: Valkey 9 writes nothing at a start with "
-    "files in place, so it starts on a full disk (test_valkey_starts_on_a_full_disk_...)"
+    not server_rewrites_its_manifest_at_a_start(), reason="Redis 8's behaviour: Valkey 9 and "
+    "Redis 7.0 write nothing at a start with files in place, so they start on a full disk "
+    "(test_valkey_starts_on_a_full_disk_...)"
 )  # fmt: skip
 async def test_redis_fails_a_restart_on_a_full_disk_at_once_with_the_server_s_reason(
     tmp_path: Path,
@@ -279,13 +288,15 @@ async def test_redis_fails_a_restart_on_a_full_disk_at_once_with_the_server_s_re
 @pytest.mark.slow
 @pytest.mark.timeout_s(60)
 @pytest.mark.skipif(
-    not server_is_valkey(), reason="Valkey 9's behaviour: Redis 8 rewrites its manifest at "
-    "every start, so it cannot start on a full disk (test_redis_fails_a_restart_...)"
+    server_rewrites_its_manifest_at_a_start(), reason="Valkey 9's and Redis 7.0's behaviour: "
+    "Redis 8 rewrites its manifest at every start, so it cannot start on a full disk "
+    "(test_redis_fails_a_restart_...)"
 )  # fmt: skip
 async def test_valkey_starts_on_a_full_disk_and_refuses_writes_until_there_is_room(
     tmp_path: Path,
 ) -> None:
-    """Valkey 9 writes nothing at a start with its files in place: on a full disk it starts,
+    """Valkey 9 (and Redis 7.0) writes nothing at a start with its files in place: on a full
+    disk it starts,
     answers reads, and refuses writes (``PersistenceFailed``) once its file cannot take them,
     as a running server does; with room again it takes them, and keeps them across a start."""
     with small_disk(tmp_path / "disk", 16) as disk:

@@ -15,7 +15,8 @@ from prometheus_client import CollectorRegistry
 from echomq_trio import Bus, Job, jobs, partitions, queues, retention
 from echomq_trio._stream_merge import id_key, merge_page
 from echomq_trio.metrics import BusMetrics
-from echomq_trio.results import AuditOutcome
+from echomq_trio.partitions import PartitionedQueue
+from echomq_trio.results import AuditOutcome, AuditRecord
 from tests.support import wait_for
 
 # --- pure: merging streams' pages -----------------------------------------------------------------
@@ -139,13 +140,50 @@ async def test_the_audit_is_kept_read_and_trimmed_in_every_partition(bus: Bus, q
     assert await pq.read_audit("store", "reader-1", pending=True) == []
     with pytest.raises(ValueError, match="not a partition"):
         await pq.ack_and_trim_audit("store", [("elsewhere", "1-0")])
+    await _a_crashed_reader_s_records_are_taken_over_and_it_is_forgotten(pq, consumer)
     await pq.enable_audit(False)
     await pq.enqueue("after")
     async with trio.open_nursery() as nursery:
         await nursery.start(consumer.run)
-        await wait_for(lambda: consumer.statistics().acked == 10, timeout=30)
+        await wait_for(lambda: consumer.statistics().acked == 16, timeout=30)
         nursery.cancel_scope.cancel()
     assert await pq.read_audit("store", "reader-1") == []
+
+
+async def _a_crashed_reader_s_records_are_taken_over_and_it_is_forgotten(
+    pq: PartitionedQueue, consumer: partitions.PartitionedConsumer
+) -> None:
+    """Records handed to a reader that never acknowledged them (it crashed) are taken over by
+    another in every partition, and once it holds nothing it is forgotten everywhere."""
+    admitted = {(await pq.enqueue(f"k{i}")).id for i in range(6)}
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await wait_for(lambda: consumer.statistics().acked == 15, timeout=30)
+        nursery.cancel_scope.cancel()
+    held = await pq.read_audit("store", "crashed")
+    assert {r.job_id for _, r in held} == admitted
+    assert await pq.autoclaim_audit("store", "reader-2", 3_600_000) == []  # not idle yet
+    # a reader idle for more than an hour: nobody goes (reader-2 holds nothing, but is not idle)
+    assert await pq.forget_idle_audit_readers("store", 3_600_000) == []
+    taken: list[tuple[str, AuditRecord]] = []
+
+    async def took_over() -> bool:
+        taken.extend(await pq.autoclaim_audit("store", "reader-2", 1))
+        return {r.job_id for _, r in taken} == admitted
+
+    await wait_for(took_over, timeout=20)
+    assert len(taken) == len(held), "each record once"
+    assert {(q, r.stream_id) for q, r in taken} == {(q, r.stream_id) for q, r in held}
+    forgotten: list[tuple[str, str]] = []
+
+    async def crashed_forgotten() -> bool:
+        forgotten.extend(await pq.forget_idle_audit_readers("store", 1, keep="reader-2"))
+        return {q for q, name in forgotten if name == "crashed"} == set(pq.names)
+
+    await wait_for(crashed_forgotten, timeout=20)
+    assert {name for _, name in forgotten} <= {"crashed", "reader-1"}
+    done = await pq.ack_and_trim_audit("store", [(q, r.stream_id) for q, r in taken])
+    assert done.acked == 6
 
 
 async def test_retention_and_expiry_are_set_on_every_partition(bus: Bus, queue: str) -> None:

@@ -35,7 +35,13 @@ from echomq_trio.results import Outcome
 from echomq_trio.server import find_server_binary, free_port, start_server
 from echomq_trio.transport import Message
 from echomq_trio.wire import parse_url, script_source
-from tests.support import PASSWORD, stop_servers, wait_for, wait_server_ready
+from tests.support import (
+    PASSWORD,
+    server_is_7_2_or_later,
+    stop_servers,
+    wait_for,
+    wait_server_ready,
+)
 
 pytestmark = pytest.mark.server
 LOOPBACK_IP = ip_address("127.0.0.1")
@@ -352,7 +358,7 @@ SAME_SHAPE = [
     ("ZSCORE", "{s}z2", "nope"),
     ("ZINCRBY", "{s}z2", "1", "a"),
     ("ZADD", "{s}z2", "INCR", "1", "a"),
-    ("ZRANK", "{s}z2", "a", "WITHSCORE"),
+    *([("ZRANK", "{s}z2", "a", "WITHSCORE")] if server_is_7_2_or_later() else []),
     ("GETDEL", "{s}n2"),
     ("HSTRLEN", "{s}hash", "a"),
     ("OBJECT", "ENCODING", "{s}hash"),
