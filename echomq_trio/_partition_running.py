@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import attrs
 import trio
@@ -15,13 +15,28 @@ import trio
 from echomq_trio import _partition_cap as _cap
 from echomq_trio import protocol
 from echomq_trio.backoff import reconnect_delay_s
-from echomq_trio.bus import new_holder
+from echomq_trio.bus import Bus, new_holder
 from echomq_trio.consumer import Consumer, ConsumerStats, Handler, StopConsumer
 from echomq_trio.errors import BusError, level_of
 from echomq_trio.metronome import Metronome, MetronomeStats
 
-if TYPE_CHECKING:
-    from echomq_trio.partitions import PartitionedQueue
+
+class Partitioned(Protocol):
+    """What the running parts read of a ``partitions.PartitionedQueue`` (which imports this
+    module, so it is not named here): its bus, its name, its partitions' names."""
+
+    @property
+    def bus(self) -> Bus: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def names(self) -> tuple[str, ...]: ...
+
+    @property
+    def n(self) -> int: ...
+
 
 SHARE_MS = 200  # a PartitionedMetronome's period of the queue-wide cap's rounds
 SHARE_LEASE_ROUNDS = 5  # its lease on the rounds lasts this many periods past its last round
@@ -36,7 +51,7 @@ class PartitionedConsumer:
     nursery to stop them all, each as a ``Consumer`` stops. A handler's ``StopConsumer`` stops
     every partition's consumer (each hands back what it holds) and ``run`` raises it."""
 
-    def __init__(self, queue: PartitionedQueue, handler: Handler, **settings: Any) -> None:
+    def __init__(self, queue: Partitioned, handler: Handler, **settings: Any) -> None:
         self.queue = queue
         settings.setdefault("metrics_queue", queue.name)  # one series per queue (metrics)
         self.consumers = tuple(Consumer(queue.bus, name, handler, **settings)
@@ -57,7 +72,7 @@ class PartitionedMetronome:
     ``share_ms`` and the metronomes' ``beat_ms``; none for a queue of one partition). Run it
     with ``nursery.start(pm.run)``, cancel its nursery to stop them."""
 
-    def __init__(self, queue: PartitionedQueue, *, share_ms: int = SHARE_MS,
+    def __init__(self, queue: Partitioned, *, share_ms: int = SHARE_MS,
                  **settings: Any) -> None:  # fmt: skip
         self.queue = queue
         settings.setdefault("metrics_queue", queue.name)  # one series per queue (metrics)
@@ -99,7 +114,7 @@ class CapRounds:
     leaves the partitions within the total. ``PartitionedMetronome`` runs one, and so does a
     ``Worker`` of ``PartitionedQueue.serve``'s entries."""
 
-    def __init__(self, queue: PartitionedQueue, *, share_ms: int = SHARE_MS,
+    def __init__(self, queue: Partitioned, *, share_ms: int = SHARE_MS,
                  beat_ms: int = 1_000) -> None:  # fmt: skip
         for name, value in (("share_ms", share_ms), ("beat_ms", beat_ms)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

@@ -32,6 +32,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import pytest
 import trio
 
@@ -53,6 +54,11 @@ from tests.support import (
 )
 
 DEFAULT_TIMEOUT_S = 60
+
+# Tests never assert timings: hypothesis's per-example deadline (200 ms) is one, and a loaded
+# 2-core machine broke it now and then. The test's own fail_after still ends a hang.
+hypothesis.settings.register_profile("suite", deadline=None)
+hypothesis.settings.load_profile("suite")
 
 
 SERVER_FIXTURES = {
