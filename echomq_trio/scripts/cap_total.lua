@@ -5,7 +5,9 @@
 -- refused wherever the later one has stamped. 'begin' with a holder keeps a lease on the
 -- rounds (cap_holder, cap_until: server ms), so of several coordinators one runs them while
 -- its lease lasts (the others' 'begin' answers epoch 0); a queue without a total answers at
--- once, its epoch untouched and nothing written (one HMGET).
+-- once, its epoch untouched and nothing written (one HMGET). A 'set' or 'clear' that changes
+-- the total emits queue_limit in partition 0's events (max_active: the total, 0 cleared), as
+-- a plain queue's cap does; the rounds' moves of the shares emit nothing.
 -- transition: none (a queue setting)
 -- KEYS[1] emq:{q}:meta, partition 0's (the other keys are ARGV[1]'s, same slot)
 -- ARGV[1] queue prefix emq:{q}:, ARGV[2] 'set', 'clear' or 'begin', ARGV[3] the total (set:
@@ -29,6 +31,7 @@ if mode == 'begin' then
   return {tonumber(m[1]), redis.call('HINCRBY', KEYS[1], 'partitions_epoch', 1)}
 end
 created(qp, nil)
+local was = tonumber(redis.call('HGET', KEYS[1], 'partitions_cap') or '0')
 local total = 0
 if mode == 'set' then
   total = tonumber(ARGV[3])
@@ -36,4 +39,5 @@ if mode == 'set' then
 else
   redis.call('HDEL', KEYS[1], 'partitions_cap', 'cap_holder', 'cap_until')
 end
+if total ~= was then emit(qp, 'queue_limit', string.sub(qp, 6, -3), 'max_active', total) end
 return {total, redis.call('HINCRBY', KEYS[1], 'partitions_epoch', 1)}

@@ -172,6 +172,22 @@ async def test_lowering_takes_nothing_back_and_clearing_removes_every_cap(
     assert (await pq.limit()).shares == (None, None, None)
 
 
+async def test_a_change_of_the_total_is_one_queue_limit_event_the_rounds_none(
+    bus: Bus, queue: str
+) -> None:
+    pq = await partitions.create(bus, queue, 3)
+    await pq.set_limit(6)
+    await pq.set_limit(6)  # no change: no event
+    for _ in range(3):
+        assert await pq.share_cap() is not None  # rounds move shares: no event
+    await pq.set_limit(2)
+    await pq.set_limit(None)
+    await pq.set_limit(None)
+    limits = [(q, e.subject, e.fields["max_active"])
+              for q, e in await pq.read_events() if e.kind == "queue_limit"]  # fmt: skip
+    assert limits == [(queue, queue, "6"), (queue, queue, "2"), (queue, queue, "0")]
+
+
 async def test_bad_totals_are_one_line_errors_before_any_io(bus: Bus, queue: str) -> None:
     pq = await partitions.create(bus, queue, 2)
     faulty = FaultyTransport(bus.transport)
