@@ -252,13 +252,7 @@ def server_version() -> tuple[int, int]:
 
 def server_has_waitaof() -> bool:
     """Whether the server has ``WAITAOF`` (Valkey, Redis 7.2 and later; not Debian's Redis
-    7.0)."""
-    return server_version() >= (7, 2)
-
-
-def server_is_7_2_or_later() -> bool:
-    """Whether the server has Redis 7.2's additions (``WAITAOF``, ``ZRANK … WITHSCORE``, a
-    consumer made by ``XREADGROUP`` even when it reads nothing …)."""
+    7.0). Other 7.2 additions the tests meet (``ZRANK … WITHSCORE``) ask ``server_version``."""
     return server_version() >= (7, 2)
 
 

@@ -37,7 +37,7 @@ from echomq_trio.transport import Message
 from echomq_trio.wire import parse_url, script_source
 from tests.support import (
     PASSWORD,
-    server_is_7_2_or_later,
+    server_version,
     stop_servers,
     wait_for,
     wait_server_ready,
@@ -358,7 +358,7 @@ SAME_SHAPE = [
     ("ZSCORE", "{s}z2", "nope"),
     ("ZINCRBY", "{s}z2", "1", "a"),
     ("ZADD", "{s}z2", "INCR", "1", "a"),
-    *([("ZRANK", "{s}z2", "a", "WITHSCORE")] if server_is_7_2_or_later() else []),
+    *([("ZRANK", "{s}z2", "a", "WITHSCORE")] if server_version() >= (7, 2) else []),
     ("GETDEL", "{s}n2"),
     ("HSTRLEN", "{s}hash", "a"),
     ("OBJECT", "ENCODING", "{s}hash"),
