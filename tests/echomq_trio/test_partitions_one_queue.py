@@ -116,6 +116,14 @@ async def test_follow_events_follows_every_partition(bus: Bus, queue: str) -> No
     assert {q for q, s, _ in seen if s in sent} == set(pq.names), "every partition's"
 
 
+async def _run_until_acked(consumer: partitions.PartitionedConsumer, acked: int) -> None:
+    """Run ``consumer`` until it has acknowledged ``acked`` jobs in all, then stop it."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run)
+        await wait_for(lambda: consumer.statistics().acked == acked, timeout=30)
+        nursery.cancel_scope.cancel()
+
+
 @pytest.mark.cluster  # each partition's stream on its own primary
 async def test_the_audit_is_kept_read_and_trimmed_in_every_partition(bus: Bus, queue: str) -> None:
     pq = await partitions.create(bus, queue, 3)
@@ -127,10 +135,7 @@ async def test_the_audit_is_kept_read_and_trimmed_in_every_partition(bus: Bus, q
         pass
 
     consumer = partitions.PartitionedConsumer(pq, handler, concurrency=2)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(consumer.run)
-        await wait_for(lambda: consumer.statistics().acked == 9, timeout=30)
-        nursery.cancel_scope.cancel()
+    await _run_until_acked(consumer, 9)
     records = await pq.read_audit("store", "reader-1")
     assert {r.job_id for _, r in records} == admitted
     assert {r.outcome for _, r in records} == {AuditOutcome.ACKED}
@@ -143,10 +148,7 @@ async def test_the_audit_is_kept_read_and_trimmed_in_every_partition(bus: Bus, q
     await _a_crashed_reader_s_records_are_taken_over_and_it_is_forgotten(pq, consumer)
     await pq.enable_audit(False)
     await pq.enqueue("after")
-    async with trio.open_nursery() as nursery:
-        await nursery.start(consumer.run)
-        await wait_for(lambda: consumer.statistics().acked == 16, timeout=30)
-        nursery.cancel_scope.cancel()
+    await _run_until_acked(consumer, 16)
     assert await pq.read_audit("store", "reader-1") == []
 
 
@@ -156,10 +158,7 @@ async def _a_crashed_reader_s_records_are_taken_over_and_it_is_forgotten(
     """Records handed to a reader that never acknowledged them (it crashed) are taken over by
     another in every partition, and once it holds nothing it is forgotten everywhere."""
     admitted = {(await pq.enqueue(f"k{i}")).id for i in range(6)}
-    async with trio.open_nursery() as nursery:
-        await nursery.start(consumer.run)
-        await wait_for(lambda: consumer.statistics().acked == 15, timeout=30)
-        nursery.cancel_scope.cancel()
+    await _run_until_acked(consumer, 15)
     held = await pq.read_audit("store", "crashed")
     assert {r.job_id for _, r in held} == admitted
     assert await pq.autoclaim_audit("store", "reader-2", 3_600_000) == []  # not idle yet
