@@ -168,6 +168,20 @@ def standalone_only(standalone_url: str) -> str:
     return standalone_url
 
 
+@pytest.fixture
+def own_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A standalone server of this test's own, for a test whose ledger is a queue-wide count
+    (``completed_total`` of an app's queue): on the shared server, what an earlier test left on
+    that queue (an update its service was stopped before handling) is handled by this test's
+    service and counted."""
+    port = free_port()
+    proc = start_test_server(tmp_path_factory.mktemp("own-server"), [], port)
+    try:
+        yield f"redis://:{PASSWORD}@127.0.0.1:{port}"
+    finally:
+        stop_servers([proc])
+
+
 def test_transport() -> str:
     """The transport the ``bus`` fixture opens (``ECHOMQ_TEST_TRANSPORT``, ``trio`` by
     default, as ``open_bus``'s)."""

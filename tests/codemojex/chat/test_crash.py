@@ -1,8 +1,9 @@
 """Kill -9 of the service between admitting updates and confirming their offset: Telegram (the
 stand-in) still holds every update, the restarted service reads them all again, the bus answers
 ``DUPLICATE``, and each update is handled exactly once. The ledgers survive the kill: the
-queue's count of handled (acked) updates, on the server, and what the players saw, kept by the
-stand-in in this process."""
+queue's count of handled (acked) updates, on a server of the test's own (an update another
+test's service left unhandled on the shared server's queue would be counted), and what the
+players saw, kept by the stand-in in this process."""
 
 from __future__ import annotations
 
@@ -36,18 +37,16 @@ async def drained(bus: Bus) -> bool:
 
 
 @pytest.mark.timeout_s(240)
-async def test_kill_9_between_admitting_and_confirming(
-    standalone_only: str, tmp_path: Path
-) -> None:
+async def test_kill_9_between_admitting_and_confirming(own_server_url: str, tmp_path: Path) -> None:
     """Two groups play; ``early``'s updates are handled before the kill, ``late``'s lane is
     paused so that its updates are on the bus, unhandled, when the service dies. Telegram has
     confirmed none of them. After the restart every update is read again: each is handled
     once, and each player and group gets each of its notices once."""
     early, late, players = group_id(), group_id(), [user_id() for _ in range(3)]
-    args = ("--url", standalone_only, "--telegram-api-url", "", "--telegram-token", TOKEN,
+    args = ("--url", own_server_url, "--telegram-api-url", "", "--telegram-token", TOKEN,
             "--demo", "off", "--archive", "off", "--summary-every", "0",
             "--round-length", "600")  # fmt: skip
-    async with open_stand_in(TOKEN, None) as tg, open_bus(standalone_only) as bus:
+    async with open_stand_in(TOKEN, None) as tg, open_bus(own_server_url) as bus:
         service = [a if a else tg.api_url for a in args]
         feed = tg.updates
         feed.hold_confirmations = True  # the confirming call is lost with the process
