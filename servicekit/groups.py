@@ -11,11 +11,12 @@ E = TypeVar("E", bound=BaseException)
 
 def first_error(exc: BaseException, kinds: tuple[type[E], ...]) -> E | None:
     """``exc`` if it is one of ``kinds``, else the first such exception in the exception groups
-    nested in it (trio hands errors of concurrent tasks back inside groups), else ``None``."""
-    if isinstance(exc, kinds):
-        return exc
+    nested in it (trio hands errors of concurrent tasks back inside groups), else ``None``. A
+    group is never the answer, though it is an ``Exception``: ``kinds`` of ``(Exception,)``
+    finds the first exception a group holds."""
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
             if (found := first_error(inner, kinds)) is not None:
                 return found
-    return None
+        return None
+    return exc if isinstance(exc, kinds) else None
