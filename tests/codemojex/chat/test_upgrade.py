@@ -168,16 +168,16 @@ async def test_a_send_answered_with_the_move_carries_the_game_over(bus: Bus, que
 
 
 @pytest.mark.timeout_s(180)
-async def test_the_service_plays_on_in_the_supergroup(standalone_only: str, tmp_path: Path) -> None:
+async def test_the_service_plays_on_in_the_supergroup(own_server_url: str, tmp_path: Path) -> None:
     """The same through ``python -m codemojex.run`` as a process of its own, polling the
     stand-in: the upgrade is announced mid-round; a guess in the supergroup lands on the
     round's board beside the one made before, ``/top`` there shows both, the round's results
     go there, and the old id is never sent to again."""
     old, new = group_id(), supergroup_id()
     alice, bob = user_id(), user_id()
-    args = ("--url", standalone_only, "--telegram-token", TOKEN, "--demo", "off",
+    args = ("--url", own_server_url, "--telegram-token", TOKEN, "--demo", "off",
             "--archive", "off", "--summary-every", "0", "--round-length", "600")  # fmt: skip
-    async with open_stand_in(TOKEN, None) as tg, open_bus(standalone_only) as bus:
+    async with open_stand_in(TOKEN, None) as tg, open_bus(own_server_url) as bus:
         proc = await start_service(tmp_path, *args, "--telegram-api-url", tg.api_url)
         out = Lines(proc)
         try:

@@ -262,18 +262,18 @@ async def test_a_hang_is_logged_once_while_it_lasts_marked_and_loses_nothing(
 
 @pytest.mark.timeout_s(180)
 async def test_the_service_logs_an_outage_of_garbage_once_and_shows_it_until_it_ends(
-    standalone_only: str, tmp_path: Path
+    own_server_url: str, tmp_path: Path
 ) -> None:
     chats, each = [6300 + c for c in range(10)], 2
     async with (
         open_stand_in(TOKEN, None) as tg,
         open_outage(tg) as outage,
-        open_bus(standalone_only) as bus,
+        open_bus(own_server_url) as bus,
         httpx.AsyncClient() as client,
     ):
         before = await events.last_id(bus, NOTIFY_QUEUE)
         proc = await start_service(
-            tmp_path, "--url", standalone_only, "--telegram-token", TOKEN, "--telegram-api-url",
+            tmp_path, "--url", own_server_url, "--telegram-token", TOKEN, "--telegram-api-url",
             outage.api_url, "--demo", "off", "--archive", "off", "--summary-every", "0.5",
         )  # fmt: skip
         try:
@@ -290,7 +290,7 @@ async def test_the_service_logs_an_outage_of_garbage_once_and_shows_it_until_it_
             await _held_unspent(bus, NOTIFY_QUEUE, ids)
             outage.mode = None
             with trio.fail_after(60):
-                for chat in chats:  # the shared queue may hold other tests' notices too
+                for chat in chats:
                     await tg.wait_deliveries(each, chat)
                 await out.until(r"INFO codemojex\.notify\.outage: Telegram answers the bot again")
                 # The next summary line: the mark is gone once Telegram answers (a line reads
