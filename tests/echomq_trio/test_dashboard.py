@@ -212,7 +212,7 @@ class Counting(Dashboard):
         return await super().state(query)
 
 
-@pytest.mark.timeout_s(120)
+@pytest.mark.timeout_s(240)
 async def test_event_streams_share_each_view_and_leave_nothing_behind(bus: Bus, queue: str) -> None:
     """60 event streams asking two views: each sample renders each view once, for every stream
     that asks it; when they have gone the dashboard keeps nothing of them, and of the Python
@@ -239,15 +239,15 @@ async def test_event_streams_share_each_view_and_leave_nothing_behind(bus: Bus, 
         ):
             for i in range(n):
                 streams.start_soon(stream, client, f"{url}/events?{asked[i % 2]}", events)
-            await wait_for(lambda: events[0] == n)  # each has its first view
+            await wait_for(lambda: events[0] == n, timeout=60)  # each has its first view
             assert (dash.streams, len(dash._streams)) == (n, 2)
             renders = dash.renders
             await dash.sample()
-            await wait_for(lambda: events[0] == 2 * n)  # and the sample's
+            await wait_for(lambda: events[0] == 2 * n, timeout=60)  # and the sample's
             assert dash.renders == renders + 2  # once per view asked, not per stream
             held = traced_blocks(app_code)
             streams.cancel_scope.cancel()
-        await wait_for(lambda: dash.streams == 0)
+        await wait_for(lambda: dash.streams == 0, timeout=60)
         return held
 
     async with trio.open_nursery() as nursery:
