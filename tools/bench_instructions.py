@@ -16,6 +16,11 @@ needs ``valgrind`` (Debian's package) and prints ONE JSON object. For each tree 
 * ``commands``: the server's commands per job (``INFO commandstats``, natively, ``--large``
   jobs), so a change in instructions can be told from a change in the commands a job costs.
 
+With ``--one-at-a-time`` a job's life is three calls made one at a time instead (a
+``jobs.enqueue``, then a ``jobs.claim`` of one and its ``jobs.ack``, on the tree's default
+transport, all enqueues first), as an application that enqueues a job per request does: the
+server's instructions and commands per job alone (the calling process is not traced).
+
 Why instructions: on this project's shared 2-core machine wall-clock rates of the same tree
 move by 30 % from run to run with the load; callgrind's counts agree to a fraction of a percent
 for the server and to a few percent for the worker (whose batches depend a little on timing).
@@ -32,6 +37,7 @@ import socket
 import statistics
 import sys
 import tempfile
+from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -47,6 +53,18 @@ FILL = (
     "    async with open_bus(os.environ['BENCH_BUS_URL']) as bus:\n"
     "        for i in range(0, n, 1000):\n"
     "            await jobs.enqueue_many(bus, q, [b'x'] * min(1000, n - i))\n"
+    "trio.run(main, sys.argv[1], int(sys.argv[2]))\n"
+)
+ONE_AT_A_TIME = (
+    "import os, sys, trio\n"
+    "from echomq_trio import jobs, open_bus\n"
+    "async def main(q, n):\n"
+    "    async with open_bus(os.environ['BENCH_BUS_URL']) as bus:\n"
+    "        for _ in range(n):\n"
+    "            await jobs.enqueue(bus, q, b'x')\n"
+    "        for _ in range(n):\n"
+    "            (job,) = await jobs.claim(bus, q, 1)\n"
+    "            await jobs.ack(bus, q, job.id, job.token)\n"
     "trio.run(main, sys.argv[1], int(sys.argv[2]))\n"
 )
 COLLECTED = re.compile(rb"Collected : (\d+)")
@@ -78,11 +96,17 @@ def _tree_env(tree: Path, url: str) -> dict[str, str]:
     return {**os.environ, "BENCH_BUS_URL": url, "PYTHONPATH": str(tree)}
 
 
-async def _fill_and_drain(tree: Path, url: str, jobs: int, *, traced: bool) -> int | None:
+async def _fill_and_drain(
+    tree: Path, url: str, jobs: int, *, traced: bool, one_at_a_time: bool = False
+) -> int | None:
     """Fill a queue with ``jobs`` no-op jobs and drain it with the tree's worker; the worker's
-    instructions when ``traced``."""
+    instructions when ``traced``. With ``--one-at-a-time``, its three calls a job instead."""
     env = _tree_env(tree, url)
     queue = f"insn-{os.getpid()}-{jobs}-{trio.current_time():.0f}"
+    if one_at_a_time:
+        await trio.run_process([sys.executable, "-c", ONE_AT_A_TIME, queue, str(jobs)], env=env,
+                               cwd=tree)  # fmt: skip
+        return None
     await trio.run_process([sys.executable, "-c", FILL, queue, str(jobs)], env=env, cwd=tree)
     argv = [sys.executable, str(tree / "tools" / "bench_bus.py"), "--worker", queue, str(jobs)]
     done = await trio.run_process(
@@ -121,9 +145,9 @@ async def _with_server(traced: bool, body: Any) -> tuple[Any, bytes]:
         return answer, log.read_bytes()
 
 
-async def _server_instructions(tree: Path, jobs: int) -> int:
+async def _server_instructions(tree: Path, jobs: int, one_at_a_time: bool = False) -> int:
     async def body(url: str) -> None:
-        await _fill_and_drain(tree, url, jobs, traced=False)
+        await _fill_and_drain(tree, url, jobs, traced=False, one_at_a_time=one_at_a_time)
 
     _, printed = await _with_server(True, body)
     found = COLLECTED.search(printed)
@@ -141,9 +165,9 @@ async def _worker_instructions(tree: Path, jobs: int) -> int:
     return int(got)
 
 
-async def _commands_per_job(tree: Path, jobs: int) -> dict[str, float]:
+async def _commands_per_job(tree: Path, jobs: int, one_at_a_time: bool = False) -> dict[str, float]:
     async def body(url: str) -> dict[str, float]:
-        await _fill_and_drain(tree, url, jobs, traced=False)
+        await _fill_and_drain(tree, url, jobs, traced=False, one_at_a_time=one_at_a_time)
         port = int(url.rsplit(":", 1)[1])
         stream = await trio.open_tcp_stream("127.0.0.1", port)
         async with stream:
@@ -160,15 +184,20 @@ async def _commands_per_job(tree: Path, jobs: int) -> dict[str, float]:
     return result
 
 
-async def main(trees: dict[str, Path], small: int, large: int, rounds: int) -> dict[str, Any]:
-    out: dict[str, Any] = {"small": small, "large": large, "rounds": rounds, "trees": {}}
+async def main(
+    trees: dict[str, Path], small: int, large: int, rounds: int, one_at_a_time: bool = False
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"small": small, "large": large, "rounds": rounds,
+                           "one_at_a_time": one_at_a_time, "trees": {}}  # fmt: skip
     per: dict[str, dict[str, list[float]]] = {t: {"server": [], "worker": []} for t in trees}
     for r in range(rounds):
         for name, tree in list(trees.items())[:: 1 if r % 2 == 0 else -1]:
-            for kind, measure in (
-                ("server", _server_instructions),
-                ("worker", _worker_instructions),
-            ):
+            kinds: list[tuple[str, Callable[[Path, int], Awaitable[int]]]] = [
+                ("server", partial(_server_instructions, one_at_a_time=one_at_a_time))
+            ]
+            if not one_at_a_time:
+                kinds.append(("worker", _worker_instructions))
+            for kind, measure in kinds:
                 a = await measure(tree, small)
                 b = await measure(tree, large)
                 per[name][kind].append(round((b - a) / (large - small)))
@@ -180,15 +209,17 @@ async def main(trees: dict[str, Path], small: int, large: int, rounds: int) -> d
             "server_per_job": per[name]["server"],
             "worker_per_job": per[name]["worker"],
             "server_median": statistics.median(per[name]["server"]),
-            "worker_median": statistics.median(per[name]["worker"]),
-            "commands_per_job": await _commands_per_job(tree, large),
+            "worker_median": statistics.median(per[name]["worker"] or [0]),
+            "commands_per_job": await _commands_per_job(tree, large, one_at_a_time),
         }
     return out
 
 
-async def _limited(trees: dict[str, Path], small: int, large: int, rounds: int) -> dict[str, Any]:
+async def _limited(
+    trees: dict[str, Path], small: int, large: int, rounds: int, one_at_a_time: bool
+) -> dict[str, Any]:
     with trio.fail_after(RUN_LIMIT_S):
-        return await main(trees, small, large, rounds)
+        return await main(trees, small, large, rounds, one_at_a_time)
 
 
 def _tree(text: str) -> tuple[str, Path]:
@@ -208,10 +239,14 @@ def cli() -> None:
     parser.add_argument("--small", type=int, default=1_000, help="jobs of the short run")
     parser.add_argument("--large", type=int, default=5_000, help="jobs of the long run")
     parser.add_argument("--rounds", type=int, default=2, help="rounds, the trees in turn")
+    parser.add_argument("--one-at-a-time", action="store_true",
+                        help="a job's three calls one at a time (server only)")  # fmt: skip
     args = parser.parse_args()
     if not 0 < args.small < args.large:
         parser.error("--small must be at least 1 and below --large")
-    result = trio.run(_limited, dict(args.tree), args.small, args.large, args.rounds)
+    result = trio.run(
+        _limited, dict(args.tree), args.small, args.large, args.rounds, args.one_at_a_time
+    )
     print(json.dumps(result, indent=1))
 
 

@@ -24,8 +24,14 @@ Theory of operation:
 
 Connecting: TCP (``trio.SSLStream`` over it for ``rediss://``), then ``HELLO 3`` with the URL's
 credentials (RESP3; a server without ``HELLO`` gets ``AUTH`` and RESP2), then ``SELECT`` of a
-database other than 0. Scripts run by ``EVALSHA``; a server without the script (``NOSCRIPT``:
-flushed, restarted) gets ``SCRIPT LOAD`` and the call again. Error replies map to the bus's
+database other than 0. The bus's scripts run by ``FCALL`` of its function library
+(``echomq_trio._library``: the scripts' helpers made once, when it is loaded, not on every call);
+a server without the library (``Function not found``: a new server, or ``FUNCTION FLUSH``) gets
+``FUNCTION LOAD`` and the call again, and a server that runs no functions (before Redis 7.0, or
+an ACL without ``FUNCTION``) gets ``EVALSHA`` from then on, as an application's scripts always do
+(and for a second, a server that refuses the load as a write: the memory ceiling, a failed disk):
+a server without the script (``NOSCRIPT``: flushed, restarted) gets ``SCRIPT LOAD`` and the call
+again. Error replies map to the bus's
 errors as ``wire`` maps them (``wire.server_error``). A standalone server only, for now: a
 cluster URL raises ``ValueError``.
 """
@@ -44,8 +50,15 @@ from typing import Any
 import outcome
 import trio
 
+from echomq_trio._library import LIBRARY
 from echomq_trio._replies import as_bytes, as_text
-from echomq_trio.errors import AuthenticationFailed, BusError, ConnectionLost, RequestTimedOut
+from echomq_trio.errors import (
+    AuthenticationFailed,
+    BusError,
+    ConnectionLost,
+    RequestTimedOut,
+    WritesRefused,
+)
 from echomq_trio.lua import script_source
 from echomq_trio.resp._codec import SHAPED, Codec, ProtocolError, ReplyError, shape
 from echomq_trio.transport import Message
@@ -67,6 +80,9 @@ RECEIVE_BYTES = 65536
 BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 2.0
 SUBSCRIPTION_BUFFER = 1024  # messages a subscription holds for a reader that is behind
+# FCALL's answers that mean "no function here": load the library, or fall back to EVALSHA.
+LIBRARY_RETRY_S = 1.0  # after a load the server refused as a write: EVALSHA for this long
+_NO_FUNCTION = ("ERR Function not found", "ERR unknown command", "NOPERM")
 _LOST = (
     "lost the connection to the server at {} (it stopped, restarted or closed the connection); "
     "reconnecting"
@@ -399,6 +415,10 @@ class RespTransport:
         self._retry_at = -math.inf
         self._timeout_s = spec.timeout_ms / 1000
         self._shas: dict[str, str] = {}
+        self._functions = True  # the bus's scripts by FCALL of its library, until refused
+        self._loading = trio.Lock()
+        self._loads = 0  # libraries this transport loaded
+        self._library_retry_at = -math.inf  # EVALSHA until then: a load was refused
         self._refusals = RefusalLog(self._where)
         self._closed = False
 
@@ -475,7 +495,8 @@ class RespTransport:
     # --- the transport ---------------------------------------------------------------------
 
     async def script(self, name: str, keys: Sequence[str], args: Sequence[str | bytes]) -> Any:
-        """Run the named script by ``EVALSHA``; on ``NOSCRIPT``, ``SCRIPT LOAD`` and again."""
+        """Run the named script: a bus script by ``FCALL`` (the library loaded on ``Function
+        not found``), else by ``EVALSHA`` (on ``NOSCRIPT``, ``SCRIPT LOAD`` and again)."""
         return await self._script(name, keys, args)
 
     async def _script(
@@ -486,6 +507,17 @@ class RespTransport:
         *,
         asking: bool = False,
     ) -> Any:
+        function = LIBRARY.functions.get(name) if self._functions else None
+        if function is not None and trio.current_time() >= self._library_retry_at:
+            call = ("FCALL", function, str(len(keys)), *keys, *args)
+            try:
+                return await self._call(call, asking=asking)
+            except BusError as exc:
+                if not str(exc).startswith(_NO_FUNCTION):
+                    raise
+                missing = str(exc)
+            if await self._load_library(missing):
+                return await self._call(call, asking=asking)
         sha = self._shas.get(name)
         if sha is None:
             # Bounded by the scripts on disk: a name without one raises before it is added.
@@ -498,6 +530,36 @@ class RespTransport:
                 raise
         await self._call(("SCRIPT", "LOAD", script_source(name)))
         return await self._call(call, asking=asking)
+
+    async def _load_library(self, missing: str) -> bool:
+        """Load the bus's library (``FUNCTION LOAD``) after ``missing`` (the server's answer to
+        an ``FCALL``), once for concurrent callers; ``False`` when this server runs no functions
+        (before Redis 7.0, or a user its ACL does not let call or load one): this transport runs
+        ``EVALSHA`` from now on, said once."""
+        if missing.startswith("ERR Function not found"):
+            seen = self._loads
+            async with self._loading:
+                if self._loads != seen:
+                    return True  # loaded by another caller meanwhile
+                try:
+                    # REPLACE: another client may have loaded it since (its name is its text's)
+                    await self._call(("FUNCTION", "LOAD", "REPLACE", LIBRARY.source))
+                except WritesRefused:
+                    # A load is a write: at the memory ceiling or with a failed disk the scripts
+                    # run by EVALSHA (a read still answers) until the library can be loaded.
+                    self._library_retry_at = trio.current_time() + LIBRARY_RETRY_S
+                    return False
+                except BusError as exc:
+                    if not str(exc).startswith(_NO_FUNCTION):
+                        raise
+                    missing = str(exc)
+                else:
+                    self._loads += 1
+                    return True
+        if self._functions:
+            self._functions = False
+            log.info("the server at %s runs the bus's scripts by EVALSHA: %s", self._where, missing)
+        return False
 
     async def command(self, *args: str | bytes) -> Any:
         """Run one raw command (a few replies shaped as glide shapes them: ``codec.shape``)."""

@@ -10,6 +10,7 @@ import hashlib
 import re
 import ssl
 import subprocess
+import uuid
 from collections.abc import Iterator
 from ipaddress import ip_address
 from pathlib import Path
@@ -22,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from echomq_trio import Bus, jobs, open_bus
+from echomq_trio._library import LIBRARY
 from echomq_trio._replies import as_bytes, as_text
 from echomq_trio.errors import (
     AuthenticationFailed,
@@ -100,15 +102,46 @@ async def _publish(bus: Bus, channel: str, data: bytes) -> bool:
     return bool(received)
 
 
-async def test_a_flushed_script_is_loaded_again_and_answers(standalone_url: str) -> None:
+async def test_a_flushed_library_is_loaded_again_and_answers(standalone_url: str) -> None:
     async with open_bus(standalone_url, transport="trio") as bus:
         first = await jobs.enqueue(bus, "resp.flush", b"one")
-        assert await bus.command("SCRIPT", "FLUSH") == "OK"
+        assert await bus.command("FUNCTION", "FLUSH") == "OK"
         second = await jobs.enqueue(bus, "resp.flush", b"two")
         assert (first.outcome, second.outcome) == (Outcome.ENQUEUED, Outcome.ENQUEUED)
-        sha = bus.transport._shas["enqueue"]  # type: ignore[attr-defined]
-        assert await bus.command("SCRIPT", "EXISTS", sha) == [1]
-        assert sha == hashlib.sha1(script_source("enqueue").encode()).hexdigest()
+        (library,) = await bus.command("FUNCTION", "LIST", "LIBRARYNAME", LIBRARY.name)
+        fields = {as_text(k): v for k, v in _pairs(library)}
+        assert as_text(fields["library_name"]) == LIBRARY.name
+
+
+async def test_a_user_refused_functions_runs_the_scripts_by_evalsha(standalone_url: str) -> None:
+    """An ACL user who may not call or load functions: the bus's scripts run by ``EVALSHA``, and
+    a script the server lost (``SCRIPT FLUSH``) is loaded again."""
+    user, secret = f"nofn{uuid.uuid4().hex[:8]}", "pw-" + uuid.uuid4().hex
+    async with open_bus(standalone_url, transport="trio") as admin:
+        await admin.command(
+            "ACL", "SETUSER", user, "on", f">{secret}", "~*", "&*", "+@all", "-fcall",
+            "-fcall_ro", "-function",
+        )  # fmt: skip
+        try:
+            port = parse_url(standalone_url).hosts[0][1]
+            url = f"redis://{user}:{secret}@127.0.0.1:{port}"
+            async with open_bus(url, transport="trio") as bus:
+                first = await jobs.enqueue(bus, "resp.evalsha", b"one")
+                assert await bus.command("SCRIPT", "FLUSH") == "OK"
+                second = await jobs.enqueue(bus, "resp.evalsha", b"two")
+                assert (first.outcome, second.outcome) == (Outcome.ENQUEUED, Outcome.ENQUEUED)
+                sha = hashlib.sha1(script_source("enqueue").encode()).hexdigest()
+                assert await bus.command("SCRIPT", "EXISTS", sha) == [1]
+        finally:
+            await admin.command("ACL", "DELUSER", user)
+
+
+def _pairs(reply: object) -> list[tuple[object, object]]:
+    """A map reply (RESP3: a dict; RESP2: a flat list) as its pairs."""
+    if isinstance(reply, dict):
+        return list(reply.items())
+    assert isinstance(reply, list)
+    return list(zip(reply[::2], reply[1::2], strict=True))
 
 
 async def test_error_replies_are_server_errors(standalone_url: str) -> None:
