@@ -24,16 +24,17 @@ Theory of operation:
 
 Connecting: TCP (``trio.SSLStream`` over it for ``rediss://``), then ``HELLO 3`` with the URL's
 credentials (RESP3; a server without ``HELLO`` gets ``AUTH`` and RESP2), then ``SELECT`` of a
-database other than 0. The bus's scripts run by ``FCALL`` of its function library
-(``echomq_trio._library``: the scripts' helpers made once, when it is loaded, not on every call);
-a server without the library (``Function not found``: a new server, or ``FUNCTION FLUSH``) gets
-``FUNCTION LOAD`` and the call again, and a server that runs no functions (before Redis 7.0, or
-an ACL without ``FUNCTION``) gets ``EVALSHA`` from then on, as an application's scripts always do
-(and for a second, a server that refuses the load as a write: the memory ceiling, a failed disk):
+database other than 0.
+
+Scripts: the bus's run by ``FCALL`` of its function library (``echomq_trio._library``: the
+scripts' helpers are made once, when it loads, not on every call). A server without the library
+(``Function not found``: a new server, or ``FUNCTION FLUSH``) gets ``FUNCTION LOAD`` and the call
+again; a server that runs no functions (before Redis 7.0, or an ACL that refuses them) gets
+``EVALSHA`` from then on, and so, for a second at a time, does a server that refuses the load as
+a write (the memory ceiling, a failed disk). An application's scripts always run by ``EVALSHA``;
 a server without the script (``NOSCRIPT``: flushed, restarted) gets ``SCRIPT LOAD`` and the call
-again. Error replies map to the bus's
-errors as ``wire`` maps them (``wire.server_error``). A standalone server only, for now: a
-cluster URL raises ``ValueError``.
+again. Error replies map to the bus's errors as ``wire`` maps them (``wire.server_error``). A
+standalone server only, for now: a cluster URL raises ``ValueError``.
 """
 
 from __future__ import annotations
@@ -80,8 +81,8 @@ RECEIVE_BYTES = 65536
 BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 2.0
 SUBSCRIPTION_BUFFER = 1024  # messages a subscription holds for a reader that is behind
-# FCALL's answers that mean "no function here": load the library, or fall back to EVALSHA.
 LIBRARY_RETRY_S = 1.0  # after a load the server refused as a write: EVALSHA for this long
+# FCALL's answers that mean "no function here": load the library, or fall back to EVALSHA.
 _NO_FUNCTION = ("ERR Function not found", "ERR unknown command", "NOPERM")
 _LOST = (
     "lost the connection to the server at {} (it stopped, restarted or closed the connection); "
@@ -533,9 +534,9 @@ class RespTransport:
 
     async def _load_library(self, missing: str) -> bool:
         """Load the bus's library (``FUNCTION LOAD``) after ``missing`` (the server's answer to
-        an ``FCALL``), once for concurrent callers; ``False`` when this server runs no functions
-        (before Redis 7.0, or a user its ACL does not let call or load one): this transport runs
-        ``EVALSHA`` from now on, said once."""
+        an ``FCALL``), once for concurrent callers. ``False``: run this call by ``EVALSHA``; for
+        the next ``LIBRARY_RETRY_S`` when the server refused the load as a write, for good (said
+        once) when it runs no functions (before Redis 7.0, or an ACL that refuses them)."""
         if missing.startswith("ERR Function not found"):
             seen = self._loads
             async with self._loading:
