@@ -6,12 +6,12 @@ made afresh each time (a closure per ``local function``), a few microseconds of 
 per call whatever the script does. A library's top level runs once, when it is loaded: its
 helpers are made then, and a call runs the script's own body alone.
 
-The library (``LIBRARY``): a ``#!lua name=echomq_<hash>`` line; the prelude's and the bus's
-helpers, all of them, once; then one function per script of the package (``echomq_trio/scripts``),
-``echomq_<hash>_<script>``, whose body is the script's file as ``lua.script_source`` folds it,
-called with the script's ``KEYS`` and ``ARGV``. ``<hash>`` is the first 12 hex digits of the
-library's text, so two versions of the bus on one server keep libraries of their own (a function's
-name is the server's, across libraries).
+The library (``library()``, built at its first use): a ``#!lua name=echomq_<hash>`` line; the
+prelude's and the bus's helpers, all of them, once; then one function per script of the package
+(``echomq_trio/scripts``), ``echomq_<hash>_<script>``, whose body is the script's file as
+``lua.script_source`` folds it, called with the script's ``KEYS`` and ``ARGV``. ``<hash>`` is the
+first 12 hex digits of the library's text, so two versions of the bus on one server keep
+libraries of their own (a function's name is the server's, across libraries).
 
 Per-run state: a helper may keep state for one run of a script (the queue settings read once,
 ``kept``; the lane keys made, ``lane_keys_seen``). In a library such a top-level ``local`` would
@@ -29,6 +29,7 @@ command is named by the caller (``ARGV``); anything else counts as a write.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 
@@ -36,7 +37,7 @@ import attrs
 
 from echomq_trio import lua
 
-__all__ = ["LIBRARY", "READS", "WORDS", "Library", "build_library", "is_read_only"]
+__all__ = ["READS", "WORDS", "Library", "build_library", "is_read_only", "library"]
 
 # Commands that read alone (a no-writes function may call them).
 _READS = """EXISTS GET MGET STRLEN TTL PTTL TYPE HGET HMGET HGETALL HEXISTS HLEN HKEYS HVALS HSCAN
@@ -52,15 +53,9 @@ _LITERAL = re.compile(r"'([A-Z][A-Z_]*)'")
 _CONSTANT = re.compile(r"local [A-Z][A-Z0-9_]* = (-?\d+|'[^'\n]*')")
 
 
-def _code(text: str) -> str:
-    """``text`` without its comments (a Lua comment runs from ``--`` to the end of its line; the
-    bus's scripts hold no ``--`` inside a string)."""
-    return "\n".join(line.partition("--")[0] for line in text.splitlines())
-
-
 def is_read_only(source: str) -> bool:
     """Whether ``source`` (a script as it is loaded) only reads (see the module's docstring)."""
-    code = _code(source)
+    code = lua.code_of(source)
     if any("ARGV" in called or "KEYS" in called for called in _CALL.findall(code)):
         return False  # a command named by the caller: may be a write
     return all(w in READS or w in WORDS for w in _LITERAL.findall(code))
@@ -77,7 +72,7 @@ def _state(definitions: list[tuple[set[str], str]]) -> str:
     """The statements that set the helpers' per-run state afresh (see the module's docstring)."""
     resets = []
     for _, chunk in definitions:
-        statement = _code(chunk).strip()
+        statement = lua.code_of(chunk).strip()
         if statement.startswith("local function ") or _CONSTANT.fullmatch(statement):
             continue
         if "\n" in statement:
@@ -106,4 +101,8 @@ def build_library(scripts: dict[str, str]) -> Library:
     return Library(prefix, "".join(parts), functions)
 
 
-LIBRARY = build_library(lua._BUS_SCRIPTS)
+@functools.cache
+def library() -> Library:
+    """The bus's library, built at its first use (about 40 ms: a process that never runs a
+    script by the bus's own transport, such as one on glide's, never builds it)."""
+    return build_library(lua._BUS_SCRIPTS)

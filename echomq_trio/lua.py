@@ -64,9 +64,15 @@ _BUS_SCRIPTS = {
 }
 
 
+def code_of(text: str) -> str:
+    """``text`` without its comments (a Lua comment runs from ``--`` to the end of its line; the
+    bus's scripts hold no ``--`` inside a string)."""
+    return "\n".join(line.partition("--")[0] for line in text.splitlines())
+
+
 def _code_words(text: str) -> set[str]:
     """The words of ``text``'s code, comments left out."""
-    return {w for line in text.splitlines() for w in _WORD.findall(line.partition("--")[0])}
+    return set(_WORD.findall(code_of(text)))
 
 
 Definitions = tuple[str, list[tuple[set[str], str]]]  # the text before them; (names, text)

@@ -105,12 +105,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.obj = wrap(fn, limit)  # type: ignore[attr-defined]
 
 
+def _standalone(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[str]:
+    """A standalone test server in a new folder ``name``, its URL for the block."""
+    port = free_port()
+    proc = start_test_server(tmp_path_factory.mktemp(name), [], port)
+    try:
+        yield f"redis://:{PASSWORD}@127.0.0.1:{port}"
+    finally:
+        stop_servers([proc])
+
+
 @pytest.fixture(scope="session")
 def standalone_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    proc = start_test_server(tmp_path_factory.mktemp("standalone"), [], port)
-    yield f"redis://:{PASSWORD}@127.0.0.1:{port}"
-    stop_servers([proc])
+    yield from _standalone(tmp_path_factory, "standalone")
 
 
 @pytest.fixture(scope="session")
@@ -174,12 +181,7 @@ def own_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     (``completed_total`` of an app's queue): on the shared server, what an earlier test left on
     that queue (an update its service was stopped before handling) is handled by this test's
     service and counted."""
-    port = free_port()
-    proc = start_test_server(tmp_path_factory.mktemp("own-server"), [], port)
-    try:
-        yield f"redis://:{PASSWORD}@127.0.0.1:{port}"
-    finally:
-        stop_servers([proc])
+    yield from _standalone(tmp_path_factory, "own-server")
 
 
 def test_transport() -> str:

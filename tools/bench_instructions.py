@@ -209,7 +209,9 @@ async def main(
             "server_per_job": per[name]["server"],
             "worker_per_job": per[name]["worker"],
             "server_median": statistics.median(per[name]["server"]),
-            "worker_median": statistics.median(per[name]["worker"] or [0]),
+            "worker_median": (  # None: --one-at-a-time traces the server alone
+                statistics.median(per[name]["worker"]) if per[name]["worker"] else None
+            ),
             "commands_per_job": await _commands_per_job(tree, large, one_at_a_time),
         }
     return out

@@ -51,7 +51,7 @@ from typing import Any
 import outcome
 import trio
 
-from echomq_trio._library import LIBRARY
+from echomq_trio._library import library
 from echomq_trio._replies import as_bytes, as_text
 from echomq_trio.errors import (
     AuthenticationFailed,
@@ -419,7 +419,7 @@ class RespTransport:
         self._functions = True  # the bus's scripts by FCALL of its library, until refused
         self._loading = trio.Lock()
         self._loads = 0  # libraries this transport loaded
-        self._library_retry_at = -math.inf  # EVALSHA until then: a load was refused
+        self._library_retry_at: float | None = None  # EVALSHA until then: a load was refused
         self._refusals = RefusalLog(self._where)
         self._closed = False
 
@@ -508,8 +508,10 @@ class RespTransport:
         *,
         asking: bool = False,
     ) -> Any:
-        function = LIBRARY.functions.get(name) if self._functions else None
-        if function is not None and trio.current_time() >= self._library_retry_at:
+        function = library().functions.get(name) if self._functions else None
+        if function is not None and (
+            self._library_retry_at is None or trio.current_time() >= self._library_retry_at
+        ):
             call = ("FCALL", function, str(len(keys)), *keys, *args)
             try:
                 return await self._call(call, asking=asking)
@@ -544,7 +546,7 @@ class RespTransport:
                     return True  # loaded by another caller meanwhile
                 try:
                     # REPLACE: another client may have loaded it since (its name is its text's)
-                    await self._call(("FUNCTION", "LOAD", "REPLACE", LIBRARY.source))
+                    await self._call(("FUNCTION", "LOAD", "REPLACE", library().source))
                 except WritesRefused:
                     # A load is a write: at the memory ceiling or with a failed disk the scripts
                     # run by EVALSHA (a read still answers) until the library can be loaded.

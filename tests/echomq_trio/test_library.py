@@ -7,22 +7,22 @@ from __future__ import annotations
 import pytest
 
 from echomq_trio import Bus, jobs, lua
-from echomq_trio._library import LIBRARY, build_library, is_read_only
+from echomq_trio._library import build_library, is_read_only, library
 from echomq_trio.results import Outcome
 
 
 def test_every_script_of_the_bus_is_a_function_of_the_library() -> None:
-    assert set(LIBRARY.functions) == set(lua._BUS_SCRIPTS)
-    assert LIBRARY.source.startswith(f"#!lua name={LIBRARY.name}\n")
-    for name, function in LIBRARY.functions.items():
-        assert function == f"{LIBRARY.name}_{name}"
-        assert f"function_name = '{function}'" in LIBRARY.source
+    assert set(library().functions) == set(lua._BUS_SCRIPTS)
+    assert library().source.startswith(f"#!lua name={library().name}\n")
+    for name, function in library().functions.items():
+        assert function == f"{library().name}_{name}"
+        assert f"function_name = '{function}'" in library().source
 
 
 def test_the_library_s_name_changes_with_any_script() -> None:
     changed = dict(lua._BUS_SCRIPTS, counts=lua._BUS_SCRIPTS["counts"] + "\n-- changed\n")
-    assert build_library(dict(lua._BUS_SCRIPTS)).name == LIBRARY.name
-    assert build_library(changed).name != LIBRARY.name
+    assert build_library(dict(lua._BUS_SCRIPTS)).name == library().name
+    assert build_library(changed).name != library().name
 
 
 def test_reads_are_told_from_writes() -> None:
@@ -39,11 +39,11 @@ def test_reads_are_told_from_writes() -> None:
 
 
 def test_the_helpers_per_run_state_is_set_afresh_by_every_function() -> None:
-    for function in LIBRARY.functions.values():
-        start = LIBRARY.source.index(f"function_name = '{function}'")
-        body = LIBRARY.source[start : LIBRARY.source.index("\nend}", start)]
+    for function in library().functions.values():
+        start = library().source.index(f"function_name = '{function}'")
+        body = library().source[start : library().source.index("\nend}", start)]
         assert "\nkept, kept_qp, kept_of = nil, nil, nil\nlane_keys_seen = {}\n" in body
-    assert "\nWAKE_KEEP = " not in LIBRARY.source  # a constant is made once
+    assert "\nWAKE_KEEP = " not in library().source  # a constant is made once
 
 
 @pytest.mark.server

@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from echomq_trio import Bus, jobs
-from echomq_trio._library import LIBRARY
+from echomq_trio._library import library
 from echomq_trio.results import Admitted, Outcome
 from echomq_trio.transport import Transport
 from echomq_trio.wire import open_wire, script_source
@@ -32,7 +32,7 @@ async def _held(node: Transport) -> tuple[list[int], bool]:
     """Which of ``SCRIPTS`` ``node`` holds (``SCRIPT EXISTS``), and whether it holds the bus's
     library."""
     scripts = await node.command("SCRIPT", "EXISTS", *(_sha(name) for name in SCRIPTS))
-    return scripts, bool(await node.command("FUNCTION", "LIST", "LIBRARYNAME", LIBRARY.name))
+    return scripts, bool(await node.command("FUNCTION", "LIST", "LIBRARYNAME", library().name))
 
 
 async def _flush(node: Transport) -> None:
@@ -84,8 +84,8 @@ async def test_scripts_flushed_from_every_node_are_loaded_again_and_answer_as_be
         assert [await jobs.ack(bus, queue, j.id, j.token) for j in claimed] == [Outcome.ACKED] * 2
 
         owner = await _owner(nodes, bus.keys(queue).pending)
-        scripts, library = await _held(owner)
-        assert scripts == [1] * len(SCRIPTS) or library, (scripts, library)
+        scripts, loaded = await _held(owner)
+        assert scripts == [1] * len(SCRIPTS) or loaded, (scripts, loaded)
 
 
 async def test_concurrent_enqueues_meeting_a_flushed_script_each_get_their_answer(

@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from echomq_trio import Bus, jobs, open_bus
-from echomq_trio._library import LIBRARY
+from echomq_trio._library import library
 from echomq_trio._replies import as_bytes, as_text
 from echomq_trio.errors import (
     AuthenticationFailed,
@@ -108,9 +108,9 @@ async def test_a_flushed_library_is_loaded_again_and_answers(standalone_url: str
         assert await bus.command("FUNCTION", "FLUSH") == "OK"
         second = await jobs.enqueue(bus, "resp.flush", b"two")
         assert (first.outcome, second.outcome) == (Outcome.ENQUEUED, Outcome.ENQUEUED)
-        (library,) = await bus.command("FUNCTION", "LIST", "LIBRARYNAME", LIBRARY.name)
-        fields = {as_text(k): v for k, v in _pairs(library)}
-        assert as_text(fields["library_name"]) == LIBRARY.name
+        (listed,) = await bus.command("FUNCTION", "LIST", "LIBRARYNAME", library().name)
+        fields = {as_text(k): v for k, v in _pairs(listed)}
+        assert as_text(fields["library_name"]) == library().name
 
 
 async def test_a_user_refused_functions_runs_the_scripts_by_evalsha(standalone_url: str) -> None:
