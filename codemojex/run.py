@@ -91,6 +91,13 @@ DURABILITY_TEXT = (
     "notify() returns a notice's id once the server's append-only file holds it (WAITAOF); "
     "settlements return from memory"
 )
+# The same on a server whose WAITAOF answers before its file is synced (storage.waitaof_syncs).
+DURABILITY_WRITTEN_TEXT = (
+    "notify() returns a notice's id once the server's append-only file holds it, written but "
+    "not yet synced: this server answers WAITAOF before its sync (redis/redis#13793), so a "
+    "killed server keeps the notice and a power cut may lose the last second or two; "
+    "settlements return from memory"
+)
 
 
 def say(text: str) -> None:
@@ -285,6 +292,8 @@ async def run(
         open_bot(token, api_url) as bot,
         Ledger.for_data_dir(data_dir.path, archive_db) as ledger,
     ):
+        if durability is DURABILITY and bus.waitaof_syncs is False:
+            durability_text = DURABILITY_WRITTEN_TEXT
         limiter = RateLimiter(bus, settings.limits)
         metrics = ServiceMetrics(bus, [NOTIFY_QUEUE, game.GAME_QUEUE, UPDATES_QUEUE])
         worker = NotificationWorker(bus, bot, limiter, metrics=metrics.notify, ledger=ledger,

@@ -22,12 +22,12 @@ from echomq_trio.durability import (
     Waiting,
     check_durability,
 )
-from echomq_trio.errors import ServerError
+from echomq_trio.errors import BusError, ServerError
 from echomq_trio.jobs import take_back
 from echomq_trio.queues import queue_names
 from echomq_trio.resp import open_trio
 from echomq_trio.server import start_server
-from echomq_trio.storage import StorageWatch, has_waitaof, read_storage
+from echomq_trio.storage import StorageWatch, has_waitaof, read_storage, waitaof_syncs
 from echomq_trio.transport import ConnectionSpec, Transport
 from echomq_trio.wire import open_wire, parse_url
 from servicekit.datadir import DataDir, write_private
@@ -123,7 +123,8 @@ def _on_disk(durability: Durability) -> bool:
 
 async def _check_on_disk(bus: Bus, *, aof: bool) -> None:
     """``ServerError`` (one line) where a durability on disk cannot work: the server keeps no
-    append-only file, or has no ``WAITAOF`` (Redis before 7.2)."""
+    append-only file, or has no ``WAITAOF`` (Redis before 7.2); one warning where it keeps less
+    than its word (a ``WAITAOF`` that answers before the sync: ``storage.waitaof_syncs``)."""
     name = type(bus.durability).__name__
     if not aof:
         raise ServerError(
@@ -135,6 +136,23 @@ async def _check_on_disk(bus: Bus, *, aof: bool) -> None:
             f"durability {name} on disk needs WAITAOF (Valkey, Redis 7.2 and later), and "
             f"{bus.url} has none (an older Redis): use InMemory or Replicas without on_disk"
         )
+    try:
+        bus.waitaof_syncs = await waitaof_syncs(bus)
+    except BusError as exc:  # a write refused (an ACL, the memory ceiling): the bus runs as ever
+        log.warning(
+            "durability %s: could not ask the server at %s whether its WAITAOF waits for the "
+            "sync of its append-only file: %s",
+            name, bus.url, exc,
+        )  # fmt: skip
+        return
+    if not bus.waitaof_syncs:
+        log.warning(
+            "durability %s: the server at %s answers WAITAOF once its append-only file is "
+            "written, before the file is synced (redis/redis#13793, fixed in Redis 8.0), so a "
+            "call returns once a killed server would keep its write, but a power cut may lose "
+            "the last second or two of them (appendfsync always on the server syncs each one)",
+            name, bus.url,
+        )  # fmt: skip
 
 
 @asynccontextmanager

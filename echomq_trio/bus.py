@@ -92,6 +92,9 @@ class Bus:
     steps: StepLog = attrs.field(factory=StepLog, init=False, repr=False)
     # With an embedded server: whether it can write its data, and where (``open_bus`` runs it).
     storage: StorageWatch | None = attrs.field(default=None, init=False, repr=False)
+    # Whether the server's WAITAOF waits for its file's sync (``storage.waitaof_syncs``), as
+    # ``open_bus`` found when opened with a durability on disk; ``None``: not asked, or no answer.
+    waitaof_syncs: bool | None = attrs.field(default=None, init=False, repr=False)
     # The views of this bus with another durability (``with_durability``), one per durability.
     _views: dict[Durability, Bus] = attrs.field(factory=dict, init=False, repr=False)
 
@@ -143,6 +146,7 @@ class Bus:
             view = Bus(self.transport, self.server, self.max_payload_bytes, durability,
                        durable=durable, holder=self.holder)  # fmt: skip
             view.steps, view.storage = self.steps, self.storage
+            view.waitaof_syncs = self.waitaof_syncs
             self._views[durability] = view
         return view
 

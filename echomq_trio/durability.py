@@ -2,17 +2,24 @@
 append-only file does, or once its replicas do.
 
 By default (``InMemory``) a call returns when the server has the write in memory. The server
-writes its append-only file before it answers (``write(2)``, every event-loop turn) and syncs it
-to the disk every second (``appendfsync everysec``), so a killed server loses nothing it
-answered; a power cut may lose the last second, and a server that cannot write the file (a full
-disk) keeps what it answered in memory only until it can: killed meanwhile, it loses that.
+writes its append-only file before it answers (``write(2)``, every event-loop turn), and syncs it
+to the disk every second (``appendfsync everysec``) in the background, so a server process
+killed normally loses nothing it answered. But while the last second's sync is still running (a slow
+disk; or the first sync of a new server, which holds the bus's 146 KB function library), Redis
+and Valkey hold their writes for up to 2 s and answer them all the same: a server killed then
+loses what it answered meanwhile. A power cut may lose the last second or two, and a server that
+cannot write the file (a full disk) keeps what it answered in memory only until it can: killed
+meanwhile, it loses that.
 
 ``OnDisk`` makes admissions (``enqueue`` and its kin, ``lanes.enqueue``, ``repeat.register``)
 and, unless ``settlements=False``, settlements (``ack``, ``retry``, ``defer``) return only once
 the server's append-only file holds the write, synced: ``WAITAOF 1 0`` (Valkey, Redis 7.2 and
 later). A write that is not on disk within ``timeout_ms`` raises ``NotDurable`` (a
 ``PersistenceFailed``): it happened in memory, so calling again is safe (an admission answers
-``DUPLICATE``, a settlement ``GONE`` or ``STALE``) and returns once it is on disk.
+``DUPLICATE``, a settlement ``GONE`` or ``STALE``) and returns once it is on disk. Valkey (9.1.2)
+and Redis 7.4 answer ``WAITAOF`` once the file is written, before its sync: there a call
+returns once a killed server would keep its write, not a power cut (``storage.waitaof_syncs``
+tells such a server; ``open_bus`` warns of it once).
 
 How it runs (``Committer``, ``DurableCalls``): durable calls go on connections of their own,
 and their waits are committed in groups: the first caller that needs its write on disk makes a
@@ -23,7 +30,8 @@ failed commit, or a server process that is not the one before, fails every write
 far rather than declare one on disk that may not be. ``WAITAOF`` blocks its connection until
 the sync (up to a second with ``everysec``), which is why the bus's other calls do not share
 it, and why a durable call sent meanwhile takes the other of two. Each call waits for the
-server's next sync: up to a second with ``everysec``, whatever the load. The cost is measured
+server's next sync: up to a second with ``everysec``, whatever the load (where ``WAITAOF``
+waits for the sync: not on Valkey, above). The cost is measured
 in the docs (``docs/guide/durability.md``, and ``docs/benchmarks/``).
 """
 

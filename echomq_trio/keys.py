@@ -21,6 +21,7 @@ from echomq_trio._checks import check_group, check_job_id, check_name, check_que
 __all__ = [
     "META_GLOB",
     "SCHEMA",
+    "WAITAOF_PROBE_KEY",
     "KeySpec",
     "QueueKeys",
     "queue_keys",
@@ -191,6 +192,9 @@ _ROOT = "emq:"  # every queue key starts so, then the {q} hash tag
 # Every used queue has its meta key (the first script to touch a queue writes it): the glob of
 # all of them, for listing queues with SCAN (echomq_trio.queues).
 META_GLOB = _ROOT + "{*}:" + _SPECS["meta"].pattern
+# The one key of the bus outside every queue: a string that storage.waitaof_syncs writes to ask
+# the server when its WAITAOF answers; it expires a minute later.
+WAITAOF_PROBE_KEY = _ROOT + "waitaof-probe"
 
 
 def queue_of_meta(key: str) -> str | None:

@@ -60,8 +60,7 @@ which Valkey 9 cannot read; nor can Redis read Valkey 9's: ``needed_server``), a
 named by ``ECHOMQ_SERVER_BIN`` that cannot read the files ends the start with one line saying
 so, not as damage. It is bound to 127.0.0.1 on the port asked for, else the one its data
 directory recorded if that is free, else a free one, with an append-only file (``appendfsync
-everysec``: a killed server loses nothing it acknowledged; a power cut may lose the last
-second).
+everysec``: what a killed server keeps is in ``echomq_trio.durability``).
 """
 
 from __future__ import annotations

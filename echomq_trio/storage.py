@@ -26,7 +26,9 @@ from typing import Protocol
 import attrs
 import trio
 
+from echomq_trio._replies import as_text
 from echomq_trio.errors import BusError
+from echomq_trio.keys import WAITAOF_PROBE_KEY
 from echomq_trio.memory import size_text
 from echomq_trio.server import EmbeddedServer
 from echomq_trio.transport import Transport
@@ -39,6 +41,7 @@ __all__ = [
     "has_waitaof",
     "read_storage",
     "storage_note",
+    "waitaof_syncs",
 ]
 
 log = logging.getLogger("echomq_trio.storage")
@@ -133,6 +136,100 @@ async def has_waitaof(bus: _Served) -> bool:
     ``BusError`` when the server cannot be read."""
     reply = await bus.transport.command("COMMAND", "INFO", "WAITAOF")
     return reply not in ([None], [], None)
+
+
+WAITAOF_PROBE_MS = 200  # far less than the second between two syncs with appendfsync everysec
+
+
+def _leaves(reply: object) -> list[object]:
+    """Every leaf of a reply: the items of lists, the keys and values of maps, however nested."""
+    if isinstance(reply, dict):
+        return [leaf for k, v in reply.items() for leaf in (*_leaves(k), *_leaves(v))]
+    if isinstance(reply, list | tuple):
+        return [leaf for item in reply for leaf in _leaves(item)]
+    return [reply]
+
+
+def _by_node(reply: object) -> bool:
+    """Whether a reply is a cluster's map by node (its values replies of their own), not one
+    server's map (``CONFIG GET`` in RESP3: names to values)."""
+    return (
+        isinstance(reply, dict)
+        and bool(reply)
+        and all(isinstance(v, dict | list | tuple) for v in reply.values())
+    )
+
+
+def _syncs_every_write(config_get: object) -> bool:
+    """Whether a ``CONFIG GET appendfsync`` reply (a list, a map, or a cluster's map by node)
+    says ``always`` (on every node)."""
+    if _by_node(config_get):
+        assert isinstance(config_get, dict)
+        return all(_syncs_every_write(one) for one in config_get.values())
+    return "always" in {as_text(leaf) for leaf in _leaves(config_get)}
+
+
+def _may_answer_early(info_server: object) -> bool:
+    """Whether a server, by its ``INFO server`` (a text, or a cluster's texts by node), may be
+    one whose ``WAITAOF`` answers before the sync: Valkey (no version yet known to be fixed),
+    or Redis 7.4 (redis/redis#13793, fixed in 8.0; Redis 7.2 never had it)."""
+    texts = info_server.values() if isinstance(info_server, dict) else [info_server]
+    for text in texts:
+        fields = _info_fields(as_text(text))
+        if fields.get("server_name") == "valkey":
+            return True
+        if fields.get("redis_version", "").startswith("7.4."):
+            return True
+    return False
+
+
+PROBE_ROUNDS = 3  # the probe's verdict is the majority of this many rounds
+WAITAOF_PROBE_MS = 200  # far less than the second between two syncs with appendfsync everysec
+
+
+async def waitaof_syncs(bus: _Served) -> bool:
+    """Whether the server's ``WAITAOF`` answers only once its append-only file is synced to the
+    disk, as ``durability.OnDisk`` needs (meaningful where ``has_waitaof``). Valkey (9.1.2 here)
+    and Redis 7.4 answer it once the file is written, before the sync (redis/redis#13793, fixed
+    in Redis 8.0): there ``OnDisk`` returns once a killed server would keep the write, and a
+    power cut may still lose the last second or two.
+
+    Only those servers are asked (by ``INFO server``; Redis 7.2 and 8 are taken at their
+    word): on a connection of its own, a write of ``keys.WAITAOF_PROBE_KEY`` and a ``WAITAOF``
+    that waits for the sync after it; then, at once, another write and a ``WAITAOF`` of
+    ``WAITAOF_PROBE_MS``. With ``appendfsync everysec`` the next sync is a second after the
+    last, so an answer within the 200 ms did not wait for one. The verdict is the majority of
+    ``PROBE_ROUNDS`` rounds (a few ms where it answers early; a second or so a round where it
+    waits), since a sync that takes long, or writes the server holds behind one, can make one
+    round say either. A server that syncs every write before it answers (``appendfsync
+    always``, read where ``CONFIG GET`` is allowed) keeps its word however fast it answers.
+    ``BusError`` when the server cannot be read or refuses the probe's write."""
+    wire = bus.transport
+    if not _may_answer_early(await wire.command("INFO", "server")):
+        return True
+    with contextlib.suppress(BusError):  # CONFIG may be refused (a managed server)
+        if _syncs_every_write(await wire.command("CONFIG", "GET", "appendfsync")):
+            return True
+    return await _waits_for_sync(wire)
+
+
+async def _waits_for_sync(wire: Transport) -> bool:
+    """The probe of ``waitaof_syncs`` itself, whatever the server."""
+    waited = early = 0
+    async with wire.blocking() as own:  # a WAITAOF waits for this connection's writes
+        while max(waited, early) <= PROBE_ROUNDS // 2:
+            await own.command("SET", WAITAOF_PROBE_KEY, "synced", "PX", "60000")
+            local, _ = await own.wait_aof(WAITAOF_PROBE_KEY, 1, 0, 2_000)
+            if local < 1:  # no sync within 2 s: no answer before one, at least
+                waited += 1
+                continue
+            await own.command("SET", WAITAOF_PROBE_KEY, "next", "PX", "60000")
+            local, _ = await own.wait_aof(WAITAOF_PROBE_KEY, 1, 0, WAITAOF_PROBE_MS)
+            if local < 1:
+                waited += 1
+            else:
+                early += 1
+    return waited > early
 
 
 async def read_storage(bus: _Served) -> Storage:

@@ -2,7 +2,8 @@
 ``PASSWORD``); helper processes started from a test (and ended
 with it), processes of a data directory, and running ``python -m codemojex.run`` as a user
 does, reading its output line by line; samples of a Prometheus scrape by name and labels;
-garbage put in the middle of a stopped server's append-only file, and ``echomq`` run on it; the
+garbage put in the middle of a stopped server's append-only file, and ``echomq`` run on it;
+whether a server has written what it answered to that file; the
 live Python memory blocks a module's code allocated (``tracemalloc``); ``wait_for``, a poll of a
 condition with a deadline; ``SteppingServer``, the handle of a server whose clock a test steps
 (the fixture that starts it is ``stepping_server`` in ``tests/conftest.py``); which server the
@@ -37,6 +38,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from echomq_trio.errors import ServerNotFound
 from echomq_trio.resp import open_resp
 from echomq_trio.server import find_server_binary, server_argv, write_config
+from echomq_trio.transport import Transport
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -204,6 +206,16 @@ def parse(text: str) -> Samples:
 
 def value(samples: Samples, name: str, **labels: str) -> float:
     return samples[(name, tuple(sorted(labels.items())))]
+
+
+async def aof_written(transport: Transport) -> bool:
+    """Whether the server has written every write it answered to its append-only file (its
+    ``aof_buffer_length`` is 0), so a server process killed now keeps them. With ``appendfsync
+    everysec``, Redis and Valkey hold their writes (and answer them all the same) while the
+    last second's sync of the file is still running, for up to 2 s."""
+    info = await transport.command("INFO", "persistence")
+    text = info.decode() if isinstance(info, bytes) else str(info)
+    return "\naof_buffer_length:0\r" in text
 
 
 GARBAGE = b"\x00GARBAGE-in-the-middle!\x00"  # 24 bytes

@@ -5,8 +5,8 @@ server's own log.
 
 - two starts on one data directory: one runs, the other exits 2 naming the holder, and only one
   server ever started (the server log counts its starts);
-- the embedded server killed with SIGKILL mid-burst: restarted, every notice delivered exactly
-  once and in order per chat, one archive row per delivery;
+- the embedded server killed with SIGKILL mid-burst: restarted, every notice delivered in order
+  per chat, once but for an ack the killed server held unwritten, one archive row per notice;
 - the service killed with SIGKILL: its server goes too, within 2 s; the next start resumes;
 - no process the service starts shows the password; the data directory is private;
 - a port in use, a second Ctrl-C, a server that keeps dying: each a clear exit.
@@ -133,7 +133,7 @@ async def _record(bus: Bus, room: str, round_id: str, player: str, percentage: i
 
 
 @pytest.mark.timeout_s(180)
-async def test_a_server_killed_mid_burst_is_restarted_and_every_notice_arrives_once(
+async def test_a_server_killed_mid_burst_is_restarted_and_every_notice_arrives_in_order(
     tmp_path: Path,
 ) -> None:
     async with open_stand_in(TOKEN) as tg:
@@ -168,6 +168,7 @@ async def test_a_server_killed_mid_burst_is_restarted_and_every_notice_arrives_o
                     await tg.wait_deliveries(20)
                 killed = server_pid(tmp_path)
                 os.kill(killed, signal.SIGKILL)
+                before_kill = {(d.chat_id, d.text) for d in tg.deliveries}
                 await out.until(rf"embedded server \(pid {killed}\) was killed by SIGKILL; "
                                 r"restarted it", timeout_s=60)  # fmt: skip
                 assert len(tg.deliveries) < len(sent), "the burst was over before the kill"
@@ -179,15 +180,25 @@ async def test_a_server_killed_mid_burst_is_restarted_and_every_notice_arrives_o
                 await ws.aclose()
             with trio.fail_after(90):
                 await tg.wait_deliveries(len(sent) + 2)
-            # The ledger: each notice exactly once, and in order within its chat.
-            delivered = [(d.chat_id, d.text) for d in tg.deliveries if d.chat_id != room.chat]
-            assert collections.Counter(delivered) == collections.Counter(sent)
-            to_room = sorted(d.text[0] for d in tg.deliveries if d.chat_id == room.chat)
-            assert to_room == sorted("🎲⏰"), "the round's two notices, once each"
+            # The ledger: every notice, in order within its chat, each once; but an ack the
+            # killed server held unwritten (its sync still running: "held writes" in
+            # docs/guide/durability.md) sends its notice again once its lease is out: only a
+            # notice sent before the kill, and a chat's order holds with repeats taken out.
+            delivered = collections.Counter(
+                (d.chat_id, d.text) for d in tg.deliveries if d.chat_id != room.chat
+            )
+            assert set(delivered) == set(sent), "notices lost, or sent that were not asked"
+            to_room = collections.Counter(d.text for d in tg.deliveries if d.chat_id == room.chat)
+            assert sorted(text[0] for text in to_room) == sorted("🎲⏰"), "the round's notices"
+            again = {n for n, times in delivered.items() if times > 1}
+            again |= {(room.chat, text) for text, times in to_room.items() if times > 1}
+            assert again <= before_kill, "a notice sent twice that had not been sent before"
+            print("sent again after the kill:", len(again))
             by_chat = tg.by_chat()
             for chat in chats:
-                assert by_chat[chat] == [f"burst {chat} #{i}" for i in range(3)]
-            # And one archive row per delivery.
+                once_each = list(dict.fromkeys(by_chat[chat]))
+                assert once_each == [f"burst {chat} #{i}" for i in range(3)]
+            # And one archive row per notice.
             await wait_for(
                 lambda: archive_rows(tmp_path / "audit.sqlite", "text LIKE 'burst %'") == len(sent),
                 timeout=30,

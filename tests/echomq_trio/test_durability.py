@@ -6,7 +6,9 @@ the fault-injecting transport only counts the ``WAITAOF`` calls."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import shutil
+import uuid
 from pathlib import Path
 
 import pytest
@@ -26,13 +28,21 @@ from echomq_trio import (
 from echomq_trio.durability import DurableCalls, InMemory, NotDurable, OnDisk
 from echomq_trio.errors import PersistenceFailed
 from echomq_trio.server import start_server
-from echomq_trio.storage import has_waitaof, read_storage
+from echomq_trio.storage import (
+    _may_answer_early,
+    _syncs_every_write,
+    _waits_for_sync,
+    has_waitaof,
+    read_storage,
+    waitaof_syncs,
+)
 from echomq_trio.testing import FaultyTransport
-from echomq_trio.wire import open_wire
+from echomq_trio.wire import open_wire, parse_url
 from tests.codemojex.test_full_disk import fill, small_disk
 from tests.support import (
     needs_waitaof,
     server_has_waitaof,
+    server_is_valkey,
     server_rewrites_its_manifest_at_a_start,
     wait_for,
 )
@@ -145,6 +155,94 @@ async def test_on_disk_needs_a_server_with_waitaof(standalone_url: str) -> None:
 async def test_has_waitaof_asks_the_server(standalone_url: str) -> None:
     async with open_bus(standalone_url) as bus:
         assert await has_waitaof(bus) == server_has_waitaof()  # by the binary's version
+
+
+VALKEY_INFO = "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:9.1.2\r\n"
+
+
+def test_which_servers_are_asked_whether_waitaof_waits_for_the_sync() -> None:
+    assert _may_answer_early(VALKEY_INFO) and _may_answer_early(VALKEY_INFO.encode())
+    assert _may_answer_early("redis_version:7.4.2\r\n")
+    for taken_at_its_word in ("redis_version:8.2.3\r\n", "redis_version:7.2.4\r\n", ""):
+        assert not _may_answer_early(taken_at_its_word)
+    nodes = {"10.0.0.1:7000": "redis_version:8.2.3\r\n", "10.0.0.2:7000": VALKEY_INFO}
+    assert _may_answer_early(nodes)  # a cluster: any node that may
+
+
+def test_appendfsync_always_is_read_from_each_reply_shape() -> None:
+    assert _syncs_every_write([b"appendfsync", b"always"])  # RESP2
+    assert _syncs_every_write({b"appendfsync": b"always"})  # RESP3
+    assert _syncs_every_write({"appendfsync": "always"})  # glide
+    assert not _syncs_every_write([b"appendfsync", b"everysec"])
+    assert not _syncs_every_write({b"appendfsync": b"no"})
+    both = {"a:1": [b"appendfsync", b"always"], "b:2": {b"appendfsync": b"always"}}
+    assert _syncs_every_write(both)
+    one = {"a:1": [b"appendfsync", b"always"], "b:2": [b"appendfsync", b"everysec"]}
+    assert not _syncs_every_write(one)  # a cluster: every node must
+
+
+@pytest.mark.server
+@pytest.mark.timeout_s(60)
+@needs_waitaof
+@pytest.mark.parametrize("transport", ["trio", "glide"])
+async def test_waitaof_syncs_tells_a_server_whose_waitaof_answers_before_its_sync(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, transport: str
+) -> None:
+    """Valkey 9.1.2 answers ``WAITAOF 1 0`` once its file is written, before the sync (seen
+    with strace: the answer goes out with no fdatasync since the write; redis/redis#13793,
+    fixed in Redis 8.0, which waits up to a second). The probe tells them apart; ``open_bus``
+    with ``OnDisk`` says so in one warning; a server that syncs every write before it answers
+    (``appendfsync always``) keeps its word. A Valkey that waits fails this test: then say so
+    in ``waitaof_syncs`` and the durability guide."""
+    caplog.set_level(logging.WARNING, "echomq_trio.bus")
+    waits = not server_is_valkey()
+    async with start_server(tmp_path / "everysec") as server:
+        async with open_bus(server.url, transport=transport) as bus:
+            assert await _waits_for_sync(bus.transport) == waits  # the probe, whatever the server
+            assert await waitaof_syncs(bus) == waits
+        async with open_bus(server.url, durability=OnDisk(), transport=transport) as bus:
+            assert (await jobs.enqueue(bus, "q", "x")).outcome == jobs.Outcome.ENQUEUED
+            assert bus.waitaof_syncs is waits
+            assert bus.with_durability(InMemory()).waitaof_syncs is waits
+            url = bus.url
+    said = [r.getMessage() for r in caplog.records if "answers WAITAOF" in r.getMessage()]
+    assert len(said) == (0 if waits else 1), said
+    if said:
+        assert said[0].startswith(f"durability OnDisk: the server at {url} answers WAITAOF")
+        assert "a power cut may lose the last second or two" in said[0]
+    always = [("appendfsync", "always")]
+    async with (
+        start_server(tmp_path / "always", extra_config=always) as server,
+        open_bus(server.url, transport=transport) as bus,
+    ):
+        assert await waitaof_syncs(bus)
+
+
+@pytest.mark.server
+@needs_waitaof
+async def test_a_probe_the_server_refuses_leaves_the_bus_as_it_was(
+    standalone_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A user whose ACL allows the queues' keys only may not write the probe's key: ``open_bus``
+    with ``OnDisk`` opens all the same and says it could not ask (a server it asks: Valkey)."""
+    caplog.set_level(logging.WARNING, "echomq_trio.bus")
+    user, secret = f"queues{uuid.uuid4().hex[:8]}", "pw-" + uuid.uuid4().hex
+    async with open_bus(standalone_url) as admin:
+        await admin.transport.command(
+            "ACL", "SETUSER", user, "on", f">{secret}", "~emq:{*}:*", "&*", "+@all"
+        )
+        try:
+            port = parse_url(standalone_url).hosts[0][1]
+            url = f"redis://{user}:{secret}@127.0.0.1:{port}"
+            async with open_bus(url, durability=OnDisk()) as bus:
+                assert (await jobs.enqueue(bus, "q", "x")).outcome == jobs.Outcome.ENQUEUED
+                assert bus.waitaof_syncs is (None if server_is_valkey() else True)
+        finally:
+            await admin.transport.command("ACL", "DELUSER", user)
+    said = [r.getMessage() for r in caplog.records if "could not ask" in r.getMessage()]
+    assert len(said) == (1 if server_is_valkey() else 0), said
+    if said:
+        assert "whether its WAITAOF waits for the sync" in said[0] and "NOPERM" in said[0]
 
 
 @pytest.mark.server

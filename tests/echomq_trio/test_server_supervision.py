@@ -11,6 +11,7 @@ import signal
 import stat
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,15 @@ from echomq_trio.server import (
     write_config,
 )
 from servicekit.datadir import DataDir, InUse
-from tests.support import ROOT, all_cmdlines, processes_in, read_line, stop_process, wait_for
+from tests.support import (
+    ROOT,
+    all_cmdlines,
+    aof_written,
+    processes_in,
+    read_line,
+    stop_process,
+    wait_for,
+)
 
 pytestmark = pytest.mark.server
 
@@ -104,6 +113,10 @@ async def test_a_killed_server_is_restarted_with_its_data_on_the_same_port(
         server = bus.server
         assert server is not None
         await jobs.enqueue(bus, "q", "kept", job_id=job)
+        # What a killed server keeps is what it wrote to its file: an answered write may wait
+        # there up to 2 s behind a sync still running (the first, of the bus's library, is
+        # large), and a write that must survive a kill waits for the disk (``OnDisk``).
+        await wait_for(partial(aof_written, bus.transport))
         first = server.pid
         server.kill()
         await wait_for(lambda: server.restarts == 1, timeout=30)
