@@ -292,7 +292,7 @@ async def run(
         open_bot(token, api_url) as bot,
         Ledger.for_data_dir(data_dir.path, archive_db) as ledger,
     ):
-        if durability is DURABILITY and bus.waitaof_syncs is False:
+        if durability is DURABILITY and bus.waitaof_syncs is False and not bus.syncs_file_itself:
             durability_text = DURABILITY_WRITTEN_TEXT
         limiter = RateLimiter(bus, settings.limits)
         metrics = ServiceMetrics(bus, [NOTIFY_QUEUE, game.GAME_QUEUE, UPDATES_QUEUE])

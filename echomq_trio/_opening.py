@@ -27,7 +27,13 @@ from echomq_trio.jobs import take_back
 from echomq_trio.queues import queue_names
 from echomq_trio.resp import open_trio
 from echomq_trio.server import start_server
-from echomq_trio.storage import StorageWatch, has_waitaof, read_storage, waitaof_syncs
+from echomq_trio.storage import (
+    StorageWatch,
+    file_sync,
+    has_waitaof,
+    read_storage,
+    waitaof_syncs,
+)
 from echomq_trio.transport import ConnectionSpec, Transport
 from echomq_trio.wire import open_wire, parse_url
 from servicekit.datadir import DataDir, write_private
@@ -98,6 +104,8 @@ async def open_bus(
             server.pid, server.port, server.data_dir, where,
         )  # fmt: skip
         bus = Bus(wire, server, max_payload_bytes, durability, durable=durable)
+        if durable is not None and isinstance(durability, OnDisk):
+            durable.sync_file = file_sync(server.data_dir)
         if _on_disk(durability):
             await _check_on_disk(bus, aof=True)  # the embedded server keeps one
         if data_dir is not None:
@@ -124,7 +132,8 @@ def _on_disk(durability: Durability) -> bool:
 async def _check_on_disk(bus: Bus, *, aof: bool) -> None:
     """``ServerError`` (one line) where a durability on disk cannot work: the server keeps no
     append-only file, or has no ``WAITAOF`` (Redis before 7.2); one warning where it keeps less
-    than its word (a ``WAITAOF`` that answers before the sync: ``storage.waitaof_syncs``)."""
+    than its word (a ``WAITAOF`` that answers before the sync: ``storage.waitaof_syncs``) and
+    the bus does not sync the file itself (it does for its embedded server)."""
     name = type(bus.durability).__name__
     if not aof:
         raise ServerError(
@@ -139,13 +148,14 @@ async def _check_on_disk(bus: Bus, *, aof: bool) -> None:
     try:
         bus.waitaof_syncs = await waitaof_syncs(bus)
     except BusError as exc:  # a write refused (an ACL, the memory ceiling): the bus runs as ever
-        log.warning(
-            "durability %s: could not ask the server at %s whether its WAITAOF waits for the "
-            "sync of its append-only file: %s",
-            name, bus.url, exc,
-        )  # fmt: skip
+        if not bus.syncs_file_itself:
+            log.warning(
+                "durability %s: could not ask the server at %s whether its WAITAOF waits for "
+                "the sync of its append-only file: %s",
+                name, bus.url, exc,
+            )  # fmt: skip
         return
-    if not bus.waitaof_syncs:
+    if not bus.waitaof_syncs and not bus.syncs_file_itself:
         log.warning(
             "durability %s: the server at %s answers WAITAOF once its append-only file is "
             "written, before the file is synced (redis/redis#13793, fixed in Redis 8.0), so a "

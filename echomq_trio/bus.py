@@ -22,6 +22,7 @@ from echomq_trio.durability import (
     DurableCalls,
     InMemory,
     NotDurable,
+    OnDisk,
     Waiting,
     check_durability,
 )
@@ -29,7 +30,7 @@ from echomq_trio.errors import ConnectionLost
 from echomq_trio.keys import QueueKeys, queue_keys
 from echomq_trio.protocol import Call
 from echomq_trio.server import EmbeddedServer
-from echomq_trio.storage import StorageWatch
+from echomq_trio.storage import StorageWatch, file_sync
 from echomq_trio.transport import Subscription, Transport
 
 __all__ = ["Bus", "CommandArg", "Reply", "new_holder"]
@@ -142,13 +143,27 @@ class Bus:
         view = self._views.get(durability)
         if view is None:
             wires = (self.transport,) if self.durable is None else self.durable.wires
-            durable = DurableCalls(wires, durability) if isinstance(durability, Waiting) else None
+            sync_file = None if self.durable is None else self.durable.sync_file
+            if sync_file is None and self.server is not None and isinstance(durability, OnDisk):
+                sync_file = file_sync(self.server.data_dir)  # as open_bus's own would have
+            durable = (
+                DurableCalls(wires, durability, sync_file=sync_file)
+                if isinstance(durability, Waiting)
+                else None
+            )
             view = Bus(self.transport, self.server, self.max_payload_bytes, durability,
                        durable=durable, holder=self.holder)  # fmt: skip
             view.steps, view.storage = self.steps, self.storage
             view.waitaof_syncs = self.waitaof_syncs
             self._views[durability] = view
         return view
+
+    @property
+    def syncs_file_itself(self) -> bool:
+        """Whether an ``OnDisk`` wait of this bus ends with a sync of the server's append-only
+        file from this process (``open_bus`` does so for its embedded server, whose ``WAITAOF``
+        may answer before its own sync: ``storage.waitaof_syncs``)."""
+        return self.durable is not None and self.durable.sync_file is not None
 
     async def run(self, call: Call[T]) -> T:
         """Run one script call built by ``protocol`` and return its result, decoded by the call

@@ -17,9 +17,10 @@ the server's append-only file holds the write, synced: ``WAITAOF 1 0`` (Valkey, 
 later). A write that is not on disk within ``timeout_ms`` raises ``NotDurable`` (a
 ``PersistenceFailed``): it happened in memory, so calling again is safe (an admission answers
 ``DUPLICATE``, a settlement ``GONE`` or ``STALE``) and returns once it is on disk. Valkey (9.1.2)
-and Redis 7.4 answer ``WAITAOF`` once the file is written, before its sync: there a call
-returns once a killed server would keep its write, not a power cut (``storage.waitaof_syncs``
-tells such a server; ``open_bus`` warns of it once).
+and Redis 7.4 answer ``WAITAOF`` once the file is written, before its sync: for its embedded
+server the bus then syncs the file itself (``DurableCalls.sync_file``, ``storage.file_sync``);
+through a URL a call returns once a killed server would keep its write, not a power cut
+(``storage.waitaof_syncs`` tells such a server apart; ``open_bus`` warns of it once).
 
 How it runs (``Committer``, ``DurableCalls``): durable calls go on connections of their own,
 and their waits are committed in groups: the first caller that needs its write on disk makes a
@@ -31,13 +32,14 @@ far rather than declare one on disk that may not be. ``WAITAOF`` blocks its conn
 the sync (up to a second with ``everysec``), which is why the bus's other calls do not share
 it, and why a durable call sent meanwhile takes the other of two. Each call waits for the
 server's next sync: up to a second with ``everysec``, whatever the load (where ``WAITAOF``
-waits for the sync: not on Valkey, above). The cost is measured
+waits for the sync: not on Valkey, above), then, with ``sync_file``, for one ``fdatasync`` from
+this process. The cost is measured
 in the docs (``docs/guide/durability.md``, and ``docs/benchmarks/``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import attrs
@@ -54,6 +56,7 @@ __all__ = [
     "Committer",
     "Durability",
     "DurableCalls",
+    "FileSync",
     "InMemory",
     "NotDurable",
     "NotReplicated",
@@ -152,6 +155,9 @@ class Replicas:
 
 
 Durability = InMemory | OnDisk | Replicas
+# Syncs the server's append-only file to the disk from this process (an embedded server whose
+# WAITAOF answers before its sync: open_bus sets it); ``NotDurable`` when it cannot.
+FileSync = Callable[[], Awaitable[None]]
 Waiting = OnDisk | Replicas  # the durabilities that wait (``DurableCalls`` runs their calls)
 
 
@@ -170,8 +176,11 @@ class Committer:
     holds it (``OnDisk``), or its replicas do (``Replicas``). The first waiter leads: on
     ``wire`` it runs ``sync_mark`` (a small write of its own in the queue's meta, ``prefix``,
     answering the server process's id), then sends ``WAITAOF`` (or ``WAIT``), which waits for
-    that write and so for every write the server took before it, on any connection. The others
-    wait for it; those whose writes answered after it was sent lead the next. Nothing answered
+    that write and so for every write the server took before it, on any connection; with
+    ``sync_file`` (``OnDisk`` on an embedded server), a sync of the file from this process
+    follows, since a ``WAITAOF`` that answers before the server's own sync (Valkey) covers only
+    the file's writing. The others wait for it; those whose writes answered after it was sent
+    lead the next. Nothing answered
     is ever declared on disk (or replicated) that may not be:
 
     * a lead that fails (the file or the replicas do not take the write in time, the server
@@ -180,11 +189,19 @@ class Committer:
       the first write) fails every write answered so far: the process that answered them may
       have died with them."""
 
-    def __init__(self, wire: Transport, meta: str, prefix: str, durability: Waiting) -> None:
+    def __init__(
+        self,
+        wire: Transport,
+        meta: str,
+        prefix: str,
+        durability: Waiting,
+        sync_file: FileSync | None = None,
+    ) -> None:
         self.wire = wire
         self.meta = meta
         self.prefix = prefix
         self.durability = durability
+        self.sync_file = sync_file
         self._answered = 0  # writes answered so far (numbered 1, 2, ...)
         self._synced = 0  # writes up to this number are on disk
         self._failed = 0  # writes up to this number failed with ``_failure``
@@ -252,6 +269,8 @@ class Committer:
             local, _ = await self.wire.wait_aof(self.meta, 1, 0, d.timeout_ms)
             if local < 1:
                 raise NotDurable(f"not synced within {d.timeout_ms} ms")
+            if self.sync_file is not None:  # the file is written: this syncs it
+                await self.sync_file()
             return
         if d.on_disk:
             local, replicas = await self.wire.wait_aof(self.meta, 1, d.n, d.timeout_ms)
@@ -287,18 +306,26 @@ class DurableCalls:
     one ``Committer`` per connection for a single server, per connection and key hash tag (a
     queue's ``{q}``, so its slot's primary) on a cluster."""
 
-    def __init__(self, wires: Sequence[Transport], durability: Waiting) -> None:
+    def __init__(
+        self,
+        wires: Sequence[Transport],
+        durability: Waiting,
+        *,
+        sync_file: FileSync | None = None,
+    ) -> None:
         if not wires:
             raise ValueError("DurableCalls needs at least one connection")
         self.wires = tuple(wires)
         self.durability = durability
+        # Set before the first call (open_bus does): an OnDisk wait then ends with it.
+        self.sync_file = sync_file
         self._committers: dict[tuple[int, str], Committer] = {}
 
     def _committer(self, i: int, tag: str, prefix: str) -> Committer:
         c = self._committers.get((i, tag))
         if c is None:
             c = self._committers[i, tag] = Committer(self.wires[i], prefix + "meta", prefix,
-                                                     self.durability)  # fmt: skip
+                                                     self.durability, self.sync_file)  # fmt: skip
         return c
 
     async def run(self, call: Call[Any]) -> Any:

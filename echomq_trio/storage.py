@@ -27,10 +27,11 @@ import attrs
 import trio
 
 from echomq_trio._replies import as_text
+from echomq_trio.durability import FileSync, NotDurable
 from echomq_trio.errors import BusError
 from echomq_trio.keys import WAITAOF_PROBE_KEY
 from echomq_trio.memory import size_text
-from echomq_trio.server import EmbeddedServer
+from echomq_trio.server import APPEND_ONLY_DIR, EmbeddedServer
 from echomq_trio.transport import Transport
 
 __all__ = [
@@ -38,6 +39,8 @@ __all__ = [
     "Storage",
     "StorageWatch",
     "disk_of",
+    "file_sync",
+    "fsync_append_only_file",
     "has_waitaof",
     "read_storage",
     "storage_note",
@@ -230,6 +233,46 @@ async def _waits_for_sync(wire: Transport) -> bool:
             else:
                 early += 1
     return waited > early
+
+
+def fsync_append_only_file(data_dir: Path) -> int:
+    """Sync to the disk the append-only file of the server whose data directory is
+    ``data_dir``: every incr file in its ``appendonlydir`` (the one the server appends to, and
+    the one before it while a rewrite runs), by ``fdatasync`` on a descriptor of this process,
+    which syncs what the server wrote. Blocking: run it in a thread. How many files it synced;
+    ``OSError`` when there is none."""
+    folder = data_dir / APPEND_ONLY_DIR
+    synced = 0
+    for path in sorted(folder.glob("*.incr.aof")):
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:  # a file a rewrite's end just removed: its writes are in the base
+            continue
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        synced += 1
+    if not synced:
+        raise FileNotFoundError(f"no append-only file to sync in {folder}")
+    return synced
+
+
+def file_sync(data_dir: Path) -> FileSync:
+    """An ``OnDisk`` wait's last step for an embedded server (``DurableCalls.sync_file``; the
+    bus sets it): sync its append-only file from this process (``fsync_append_only_file``, in
+    a thread, one at a time), so a call returns once the file is synced even where the server
+    answers ``WAITAOF`` once it is only written (Valkey; where ``WAITAOF`` waits for the sync,
+    the file is clean and the sync costs little). ``NotDurable`` when it cannot."""
+    limiter = trio.CapacityLimiter(1)
+
+    async def sync() -> None:
+        try:
+            await trio.to_thread.run_sync(fsync_append_only_file, data_dir, limiter=limiter)
+        except OSError as exc:
+            raise NotDurable(f"could not sync the append-only file in {data_dir}: {exc}") from exc
+
+    return sync
 
 
 async def read_storage(bus: _Served) -> Storage:

@@ -284,15 +284,20 @@ def test_the_first_screen_names_the_telegram_endpoint_in_use() -> None:
 async def test_the_first_screen_says_when_notices_wait_for_the_disk_and_when_they_cannot(
     tmp_path: Path,
 ) -> None:
-    """Its own server keeps an append-only file: notify() waits for it (for its sync where the
-    server's WAITAOF waits for one). A server given by --url that keeps none: notices are in
-    its memory only, and the first screen says so."""
+    """Its own server keeps an append-only file: notify() waits for it, synced. A server given by
+    --url: where its WAITAOF answers before its sync (Valkey), the notice is written, not
+    synced; where it keeps no file, in its memory only; the first screen says which."""
     out = await start_and_stop(tmp_path / "own", r"durability: ", "--summary-every", "0",
                                "--demo", "off")  # fmt: skip
     assert "durability: notify() returns a notice's id once the server's append-only file " in (
         out.text()
     )
-    # Valkey answers WAITAOF before its sync (storage.waitaof_syncs): the first screen says so.
+    # Valkey answers WAITAOF before its sync (storage.waitaof_syncs): the bus syncs its own
+    # server's file itself, so notices are synced; through --url it cannot, and says so.
+    assert "written but not yet synced" not in out.text()
+    async with start_server(tmp_path / "aof") as server:
+        out = await start_and_stop(tmp_path / "url-aof", r"durability: ", "--summary-every", "0",
+                                   "--demo", "off", "--url", server.url)  # fmt: skip
     assert ("written but not yet synced" in out.text()) == server_is_valkey()
     async with start_server(tmp_path / "d", extra_config=[("appendonly", "no")]) as server:
         out = await start_and_stop(tmp_path / "url", r"durability: ", "--summary-every", "0",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 import uuid
 from pathlib import Path
@@ -32,6 +33,7 @@ from echomq_trio.storage import (
     _may_answer_early,
     _syncs_every_write,
     _waits_for_sync,
+    fsync_append_only_file,
     has_waitaof,
     read_storage,
     waitaof_syncs,
@@ -216,6 +218,62 @@ async def test_waitaof_syncs_tells_a_server_whose_waitaof_answers_before_its_syn
         open_bus(server.url, transport=transport) as bus,
     ):
         assert await waitaof_syncs(bus)
+
+
+def test_the_append_only_file_is_synced_from_this_process(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no append-only file to sync in"):
+        fsync_append_only_file(tmp_path)
+    folder = tmp_path / "appendonlydir"
+    folder.mkdir()
+    for name in ("aof.1.base.rdb", "aof.1.incr.aof", "aof.2.incr.aof"):
+        (folder / f"appendonly.{name}").write_bytes(b"*1\r\n$4\r\nPING\r\n")
+    assert fsync_append_only_file(tmp_path) == 2  # the incr files (a rewrite syncs its base)
+
+
+@pytest.mark.server
+@pytest.mark.timeout_s(60)
+@needs_waitaof
+async def test_an_on_disk_call_on_the_embedded_server_returns_once_the_bus_synced_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Valkey answers WAITAOF before its sync, so the bus syncs its embedded server's file
+    itself after each wait (one ``fdatasync`` a group of calls, in a thread): seen by a spy on
+    ``os.fdatasync`` that still syncs. A bus opened in memory does so for its ``OnDisk`` view;
+    a bus given a URL does not (it warns where the server answers early, above). Where the
+    files are gone, an ``OnDisk`` call raises ``NotDurable`` naming the directory."""
+    caplog.set_level(logging.WARNING, "echomq_trio.bus")
+    synced: list[str] = []
+    real = os.fdatasync
+
+    def spy(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", spy)
+    folder = str(tmp_path / "data" / "appendonlydir")
+    async with open_bus(data_dir=tmp_path / "data", durability=OnDisk()) as bus:
+        assert bus.syncs_file_itself
+        assert (await jobs.enqueue(bus, "q", "x")).outcome == jobs.Outcome.ENQUEUED
+        assert synced and all(p.startswith(folder) and p.endswith(".incr.aof") for p in synced)
+        assert bus.server is not None
+        url = bus.server.url
+        async with open_bus(url, durability=OnDisk()) as other:
+            assert not other.syncs_file_itself
+            before = len(synced)
+            assert (await jobs.enqueue(other, "q", "y")).outcome == jobs.Outcome.ENQUEUED
+            assert len(synced) == before  # not its server's files
+        for path in Path(folder).glob("*.incr.aof"):  # noqa: ASYNC240 - a test's few files
+            path.unlink()  # the server keeps appending to what it has open
+        with pytest.raises(NotDurable, match=f"could not sync the append-only file in {tmp_path}"):
+            await jobs.enqueue(bus, "q", "z")
+    said = [r.getMessage() for r in caplog.records if "answers WAITAOF" in r.getMessage()]
+    assert len(said) == (1 if server_is_valkey() else 0), said  # the URL's bus only
+    synced.clear()
+    async with open_bus(data_dir=tmp_path / "memory") as bus:
+        view = bus.with_durability(OnDisk())
+        assert not bus.syncs_file_itself and view.syncs_file_itself
+        assert (await jobs.enqueue(view, "q", "x")).outcome == jobs.Outcome.ENQUEUED
+        assert synced
 
 
 @pytest.mark.server
