@@ -143,9 +143,11 @@ class Bus:
         view = self._views.get(durability)
         if view is None:
             wires = (self.transport,) if self.durable is None else self.durable.wires
-            sync_file = None if self.durable is None else self.durable.sync_file
-            if sync_file is None and self.server is not None and isinstance(durability, OnDisk):
-                sync_file = file_sync(self.server.data_dir)  # as open_bus's own would have
+            sync_file = None  # the file's own sync: OnDisk's wait only
+            if isinstance(durability, OnDisk):
+                sync_file = None if self.durable is None else self.durable.sync_file
+                if sync_file is None and self.server is not None:
+                    sync_file = file_sync(self.server.data_dir)  # as open_bus's own would have
             durable = (
                 DurableCalls(wires, durability, sync_file=sync_file)
                 if isinstance(durability, Waiting)
@@ -163,7 +165,11 @@ class Bus:
         """Whether an ``OnDisk`` wait of this bus ends with a sync of the server's append-only
         file from this process (``open_bus`` does so for its embedded server, whose ``WAITAOF``
         may answer before its own sync: ``storage.waitaof_syncs``)."""
-        return self.durable is not None and self.durable.sync_file is not None
+        return (
+            isinstance(self.durability, OnDisk)
+            and self.durable is not None
+            and self.durable.sync_file is not None
+        )
 
     async def run(self, call: Call[T]) -> T:
         """Run one script call built by ``protocol`` and return its result, decoded by the call

@@ -270,7 +270,10 @@ class Committer:
             if local < 1:
                 raise NotDurable(f"not synced within {d.timeout_ms} ms")
             if self.sync_file is not None:  # the file is written: this syncs it
-                await self.sync_file()
+                with trio.move_on_after(d.timeout_ms / 1000) as waited:
+                    await self.sync_file()
+                if waited.cancelled_caught:
+                    raise NotDurable(f"the append-only file not synced within {d.timeout_ms} ms")
             return
         if d.on_disk:
             local, replicas = await self.wire.wait_aof(self.meta, 1, d.n, d.timeout_ms)

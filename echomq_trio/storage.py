@@ -240,7 +240,8 @@ def fsync_append_only_file(data_dir: Path) -> int:
     ``data_dir``: every incr file in its ``appendonlydir`` (the one the server appends to, and
     the one before it while a rewrite runs), by ``fdatasync`` on a descriptor of this process,
     which syncs what the server wrote. Blocking: run it in a thread. How many files it synced;
-    ``OSError`` when there is none."""
+    ``OSError`` when there is none. (A descriptor of its own sees the errors of write-back from
+    its opening on: one the server's own sync met before is the server's to report.)"""
     folder = data_dir / APPEND_ONLY_DIR
     synced = 0
     for path in sorted(folder.glob("*.incr.aof")):
@@ -268,7 +269,11 @@ def file_sync(data_dir: Path) -> FileSync:
 
     async def sync() -> None:
         try:
-            await trio.to_thread.run_sync(fsync_append_only_file, data_dir, limiter=limiter)
+            # Cancelled (the wait's timeout_ms), the call returns and the thread ends its
+            # fdatasync on its own; the limiter keeps the next one waiting until then.
+            await trio.to_thread.run_sync(
+                fsync_append_only_file, data_dir, limiter=limiter, abandon_on_cancel=True
+            )
         except OSError as exc:
             raise NotDurable(f"could not sync the append-only file in {data_dir}: {exc}") from exc
 

@@ -38,7 +38,7 @@ async def _one_mode(
         if folder is not None:
             assert bus.durable is not None
             bus.durable.sync_file = file_sync(folder)  # before the first call
-        queue = f"bench.{type(durability).__name__}.{trio.current_time():.0f}"
+        queue = f"bench.{type(durability).__name__}.{folder is not None}.{trio.current_time():.0f}"
         latencies = []
         t0 = trio.current_time()
         for i in range(args.sequential):
