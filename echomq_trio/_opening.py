@@ -29,7 +29,6 @@ from echomq_trio.resp import open_trio
 from echomq_trio.server import start_server
 from echomq_trio.storage import (
     StorageWatch,
-    file_sync,
     has_waitaof,
     read_storage,
     waitaof_syncs,
@@ -104,8 +103,6 @@ async def open_bus(
             server.pid, server.port, server.data_dir, where,
         )  # fmt: skip
         bus = Bus(wire, server, max_payload_bytes, durability, durable=durable)
-        if durable is not None and isinstance(durability, OnDisk):
-            durable.sync_file = file_sync(server.data_dir)
         if _on_disk(durability):
             await _check_on_disk(bus, aof=True)  # the embedded server keeps one
         if data_dir is not None:
@@ -145,17 +142,18 @@ async def _check_on_disk(bus: Bus, *, aof: bool) -> None:
             f"durability {name} on disk needs WAITAOF (Valkey, Redis 7.2 and later), and "
             f"{bus.url} has none (an older Redis): use InMemory or Replicas without on_disk"
         )
+    if bus.syncs_file_itself:  # the embedded server's file: synced whatever WAITAOF does
+        return
     try:
         bus.waitaof_syncs = await waitaof_syncs(bus)
     except BusError as exc:  # a write refused (an ACL, the memory ceiling): the bus runs as ever
-        if not bus.syncs_file_itself:
-            log.warning(
-                "durability %s: could not ask the server at %s whether its WAITAOF waits for "
-                "the sync of its append-only file: %s",
-                name, bus.url, exc,
-            )  # fmt: skip
+        log.warning(
+            "durability %s: could not ask the server at %s whether its WAITAOF waits for the "
+            "sync of its append-only file: %s",
+            name, bus.url, exc,
+        )  # fmt: skip
         return
-    if not bus.waitaof_syncs and not bus.syncs_file_itself:
+    if not bus.waitaof_syncs:
         log.warning(
             "durability %s: the server at %s answers WAITAOF once its append-only file is "
             "written, before the file is synced (redis/redis#13793, fixed in Redis 8.0), so a "

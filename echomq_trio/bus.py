@@ -128,6 +128,12 @@ class Bus:
     def __attrs_post_init__(self) -> None:
         if isinstance(self.durability, Waiting) and self.durable is None:
             self.durable = DurableCalls((self.transport,), self.durability)
+        # An OnDisk wait on the embedded server ends with a sync of its file from this process
+        # (its WAITAOF may answer before the server's own sync: storage.waitaof_syncs).
+        on_disk = isinstance(self.durability, OnDisk) and self.server is not None
+        if on_disk and self.durable is not None and self.durable.sync_file is None:
+            assert self.server is not None
+            self.durable.sync_file = file_sync(self.server.data_dir)
 
     def with_durability(self, durability: Durability) -> Bus:
         """This bus with its calls returning as ``durability`` says: a durability per call,
@@ -143,16 +149,7 @@ class Bus:
         view = self._views.get(durability)
         if view is None:
             wires = (self.transport,) if self.durable is None else self.durable.wires
-            sync_file = None  # the file's own sync: OnDisk's wait only
-            if isinstance(durability, OnDisk):
-                sync_file = None if self.durable is None else self.durable.sync_file
-                if sync_file is None and self.server is not None:
-                    sync_file = file_sync(self.server.data_dir)  # as open_bus's own would have
-            durable = (
-                DurableCalls(wires, durability, sync_file=sync_file)
-                if isinstance(durability, Waiting)
-                else None
-            )
+            durable = DurableCalls(wires, durability) if isinstance(durability, Waiting) else None
             view = Bus(self.transport, self.server, self.max_payload_bytes, durability,
                        durable=durable, holder=self.holder)  # fmt: skip
             view.steps, view.storage = self.steps, self.storage
@@ -163,8 +160,8 @@ class Bus:
     @property
     def syncs_file_itself(self) -> bool:
         """Whether an ``OnDisk`` wait of this bus ends with a sync of the server's append-only
-        file from this process (``open_bus`` does so for its embedded server, whose ``WAITAOF``
-        may answer before its own sync: ``storage.waitaof_syncs``)."""
+        file from this process (a bus of an embedded server does, whose ``WAITAOF`` may answer
+        before its own sync: ``storage.waitaof_syncs``)."""
         return (
             isinstance(self.durability, OnDisk)
             and self.durable is not None

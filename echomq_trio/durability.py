@@ -320,7 +320,7 @@ class DurableCalls:
             raise ValueError("DurableCalls needs at least one connection")
         self.wires = tuple(wires)
         self.durability = durability
-        # Set before the first call (open_bus does): an OnDisk wait then ends with it.
+        # Set before the first call (a Bus of an embedded server does): an OnDisk wait ends with it.
         self.sync_file = sync_file
         self._committers: dict[tuple[int, str], Committer] = {}
 

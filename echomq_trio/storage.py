@@ -141,9 +141,6 @@ async def has_waitaof(bus: _Served) -> bool:
     return reply not in ([None], [], None)
 
 
-WAITAOF_PROBE_MS = 200  # far less than the second between two syncs with appendfsync everysec
-
-
 def _leaves(reply: object) -> list[object]:
     """Every leaf of a reply: the items of lists, the keys and values of maps, however nested."""
     if isinstance(reply, dict):
