@@ -17,9 +17,13 @@ Steps of the server clock: every call carries this limiter's witness of the serv
 (``echomq_trio.clock.Witness``), so the first call after a step records it on the queue, and
 the scripts keep their times on a clock of their own that the recorded steps do not move (the
 prelude's ``steady_ms``): an hour's step back does not hold a chat for the hour, and a step
-forward does not empty the bot's window. A chat's own window is forgotten by its key's lifetime
-when a step forward passes it (at most its limit again; Telegram may answer that with a 429,
-which pauses the chat without spending an attempt).
+forward does not empty the bot's window or a chat's. The logs and pauses keep no lifetime on the
+server (its expiry follows its stepped clock); a chat's log is forgotten a window after its last
+entry, on the limiter's clock. Only a chat's reservation expires by the server clock: a step
+forward ends it early, and its entry stays in the logs (one more than was sent, always safe).
+
+A slot holds as long as its send reaches Telegram within the margin: the worker hands back one
+whose answer came later than that (``steps.slot_missed``), and the limiter places it again.
 """
 
 from __future__ import annotations

@@ -64,13 +64,14 @@ from codemojex.notify.steps import (
     Flood,
     Follow,
     Hold,
+    Send,
     StepPolicy,
     Stop,
     after_answer,
     after_asking,
     after_flood,
     after_take,
-    booking_missed,
+    slot_missed,
 )
 from codemojex.notify.streak import end_streak, flooded_for_ms
 from codemojex.stats import added
@@ -104,6 +105,7 @@ class DeliveryStats:
     deferred: int = 0  # no rate-limit token soon enough: deferred on the server
     held: int = 0  # short waits held in a chat task instead
     booked: int = 0  # sends booked a little ahead, waited for in the chat task
+    handed_back: int = 0  # slots given back to the limiter, too late to send on (slot_missed)
     flood_waits: int = 0  # 429s from Telegram
     retried: int = 0
     migrated: int = 0
@@ -262,26 +264,34 @@ class NotificationWorker:
         booking = ""  # a booked slot to refine, or one this task woke too late for
         while True:
             await self.outage.wait_open()
+            asked = trio.current_time()
             answer = await self.limiter.take(chat, book_ms=self.policy.hold_max_ms,
                                              booking=booking)  # fmt: skip
+            answered = trio.current_time()
             passed_back, booking = booking, ""
             take = after_take(answer, self.policy)
-            if isinstance(take, Booked):
-                # The slot is `ms` after the take on the server's clock, and the take happened
-                # between asking and the answer: wait from the answer, so the send is never
-                # early, and count lateness from the answer too (counted from the asking, the
-                # take's own round trip made most bookings look late on a slow host, and the
-                # hand-backs that followed ate the budget).
-                if not passed_back:
-                    self._count(booked=1)
-                answered = trio.current_time()
-                if take.ask_ms:  # ask again nearer the slot: it may come forward
-                    await trio.sleep(take.ask_ms / 1000)
-                    booking = answer.entry
-                    continue
-                await trio.sleep(take.ms / 1000)
-                late_ms = (trio.current_time() - answered) * 1000 - take.ms
-                if booking_missed(late_ms, self.limiter.margin_ms):
+            if isinstance(take, Send | Booked):
+                # The slot is `ms` after the take on the server's clock (0: taken now), and the
+                # take happened between asking and the answer: wait from the answer, so the
+                # send is never early. Late past half the margin from the answer, or past the
+                # whole margin from the asking (a stall on the way: the slot may lie far back),
+                # the slot goes back to the limiter (steps.slot_missed). Only from the answer
+                # after a hand-back: on a slow host every trip is long, and hand-backs in a row
+                # would eat the budget.
+                ms = take.ms if isinstance(take, Booked) else 0
+                if isinstance(take, Booked):
+                    if not passed_back:
+                        self._count(booked=1)
+                    if take.ask_ms:  # ask again nearer the slot: it may come forward
+                        await trio.sleep(take.ask_ms / 1000)
+                        booking = answer.entry
+                        continue
+                    await trio.sleep(ms / 1000)
+                now = trio.current_time()
+                late_ms = (now - answered) * 1000 - ms
+                asked_late_ms = 0.0 if passed_back else (now - asked) * 1000 - ms
+                if slot_missed(late_ms, asked_late_ms, self.limiter.margin_ms):
+                    self._count(handed_back=1)
                     booking = answer.entry
                     continue
             elif isinstance(take, DeferIn):
@@ -304,9 +314,9 @@ class NotificationWorker:
                     followed = True
                     chat = step.new_chat_id
             if isinstance(step, AskBot):
-                asked = await self._ask_bot(job, step)
-                if isinstance(asked, RetryIn):
-                    return asked
+                told = await self._ask_bot(job, step)
+                if isinstance(told, RetryIn):
+                    return told
                 # An outage: wait at the gate, then send again, no attempt spent.
             elif isinstance(step, Hold):
                 await trio.sleep(step.ms / 1000)

@@ -82,6 +82,7 @@ BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 2.0
 SUBSCRIPTION_BUFFER = 1024  # messages a subscription holds for a reader that is behind
 LIBRARY_RETRY_S = 1.0  # after a load the server refused as a write: EVALSHA for this long
+READ_FIRST_S = 0.001  # the reader's turn before calls past their deadline are timed out
 # FCALL's answers that mean "no function here": load the library, or fall back to EVALSHA.
 _NO_FUNCTION = ("ERR Function not found", "ERR unknown command", "NOPERM")
 _LOST = (
@@ -286,14 +287,22 @@ class _Link:
 
     async def _watch(self) -> None:
         """Time out the calls past their deadlines, checking a tenth of the timeout apart (at
-        most 100 ms): a wake-up now and then instead of a timer per call."""
+        most 100 ms): a wake-up now and then instead of a timer per call. A reply already
+        here counts: the reader has its turn first (``READ_FIRST_S``, then a checkpoint, so it
+        has run once since the socket was last polled), so a process that stalled past a
+        deadline (stopped, swapped out, its VM held) while the server answered takes the
+        answer instead of calling it a timeout."""
         tick = min(0.1, self.timeout_s / 10)
         while True:
             await trio.sleep(tick)
             now = trio.current_time()
-            for waiter in self.codec.waiting():
-                if waiter.outcome is None and waiter.deadline <= now:
-                    waiter.resolve(outcome.Error(_TimedOut()))
+            overdue = [w for w in self.codec.waiting() if w.outcome is None and w.deadline <= now]
+            if not overdue:
+                continue
+            await trio.sleep(READ_FIRST_S)
+            await trio.lowlevel.checkpoint()
+            for waiter in overdue:
+                waiter.resolve(outcome.Error(_TimedOut()))  # no-op for one answered since
 
     def close(self) -> None:
         self.scope.cancel()

@@ -22,7 +22,7 @@ from codemojex.notify.steps import (
     after_asking,
     after_flood,
     after_take,
-    booking_missed,
+    slot_missed,
 )
 from codemojex.telegram.classify import (
     CAUSES,
@@ -50,9 +50,12 @@ def test_short_waits_are_held_and_long_ones_deferred(wait: int, why: str) -> Non
     assert after_take(Take(False, wait, "booked", "123:4"), POLICY) == Booked(wait)
 
 
-def test_a_booking_is_missed_past_half_the_margin() -> None:
-    assert not booking_missed(-3.0, 30) and not booking_missed(15.0, 30)
-    assert booking_missed(15.1, 30) and booking_missed(1.0, 0)
+def test_a_slot_is_missed_past_half_the_margin_from_the_answer_or_the_margin_from_asking() -> None:
+    assert not slot_missed(-3.0, -1.0, 30) and not slot_missed(15.0, 30.0, 30)
+    assert slot_missed(15.1, 20.0, 30) and slot_missed(1.0, 1.0, 0)
+    # An answer that came late: the slot lies that far back, though the send follows it at once.
+    assert slot_missed(0.0, 30.1, 30) and slot_missed(0.0, 6_000.0, 600)
+    assert not slot_missed(0.0, 600.0, 600)
 
 
 def test_each_answer_leads_to_its_step() -> None:
