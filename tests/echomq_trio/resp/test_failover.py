@@ -80,7 +80,7 @@ async def _owner_of(port: int, slot: int) -> int:
     raise AssertionError(f"no owner of slot {slot}")
 
 
-@pytest.mark.timeout_s(180)
+@pytest.mark.timeout_s(240)
 async def test_kill_9_of_a_primary_under_load_loses_nothing(
     six_nodes: tuple[list[int], dict[int, object]],
 ) -> None:
@@ -120,7 +120,11 @@ async def test_kill_9_of_a_primary_under_load_loses_nothing(
             # The next jobs reach the queue's slot once the replica has taken over.
             await admit(100)
             resumed_s = trio.current_time() - killed_at
-            await wait_for(lambda: set(admitted) <= set(handled), timeout=60)
+            # A claim whose answer died with the primary holds its job until its lease (30 s)
+            # runs out and the reaper returns it (30 s more after a refused write, should the
+            # failover answer READONLY: REAP_GRACE_MS); on a loaded machine the failover's own
+            # seconds come on top.
+            await wait_for(lambda: set(admitted) <= set(handled), timeout=120)
             nursery.cancel_scope.cancel()
     lost = set(admitted) - set(handled)
     assert not lost, f"{len(lost)} admitted jobs never handled"
