@@ -50,7 +50,7 @@ class Take:
     wait_ms: int = 0
     blocked_by: str = ""  # 'global', 'chat', 'paused' or 'booked' (a send booked) when not ok
     # The send's entry in the logs (ok or 'booked'): for ``sent`` once the send has its answer,
-    # and for ``take(booking=...)`` when a booking is refined or woken for late.
+    # and for ``take(booking=...)`` when a booking is refined or a slot is handed back late.
     entry: str = ""
     ask_ms: int = 0  # with 'booked': ask again (``booking=entry``) after this many ms (0: never)
 
@@ -61,7 +61,7 @@ class LimiterStats:
     the waits they handed out), and pauses by the scope paused."""
 
     taken: int = 0  # sends taken now or booked
-    refined: int = 0  # bookings passed back and moved (brought forward, or late and re-placed)
+    refined: int = 0  # slots passed back and moved (brought forward, or late and re-placed)
     confirmed: int = 0  # sends stamped with their answer's time
     denied_global: int = 0  # the bot's window was full (the chat got a reserved slot)
     denied_chat: int = 0  # the chat's own window was full
@@ -116,8 +116,9 @@ class RateLimiter:
         without taking again (see ``rate_take.lua``), unless ``ask_ms`` says to ask again
         first: then it passes the booking back (``booking=Take.entry``) after ``ask_ms`` and the
         slot is refined (brought forward as far as the sends before it allow, never later). A
-        caller that wakes for its slot later than half the margin passes the booking back too,
-        and the limiter decides, as for a late reservation."""
+        caller that wakes for its slot later than half the margin, or whose answer (a send taken
+        now or a booking) took longer than the margin to come, passes its entry back too, and
+        the limiter decides, as for a late reservation."""
         chat = _chat(chat)
         window = self.limits.for_chat(chat)
         sent_at = trio.current_time()

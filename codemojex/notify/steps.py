@@ -176,16 +176,16 @@ def after_take(take: Take, policy: StepPolicy) -> Send | Booked | Hold | DeferIn
     return DeferIn(take.wait_ms, reason)
 
 
-def slot_missed(late_ms: float, asked_late_ms: float, margin_ms: int) -> bool:
+def slot_missed(late_ms: float, trip_ms: float, margin_ms: int) -> bool:
     """Whether a chat task about to send on its slot (taken now, or booked and waited for) must
     hand it back to the limiter and ask again instead of sending. The limiter counts on a send
     reaching Telegram within the margin of its slot; the slot was set on the server between the
-    asking and the answer, so it lies ``late_ms`` (counted from the answer) to ``asked_late_ms``
-    (counted from the asking) behind. Missed: later than half the margin counted from the answer
-    (the other half is the trip's), or later than the whole margin counted from the asking (the
-    answer took longer than the margin: this process, the link or the server stalled, and the
-    slot may lie seconds back, where a send would overfill Telegram's window)."""
-    return late_ms > margin_ms / 2 or asked_late_ms > margin_ms
+    asking and the answer, so it lies ``late_ms`` (counted from the answer) to ``late_ms +
+    trip_ms`` (the answer's round trip) behind. Missed: later than half the margin counted from
+    the answer (the other half is the trip's), or an answer that took longer than the whole
+    margin (this process, the link or the server stalled on the way, and the slot may lie
+    seconds back, where a send would overfill Telegram's window)."""
+    return late_ms > margin_ms / 2 or trip_ms > margin_ms
 
 
 def after_answer(

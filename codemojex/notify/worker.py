@@ -262,6 +262,8 @@ class NotificationWorker:
         chat = await current_chat(self.bus, notice.chat, queue=self.queue)
         followed = False
         booking = ""  # a booked slot to refine, or one this task woke too late for
+        booked = False  # whether `booking` came as a booking (counted once, when it came)
+        handed = False  # whether `booking` is a slot handed back as missed
         while True:
             await self.outage.wait_open()
             asked = trio.current_time()
@@ -269,30 +271,31 @@ class NotificationWorker:
                                              booking=booking)  # fmt: skip
             answered = trio.current_time()
             passed_back, booking = booking, ""
+            was_booked, was_handed, handed = booked, handed, False
             take = after_take(answer, self.policy)
             if isinstance(take, Send | Booked):
                 # The slot is `ms` after the take on the server's clock (0: taken now), and the
                 # take happened between asking and the answer: wait from the answer, so the
-                # send is never early. Late past half the margin from the answer, or past the
-                # whole margin from the asking (a stall on the way: the slot may lie far back),
-                # the slot goes back to the limiter (steps.slot_missed). Only from the answer
-                # after a hand-back: on a slow host every trip is long, and hand-backs in a row
-                # would eat the budget.
+                # send is never early. Late past half the margin from the answer, or an answer
+                # that took longer than the margin (a stall on the way: the slot may lie far
+                # back), and the slot goes back to the limiter (steps.slot_missed). An answer
+                # to a hand-back is judged from the answer alone: on a slow host every trip is
+                # long, and hand-backs in a row would eat the budget.
                 ms = take.ms if isinstance(take, Booked) else 0
-                if isinstance(take, Booked):
-                    if not passed_back:
-                        self._count(booked=1)
-                    if take.ask_ms:  # ask again nearer the slot: it may come forward
-                        await trio.sleep(take.ask_ms / 1000)
-                        booking = answer.entry
-                        continue
-                    await trio.sleep(ms / 1000)
-                now = trio.current_time()
-                late_ms = (now - answered) * 1000 - ms
-                asked_late_ms = 0.0 if passed_back else (now - asked) * 1000 - ms
-                if slot_missed(late_ms, asked_late_ms, self.limiter.margin_ms):
-                    self._count(handed_back=1)
+                booked = isinstance(take, Booked)
+                if booked and not (passed_back and was_booked):  # a refined one is the same
+                    self._count(booked=1)
+                if isinstance(take, Booked) and take.ask_ms:  # ask again nearer the slot
+                    await trio.sleep(take.ask_ms / 1000)
                     booking = answer.entry
+                    continue
+                if ms:
+                    await trio.sleep(ms / 1000)
+                late_ms = (trio.current_time() - answered) * 1000 - ms
+                trip_ms = 0.0 if was_handed else (answered - asked) * 1000
+                if slot_missed(late_ms, trip_ms, self.limiter.margin_ms):
+                    self._count(handed_back=1)
+                    booking, handed = answer.entry, True
                     continue
             elif isinstance(take, DeferIn):
                 self._count(deferred=1)

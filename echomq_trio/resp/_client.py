@@ -299,6 +299,9 @@ class _Link:
             overdue = [w for w in self.codec.waiting() if w.outcome is None and w.deadline <= now]
             if not overdue:
                 continue
+            # One turn is one read of up to RECEIVE_BYTES: after a long stop with more than
+            # that waiting, the calls behind it may still time out (they are told they may
+            # have run, which is true).
             await trio.sleep(READ_FIRST_S)
             await trio.lowlevel.checkpoint()
             for waiter in overdue:

@@ -143,13 +143,15 @@ local function fits_both(t, own)
   return fits(KEYS[1], glimit, gwin, t, own) and fits(chat_key, climit, cwin, t, own)
 end
 
--- Move the send `own` to slot t in both logs; its member names the slot, so it is renamed.
+-- Move the send `own` to slot t in both logs; its member names the slot, so it is renamed. A
+-- later slot keeps the chat's log a window past it (rate_chats).
 local function move(own, t)
   local moved = t .. ':' .. string.match(own, ':(%d+)$')
   redis.call('ZREM', KEYS[1], own)
   redis.call('ZREM', chat_key, own)
   redis.call('ZADD', KEYS[1], t, moved)
   redis.call('ZADD', chat_key, t, moved)
+  redis.call('ZADD', KEYS[7], 'GT', t + cwin, chat)
   return moved
 end
 

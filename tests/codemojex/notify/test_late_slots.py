@@ -32,17 +32,19 @@ LATE_S = 3 * MARGIN_MS / 1000
 
 
 class LateAnswer(FaultyTransport):
-    """Holds the answer of the first ``rate_take`` for ``LATE_S`` once the server has run it
-    (its slot set), as a server blocked before replying would."""
+    """Holds the answer of one ``rate_take`` for ``LATE_S`` once the server has run it (its slot
+    set), as a server blocked before replying would: the first, or with ``passing_back`` the
+    first that passes a booking back (its ARGV[8]: a refinement or a hand-back)."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, *, passing_back: bool) -> None:
         super().__init__(inner)
+        self.passing_back = passing_back
         self.held: list[str] = []  # the answers held back
         self.released = trio.Event()
 
     async def script(self, name: str, keys: Sequence[str], args: Sequence[str | bytes]) -> Any:
         got = await super().script(name, keys, args)
-        if name == TAKE and not self.held:
+        if name == TAKE and not self.held and (not self.passing_back or args[7]):
             self.held.append(repr(got))
             await trio.sleep(LATE_S)
             self.released.set()
@@ -50,11 +52,12 @@ class LateAnswer(FaultyTransport):
 
 
 @pytest.mark.timeout_s(90)
+@pytest.mark.parametrize("passing_back", [False, True], ids=["a take", "a refinement"])
 async def test_a_slot_answered_late_is_handed_back_within_telegram_s_limits(
-    bus: Bus, queue: str
+    bus: Bus, queue: str, passing_back: bool
 ) -> None:
     chats = [5000 + c for c in range(240)]  # one notice each: the bot's window stays full
-    late = LateAnswer(bus.transport)
+    late = LateAnswer(bus.transport, passing_back=passing_back)
     async with (
         open_stand_in(TOKEN, LIMITS, keep=len(chats)) as tg,
         open_bot(TOKEN, tg.api_url) as bot,
@@ -72,7 +75,8 @@ async def test_a_slot_answered_late_is_handed_back_within_telegram_s_limits(
                 assert tg.delivered() > LIMITS.global_.limit
                 await tg.wait_deliveries(len(chats))
             nursery.cancel_scope.cancel()
-    assert late.held and "taken" in late.held[0], late.held  # the fault happened on a slot
+    # The fault happened on a slot (a take's: taken; a refinement's: taken or booked).
+    assert late.held and ("taken" in late.held[0] or "booked" in late.held[0]), late.held
     assert worker.statistics().handed_back >= 1
     assert tg.rate_limited == 0, "the stand-in had to answer a rate-limit 429"
     assert tg.max_in_window(LIMITS.global_.window_ms) <= LIMITS.global_.limit

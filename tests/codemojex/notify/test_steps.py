@@ -50,7 +50,7 @@ def test_short_waits_are_held_and_long_ones_deferred(wait: int, why: str) -> Non
     assert after_take(Take(False, wait, "booked", "123:4"), POLICY) == Booked(wait)
 
 
-def test_a_slot_is_missed_past_half_the_margin_from_the_answer_or_the_margin_from_asking() -> None:
+def test_a_slot_is_missed_past_half_the_margin_or_after_an_answer_slower_than_the_margin() -> None:
     assert not slot_missed(-3.0, -1.0, 30) and not slot_missed(15.0, 30.0, 30)
     assert slot_missed(15.1, 20.0, 30) and slot_missed(1.0, 1.0, 0)
     # An answer that came late: the slot lies that far back, though the send follows it at once.
