@@ -130,9 +130,8 @@ class Bus:
             self.durable = DurableCalls((self.transport,), self.durability)
         # An OnDisk wait on the embedded server ends with a sync of its file from this process
         # (its WAITAOF may answer before the server's own sync: storage.waitaof_syncs).
-        on_disk = isinstance(self.durability, OnDisk) and self.server is not None
-        if on_disk and self.durable is not None and self.durable.sync_file is None:
-            assert self.server is not None
+        if (isinstance(self.durability, OnDisk) and self.server is not None
+                and self.durable is not None and self.durable.sync_file is None):  # fmt: skip
             self.durable.sync_file = file_sync(self.server.data_dir)
 
     def with_durability(self, durability: Durability) -> Bus:
